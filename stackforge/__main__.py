@@ -1,0 +1,3 @@
+from stackforge.cli import main
+
+main()

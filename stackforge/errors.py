@@ -1,0 +1,126 @@
+"""One exception root for stackforge.
+
+Every error a user can cause or meet derives from :class:`StackforgeError`. Subclasses carry the
+context needed to act on them; only the CLI turns them into one-line messages and exit codes.
+"""
+
+from __future__ import annotations
+
+
+class StackforgeError(Exception):
+    """Root of all stackforge errors.
+
+    Attributes:
+        code: a stable machine-readable code (``spec.invalid``, ``docker.unavailable``...).
+        exit_code: the process exit status the CLI uses for this error.
+        remedy: a one-line hint on how to fix it, or "".
+    """
+
+    code = "stackforge.error"
+    exit_code = 1
+
+    def __init__(self, message: str, *, remedy: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.remedy = remedy
+
+    def one_line(self) -> str:
+        """The message and remedy on a single line, as the CLI prints it."""
+        text = " ".join(self.message.split())
+        return f"{text} (hint: {self.remedy})" if self.remedy else text
+
+
+class SpecError(StackforgeError):
+    """Invalid input: a matrix, rule, target or version string that cannot be used."""
+
+    code = "spec.invalid"
+    exit_code = 2
+
+    def __init__(self, message: str, *, source: str = "", line: int | None = None, remedy: str = "") -> None:
+        where = source + (f":{line}" if line is not None else "") if source else ""
+        super().__init__(f"{where}: {message}" if where else message, remedy=remedy)
+        self.source = source
+        self.line = line
+
+
+class UnsafeValueError(SpecError):
+    """A value that could inject shell or Dockerfile instructions (whitespace, metacharacters)."""
+
+    code = "spec.unsafe_value"
+
+
+class RecordError(StackforgeError):
+    """A result or build record that is corrupt, partial, or from a newer schema."""
+
+    code = "record.invalid"
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str = "", remedy: str = "") -> None:
+        super().__init__(f"{path}: {message}" if path else message, remedy=remedy)
+        self.path = path
+
+
+class DockerUnavailableError(StackforgeError):
+    """No Docker engine answers (not installed, not started, wrong DOCKER_HOST)."""
+
+    code = "docker.unavailable"
+    exit_code = 3
+
+
+class HostError(StackforgeError):
+    """A host tool or facility is missing (buildx, debootstrap, nvidia runtime...)."""
+
+    code = "host.missing"
+    exit_code = 3
+
+
+class CommandError(StackforgeError):
+    """A subprocess failed; carries the command, exit status and a bounded output tail."""
+
+    code = "command.failed"
+    exit_code = 1
+
+    def __init__(self, message: str, *, argv: tuple[str, ...] = (), returncode: int | None = None,
+                 output_tail: str = "", remedy: str = "") -> None:
+        super().__init__(message, remedy=remedy)
+        self.argv = argv
+        self.returncode = returncode
+        self.output_tail = output_tail
+
+
+class CommandTimeout(CommandError):
+    """A subprocess ran past its timeout and was killed."""
+
+    code = "command.timeout"
+
+
+class BuildError(StackforgeError):
+    """One or more stacks failed to build; carries the stack ids and log paths."""
+
+    code = "build.failed"
+    exit_code = 1
+
+    def __init__(self, message: str, *, failed: tuple[str, ...] = (), remedy: str = "") -> None:
+        super().__init__(message, remedy=remedy)
+        self.failed = failed
+
+
+class ProbeError(StackforgeError):
+    """A probe could not be run at all (not: a probe that ran and failed, which is a result)."""
+
+    code = "probe.error"
+    exit_code = 1
+
+
+class NothingQualifiesError(StackforgeError):
+    """``pick`` found no image that meets the requirements."""
+
+    code = "pick.none"
+    exit_code = 4
+
+
+class Interrupted(StackforgeError):
+    """The user pressed Ctrl-C; finished work was kept."""
+
+    code = "interrupted"
+    exit_code = 130
