@@ -1,0 +1,70 @@
+"""The ``stackforge`` command line: parses options and dispatches; no logic lives here.
+
+Commands are loaded lazily (one module per command under ``stackforge/cli/``, each exposing a
+click object named ``command``) so ``stackforge plan`` never imports Docker or jinja2.
+Every :class:`~stackforge.errors.StackforgeError` is turned into one line on stderr and its exit
+code here, and only here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import click
+
+from stackforge import __version__
+from stackforge.errors import StackforgeError
+
+# command name -> (module under stackforge.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("plan", "Expand a matrix, apply the compatibility rules, show what would be built and why."),
+    "render": ("render", "Write each stack's Dockerfile and build context."),
+    "build": ("build", "Compose and build the images of a matrix (BuildKit or classic)."),
+    "bootstrap-base": ("bootstrap", "Create a Debian base image without any registry (debootstrap)."),
+    "probe": ("probe", "Run capability probes inside each image (gate tier without a GPU)."),
+    "bench": ("bench", "Run throughput benchmarks inside each image."),
+    "results": ("results", "Manage result folders (merge shards)."),
+    "matrix": ("matrix", "Render the compatibility matrix (md, html, json, csv) or diff two runs."),
+    "deadends": ("deadends", "List every feature that fails on a target, with evidence."),
+    "pick": ("pick", "Pick the best known-good image for a target by evidence."),
+    "ci": ("ci", "Generate CI workflows for the nightly matrix."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module only when that command runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"stackforge.cli.{COMMANDS[cmd_name][0]}")
+        return module.command
+
+    def invoke(self, ctx: click.Context):
+        # The one place where errors become exit codes (also under click's CliRunner).
+        try:
+            return super().invoke(ctx)
+        except StackforgeError as exc:
+            click.echo(f"stackforge: error: {exc.one_line()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("stackforge: interrupted; finished work was kept", err=True)
+            ctx.exit(130)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help lists commands from the table, without importing every module.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in sorted(COMMANDS)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="stackforge")
+def cli() -> None:
+    """stackforge: find a working CUDA x torch x FlashInfer x SGLang stack for your GPUs, by machine."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="stackforge")

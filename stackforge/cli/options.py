@@ -1,0 +1,41 @@
+"""Options shared by several commands, defined once."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+F = Callable[..., object]
+
+
+def matrix_option(func: F) -> F:
+    return click.option("--matrix", "matrix", metavar="FILE|NAME", default=None,
+                        help="Matrix file, or the name of a shipped one (default: matrices/default.yaml).")(func)
+
+
+def cuda_option(func: F) -> F:
+    return click.option("--cuda", metavar="VERSION", default=None,
+                        help="Only stacks with this CUDA toolkit (e.g. 13.1).")(func)
+
+
+def target_option(func: F) -> F:
+    return click.option("--target", "targets", metavar="NAME", multiple=True,
+                        help="Judge for this target profile (repeatable; default: the matrix's targets).")(func)
+
+
+def only_option(func: F) -> F:
+    return click.option("--only", "only", metavar="STACK_ID", multiple=True,
+                        help="Only this stack id (repeatable).")(func)
+
+
+def shard_option(func: F) -> F:
+    return click.option("--shard", metavar="K/N", default=None,
+                        help="Run shard K of N (deterministic split by stack id).")(func)
+
+
+def stack_selection(func: F) -> F:
+    """--matrix, --cuda, --target, --only together."""
+    for decorator in (only_option, target_option, cuda_option, matrix_option):
+        func = decorator(func)
+    return func

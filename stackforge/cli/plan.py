@@ -1,0 +1,52 @@
+"""``stackforge plan``: what would be built, what is pruned and why, what is predicted."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stackforge.cli.options import stack_selection
+from stackforge.data import resolve_matrix_path
+from stackforge.errors import SpecError
+from stackforge.plan import Plan, plan_file
+from stackforge.render_text import explain_stack, plan_table
+
+
+@click.command(name="plan")
+@stack_selection
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as versioned JSON.")
+@click.option("--explain", "explain", metavar="STACK_ID", default=None, help="List every rule that fired for one stack.")
+@click.option("--preflight", is_flag=True,
+              help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
+def command(matrix: str | None, cuda: str | None, targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
+            explain: str | None, preflight: bool, cache_dir: str | None) -> None:
+    """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons."""
+    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only)
+    checks = _preflight(plan, cache_dir) if preflight else None
+    if explain:
+        click.echo(explain_stack(plan, _find(plan, explain)))
+    elif as_json:
+        payload = plan.to_json()
+        if checks is not None:
+            payload["preflight"] = checks.to_json()
+        click.echo(json.dumps(payload, indent=2, sort_keys=False))
+    else:
+        click.echo(plan_table(plan))
+        if checks is not None:
+            click.echo(checks.render())
+
+
+def _find(plan: Plan, stack_id: str):
+    for cell in plan.cells:
+        if cell.stack.id == stack_id:
+            return cell.stack
+    known = sorted({c.stack.id for c in plan.cells})
+    raise SpecError(f"unknown stack id {stack_id!r}; known: {', '.join(known)}")
+
+
+def _preflight(plan: Plan, cache_dir: str | None):
+    from stackforge.preflight import run_preflight
+    return run_preflight(plan, cache_dir=cache_dir)

@@ -1,0 +1,233 @@
+"""Facts derived for one stack from the curated tables in ``compat/tables.yaml``.
+
+The user pins what they care about (toolkit, torch, FlashInfer, SGLang, Python); everything that
+follows from those pins (which torch wheel index, which kernel package, which base image, which
+driver) is derived here from data, so the Dockerfile templates and the rules see the same facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from stackforge.data import data_dir
+from stackforge.errors import SpecError
+from stackforge.model import Flavour, Stack
+from stackforge.rules import Source, parse_source
+from stackforge.versions import minor_of, parse_version, validate_specifier
+from stackforge.yamlio import LineDict, check_keys, load_file, require_mapping
+
+
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """Everything a stack implies.
+
+    Attributes:
+        torch_variant: torch wheel variant, e.g. ``"cu130"`` (``"cpu"`` for CPU wheels).
+        torch_cuda: CUDA version of that variant (``"13.0"``), ``None`` for cpu.
+        torch_index_url: the PyTorch index to install torch from, or ``None`` when PyPI's default
+            variant for this torch release *is* the wanted variant (then PyPI serves).
+        torch_requirement: the exact pip requirement for torch (``"torch==2.14.1"``).
+        kernel_package / kernel_version: ``sgl-kernel`` or ``sglang-kernel`` and its pin.
+        flashinfer_extra: extra of flashinfer-python SGLang asks for (``"cu13"``) or ``None``.
+        cuda_image_version: full toolkit version for ``nvidia/cuda`` tags (``"13.1.0"``).
+        base_image: the image the stack's Dockerfile starts FROM.
+        base_python: python3 version the base provides.
+        toolkit_wheels: exact ``nvidia-*`` wheel pins for the wheels flavour (nvcc, nvvm, crt...).
+        has_nvcc: whether the image will have nvcc (devel, or wheels with CUDA >= 13).
+        min_driver: lowest driver for the toolkit (GA, Linux x86_64).
+        expected_arch_list: TORCH_CUDA_ARCH_LIST the torch variant is known to be built with.
+        sglang_pins: SGLang's own pins for this release (package -> requirement), if known.
+    """
+
+    torch_variant: str
+    torch_cuda: str | None
+    torch_index_url: str | None
+    torch_requirement: str
+    kernel_package: str | None
+    kernel_version: str | None
+    flashinfer_extra: str | None
+    cuda_image_version: str
+    base_image: str
+    base_python: str | None
+    toolkit_wheels: dict[str, str] = field(default_factory=dict)
+    has_nvcc: bool = True
+    min_driver: str | None = None
+    expected_arch_list: tuple[str, ...] = ()
+    sglang_pins: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["expected_arch_list"] = list(self.expected_arch_list)
+        return data
+
+
+# --------------------------------------------------------------------------- tables
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The curated tables of ``compat/tables.yaml``, parsed once."""
+
+    torch_variant_for_toolkit: dict[str, str]
+    torch_variants: tuple[tuple[SpecifierSet, tuple[str, ...], str], ...]   # (torch spec, variants, pypi default)
+    torch_arch_list: tuple[tuple[SpecifierSet, str, tuple[str, ...]], ...]   # (torch spec, variant, archs)
+    cuda_min_driver: dict[str, str]
+    cuda_image_tags: dict[str, str]
+    os_python: dict[str, str]
+    sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins
+    toolkit_wheels: dict[str, dict[str, str]]  # toolkit minor -> {package: version}
+    sources: dict[str, tuple[Source, ...]]     # table name -> sources
+
+
+TABLE_NAMES = ("torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_min_driver",
+               "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels")
+DEBIAN_CODENAMES = {"debian12": "bookworm", "debian13": "trixie"}
+
+
+def load_tables(path: Path | None = None) -> Tables:
+    """Parse ``compat/tables.yaml``; every table must name its source."""
+    path = path or data_dir("compat") / "tables.yaml"
+    doc = require_mapping(load_file(path), what="tables file", source=str(path))
+    check_keys(doc, allowed={"schema", "tables", "description"}, what="tables file", required={"schema", "tables"})
+    tables = require_mapping(doc["tables"], what="tables", source=str(path))
+    missing = [n for n in TABLE_NAMES if n not in tables]
+    if missing:
+        raise SpecError(f"tables file lacks table(s): {', '.join(missing)}", source=str(path), line=tables.line)
+    parsed = {name: require_mapping(tables[name], what=f"table {name}", source=str(path)) for name in TABLE_NAMES}
+    return Tables(
+        torch_variant_for_toolkit=_string_map(parsed["torch_variant_for_toolkit"]),
+        torch_variants=tuple((_spec(r, "torch"), tuple(str(v) for v in r["variants"]), str(r["pypi_default"]))
+                             for r in _rows(parsed["torch_variants"])),
+        torch_arch_list=tuple((_spec(r, "torch"), str(r["variant"]), tuple(str(r["archs"]).split(";")))
+                              for r in _rows(parsed["torch_arch_list"])),
+        cuda_min_driver=_string_map(parsed["cuda_min_driver"]),
+        cuda_image_tags=_string_map(parsed["cuda_image_tags"]),
+        os_python=_string_map(parsed["os_python"]),
+        sglang_pins={str(r["sglang"]): {k: str(v) for k, v in r.items() if k != "sglang"}
+                     for r in _rows(parsed["sglang_pins"])},
+        toolkit_wheels={str(k): {str(p): str(v) for p, v in require_mapping(m, what="toolkit wheels",
+                                                                          source=str(path)).items()}
+                        for k, m in _map(parsed["toolkit_wheels"]).items()},
+        sources={name: _table_sources(table) for name, table in parsed.items()},
+    )
+
+
+def _map(table: LineDict) -> LineDict:
+    check_keys(table, allowed={"source", "sources", "map", "note"}, what="table", required={"map"})
+    return require_mapping(table["map"], what="table map", source=table.source)
+
+
+def _string_map(table: LineDict) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(table).items()}
+
+
+def _rows(table: LineDict) -> list[LineDict]:
+    check_keys(table, allowed={"source", "sources", "rows", "note"}, what="table", required={"rows"})
+    return [require_mapping(r, what="table row", source=table.source) for r in table["rows"]]
+
+
+def _spec(row: LineDict, key: str) -> SpecifierSet:
+    return validate_specifier(row[key], what=key, source=row.source, line=row.line_of(key))
+
+
+def _table_sources(table: LineDict) -> tuple[Source, ...]:
+    raw = table.get("sources", table.get("source"))
+    if raw is None:
+        raise SpecError("every table needs a source", source=table.source, line=table.line)
+    items = raw if isinstance(raw, list) else [raw]
+    return tuple(parse_source(require_mapping(i, what="source", source=table.source)) for i in items)
+
+
+# --------------------------------------------------------------------------- derivation
+
+def derive(stack: Stack, tables: Tables) -> Derived:
+    """Everything ``stack`` implies, from the tables. Unknown toolkit or OS versions raise SpecError."""
+    cuda_minor = minor_of(stack.cuda)
+    variant = stack.torch_variant or _lookup(tables.torch_variant_for_toolkit, cuda_minor, "CUDA toolkit",
+                                             "torch_variant_for_toolkit")
+    pins = tables.sglang_pins.get(stack.sglang, {})
+    return Derived(
+        torch_variant=variant,
+        torch_cuda=variant_cuda(variant),
+        torch_index_url=_torch_index(stack.torch, variant, tables),
+        torch_requirement=f"torch=={stack.torch}",
+        kernel_package=pins.get("kernel_package"),
+        kernel_version=stack.kernel or pins.get("kernel"),
+        flashinfer_extra=pins.get("flashinfer_extra"),
+        cuda_image_version=_cuda_image_version(stack.cuda, tables),
+        base_image=base_image_for(stack, tables),
+        base_python=tables.os_python.get(stack.os),
+        toolkit_wheels=dict(tables.toolkit_wheels.get(cuda_minor, {})) if stack.flavour is Flavour.WHEELS else {},
+        has_nvcc=_has_nvcc(stack),
+        min_driver=tables.cuda_min_driver.get(cuda_minor),
+        expected_arch_list=_arch_list(stack.torch, variant, tables),
+        sglang_pins=pins,
+    )
+
+
+def variant_cuda(variant: str) -> str | None:
+    """``"cu130"`` -> ``"13.0"``; ``"cpu"`` -> ``None``."""
+    if not variant.startswith("cu") or not variant[2:].isdigit() or len(variant) < 5:
+        return None
+    digits = variant[2:]
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def _lookup(table: dict[str, str], key: str, what: str, name: str) -> str:
+    if key not in table:
+        raise SpecError(f"{what} {key} is not in compat/tables.yaml {name}; known: {', '.join(sorted(table))}",
+                        remedy="add it to compat/tables.yaml with a source, or pick a known version")
+    return table[key]
+
+
+def _torch_row(torch: str, tables: Tables) -> tuple[tuple[str, ...], str] | None:
+    version = parse_version(torch)
+    for spec, variants, default in tables.torch_variants:
+        if spec.contains(version, prereleases=True):
+            return variants, default
+    return None
+
+
+def _torch_index(torch: str, variant: str, tables: Tables) -> str | None:
+    """PyPI serves when its default variant for this release is the wanted one; else the PyTorch index."""
+    row = _torch_row(torch, tables)
+    if row is not None and row[1] == variant:
+        return None
+    return f"{PYTORCH_INDEX}/{variant}"
+
+
+def _arch_list(torch: str, variant: str, tables: Tables) -> tuple[str, ...]:
+    version = parse_version(torch)
+    for spec, row_variant, archs in tables.torch_arch_list:
+        if row_variant == variant and spec.contains(version, prereleases=True):
+            return archs
+    return ()
+
+
+def _cuda_image_version(cuda: str, tables: Tables) -> str:
+    if len(parse_version(cuda).release) >= 3:
+        return cuda
+    return _lookup(tables.cuda_image_tags, minor_of(cuda), "CUDA toolkit", "cuda_image_tags")
+
+
+def _has_nvcc(stack: Stack) -> bool:
+    # 13.x toolkit wheels ship nvcc under nvidia/cu13/bin; 12.x wheels ship only ptxas (DESIGN.md).
+    if stack.flavour is Flavour.WHEELS:
+        return parse_version(stack.cuda).major >= 13
+    return stack.flavour is Flavour.DEVEL
+
+
+def base_image_for(stack: Stack, tables: Tables) -> str:
+    """The FROM image: official nvidia/cuda for devel/runtime, official slim Python for wheels."""
+    if stack.flavour is Flavour.WHEELS:
+        codename = DEBIAN_CODENAMES.get(stack.os)
+        if codename is None:
+            raise SpecError(f"stack {stack.id}: flavour 'wheels' builds on a Debian base; os must be one of "
+                            f"{', '.join(DEBIAN_CODENAMES)}, not {stack.os!r}")
+        return f"python:{stack.python}-slim-{codename}"
+    return f"nvidia/cuda:{_cuda_image_version(stack.cuda, tables)}-{stack.flavour.value}-{stack.os}"

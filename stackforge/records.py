@@ -1,0 +1,164 @@
+"""Versioned JSON records: what a probe or benchmark observed, and where.
+
+One :class:`ResultRecord` per (stack, target, probe). Records are plain JSON so that any stage can
+be rerun, sharded across machines, or resumed, and results from many machines merge by key.
+A record keeps what was *measured*; rule predictions live in :class:`Prediction` and never mix in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from stackforge.errors import RecordError
+
+RESULT_SCHEMA = "stackforge.result"
+RESULT_SCHEMA_VERSION = 1
+RESULT_MARKER = "STACKFORGE_RESULT "
+
+
+class Status(str, Enum):
+    """Outcome of one probe or benchmark run."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"        # preconditions not met (no GPU, no nvcc...): not applicable, not a failure
+    ERROR = "error"      # the probe itself broke (import error, bad output)
+    TIMEOUT = "timeout"  # killed at its hard timeout (assigned by the runner)
+    CRASH = "crash"      # died by a signal (assigned by the runner)
+
+
+class Tier(str, Enum):
+    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements)."""
+
+    GATE = "gate"
+    RUNTIME = "runtime"
+    BENCH = "bench"
+
+
+class Verdict(str, Enum):
+    """What a rule predicts for a feature (never a measurement)."""
+
+    UNAVAILABLE = "unavailable"
+    HAZARD = "hazard"
+    REQUIRES = "requires"
+    NO_RULE = "no-rule"   # no rule speaks for it: unknown until probed
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one run decided, and on what evidence."""
+
+    status: Status
+    reason: str
+    evidence: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a result was observed: the image as it really is, and the hardware."""
+
+    image: str = ""                 # reference used to run (tag or repo@digest)
+    image_id: str | None = None
+    digest: str | None = None       # repo digest when pushed
+    versions: dict[str, str] = field(default_factory=dict)   # installed, not requested
+    torch_arch_list: list[str] = field(default_factory=list)
+    torch_git_version: str | None = None
+    torch_cuda: str | None = None
+    nvcc: str | None = None
+    driver: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    host: str = ""
+    runner: str = "docker"          # docker | local
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """One measurement: (stack, target, probe) -> outcome, with provenance."""
+
+    run_id: str
+    stack_id: str
+    stack: dict[str, Any]
+    target: str
+    probe: str
+    feature: str
+    tier: Tier
+    outcome: Outcome
+    provenance: Provenance
+    kind: str = "probe"             # probe | bench
+    created_at: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Merge key: results from many machines merge by (stack, target, probe)."""
+        return (self.stack_id, self.target, self.probe)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tier"] = self.tier.value
+        data["outcome"]["status"] = self.outcome.status.value
+        return {"schema": RESULT_SCHEMA, "schema_version": RESULT_SCHEMA_VERSION, **data}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "") -> "ResultRecord":
+        """Validate and load a record; corrupt, partial or newer-schema records raise RecordError."""
+        if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
+            raise RecordError("not a stackforge result record (missing schema 'stackforge.result')", path=path)
+        version = data.get("schema_version")
+        if not isinstance(version, int) or version > RESULT_SCHEMA_VERSION:
+            raise RecordError(f"record schema_version {version!r} is newer than this stackforge understands "
+                              f"({RESULT_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+        try:
+            outcome = dict(data["outcome"])
+            outcome["status"] = Status(outcome["status"])
+            return cls(run_id=str(data["run_id"]), stack_id=str(data["stack_id"]), stack=dict(data["stack"]),
+                       target=str(data["target"]), probe=str(data["probe"]), feature=str(data["feature"]),
+                       tier=Tier(data["tier"]), outcome=Outcome(**outcome),
+                       provenance=Provenance(**data.get("provenance", {})), kind=str(data.get("kind", "probe")),
+                       created_at=str(data.get("created_at", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"partial or corrupt record: {type(exc).__name__}: {exc}", path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the rules predict for one feature of one (stack, target) cell."""
+
+    feature: str
+    verdict: Verdict
+    rule: str = ""
+    reason: str = ""
+    error: str = ""
+    remedy: str = ""
+    sources: tuple[dict[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["sources"] = [dict(s) for s in self.sources]
+        return data
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp used in records."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def parse_result_line(output: str) -> dict[str, Any] | None:
+    """Find the last ``STACKFORGE_RESULT {...}`` line a probe script printed; ``None`` if there is none."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(RESULT_MARKER):
+            try:
+                payload = json.loads(line[len(RESULT_MARKER):])
+            except json.JSONDecodeError:
+                return None
+            return payload if isinstance(payload, dict) else None
+    return None
