@@ -141,20 +141,26 @@ class Evaluator:
     """
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
-        self._rules = rules
+        # Number every condition once; the cache is keyed by (number, value), which hashes fast.
+        counter = iter(range(1 << 30))
+        self._compiled = tuple((rule, tuple((next(counter), c.fact, c) for c in rule.conditions)) for rule in rules)
         self._cache: dict[tuple[int, Any], bool] = {}
-        self._ids = {c: i for i, c in enumerate({c for r in rules for c in r.conditions})}
 
     def fired(self, facts: Mapping[str, Any]) -> tuple[Rule, ...]:
         """The rules whose every condition holds for ``facts``."""
-        return tuple(rule for rule in self._rules if all(self._holds(c, facts.get(c.fact)) for c in rule.conditions))
-
-    def _holds(self, condition: Condition, value: Any) -> bool:
-        key = (self._ids[condition], value)
-        cached = self._cache.get(key)
-        if cached is None:
-            cached = self._cache[key] = condition.holds(value)
-        return cached
+        cache = self._cache
+        fired: list[Rule] = []
+        for rule, conditions in self._compiled:
+            for number, fact, condition in conditions:
+                value = facts.get(fact)
+                holds = cache.get((number, value))
+                if holds is None:
+                    holds = cache[(number, value)] = condition.holds(value)
+                if not holds:
+                    break
+            else:
+                fired.append(rule)
+        return tuple(fired)
 
 
 # --------------------------------------------------------------------------- loading
