@@ -1,0 +1,134 @@
+"""What the shipped compat data predicts for the stacks that matter, judged by stackforge's engine.
+
+The two default-matrix stacks (matrices/default.yaml) must survive on the story's target
+(8x RTX PRO 6000, sm_120, PCIe, no multicast) with exactly the dead ends the seed story found, and a
+few known-bad stacks must be pruned by the rule that explains why. The expectations are a table:
+changing a rule that moves one of these predictions must change this table on purpose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+try:
+    from stackforge.model import Flavour, Stack
+    from stackforge.plan import evaluate_cell, load_knowledge
+except ImportError as exc:  # the engine is the lead's; the data can be checked before it exists
+    pytest.skip(f"stackforge rule engine not importable yet: {exc}", allow_module_level=True)
+
+COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
+
+STACKS: dict[str, dict[str, object]] = {
+    # (A) the CUDA 12.8 stack of the story: torch 2.9.1 cu128, FlashInfer 0.6.3, SGLang 0.5.9 (sgl-kernel 0.3.21).
+    "A": dict(cuda="12.8", torch="2.9.1", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
+              flavour=Flavour.DEVEL, os="ubuntu24.04"),
+    # (B) the CUDA 13.1 upgrade: torch 2.14.1 cu130, FlashInfer 0.7.2, SGLang 0.5.23 (sglang-kernel 0.4.10), wheels.
+    "B": dict(cuda="13.1", torch="2.14.1", flashinfer="0.7.2", sglang="0.5.23", python="3.11",
+              flavour=Flavour.WHEELS, os="debian12"),
+    # Known-bad stacks.
+    "cu126": dict(cuda="12.6", torch="2.9.1", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
+                  flavour=Flavour.DEVEL, os="ubuntu24.04"),
+    "torch212-on-12.8": dict(cuda="12.8", torch="2.12.0", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
+                             flavour=Flavour.DEVEL, os="ubuntu24.04"),
+    "sglang0.5.23-on-12.8": dict(cuda="12.8", torch="2.14.1", flashinfer="0.7.2", sglang="0.5.23", python="3.12",
+                                 flavour=Flavour.DEVEL, os="ubuntu24.04"),
+}
+
+STORY = "rtx-pro-6000-x8-pcie"
+
+# (stack, target, feature, expected verdict, rule the prediction must come from or "" for any)
+PREDICTIONS = [
+    # A on the story box: the four dead ends of the todo list, plus what the research adds.
+    ("A", STORY, "flashinfer-ar-fusion", "unavailable", "flashinfer-ar-fusion-sm12-gate"),
+    ("A", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
+    ("A", STORY, "torch-symm-mem", "unavailable", ""),
+    ("A", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("A", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
+    ("A", STORY, "trtllm-fmha", "unavailable", ""),
+    ("A", STORY, "nvfp4-gemm", "unavailable", "flashinfer-nvfp4-mm-fp4-sm120"),
+    ("A", STORY, "flashinfer-jit", "no-rule", ""),     # FI 0.6.3 auto-detects compute_120a with CUDA 12.8
+    ("A", STORY, "torch-kernels", "no-rule", ""),      # cu128 has sm_120 SASS
+    ("A", STORY, "kernel-arch-coverage", "no-rule", ""),
+    # B on the story box: FlashInfer 0.7.2 admits SM12x, but SGLang >= 0.5.15 rejects it itself.
+    ("B", STORY, "flashinfer-ar-fusion", "unavailable", "sglang-ar-fusion-rejects-sm12"),
+    ("B", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
+    ("B", STORY, "torch-symm-mem", "unavailable", ""),
+    ("B", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("B", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
+    ("B", STORY, "flashinfer-jit", "hazard", "wheels-toolkit-cudart-minor-mismatch"),
+    ("B", STORY, "nvfp4-gemm", "no-rule", ""),
+    ("B", STORY, "torch-kernels", "no-rule", ""),
+    # The same stacks on other hardware: the SM120/PCIe dead ends must not leak onto Hopper + NVSwitch.
+    ("B", "h200-x8-nvswitch", "flashinfer-ar-fusion", "no-rule", ""),
+    ("B", "h200-x8-nvswitch", "custom-allreduce", "no-rule", ""),
+    ("B", "h200-x8-nvswitch", "torch-symm-mem", "no-rule", ""),
+    ("B", "h200-x8-nvswitch", "nccl-nvls", "no-rule", ""),
+    ("A", "h200-x8-nvswitch", "flashinfer-ar-fusion", "hazard", "flashinfer-ar-fusion-lamport-packing"),
+    ("A", "rtx-pro-6000-x2-pcie", "custom-allreduce", "hazard", "pcie-sm12-p2p-hang"),
+]
+
+# (stack, target, rules that must fire, rules that must not fire)
+FIRED = [
+    # All of a feature's reasons are kept, not only the one the prediction shows.
+    ("A", STORY, {"sglang-torch-symm-mem-keyerror-sm12", "torch-symm-mem-needs-multicast",
+                  "driver-cuda12-minor-compat-floor", "driver-blackwell-570"},
+     {"sglang-torch-symm-mem-disabled-sm12", "flashinfer-sm12-needs-cuda129-nvcc"}),
+    ("B", STORY, {"sglang-torch-symm-mem-disabled-sm12", "torch-symm-mem-needs-multicast",
+                  "driver-cuda13-minor-compat-floor", "driver-torch-cu13-floor"},
+     {"flashinfer-ar-fusion-sm12-gate", "sglang-torch-symm-mem-keyerror-sm12", "sglang-cuda13-stack"}),
+]
+
+# (stack, target, pruned?, rules among the pruning ones)
+PRUNING = [
+    ("A", STORY, False, set()),
+    ("B", STORY, False, set()),
+    ("A", "h200-x8-nvswitch", False, set()),
+    ("B", "b200-x8", False, set()),
+    ("cu126", STORY, True, {"cuda-min-toolkit-sm100-sm120", "torch-cu12-pre128-no-blackwell"}),
+    ("torch212-on-12.8", STORY, True, {"torch-no-cu128-from-212"}),
+    ("sglang0.5.23-on-12.8", STORY, True, {"sglang-cuda13-stack", "torch-no-cu128-from-212"}),
+]
+
+
+@pytest.fixture(scope="module")
+def knowledge():
+    return load_knowledge(COMPAT_DIR)
+
+
+def _cell(knowledge, stack: str, target: str):
+    return evaluate_cell(Stack(**STACKS[stack]), knowledge.targets[target], knowledge)
+
+
+@pytest.mark.parametrize(("stack", "target", "feature", "verdict", "rule"), PREDICTIONS,
+                         ids=[f"{s}-{t}-{f}" for s, t, f, _, _ in PREDICTIONS])
+def test_prediction(knowledge, stack, target, feature, verdict, rule):
+    predictions = {p.feature: p for p in _cell(knowledge, stack, target).predictions()}
+    prediction = predictions[feature]
+    assert prediction.verdict.value == verdict, f"{feature}: {prediction.verdict.value} by {prediction.rule!r}"
+    if rule:
+        assert prediction.rule == rule
+    if verdict != "no-rule":
+        assert prediction.reason and prediction.sources, "a prediction always carries its reason and sources"
+
+
+@pytest.mark.parametrize(("stack", "target", "must", "must_not"), FIRED, ids=[f"{s}-{t}" for s, t, _, _ in FIRED])
+def test_fired_rules(knowledge, stack, target, must, must_not):
+    fired = {f.rule.id for f in _cell(knowledge, stack, target).findings}
+    assert must <= fired, f"missing: {sorted(must - fired)}"
+    assert not (must_not & fired), f"unexpected: {sorted(must_not & fired)}"
+
+
+@pytest.mark.parametrize(("stack", "target", "pruned", "because"), PRUNING, ids=[f"{s}-{t}" for s, t, _, _ in PRUNING])
+def test_pruning(knowledge, stack, target, pruned, because):
+    cell = _cell(knowledge, stack, target)
+    pruning = {f.rule.id for f in cell.findings if f.rule.effect.value == "incompatible"}
+    assert cell.pruned is pruned, f"pruned by {sorted(pruning)}"
+    assert because <= pruning, f"missing: {sorted(because - pruning)}"
+
+
+def test_default_matrix_keeps_both_stacks(knowledge):
+    """Both families of matrices/default.yaml survive the rules on the story's target."""
+    kept = {ident for ident in ("A", "B") if not _cell(knowledge, ident, STORY).pruned}
+    assert kept == {"A", "B"}
