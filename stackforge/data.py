@@ -38,3 +38,16 @@ def resolve_matrix_path(value: str | None) -> Path:
     if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
         return path
     return data_dir("matrices") / f"{value}.yaml"
+
+
+def display_path(path: Path | str) -> str:
+    """A shipped data file as ``compat/rules/x.yaml`` (stable across machines); other paths as given."""
+    resolved = Path(path).resolve()
+    for name in DATA_FOLDERS:
+        try:
+            folder = data_dir(name).resolve()
+        except StackforgeError:
+            continue
+        if resolved.is_relative_to(folder):
+            return f"{name}/{resolved.relative_to(folder).as_posix()}"
+    return str(path)

@@ -13,6 +13,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
+from stackforge.data import display_path
 from stackforge.derive import Derived, Tables, derive, load_tables
 from stackforge.errors import SpecError
 from stackforge.matrix import filter_stacks, load_matrix
@@ -81,7 +82,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         kept = sum(not c.pruned for c in self.cells)
         return {"schema": PLAN_SCHEMA, "schema_version": PLAN_SCHEMA_VERSION,
-                "matrix": {"name": self.matrix.name, "source": self.matrix.source},
+                "matrix": {"name": self.matrix.name, "source": display_path(self.matrix.source)},
                 "targets": {t.name: t.to_json() for t in self.targets},
                 "summary": {"cells": len(self.cells), "kept": kept, "pruned": len(self.cells) - kept,
                             "excluded_by_matrix": self.matrix.excluded},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stackforge.data import display_path
 from stackforge.model import Stack
 from stackforge.plan import Cell, Plan
 from stackforge.records import Verdict
@@ -31,7 +32,7 @@ def plan_table(plan: Plan) -> str:
     kept = [c for c in plan.cells if not c.pruned]
     pruned = [c for c in plan.cells if c.pruned]
     targets = ", ".join(f"{t.name} ({t.sm}, {t.gpu_count}x {t.interconnect.value})" for t in plan.targets)
-    lines = [f"matrix {plan.matrix.name} ({plan.matrix.source}): {len(plan.cells)} cell(s) for {targets}",
+    lines = [f"matrix {plan.matrix.name} ({display_path(plan.matrix.source)}): {len(plan.cells)} cell(s) for {targets}",
              f"  {len(kept)} kept, {len(pruned)} pruned by rules, {plan.matrix.excluded} excluded by the matrix file",
              "", "KEPT (x = predicted unavailable, ! = hazard; predictions come from rules, not measurements)"]
     lines += _table([[c.stack.id, c.target.name, c.derived.base_image, _torch_source(c), c.derived.min_driver or "?",

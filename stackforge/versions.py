@@ -75,12 +75,14 @@ def parse_version(text: str) -> Version:
     return Version(text)
 
 
+@lru_cache(maxsize=4096)
 def minor_of(version: str) -> str:
     """``"13.1.0"`` -> ``"13.1"``."""
     release = parse_version(version).release
     return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
 
 
+@lru_cache(maxsize=4096)
 def compact(version: str) -> str:
     """``"13.1"`` -> ``"131"`` (for ids like ``cu131``); ``"3.12"`` -> ``"312"``."""
     return minor_of(version).replace(".", "")

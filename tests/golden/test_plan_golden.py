@@ -1,0 +1,26 @@
+"""Golden test of ``stackforge plan --json`` on the shipped default matrix.
+
+A change to a rule, a table or the matrix shows up here as a reviewable diff of the plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from stackforge.cli import cli
+
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).resolve().parent
+
+
+def test_default_plan_json_matches_golden(check_golden):
+    result = CliRunner().invoke(cli, ["plan", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    kept = [c["stack_id"] for c in payload["cells"] if c["status"] == "kept"]
+    assert kept == ["cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312",
+                    "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"]
+    check_golden(GOLDEN_DIR / "plan" / "default.plan.json", result.output)
