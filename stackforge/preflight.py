@@ -1,6 +1,7 @@
 """Preflight: does every pinned version have a file for the stack's Python and platform?
 
-Asks the real indexes (PyPI's JSON API; the PEP 691 simple API of the PyTorch cuXYZ index) before
+Asks the real indexes through the PEP 691 simple JSON API (PyPI, the PyTorch cuXYZ index, any
+mirror that speaks it: PyPI's per-release JSON API is often not proxied) before
 a long build starts. Answers are cached on disk. An index that cannot be reached is reported as
 such, and the rest of the check goes on: an unreachable extra index would otherwise cost pip
 seconds of retries per package during the build.
@@ -18,12 +19,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import requests
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
 from stackforge.plan import Cell, Plan
 from stackforge.versions import compact
 
-PYPI_JSON = "https://pypi.org/pypi/{name}/{version}/json"
+PYPI_SIMPLE = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 CACHE_TTL_S = 24 * 3600
 TIMEOUT = (5, 20)   # connect, read: an unreachable index must answer fast
@@ -149,17 +150,30 @@ def _wheel_fits(filename: str, version: str, python: str) -> bool:
 
 
 def _filenames(wanted: Wanted, *, session: requests.Session, cache: Path) -> list[str] | None:
-    if wanted.index == "pypi":
-        url = PYPI_JSON.format(name=wanted.package, version=wanted.version)
-        data = _get_json(url, session=session, cache=cache, headers={})
-        return None if data is None else [f["filename"] for f in data.get("urls", [])]
-    url = f"{wanted.index.rstrip('/')}/{wanted.package}/"
+    """File names of ``wanted.version`` on its index, or ``None`` when the project or version is absent."""
+    index = PYPI_SIMPLE if wanted.index == "pypi" else wanted.index
+    url = f"{index.rstrip('/')}/{wanted.package}/"
     data = _get_json(url, session=session, cache=cache, headers={"Accept": SIMPLE_JSON})
     if data is None:
         return None
-    files = [f["filename"] for f in data.get("files", [])]
-    matching = [f for f in files if f"-{wanted.version}" in f]
+    matching = [f["filename"] for f in data.get("files", []) if _file_version(f["filename"]) == wanted.version]
     return matching or None
+
+
+def _file_version(filename: str) -> str | None:
+    """The version a wheel or sdist file name carries (local part dropped: 2.9.1+cu130 -> 2.9.1)."""
+    if filename.endswith(".whl"):
+        try:
+            return parse_wheel_filename(filename)[1].public
+        except InvalidWheelFilename:
+            return None
+    for suffix in (".tar.gz", ".zip"):
+        if filename.endswith(suffix):
+            try:
+                return parse_sdist_filename(filename)[1].public
+            except (InvalidSdistFilename, ValueError):
+                return None
+    return None
 
 
 def _get_json(url: str, *, session: requests.Session, cache: Path, headers: dict[str, str]) -> dict | None:
