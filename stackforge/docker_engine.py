@@ -1,0 +1,447 @@
+"""The Docker SDK edge: connect to an engine, run containers safely, clean up what stackforge made.
+
+This module is the container half of stackforge's one choke point (host processes are the other half,
+in :mod:`stackforge.runner`). Every container stackforge starts goes through :func:`run_container`,
+which guarantees a timeout, labels that identify it, host networking, and removal afterwards, even on
+Ctrl-C. Everything that can be cleaned up carries :data:`MANAGED_LABEL`, so :func:`remove_labelled` can
+sweep up after an interrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from stackforge import runner
+from stackforge.errors import CommandError, DockerUnavailableError, HostError
+
+#: Prefix of every label stackforge puts on images and containers.
+LABEL_PREFIX = "io.stackforge"
+#: Marks objects stackforge created and may remove (value "true").
+MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
+#: Identifies one stackforge invocation, so an interrupted run can remove exactly its own containers.
+RUN_LABEL = f"{LABEL_PREFIX}.run"
+#: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
+TEST_LABEL = f"{LABEL_PREFIX}.test"
+
+#: Where docker-py and the CLI look when DOCKER_HOST is unset.
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+START_ENGINE_REMEDY = "start one: sudo scripts/setup-engine.sh (or set DOCKER_HOST)"
+# Unix exit statuses above 128 mean "killed by signal (status - 128)"; 64 covers every Linux signal.
+_SIGNAL_EXIT_BASE = 128
+_MAX_SIGNAL = 64
+# Slice length of a container wait when a cancel flag must be watched.
+_CANCEL_POLL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """A host path mounted into a container; read-only unless said otherwise."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRun:
+    """What happened when a container ran. Never an exception: the caller decides what it means.
+
+    Attributes:
+        exit_code: the container's exit status (137 / 143 after a kill at the timeout).
+        timed_out: True when stackforge stopped the container because it ran past its timeout.
+        signal: the signal that ended the main process (exit status 128+N -> N), or None.
+        logs_tail: the last ``tail_chars`` characters of combined stdout+stderr, redacted.
+        duration_s: wall-clock seconds from start to exit.
+        oom_killed: True when the kernel's OOM killer ended the container.
+        cancelled: True when stackforge stopped the container because its cancel flag was set.
+    """
+
+    exit_code: int
+    timed_out: bool
+    signal: int | None
+    logs_tail: str
+    duration_s: float
+    oom_killed: bool
+    cancelled: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the container exited with status 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
+
+    def describe(self) -> str:
+        """A short human phrase for how the container ended, e.g. ``killed by SIGSEGV``."""
+        ending = runner.describe_ending(self.exit_code, self.signal, self.timed_out, self.duration_s,
+                                        self.cancelled)
+        return f"{ending} (out of memory)" if self.oom_killed else ending
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """Ids of what :func:`remove_labelled` removed."""
+
+    containers: tuple[str, ...]
+    images: tuple[str, ...]
+
+
+def engine_url() -> str:
+    """The engine address the SDK will use: DOCKER_HOST, or the default local socket."""
+    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
+def connect(*, timeout: float = 10.0, api_timeout: float = 120.0) -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (or the local socket), checked with a ping.
+
+    Args:
+        timeout: seconds to wait for the engine to answer the first request.
+        api_timeout: per-request timeout for later calls (removing a big image takes a while).
+
+    Raises:
+        DockerUnavailableError: no engine answers; the message is one line with the reason.
+    """
+    url = engine_url()
+    missing = _missing_socket(url)
+    if missing is not None:
+        raise DockerUnavailableError(f"no Docker engine answers at {url}: socket {missing} does not exist",
+                                     remedy=START_ENGINE_REMEDY)
+    try:
+        # from_env reads DOCKER_HOST / DOCKER_TLS_VERIFY / DOCKER_CERT_PATH and asks the engine's version.
+        client = docker.DockerClient.from_env(timeout=max(1, round(timeout)))
+    except docker.errors.DockerException as exc:
+        raise _unavailable(url, exc) from None
+    try:
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        client.close()
+        raise _unavailable(url, exc) from None
+    client.api.timeout = api_timeout
+    return client
+
+
+def new_run_id() -> str:
+    """A fresh value for :data:`RUN_LABEL`: sortable by time, unique per invocation."""
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def run_container(
+    client: docker.DockerClient,
+    image: str,
+    command: Sequence[str],
+    *,
+    timeout: float,
+    mounts: Sequence[Bind] | Mapping[str | os.PathLike[str], str] = (),
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    network_mode: str = "host",
+    ipc_mode: str | None = None,
+    shm_size: str | None = None,
+    gpus: str | None = None,
+    name: str | None = None,
+    init: bool = True,
+    log_path: Path | None = None,
+    tail_chars: int = 8000,
+    redact: Sequence[str] = (),
+    grace: float = runner.DEFAULT_KILL_GRACE_S,
+    cancel: runner.CancelFlag | None = None,
+) -> ContainerRun:
+    """Create, start and wait for a container; stop it at the timeout; always remove it.
+
+    Args:
+        client: from :func:`connect`.
+        image: image reference or id; it must exist locally (nothing is ever pulled).
+        command: argv run in the container (no shell unless you pass one).
+        timeout: seconds before the container is stopped (SIGTERM, ``grace``, SIGKILL).
+        mounts: :class:`Bind` objects, or a mapping of host path -> container path (read-only).
+        env: environment variables for the container.
+        labels: extra labels; :data:`MANAGED_LABEL` is always added.
+        network_mode: ``host`` by default: development machines run the engine without a bridge.
+        ipc_mode: e.g. ``host`` for NCCL; None keeps the engine default.
+        shm_size: e.g. ``16g`` for NCCL / PyTorch data loaders.
+        gpus: like ``docker run --gpus``: ``all``, a count (``2``) or ``device=0,1``.
+        name: container name; default is an engine-chosen one.
+        init: run an init process (tini) as PID 1, so signals reach the command, zombies are
+            reaped, and a crash by signal N shows up as exit status 128+N.
+        log_path: file that receives the container's output (appended, live).
+        tail_chars: how many characters of output to keep in :attr:`ContainerRun.logs_tail`.
+        redact: secret strings replaced by ``***`` in the log and the tail.
+        grace: seconds between SIGTERM and SIGKILL when stopping at the timeout.
+        cancel: when this flag (e.g. a :class:`threading.Event`) becomes set by another thread, the
+            container is stopped like at a timeout and the result says ``cancelled``.
+
+    Raises:
+        HostError: a mount source is missing, or GPUs were asked for but the engine has no GPU runtime.
+        CommandError: the engine refused to create or start the container (e.g. image not found).
+        DockerUnavailableError: the engine stopped answering.
+        KeyboardInterrupt: re-raised after the container has been removed.
+    """
+    if isinstance(command, (str, bytes)) or not command:
+        raise TypeError("command must be a non-empty sequence of arguments, not a string")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    create_args = _create_args(image, command, mounts=mounts, env=env, labels=labels,
+                               network_mode=network_mode, ipc_mode=ipc_mode, shm_size=shm_size,
+                               gpus=gpus, name=name, init=init)
+    container = _create(client, image, gpus, create_args)
+    try:
+        with runner.open_log(log_path) as log:
+            capture = runner.OutputCapture(tail_chars=tail_chars, redact=redact, log=log)
+            runner.write_log(log, f"$ docker run {image} {runner.format_argv(command, redact)}\n")
+            return _start_and_wait(client, container, capture, log, image=image, gpus=gpus, command=command,
+                                   timeout=timeout, grace=grace, cancel=cancel)
+    except requests.exceptions.RequestException as exc:
+        raise _unavailable(engine_url(), exc) from None
+    finally:
+        _remove_quietly(container)
+
+
+def remove_labelled(client: docker.DockerClient, label_selector: str) -> Removed:
+    """Force-remove every container, then every image, that matches a label selector.
+
+    Args:
+        label_selector: ``key`` or ``key=value``, e.g. ``io.stackforge.test=1`` or
+            ``io.stackforge.run=<id>``.
+
+    Returns:
+        The ids removed. Images still used by a container that is not selected are left alone.
+    """
+    containers = client.containers.list(all=True, filters={"label": label_selector})
+    for container in containers:
+        _remove_quietly(container)
+    return Removed(tuple(c.id for c in containers), _remove_images(client, label_selector))
+
+
+def buildx_available(*, timeout: float = 30.0) -> bool:
+    """True when ``docker buildx version`` works (the CLI plugin is installed and runs)."""
+    if runner.which("docker") is None:
+        return False
+    return runner.run(["docker", "buildx", "version"], timeout=timeout).succeeded
+
+
+def signal_from_exit_code(exit_code: int) -> int | None:
+    """``139`` -> ``11`` (SIGSEGV): the shell / init convention for a process killed by a signal."""
+    if _SIGNAL_EXIT_BASE < exit_code <= _SIGNAL_EXIT_BASE + _MAX_SIGNAL:
+        return exit_code - _SIGNAL_EXIT_BASE
+    return None
+
+
+def device_requests(gpus: str | None) -> list[docker.types.DeviceRequest]:
+    """Translate a ``docker run --gpus`` value into the SDK's device requests."""
+    if gpus is None:
+        return []
+    value = gpus.strip()
+    if value == "all":
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if value.isdigit() and int(value) > 0:
+        return [docker.types.DeviceRequest(count=int(value), capabilities=[["gpu"]])]
+    ids = value.removeprefix("device=").strip('"').split(",")
+    if value.startswith("device=") and all(i.strip() for i in ids):
+        return [docker.types.DeviceRequest(device_ids=[i.strip() for i in ids], capabilities=[["gpu"]])]
+    raise ValueError(f"gpus must be 'all', a count or 'device=ID[,ID...]', got {gpus!r}")
+
+
+# ---------------------------------------------------------------------------------------------- internals
+
+
+def _missing_socket(url: str) -> str | None:
+    """The socket path when a unix:// URL points at nothing (fast and clearer than a connect error)."""
+    if not url.startswith("unix://"):
+        return None
+    path = url.removeprefix("unix://")
+    return None if os.path.exists(path) else path
+
+
+def _unavailable(url: str, exc: BaseException) -> DockerUnavailableError:
+    reason = _short_reason(exc)
+    remedy = START_ENGINE_REMEDY
+    if "permission denied" in reason.lower():
+        remedy = "run as root or add your user to the docker group (or set DOCKER_HOST)"
+    return DockerUnavailableError(f"no Docker engine answers at {url}: {reason}", remedy=remedy)
+
+
+def _short_reason(exc: BaseException) -> str:
+    """The root cause of a connection failure in a few words (``Connection refused``)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        if isinstance(current, TimeoutError):
+            return "timed out"
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        pending.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _as_binds(mounts: Sequence[Bind] | Mapping[str | os.PathLike[str], str]) -> list[Bind]:
+    if isinstance(mounts, Mapping):
+        return [Bind(Path(source), target) for source, target in mounts.items()]
+    return list(mounts)
+
+
+def _docker_mounts(mounts: Sequence[Bind] | Mapping[str | os.PathLike[str], str]) -> list[docker.types.Mount]:
+    """Bind mounts with absolute, existing sources; the engine would silently create missing ones."""
+    result = []
+    for bind in _as_binds(mounts):
+        source = Path(bind.source).resolve()
+        if not source.exists():
+            raise HostError(f"cannot mount {bind.source} into the container: it does not exist")
+        result.append(docker.types.Mount(bind.target, str(source), type="bind", read_only=bind.read_only))
+    return result
+
+
+def _create_args(image: str, command: Sequence[str], *, mounts: Sequence[Bind] | Mapping[Any, str],
+                 env: Mapping[str, str] | None, labels: Mapping[str, str] | None, network_mode: str,
+                 ipc_mode: str | None, shm_size: str | None, gpus: str | None, name: str | None,
+                 init: bool) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "image": image,
+        "command": list(command),
+        "labels": {**(labels or {}), MANAGED_LABEL: "true"},
+        "environment": dict(env or {}),
+        "mounts": _docker_mounts(mounts),
+        "network_mode": network_mode,
+        "init": init,
+        "detach": True,
+    }
+    optional = {"ipc_mode": ipc_mode, "shm_size": shm_size, "name": name}
+    args.update({key: value for key, value in optional.items() if value is not None})
+    if gpus is not None:
+        args["device_requests"] = device_requests(gpus)
+    return args
+
+
+def _create(client: docker.DockerClient, image: str, gpus: str | None, create_args: dict[str, Any]) -> Any:
+    """Create the container, turning SDK errors into stackforge errors with a remedy."""
+    try:
+        return client.containers.create(**create_args)
+    except docker.errors.ImageNotFound:
+        raise CommandError(f"cannot run a container: image {image} does not exist on this engine",
+                           argv=tuple(create_args["command"]),
+                           remedy="build it first; stackforge never pulls images") from None
+    except docker.errors.APIError as exc:
+        raise _api_error("create", image, gpus, exc, create_args["command"]) from None
+    except requests.exceptions.RequestException as exc:
+        raise _unavailable(engine_url(), exc) from None
+
+
+def _api_error(step: str, image: str, gpus: str | None, exc: docker.errors.APIError,
+               command: Sequence[str]) -> Exception:
+    explanation = " ".join(str(exc.explanation or exc).split())
+    if gpus is not None and "device driver" in explanation:
+        return HostError(f"the engine cannot give GPUs to containers: {explanation}",
+                         remedy="install the NVIDIA Container Toolkit and restart the engine")
+    return CommandError(f"cannot {step} a container from {image}: {explanation}", argv=tuple(command))
+
+
+def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner.OutputCapture,
+                    log: Any, *, image: str, gpus: str | None, command: Sequence[str], timeout: float,
+                    grace: float, cancel: runner.CancelFlag | None) -> ContainerRun:
+    started = time.monotonic()
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        # GPU requests fail here, not at create, when the engine has no NVIDIA runtime.
+        raise _api_error("start", image, gpus, exc, command) from None
+    follower = threading.Thread(target=_follow_logs, args=(container, capture), daemon=True)
+    follower.start()
+    ending = _wait_for_exit(container, timeout, cancel)
+    if ending != "exited":
+        container.stop(timeout=max(1, round(grace)))  # SIGTERM, then SIGKILL after the grace period
+    duration = time.monotonic() - started
+    # The log stream ends when the container stops; give a slow engine a moment to flush it.
+    follower.join(timeout=max(grace, 10.0))
+    state = _state(client, container)
+    exit_code = int(state.get("ExitCode", -1))
+    result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
+                          signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,
+                          oom_killed=bool(state.get("OOMKilled", False)), cancelled=ending == "cancelled")
+    runner.write_log(log, f"[stackforge] container {result.describe()} ({duration:.1f} s)\n")
+    return result
+
+
+def _wait_for_exit(container: Any, timeout: float, cancel: runner.CancelFlag | None) -> str:
+    """Wait for the container; returns ``exited``, ``timeout`` or ``cancelled``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cancel is not None and cancel.is_set():
+            return "cancelled"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        try:
+            # With a cancel flag, wait in short slices so that a cancel is seen within a second.
+            container.wait(timeout=remaining if cancel is None else min(remaining, _CANCEL_POLL_S))
+            return "exited"
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            # docker-py reports the wait deadline as a read timeout on the HTTP request. A dropped
+            # connection looks similar, so ask the engine (this raises if the engine is really gone).
+            container.reload()
+            if container.status not in ("running", "restarting", "created"):
+                return "exited"
+
+
+def _follow_logs(container: Any, capture: runner.OutputCapture) -> None:
+    """Stream stdout+stderr into the capture until the container stops (runs in a thread)."""
+    try:
+        for chunk in container.logs(stdout=True, stderr=True, stream=True, follow=True):
+            capture.feed(chunk)
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        pass  # the container went away mid-stream (removed on Ctrl-C); what we have is kept
+    finally:
+        capture.finish()
+
+
+def _state(client: docker.DockerClient, container: Any) -> dict[str, Any]:
+    state: dict[str, Any] = client.api.inspect_container(container.id)["State"]
+    return state
+
+
+def _remove_quietly(container: Any) -> None:
+    """Force-remove a container; one that is already gone is fine."""
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc):
+            raise
+    except requests.exceptions.RequestException:
+        pass  # the engine is gone, and its containers with it; the caller gets that error instead
+
+
+def _remove_images(client: docker.DockerClient, label_selector: str) -> tuple[str, ...]:
+    """Remove labelled images, children before parents (a parent with children cannot go first)."""
+    remaining = {image.id: image for image in client.images.list(all=True, filters={"label": label_selector})}
+    removed: list[str] = []
+    while remaining:
+        progress = False
+        for image_id in sorted(remaining, key=lambda i: remaining[i].attrs.get("Created", ""), reverse=True):
+            try:
+                client.images.remove(image_id, force=True, noprune=False)
+            except docker.errors.NotFound:
+                pass  # removed as the parent of an image removed before it
+            except docker.errors.APIError:
+                continue  # still has a child or a container; retry after the others
+            removed.append(image_id)
+            del remaining[image_id]
+            progress = True
+        if not progress:
+            break
+    return tuple(removed)

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Docker client, the registry-free base image, and labels for cleanup.
+
+* ``docker_client``: session-wide client from :func:`stackforge.docker_engine.connect`; tests that use
+  it are skipped, with the reason, when no engine answers.
+* ``base_image``: ``stackforge/debian:bookworm`` (Python 3.11). Built once with debootstrap (about a
+  minute, needs root) when missing. It is the project's base image, not a test artifact, so it stays.
+* ``test_labels``: put these on every image and container a test creates. Everything carrying this
+  session's label is removed when the session ends, so a failing test leaves nothing behind, and
+  concurrent sessions on the same engine never remove each other's objects.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from stackforge import bootstrap, docker_engine, runner
+from stackforge.errors import DockerUnavailableError
+
+#: Value of TEST_SESSION_LABEL: unique to this pytest session.
+SESSION_ID = uuid.uuid4().hex[:12]
+TEST_SESSION_LABEL = f"{docker_engine.TEST_LABEL}.session"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """A connected client; skips the test when no Docker engine answers."""
+    try:
+        client = docker_engine.connect(timeout=5)
+    except DockerUnavailableError as error:
+        pytest.skip(f"needs a Docker engine: {error.one_line()}")
+    try:
+        yield client
+    finally:
+        docker_engine.remove_labelled(client, f"{TEST_SESSION_LABEL}={SESSION_ID}")
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: docker.DockerClient) -> str:
+    """The reference of the debootstrap base image, built first if this engine lacks it."""
+    ref = bootstrap.DEFAULT_REF
+    try:
+        docker_client.images.get(ref)
+        return ref
+    except docker.errors.ImageNotFound:
+        pass
+    if os.geteuid() != 0 or runner.which("debootstrap") is None and runner.which("/usr/sbin/debootstrap") is None:
+        pytest.skip(f"needs {ref}: build it with `sudo python -m stackforge.bootstrap` (root + debootstrap)")
+    bootstrap.bootstrap_base(docker_client, ref=ref)
+    return ref
+
+
+@pytest.fixture
+def test_labels() -> dict[str, str]:
+    """Labels for anything a test creates: the shared test marker plus this session's id."""
+    return {docker_engine.TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}
