@@ -35,7 +35,7 @@ import docker.errors
 import docker.models.images
 
 from stackforge import docker_engine, runner
-from stackforge.errors import CommandError, HostError, StackforgeError
+from stackforge.errors import CommandError, HostError, StackforgeError, UnsafeValueError
 
 DEFAULT_REF = "stackforge/debian:bookworm"
 DEFAULT_SUITE = "bookworm"
@@ -104,7 +104,7 @@ def bootstrap_base(
     Raises:
         HostError: not root, or debootstrap / tar missing.
         CommandError / CommandTimeout: debootstrap or tar failed; the error carries the output tail.
-        ValueError: ``ref``, ``suite`` or ``mirror`` is not a plain value (they reach argv and labels).
+        UnsafeValueError: ``ref``, ``suite`` or ``mirror`` is not a plain value (they reach argv and labels).
     """
     _check_arguments(ref, suite, mirror)
     say = report or (lambda message: None)
@@ -206,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
 def _check_arguments(ref: str, suite: str, mirror: str) -> None:
     """Reject values that could smuggle options or odd characters into commands and labels."""
     if not _REF_RE.match(ref):
-        raise ValueError(f"not a plain image reference: {ref!r}")
+        raise UnsafeValueError(f"not a plain image reference: {ref!r}")
     if not _SUITE_RE.match(suite):
-        raise ValueError(f"not a Debian suite name: {suite!r}")
+        raise UnsafeValueError(f"not a Debian suite name: {suite!r}")
     if not _MIRROR_RE.match(mirror):
-        raise ValueError(f"not an http(s):// or file:// mirror URL: {mirror!r}")
+        raise UnsafeValueError(f"not an http(s):// or file:// mirror URL: {mirror!r}")
 
 
 def _existing_image(client: docker.DockerClient, ref: str) -> docker.models.images.Image | None:

@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from stackforge import bootstrap, docker_engine, runner
-from stackforge.errors import HostError
+from stackforge.errors import HostError, UnsafeValueError
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount / debootstrap)")
 
@@ -28,7 +28,7 @@ def _has_debootstrap() -> bool:
     {"mirror": "http://x/debian --keyring=/tmp/k"},
 ])
 def test_unsafe_arguments_are_rejected_before_anything_runs(kwargs: dict[str, str]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(UnsafeValueError):
         bootstrap.bootstrap_base(object(), **kwargs)  # type: ignore[arg-type]
 
 

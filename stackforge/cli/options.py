@@ -30,8 +30,9 @@ def only_option(func: F) -> F:
 
 
 def shard_option(func: F) -> F:
-    return click.option("--shard", metavar="K/N", default=None,
-                        help="Run shard K of N (deterministic split by stack id).")(func)
+    """--shard K/N, arriving as a :class:`stackforge.shard.Shard` (or None)."""
+    from stackforge.shard import click_shard_option
+    return click_shard_option()(func)
 
 
 def stack_selection(func: F) -> F:
