@@ -1,0 +1,134 @@
+"""Options and loading shared by ``matrix``, ``deadends`` and ``pick``: results + plan -> evidence.
+
+Only parsing and dispatch live here: the loaders are :func:`stackforge.results.load_results` and
+:func:`stackforge.report.parse_plan`; planning is the lead's :func:`stackforge.plan.plan_file`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from stackforge.errors import RecordError, StackforgeError
+from stackforge.records import ResultRecord
+from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
+from stackforge.results import LoadedResults, atomic_write_text, describe_problems, load_results
+
+F = Callable[..., object]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a report is built from."""
+
+    records: tuple[ResultRecord, ...]
+    plan: PlanView
+    target: str
+    runs: tuple[str, ...]
+
+
+def evidence_options(func: F) -> F:
+    """--results, --run, --plan, --matrix, --no-plan, --target, --skip-bad."""
+    options = (
+        click.option("--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+                     show_default=True,
+                     help="A run folder, or a results folder of runs (newest record per key wins)."),
+        click.option("--run", "runs", metavar="RUN_ID", multiple=True,
+                     help="Only these runs of the results folder (repeatable; 'latest' = newest)."),
+        click.option("--plan", "plan_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                     help="Plan JSON from `stackforge plan --json` "
+                          "(predictions, pruned stacks, driver minimums)."),
+        click.option("--matrix", "matrix", metavar="FILE|NAME", default=None,
+                     help="Plan this matrix for the predictions instead of reading --plan "
+                          "(default: the runs' own matrix, else matrices/default.yaml)."),
+        click.option("--no-plan", is_flag=True,
+                     help="Measured results only: no predictions, no pruned stacks."),
+        click.option("--target", "target", metavar="NAME", default=None,
+                     help="Target profile (default: the only one in the results/plan)."),
+        click.option("--skip-bad", is_flag=True,
+                     help="Load what is usable and warn about corrupt, partial or newer-schema records "
+                          "(default: refuse and list them)."),
+    )
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None, matrix: str | None,
+                  no_plan: bool, target: str | None, skip_bad: bool) -> Evidence:
+    """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target."""
+    loaded = load_results(results, runs=runs)
+    check_problems(loaded, skip_bad)
+    plan = _plan(loaded, plan_path=plan_path, matrix=matrix, no_plan=no_plan, target=target)
+    chosen = choose_target(loaded.records, plan, target)
+    runs = tuple(info.run_id for info in loaded.runs)
+    return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs)
+
+
+def check_problems(loaded: LoadedResults, skip_bad: bool) -> None:
+    """Refuse unusable files (listing all of them), or warn with their count and paths."""
+    if not loaded.problems:
+        return
+    if not skip_bad:
+        loaded.raise_for_problems()
+    warn(f"--skip-bad: ignoring {describe_problems(loaded.problems, loaded.source)}")
+
+
+def warn(message: str) -> None:
+    """A warning line (or block) on stderr."""
+    click.echo(f"stackforge: warning: {message}", err=True)
+
+
+def write_output(text: str, out: Path | None) -> None:
+    """Print ``text``, or write it atomically to ``out`` and say where."""
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    atomic_write_text(out, text)
+    click.echo(f"wrote {out}", err=True)
+
+
+def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, no_plan: bool,
+          target: str | None) -> PlanView:
+    if no_plan:
+        return empty_plan()
+    if plan_path is not None:
+        return read_plan(plan_path)
+    # The runs remember the matrix they were planned from; use it when it is here and unambiguous.
+    run_matrices = sorted({i.matrix_source for i in loaded.runs if i.matrix_source})
+    own = run_matrices[0] if len(run_matrices) == 1 and Path(run_matrices[0]).is_file() else None
+    chosen = matrix or own
+    try:
+        return _plan_matrix(chosen, target)
+    except StackforgeError as exc:
+        if matrix is not None:
+            raise   # asked for explicitly: its errors are the user's to see
+        warn(f"no predictions: planning the default matrix failed ({exc.one_line()}); showing measured "
+             "cells only (pass --plan or --matrix)")
+        return empty_plan()
+
+
+def _plan_matrix(matrix: str | None, target: str | None) -> PlanView:
+    """Plan a matrix with the shipped knowledge and read it back through its JSON form."""
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+
+    plan = plan_file(resolve_matrix_path(matrix), targets=(target,) if target else ())
+    # Go through the JSON form so predictions are read exactly as from `stackforge plan --json`.
+    return parse_plan(json.loads(json.dumps(plan.to_json())), path=str(matrix or "matrices/default.yaml"))
+
+
+def read_plan(path: Path) -> PlanView:
+    """Read a plan JSON file; unreadable or malformed plans raise RecordError with the path."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError("plan file does not exist", path=str(path),
+                          remedy="make one with `stackforge plan --json > plan.json`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read plan JSON: {exc}", path=str(path)) from None
+    return parse_plan(data, path=str(path))

@@ -1,0 +1,31 @@
+"""``stackforge deadends``: every feature that fails on a target, with evidence and the way out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackforge.cli._evidence import evidence_options, load_evidence, write_output
+from stackforge.deadends import FORMATS, find_dead_ends, render_deadends
+from stackforge.report import build_matrix
+
+
+@click.command(name="deadends")
+@evidence_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write here (atomically) instead of printing.")
+def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool,
+            target: str | None, skip_bad: bool, fmt: str, out: Path | None) -> None:
+    """List each dead feature (measured fail/crash/timeout, or predicted unavailable), why, and the first
+    stack that unblocks it.
+
+    \b
+    Example:
+      stackforge deadends --target rtx-pro-6000-x8-pcie --plan plan.json
+    """
+    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                             target=target, skip_bad=skip_bad)
+    report = build_matrix(evidence.records, evidence.plan, evidence.target, runs=evidence.runs)
+    write_output(render_deadends(find_dead_ends(report), fmt), out)

@@ -1,0 +1,89 @@
+"""``stackforge pick``: the best known-good image for a target, by evidence.
+
+stdout carries only the image reference (``IMAGE=$(stackforge pick ...)`` works); the reasons go
+to stderr. Exit codes (see :mod:`stackforge.pick`): 0 picked on measured evidence, 5 picked on gate
+evidence only (the reference is still printed), 4 nothing qualifies, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from stackforge.cli._evidence import evidence_options, load_evidence, warn
+from stackforge.errors import NothingQualifiesError
+from stackforge.pick import (OPTIMIZE, Candidate, choose, closest_first, evaluate_candidates,
+                             explain_shortfall, pick_to_json, shortfall_remedy)
+
+
+@click.command(name="pick")
+@evidence_options
+@click.option("--require", "require", metavar="FEATURE[,FEATURE]", multiple=True,
+              help="A feature that must work (repeatable or comma-separated), e.g. flashinfer-ar-fusion.")
+@click.option("--driver", metavar="VERSION", default=None,
+              help="The host's NVIDIA driver (e.g. 580.95.05); stacks needing a newer one are excluded.")
+@click.option("--optimize", type=click.Choice(OPTIMIZE), default="throughput", show_default=True,
+              help="throughput: serving output throughput, else all-reduce busbw, else GEMM TFLOP/s; "
+                   "newest: the newest qualifying stack.")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
+def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool,
+            target: str | None, skip_bad: bool, require: tuple[str, ...], driver: str | None, optimize: str,
+            fmt: str) -> None:
+    """Print the image (repo@digest) that meets the requirements with the best evidence, and why.
+
+    \b
+    Exit codes: 0 picked (measured evidence) · 5 picked on gate evidence only ·
+                4 nothing qualifies (closest stack and its blockers on stderr) · 2 bad input
+    \b
+    Example:
+      stackforge pick --target rtx-pro-6000-x8-pcie --require flashinfer-ar-fusion --driver 580.95.05
+    """
+    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                             target=target, skip_bad=skip_bad)
+    features = tuple(dict.fromkeys(f.strip() for item in require for f in item.split(",") if f.strip()))
+    candidates = evaluate_candidates(evidence.records, evidence.plan, evidence.target, features, driver,
+                                     optimize)
+    chosen = choose(candidates, evidence.target, optimize)
+    if fmt == "json":
+        click.echo(json.dumps(pick_to_json(chosen, candidates, evidence.target, features, driver), indent=2,
+                              ensure_ascii=False))
+    if chosen is None:
+        if fmt == "text":
+            _explain(candidates, evidence.target, features, driver)
+        raise NothingQualifiesError(_short(candidates, evidence.target, fmt),
+                                    remedy=shortfall_remedy(evidence.target))
+    if fmt == "text":
+        click.echo(chosen.reference)
+        for line in chosen.why():
+            click.echo(f"  {line}", err=True)
+        for message in chosen.warnings():
+            warn(message)
+    if chosen.exit_code:
+        raise click.exceptions.Exit(chosen.exit_code)
+
+
+def _explain(candidates: tuple[Candidate, ...], target: str, features: tuple[str, ...],
+             driver: str | None) -> None:
+    """The closest stacks and every blocker, one per line, on stderr."""
+    ordered = closest_first(candidates)
+    if not ordered:
+        click.echo(explain_shortfall(candidates, target, features, driver), err=True)
+        return
+    click.echo(f"no image qualifies for {target}; closest first:", err=True)
+    for candidate in ordered[:3]:
+        image = f" ({candidate.image})" if candidate.image else ""
+        click.echo(f"  {candidate.stack_id}{image}: {len(candidate.blockers)} blocker(s)", err=True)
+        for check in candidate.blockers:
+            click.echo(f"    ✘ {check.line}", err=True)
+
+
+def _short(candidates: tuple[Candidate, ...], target: str, fmt: str) -> str:
+    ordered = closest_first(candidates)
+    if not ordered:
+        return f"no image qualifies for target {target}: no stack has results or plan entries for it"
+    closest = ordered[0]
+    where = "listed above" if fmt == "text" else "see the JSON's candidates"
+    return (f"no image qualifies for target {target}; closest is {closest.stack_id} with "
+            f"{len(closest.blockers)} blocker(s) ({where})")

@@ -1,0 +1,214 @@
+"""Dead ends: every feature that does not work on a target, with reason, evidence, and the way out.
+
+The machine-made version of the todo list in the project's story ("Flashinfer allreduce fusion
+SM120 -- DEAD END (JIT doesn't support SM120)"). It is computed from the matrix report, cell by
+cell, so it can never disagree with the matrix: a feature is dead on a stack when its cell is a
+measured ``fail`` / ``crash`` / ``timeout`` or a predicted ``unavailable``. For each dead feature
+the list names the first stack in version order where the feature is *measured* to pass, else the
+first kept stack where no rule blocks it (*predicted*, flagged as such: nobody ran it yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from stackforge.errors import SpecError
+from stackforge.report import (GLYPHS, CellStatus, Cell, MatrixReport, Row, Source, image_reference, one_line,
+                               source_text, target_text)
+
+__all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "Unblock", "find_dead_ends",
+           "render_deadends"]
+
+DEADENDS_SCHEMA = "stackforge.deadends"
+DEADENDS_SCHEMA_VERSION = 1
+FORMATS = ("md", "json", "text")
+# Predicted statuses under which a feature may work on a kept stack (no rule blocks it).
+_MAYBE_ALIVE = frozenset({CellStatus.HAZARD, CellStatus.REQUIRES, CellStatus.UNTESTED, CellStatus.SKIP})
+
+
+@dataclass(frozen=True, slots=True)
+class DeadStack:
+    """One stack on which a feature is dead, and why."""
+
+    stack_id: str
+    status: str
+    source: str                    # measured | predicted
+    tier: str | None
+    reason: str
+    evidence: str
+    rule: str = ""
+    sources: tuple[dict[str, str], ...] = ()
+    probe: str = ""
+    image: str = ""
+    run_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unblock:
+    """The first stack (version order) where a dead feature works, and on what basis."""
+
+    stack_id: str
+    basis: str                     # measured | predicted
+    tier: str | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadEnd:
+    """A feature that is dead on at least one stack of the target."""
+
+    feature: str
+    dead_on: tuple[DeadStack, ...]
+    stacks_total: int
+    unblocked_by: Unblock | None
+
+    @property
+    def headline(self) -> DeadStack:
+        """The newest stack's dead entry: the one a user on the latest stack would hit."""
+        return self.dead_on[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadEndReport:
+    """All dead ends of one target, plus the stacks the plan pruned as a whole."""
+
+    target: str
+    target_label: str
+    dead_ends: tuple[DeadEnd, ...]
+    pruned: tuple[tuple[str, tuple[str, ...]], ...]    # (stack_id, ("rule: reason", ...))
+
+    def features(self) -> tuple[str, ...]:
+        return tuple(d.feature for d in self.dead_ends)
+
+
+def find_dead_ends(report: MatrixReport) -> DeadEndReport:
+    """Every dead feature of the matrix, in the matrix's feature order, with its unblocking stack."""
+    dead_ends = []
+    for feature in report.features:
+        # A pruned stack's cells say "pruned", not dead: the stack is listed once, below.
+        dead = tuple(_dead_stack(row, row.cell(feature)) for row in report.rows if row.cell(feature).dead)
+        judged = sum(row.cell(feature).status is not CellStatus.PRUNED for row in report.rows)
+        if dead:
+            dead_ends.append(DeadEnd(feature=feature, dead_on=dead, stacks_total=judged,
+                                     unblocked_by=_unblock(report.rows, feature)))
+    pruned = tuple((row.stack_id, tuple(f"{f.rule}: {f.reason}" for f in row.pruned_by))
+                   for row in report.rows if row.plan_status == "pruned")
+    return DeadEndReport(target=report.target, target_label=target_text(report), dead_ends=tuple(dead_ends),
+                         pruned=pruned)
+
+
+def _dead_stack(row: Row, cell: Cell) -> DeadStack:
+    decisive = cell.decisive
+    prediction = cell.prediction
+    predicted = cell.source is Source.PREDICTED
+    return DeadStack(stack_id=row.stack_id, status=cell.status.value, source=cell.source.value,
+                     tier=cell.tier.value if cell.tier else None, reason=cell.reason, evidence=cell.evidence,
+                     rule=prediction.rule if prediction and predicted else "",
+                     sources=tuple(prediction.sources) if prediction and predicted else (),
+                     probe=decisive.probe if decisive else "",
+                     image=image_reference(decisive)[0] if decisive else "",
+                     run_id=decisive.run_id if decisive else "")
+
+
+def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
+    """First measured pass in version order; else the first kept stack no rule blocks."""
+    for row in rows:
+        cell = row.cell(feature)
+        if cell.source is Source.MEASURED and cell.status is CellStatus.PASS:
+            tier = cell.tier.value if cell.tier else None
+            return Unblock(row.stack_id, "measured", tier, one_line(cell.reason))
+    for row in rows:
+        cell = row.cell(feature)
+        if row.plan_status == "kept" and cell.status in _MAYBE_ALIVE:
+            detail = ("no rule blocks it; not measured yet" if cell.status is not CellStatus.HAZARD
+                      else f"works with a hazard per rule {cell.prediction.rule if cell.prediction else ''}: "
+                           f"{one_line(cell.reason)}")
+            return Unblock(row.stack_id, "predicted", None, detail)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def render_deadends(report: DeadEndReport, fmt: str) -> str:
+    """Render as ``md`` (a todo list), ``text`` or ``json``.
+
+    Raises:
+        SpecError: an unknown format.
+    """
+    if fmt == "md":
+        return _md(report)
+    if fmt == "text":
+        return _text(report)
+    if fmt == "json":
+        return json.dumps(_json(report), indent=2, ensure_ascii=False) + "\n"
+    raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _how(entry: DeadStack) -> str:
+    if entry.source == "measured":
+        return f"measured {entry.status}, {entry.tier} probe {entry.probe}".rstrip()
+    return f"predicted by rule {entry.rule}"
+
+
+def _unblock_text(unblock: Unblock | None) -> str:
+    if unblock is None:
+        return "no stack in this matrix unblocks it"
+    how = f"measured pass, {unblock.tier}" if unblock.basis == "measured" else "predicted, not measured"
+    return f"first unblocked by {unblock.stack_id} ({how}: {unblock.detail})"
+
+
+def _md(report: DeadEndReport) -> str:
+    lines = [f"### Dead ends on {report.target_label}", ""]
+    if not report.dead_ends:
+        lines.append("No dead ends: every feature is measured or predicted to work on every kept stack.")
+    for dead in report.dead_ends:
+        head = dead.headline
+        lines.append(f"- [x] **{dead.feature}** — DEAD END on {len(dead.dead_on)} of {dead.stacks_total} "
+                     f"stacks ({one_line(head.reason, 160)})")
+        for entry in dead.dead_on:
+            glyph = GLYPHS[CellStatus(entry.status)]
+            text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {one_line(entry.reason, 200)}"
+            if entry.evidence:
+                text += f" — evidence: `{one_line(entry.evidence.replace('`', chr(39)), 200)}`"
+            if entry.sources:
+                text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
+            lines.append(text)
+        lines.append(f"  - ➜ {_unblock_text(dead.unblocked_by)}")
+    if report.pruned:
+        lines += ["", "Stacks pruned by the plan (cannot be built or run as a whole):"]
+        lines += [f"- ⛔ `{stack}`: {'; '.join(one_line(r, 200) for r in reasons)}"
+                  for stack, reasons in report.pruned]
+    return "\n".join(lines) + "\n"
+
+
+def _text(report: DeadEndReport) -> str:
+    lines = [f"Dead ends on {report.target_label}:"]
+    if not report.dead_ends:
+        lines.append("  none")
+    for dead in report.dead_ends:
+        lines.append(f"  {dead.feature} — DEAD END on {len(dead.dead_on)}/{dead.stacks_total} stacks "
+                     f"({one_line(dead.headline.reason, 120)}); {_unblock_text(dead.unblocked_by)}")
+    for stack, reasons in report.pruned:
+        lines.append(f"  pruned: {stack}: {'; '.join(one_line(r, 160) for r in reasons)}")
+    return "\n".join(lines) + "\n"
+
+
+def _json(report: DeadEndReport) -> dict[str, Any]:
+    return {"schema": DEADENDS_SCHEMA, "schema_version": DEADENDS_SCHEMA_VERSION, "target": report.target,
+            "dead_ends": [{"feature": d.feature, "stacks_total": d.stacks_total,
+                           "dead_on": [_entry_json(e) for e in d.dead_on],
+                           "unblocked_by": None if d.unblocked_by is None else {
+                               "stack_id": d.unblocked_by.stack_id, "basis": d.unblocked_by.basis,
+                               "tier": d.unblocked_by.tier, "detail": d.unblocked_by.detail}}
+                          for d in report.dead_ends],
+            "pruned": [{"stack_id": s, "reasons": list(r)} for s, r in report.pruned]}
+
+
+def _entry_json(entry: DeadStack) -> dict[str, Any]:
+    return {"stack_id": entry.stack_id, "status": entry.status, "source": entry.source, "tier": entry.tier,
+            "reason": entry.reason, "evidence": entry.evidence, "rule": entry.rule,
+            "sources": [dict(s) for s in entry.sources], "probe": entry.probe, "image": entry.image,
+            "run_id": entry.run_id}

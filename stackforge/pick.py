@@ -1,0 +1,381 @@
+"""Pick the best known-good image for a target, by evidence.
+
+A stack qualifies when:
+
+* the plan did not prune it for the target;
+* every required feature is *measured* to pass (a ``gate``-tier pass counts, flagged "gate evidence
+  only", when no runtime or bench result exists -- e.g. nightly CI without the GPU);
+* the driver, when given, is at least the stack's minimum (the plan's derived ``min_driver``, the
+  target's own ``min_driver``, and any ``requires: driver`` rule; compared as versions, so
+  ``"580.95.05" >= "580.65.06"``);
+* an image that was actually probed exists (the records' provenance).
+
+Among the qualifiers, measured evidence beats gate-only evidence, then the best metric wins
+(``optimize="throughput"``: serving ``output_throughput`` (median when repeated), else all-reduce
+``peak_busbw_gbps``, else GEMM ``best_tflops``, see :data:`THROUGHPUT_METRICS`; a stack with a
+serving number outranks one with only a bandwidth number), then the newer stack (PEP 440 order of
+CUDA, torch, FlashInfer, SGLang, Python). ``optimize="newest"`` skips the metric.
+
+Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pick`):
+
+====  ==========================================================================
+ 0    picked, every requirement backed by a runtime/bench measurement
+ 5    picked, but at least one requirement rests on gate evidence only (the image
+      reference is still printed; treat as "probably works, not yet run on the GPU")
+ 4    nothing qualifies (:class:`~stackforge.errors.NothingQualifiesError`: the
+      closest stack and what blocks it)
+ 2    bad input (unknown feature or target, bad driver string, unusable records)
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from stackforge.errors import NothingQualifiesError, SpecError
+from stackforge.records import ResultRecord, Status, Tier
+from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
+                               headline_value, image_reference, one_line, parse_plan, stack_order_key)
+
+__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick",
+           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
+           "shortfall_remedy"]
+
+EXIT_PICKED = 0
+EXIT_GATE_ONLY = 5
+OPTIMIZE = ("throughput", "newest")
+#: What ``optimize="throughput"`` compares, most relevant first: (label, metric names as the bench
+#: scripts write them). A stack with a serving number outranks one with only a bandwidth number.
+THROUGHPUT_METRICS = (("output_throughput", ("output_throughput", "output_tok_s")),
+                      ("busbw", ("peak_busbw_gbps", "busbw_gbps", "busbw")),
+                      ("tflops", ("best_tflops", "tflops")))
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One requirement of one candidate: met or not, and the evidence line that says so."""
+
+    name: str           # a feature, or "plan" / "image" / "driver"
+    met: bool
+    line: str
+    gate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A stack judged against the requirements."""
+
+    stack_id: str
+    stack: dict[str, Any]
+    image: str
+    pinned: bool
+    checks: tuple[Check, ...]
+    metric: Metric | None
+    metric_rank: int
+    warnings: tuple[str, ...]
+    order_key: tuple[Any, ...]
+
+    @property
+    def blockers(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.met)
+
+    @property
+    def qualifies(self) -> bool:
+        return not self.blockers
+
+    @property
+    def gate_only(self) -> bool:
+        return any(c.gate_only for c in self.checks if c.met)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """The chosen image and why."""
+
+    target: str
+    candidate: Candidate
+    optimize: str
+    considered: int
+
+    @property
+    def reference(self) -> str:
+        """``repo@sha256:...`` when pinned, else the local image id or tag."""
+        return self.candidate.image
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_GATE_ONLY if self.candidate.gate_only else EXIT_PICKED
+
+    def why(self) -> tuple[str, ...]:
+        """One line for the choice, then one per requirement with its evidence."""
+        head = f"picked {self.candidate.stack_id} for {self.target} out of {self.considered} stack(s)"
+        if self.candidate.metric is not None and self.optimize == "throughput":
+            head += f"; best {self.candidate.metric.name}: {self.candidate.metric.text()}"
+        elif self.optimize == "newest":
+            head += "; newest qualifying stack"
+        return (head, *(f"✔ {c.line}" for c in self.candidate.checks))
+
+    def warnings(self) -> tuple[str, ...]:
+        gate_note = ("some requirements rest on gate evidence only (decided without a GPU); "
+                     "run the runtime probes on the target to confirm")
+        extra = (gate_note,) if self.candidate.gate_only else ()
+        return self.candidate.warnings + extra
+
+
+def pick(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+         require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput") -> Pick:
+    """Pick the best image for ``target`` by evidence.
+
+    Args:
+        records: measured results (any targets).
+        plan: the plan (predictions, pruned stacks, derived minimum drivers): the dict of
+            ``stackforge plan --json`` or its :func:`stackforge.report.parse_plan` view.
+        target: target profile name.
+        require: features that must work.
+        driver: the host's driver version (``"580.95.05"``), or None to skip the driver check.
+        optimize: ``"throughput"`` or ``"newest"``.
+
+    Raises:
+        NothingQualifiesError: no stack qualifies; the message names the closest stack and what blocks
+            it, and ``exc.shortfall`` holds the candidates (closest first).
+        SpecError: an unknown feature, target, optimize value or a driver that is not a version.
+    """
+    candidates = evaluate_candidates(records, plan, target, require, driver, optimize)
+    chosen = choose(candidates, target, optimize)
+    if chosen is None:
+        error = NothingQualifiesError(explain_shortfall(candidates, target, require, driver),
+                                      remedy=shortfall_remedy(target))
+        error.shortfall = closest_first(candidates)  # type: ignore[attr-defined]
+        raise error
+    return chosen
+
+
+def choose(candidates: Sequence[Candidate], target: str, optimize: str = "throughput") -> Pick | None:
+    """The best qualifying candidate (see the module docstring for the order), or None."""
+    qualifying = [c for c in candidates if c.qualifies]
+    if not qualifying:
+        return None
+    best = max(qualifying, key=lambda c: _rank(c, optimize))
+    return Pick(target=target, candidate=best, optimize=optimize, considered=len(candidates))
+
+
+def shortfall_remedy(target: str) -> str:
+    """Where to look next when nothing qualifies."""
+    return (f"see `stackforge deadends --target {target}` for what blocks each feature, "
+            "or `stackforge matrix` for the evidence")
+
+
+def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+                        require: Sequence[str] = (), driver: str | None = None,
+                        optimize: str = "throughput") -> tuple[Candidate, ...]:
+    """Judge every stack known for ``target`` (in version order) against the requirements."""
+    if optimize not in OPTIMIZE:
+        raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
+    host_driver = _driver_version(driver)
+    view = plan if isinstance(plan, PlanView) else parse_plan(plan)
+    report = build_matrix(records, view, target)
+    unknown = [f for f in require if f not in report.features]
+    if unknown:
+        raise SpecError(f"unknown feature(s) for target {target}: {', '.join(unknown)}; "
+                        f"known: {', '.join(report.features) or '(none)'}")
+    target_min = report.target_info.get("min_driver")
+    return tuple(_candidate(row, tuple(require), driver, host_driver, target_min) for row in report.rows)
+
+
+def closest_first(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """Candidates by fewest blockers, the newer stack first among equals."""
+    newest_first = sorted(candidates, key=lambda c: c.order_key, reverse=True)
+    return tuple(sorted(newest_first, key=lambda c: len(c.blockers)))
+
+
+def explain_shortfall(candidates: Sequence[Candidate], target: str, require: Sequence[str],
+                      driver: str | None) -> str:
+    """Why nothing qualifies: the closest stack and each of its blockers, then the runners-up."""
+    wanted = ", ".join(require) or "nothing"
+    head = f"no image qualifies for target {target} (require: {wanted}"
+    head += f"; driver {driver})" if driver else ")"
+    if not candidates:
+        return f"{head}: no stack has results or plan entries for this target"
+    ordered = closest_first(candidates)
+    closest = ordered[0]
+    image = f", image {closest.image}" if closest.image else ""
+    blockers = "; ".join(f"[{i}] {c.line}" for i, c in enumerate(closest.blockers, 1))
+    text = (f"{head}. Closest: {closest.stack_id}{image} with {len(closest.blockers)} "
+            f"blocker{'s' if len(closest.blockers) != 1 else ''}: {blockers}.")
+    others = ", ".join(f"{c.stack_id} ({len(c.blockers)})" for c in ordered[1:6])
+    if others:
+        text += f" Next closest (blockers): {others}{' …' if len(ordered) > 6 else ''}."
+    return text
+
+
+def pick_to_json(result: Pick | None, candidates: Sequence[Candidate], target: str,
+                 require: Sequence[str], driver: str | None) -> dict[str, Any]:
+    """Versioned JSON for ``stackforge pick --format json`` (a pick, or the shortfall)."""
+    payload: dict[str, Any] = {"schema": "stackforge.pick", "schema_version": 1, "target": target,
+                               "require": list(require), "driver": driver}
+    if result is not None:
+        payload |= {"status": "picked-gate-only" if result.candidate.gate_only else "picked",
+                    "exit_code": result.exit_code, "image": result.reference,
+                    "pinned": result.candidate.pinned, "stack_id": result.candidate.stack_id,
+                    "why": list(result.why()), "warnings": list(result.warnings()),
+                    "metric": _metric_json(result.candidate.metric)}
+    else:
+        payload |= {"status": "nothing-qualifies", "exit_code": NothingQualifiesError.exit_code,
+                    "explanation": explain_shortfall(candidates, target, require, driver)}
+    payload["candidates"] = [_candidate_json(c) for c in closest_first(candidates)]
+    return payload
+
+
+# ---------------------------------------------------------------------------------------------- internals
+
+
+def _candidate(row: Row, require: tuple[str, ...], driver: str | None, host_driver: Version | None,
+               target_min: str | None) -> Candidate:
+    checks = [_plan_check(row)]
+    checks += [_feature_check(row.cell(feature)) for feature in require]
+    checks.append(_driver_check(row, driver, host_driver, target_min))
+    evidence = [r for f in require for r in row.cell(f).records if r.outcome.status is not Status.SKIP]
+    image, pinned, warnings = _image(evidence or list(row.records))
+    pinning = "pinned by digest" if pinned else "not pinned"
+    checks.append(Check("image", bool(image), f"image {image} ({pinning})" if image
+                        else "no image: this stack was never probed on this target"))
+    metric, rank = _throughput(row.records)
+    return Candidate(stack_id=row.stack_id, stack=row.stack, image=image, pinned=pinned, checks=tuple(checks),
+                     metric=metric, metric_rank=rank, warnings=warnings,
+                     order_key=stack_order_key(row.stack_id, row.stack))
+
+
+def _plan_check(row: Row) -> Check:
+    if row.plan_status == "pruned":
+        why = "; ".join(f"rule {f.rule}: {one_line(f.reason, 200)}" for f in row.pruned_by)
+        return Check("plan", False, f"stack pruned by the plan ({why})")
+    if row.plan_status == "unplanned":
+        return Check("plan", True, "stack measured but not in the plan (no rule checked it)")
+    return Check("plan", True, "stack kept by the plan (no rule makes it incompatible)")
+
+
+def _feature_check(cell: Cell) -> Check:
+    decisive = cell.decisive
+    if cell.source is Source.MEASURED and cell.status is CellStatus.PASS and decisive is not None:
+        gate_only = decisive.tier is Tier.GATE
+        label = "pass on gate evidence only" if gate_only else "pass"
+        line = (f"{cell.feature}: {label} ({decisive.tier.value} probe {decisive.probe}: "
+                f"{one_line(cell.reason, 160)})")
+        if cell.evidence:
+            line += f" — evidence: {one_line(cell.evidence, 160)}"
+        if cell.contradicted:
+            line += " — note: contradicts a rule's prediction"
+        return Check(cell.feature, True, line, gate_only=gate_only)
+    return Check(cell.feature, False, _blocked_line(cell))
+
+
+def _blocked_line(cell: Cell) -> str:
+    decisive = cell.decisive
+    if cell.source is Source.MEASURED and decisive is not None:
+        line = (f"{cell.feature}: {cell.status.value} ({decisive.tier.value} probe {decisive.probe}: "
+                f"{one_line(cell.reason, 160)})")
+        return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")
+    if cell.status is CellStatus.PRUNED:
+        return f"{cell.feature}: stack pruned"
+    if cell.source is Source.PREDICTED and cell.prediction is not None:
+        return (f"{cell.feature}: predicted {cell.status.value} by rule {cell.prediction.rule} "
+                f"({one_line(cell.reason, 160)}), not measured")
+    if cell.status is CellStatus.SKIP:
+        return f"{cell.feature}: no verdict, probes skipped ({one_line(cell.reason, 160)})"
+    return f"{cell.feature}: no evidence (never probed, no rule)"
+
+
+def _driver_check(row: Row, driver: str | None, host: Version | None, target_min: str | None) -> Check:
+    minimums = [m for m in ((row.derived or {}).get("min_driver"), target_min) if m]
+    specs = [str(f.requires["driver"]) for f in row.findings if f.requires and f.requires.get("driver")]
+    needed = max(minimums, key=_loose_version) if minimums else None
+    wanted = " and ".join(([f">= {needed}"] if needed else []) + specs) or ""
+    if host is None:
+        return Check("driver", True, f"driver not checked (pass --driver; this stack needs {wanted})"
+                     if wanted else "driver not checked (no minimum known for this stack)")
+    too_old = needed is not None and host < _loose_version(needed)
+    unmet = [s for s in specs if not _spec_allows(s, host)]
+    if too_old or unmet:
+        return Check("driver", False, f"driver {driver} is too old: this stack needs {wanted}")
+    return Check("driver", True, f"driver {driver} meets {wanted}" if wanted
+                 else f"driver {driver} (no minimum known for this stack)")
+
+
+def _image(records: Sequence[ResultRecord]) -> tuple[str, bool, tuple[str, ...]]:
+    """The image of the newest evidence record, and warnings about pinning and mixed images."""
+    with_image = [r for r in records if image_reference(r)[0]]
+    if not with_image:
+        return "", False, ()
+    newest = max(with_image, key=lambda r: (r.created_at, r.run_id))
+    reference, pinned = image_reference(newest)
+    warnings = []
+    if not pinned:
+        warnings.append(f"{reference} is not pinned by digest (the image was never pushed to a registry); "
+                        "the same tag may point at another image elsewhere")
+    distinct = sorted({image_reference(r)[0] for r in with_image})
+    if len(distinct) > 1:
+        warnings.append(f"the evidence comes from {len(distinct)} different images ({', '.join(distinct)}); "
+                        f"picked the newest, {reference}")
+    return reference, pinned, tuple(warnings)
+
+
+def _throughput(records: Sequence[ResultRecord]) -> tuple[Metric | None, int]:
+    """Best throughput metric of a stack, and how relevant it is (serve > all-reduce > GEMM > none)."""
+    passing = [r for r in records if r.outcome.status is Status.PASS]
+    for index, (label, names) in enumerate(THROUGHPUT_METRICS):
+        found = [(value, r.probe, name) for r in passing for name in names
+                 if (value := headline_value(r.outcome.metrics.get(name))) is not None]
+        if found:
+            value, probe, name = max(found)
+            rank = len(THROUGHPUT_METRICS) - index
+            return Metric(name=label, value=value, unit=UNITS.get(name, ""), probe=probe), rank
+    return None, 0
+
+
+def _rank(candidate: Candidate, optimize: str) -> tuple[Any, ...]:
+    measured = not candidate.gate_only
+    if optimize == "newest":
+        return (measured, candidate.order_key)
+    value = candidate.metric.value if candidate.metric is not None else 0.0
+    return (measured, candidate.metric_rank, value, candidate.order_key)
+
+
+def _driver_version(driver: str | None) -> Version | None:
+    if driver is None:
+        return None
+    try:
+        return Version(driver)
+    except InvalidVersion:
+        raise SpecError(f"driver {driver!r} is not a version like 580.95.05") from None
+
+
+def _loose_version(text: str) -> Version:
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return Version("0")
+
+
+def _spec_allows(spec: str, version: Version) -> bool:
+    try:
+        return SpecifierSet(spec).contains(version, prereleases=True)
+    except InvalidSpecifier:
+        return True   # the plan validated rule specifiers; an odd one must not block a pick
+
+
+def _metric_json(metric: Metric | None) -> dict[str, Any] | None:
+    return None if metric is None else {"name": metric.name, "value": metric.value, "unit": metric.unit,
+                                        "probe": metric.probe}
+
+
+def _candidate_json(candidate: Candidate) -> dict[str, Any]:
+    return {"stack_id": candidate.stack_id, "image": candidate.image, "pinned": candidate.pinned,
+            "qualifies": candidate.qualifies, "gate_only": candidate.gate_only,
+            "blockers": [c.line for c in candidate.blockers], "checks": [c.line for c in candidate.checks],
+            "metric": _metric_json(candidate.metric), "warnings": list(candidate.warnings)}
+

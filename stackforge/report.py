@@ -1,0 +1,906 @@
+"""The compatibility matrix: stacks x features for one target, every cell with its evidence.
+
+Inputs are measured :class:`~stackforge.records.ResultRecord` s and the plan (``stackforge plan
+--json``: rules' predictions, pruned stacks, derived facts). Everything here is pure: data in,
+:class:`MatrixReport` out, and renderers that turn a report into text (``md``, ``json``, ``csv``;
+``html`` lives in :mod:`stackforge.report_html`).
+
+How a cell is decided (documented here because every other view -- dead ends, pick, diff -- uses
+the same function, :func:`decide_cell`):
+
+1. Records of the cell (same stack, target and feature; several probes may speak for one feature)
+   that ``skip`` say nothing about the feature and are set aside.
+2. Of the rest, the strongest evidence level decides: records taken on the GPU (``runtime`` and
+   ``bench`` tiers) outrank ``gate`` records (decided inside the image without a GPU).
+3. Within that level the worst outcome wins: ``crash`` > ``timeout`` > ``fail`` > ``pass`` >
+   ``error``. A probe that broke (``error``) does not hide a pass, but any real failure does.
+4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
+   rule predicted the feature unavailable -- the cell keeps both and is flagged "rule contradicted
+   by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
+   "unpredicted" (a rule is missing).
+5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
+   ``requires``), a pruned stack shows ``pruned``, and anything else is ``untested``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from stackforge.errors import RecordError, SpecError
+from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
+
+__all__ = [
+    "DEAD_STATUSES",
+    "GLYPHS",
+    "LEGEND",
+    "MATRIX_SCHEMA",
+    "MATRIX_SCHEMA_VERSION",
+    "PLAN_SCHEMA",
+    "Cell",
+    "CellStatus",
+    "Finding",
+    "MatrixReport",
+    "Metric",
+    "PlanCell",
+    "PlanView",
+    "Row",
+    "Source",
+    "build_matrix",
+    "choose_target",
+    "decide_cell",
+    "empty_plan",
+    "headline_value",
+    "image_display",
+    "image_reference",
+    "key_metric",
+    "metric_center",
+    "parse_plan",
+    "render",
+    "render_csv",
+    "render_json",
+    "render_md",
+    "stack_order_key",
+]
+
+MATRIX_SCHEMA = "stackforge.matrix"
+MATRIX_SCHEMA_VERSION = 1
+PLAN_SCHEMA = "stackforge.plan"
+PLAN_SCHEMA_VERSION = 1
+FORMATS = ("md", "html", "json", "csv")
+
+
+class Source(str, Enum):
+    """Where a cell's status comes from."""
+
+    MEASURED = "measured"    # a probe or benchmark ran and decided it
+    PREDICTED = "predicted"  # a compat rule says so; nothing measured it
+    NONE = "none"            # nobody knows yet
+
+
+class CellStatus(str, Enum):
+    """Everything a cell can say. The first six are measured statuses (same values as Status)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    SKIP = "skip"
+    UNAVAILABLE = "unavailable"   # predicted by a rule
+    HAZARD = "hazard"             # predicted by a rule: works, with a known risk
+    REQUIRES = "requires"         # predicted by a rule: works given a requirement (driver, env)
+    PRUNED = "pruned"             # the whole stack is incompatible (plan)
+    UNTESTED = "untested"         # neither measured nor predicted
+
+
+#: Statuses that make a feature a dead end when measured.
+DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT})
+
+GLYPHS: dict[CellStatus, str] = {
+    CellStatus.PASS: "✅", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
+    CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
+    CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
+}
+CONTRADICTED_GLYPH = "‼️"
+
+LEGEND: dict[str, str] = {
+    "pass": "measured: works", "fail": "measured: does not work", "crash": "measured: died by a signal",
+    "timeout": "measured: hung and was killed at its time limit",
+    "error": "the probe itself broke (no verdict)",
+    "skip": "probe not applicable here (e.g. needs a GPU)",
+    "unavailable": "predicted by a rule: not available",
+    "hazard": "predicted by a rule: works with a known risk",
+    "requires": "predicted by a rule: needs a driver/env",
+    "pruned": "the stack is incompatible as a whole (plan)", "untested": "neither measured nor predicted",
+    "contradicted": "a measurement contradicts a rule's prediction (the rule needs review)",
+}
+HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "predicted": "rule"}
+
+# Metrics that best summarise a cell, in order of preference (names as stackforge/bench/scripts write
+# them: serve.py output_throughput / output_tok_s, allreduce_sweep.py peak_busbw_gbps, gemm.py
+# best_tflops {dtype: value}; the short names cover other writers).
+KEY_METRIC_NAMES = ("output_throughput", "output_tok_s", "peak_busbw_gbps", "busbw_gbps", "busbw",
+                    "best_tflops", "tflops", "min_size_latency_us", "latency_us", "ttft_ms")
+UNITS = {"output_throughput": "tok/s", "output_tok_s": "tok/s", "peak_busbw_gbps": "GB/s",
+         "busbw_gbps": "GB/s", "busbw": "GB/s", "best_tflops": "TFLOP/s", "tflops": "TFLOP/s",
+         "min_size_latency_us": "µs",
+         "latency_us": "µs", "ttft_ms": "ms"}
+_SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
+_LEVEL = {Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 1}   # GPU tiers outrank gate
+_TIER_PREFERENCE = {Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 2}
+VERSION_AXES = ("cuda", "torch", "flashinfer", "sglang", "python")
+_PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD: CellStatus.HAZARD,
+                     Verdict.REQUIRES: CellStatus.REQUIRES}
+
+
+# ---------------------------------------------------------------------------------------------- plan view
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule that fired for a plan cell (from the plan JSON)."""
+
+    rule: str
+    effect: str
+    feature: str | None
+    reason: str
+    error: str = ""
+    remedy: str = ""
+    sources: tuple[dict[str, str], ...] = ()
+    requires: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "effect": self.effect, "feature": self.feature, "reason": self.reason,
+                "error": self.error, "remedy": self.remedy, "sources": [dict(s) for s in self.sources],
+                "requires": dict(self.requires or {})}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCell:
+    """One (stack, target) cell of the plan: kept or pruned, findings, predictions, derived facts."""
+
+    stack_id: str
+    stack: dict[str, Any]
+    target: str
+    status: str                              # kept | pruned
+    derived: dict[str, Any]
+    findings: tuple[Finding, ...]
+    predictions: tuple[Prediction, ...]
+
+    @property
+    def pruned(self) -> bool:
+        return self.status == "pruned"
+
+    def pruning_findings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.effect == "incompatible")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """The parts of ``stackforge plan --json`` the reports need (consumed as data, not imported)."""
+
+    name: str
+    source: str
+    targets: dict[str, dict[str, Any]]
+    cells: tuple[PlanCell, ...]
+
+    def cells_for(self, target: str) -> tuple[PlanCell, ...]:
+        return tuple(c for c in self.cells if c.target == target)
+
+
+def empty_plan() -> PlanView:
+    """A plan that knows nothing: the matrix is then built from records alone."""
+    return PlanView(name="", source="", targets={}, cells=())
+
+
+def parse_plan(data: Any, *, path: str = "") -> PlanView:
+    """Validate and read a plan JSON document.
+
+    Raises:
+        RecordError: not a plan, a newer schema version, or a malformed cell (with the path).
+    """
+    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
+        raise RecordError(f"not a stackforge plan (missing schema {PLAN_SCHEMA!r}); "
+                          "make one with `stackforge plan --json`", path=path)
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > PLAN_SCHEMA_VERSION:
+        raise RecordError(f"plan schema_version {version!r} is newer than this stackforge understands "
+                          f"({PLAN_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+    try:
+        matrix = data.get("matrix") or {}
+        cells = tuple(_plan_cell(c) for c in data.get("cells", ()))
+        targets = {str(k): dict(v) for k, v in (data.get("targets") or {}).items()}
+        return PlanView(name=str(matrix.get("name", "")), source=str(matrix.get("source", "")),
+                        targets=targets, cells=cells)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RecordError(f"malformed plan: {type(exc).__name__}: {exc}", path=path) from None
+
+
+def _plan_cell(data: Mapping[str, Any]) -> PlanCell:
+    return PlanCell(stack_id=str(data["stack_id"]), stack=dict(data.get("stack") or {}),
+                    target=str(data["target"]), status=str(data.get("status", "kept")),
+                    derived=dict(data.get("derived") or {}),
+                    findings=tuple(_finding(f) for f in data.get("findings", ())),
+                    predictions=tuple(_prediction(p) for p in data.get("predictions", ())))
+
+
+def _finding(data: Mapping[str, Any]) -> Finding:
+    return Finding(rule=str(data["rule"]), effect=str(data["effect"]),
+                   feature=None if data.get("feature") is None else str(data["feature"]),
+                   reason=str(data.get("reason", "")), error=str(data.get("error", "")),
+                   remedy=str(data.get("remedy", "")),
+                   sources=tuple(dict(s) for s in data.get("sources", ())),
+                   requires=dict(data.get("requires") or {}))
+
+
+def _prediction(data: Mapping[str, Any]) -> Prediction:
+    return Prediction(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
+                      rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
+                      error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                      sources=tuple(dict(s) for s in data.get("sources", ())))
+
+
+# ---------------------------------------------------------------------------------------------- report model
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """The one number that summarises a cell (median when the bench repeated itself)."""
+
+    name: str
+    value: float
+    unit: str = ""
+    probe: str = ""
+
+    def text(self) -> str:
+        number = f"{self.value:.3g}" if abs(self.value) < 1000 else f"{self.value:,.0f}"
+        return f"{number} {self.unit}".strip() if self.unit else f"{self.name} {number}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One stack x feature cell.
+
+    Attributes:
+        status: what the cell says (see :class:`CellStatus`).
+        source: measured, predicted or none.
+        tier: the tier of the deciding record when measured.
+        reason / evidence: the deciding record's reason and evidence, or the rule's reason and error.
+        metric: key metric of the cell's records, if any.
+        records: every record of the cell, all tiers, skips included (the full evidence).
+        prediction: what the rules predicted (kept even when a measurement decides).
+        contradicted: set when a measured pass contradicts a rule predicting ``unavailable``.
+        unpredicted: a measured dead end that no rule predicted.
+        pruned_by: the pruning findings, for cells of a pruned stack.
+    """
+
+    feature: str
+    status: CellStatus
+    source: Source
+    tier: Tier | None = None
+    reason: str = ""
+    evidence: str = ""
+    metric: Metric | None = None
+    records: tuple[ResultRecord, ...] = ()
+    prediction: Prediction | None = None
+    contradicted: str = ""
+    unpredicted: bool = False
+    pruned_by: tuple[Finding, ...] = ()
+
+    @property
+    def how(self) -> str:
+        """``gate`` / ``runtime`` / ``bench`` for measured cells, ``predicted`` or ``""`` otherwise."""
+        if self.source is Source.MEASURED and self.tier is not None:
+            return self.tier.value
+        return "predicted" if self.source is Source.PREDICTED else ""
+
+    @property
+    def dead(self) -> bool:
+        """A dead end: measured fail/crash/timeout, or predicted unavailable."""
+        return self.status in DEAD_STATUSES or self.status is CellStatus.UNAVAILABLE
+
+    @property
+    def decisive(self) -> ResultRecord | None:
+        """The record that decided a measured cell."""
+        return _decisive(self.records)[0] if self.source is Source.MEASURED else None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One stack: its plan status and one cell per feature."""
+
+    stack_id: str
+    stack: dict[str, Any]
+    plan_status: str              # kept | pruned | unplanned (measured, but not in the plan)
+    cells: tuple[Cell, ...]
+    pruned_by: tuple[Finding, ...] = ()
+    derived: dict[str, Any] | None = None
+    findings: tuple[Finding, ...] = ()
+
+    def cell(self, feature: str) -> Cell:
+        for cell in self.cells:
+            if cell.feature == feature:
+                return cell
+        raise KeyError(feature)
+
+    @property
+    def records(self) -> tuple[ResultRecord, ...]:
+        return tuple(r for c in self.cells for r in c.records)
+
+    def images(self) -> tuple[str, ...]:
+        """Distinct images seen in this row's records (the pinned reference when known)."""
+        return tuple(dict.fromkeys(image_display(r) for r in self.records if image_display(r)))
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixReport:
+    """The compatibility matrix for one target."""
+
+    target: str
+    target_info: dict[str, Any]
+    features: tuple[str, ...]
+    rows: tuple[Row, ...]
+    matrix_name: str = ""
+    matrix_source: str = ""
+    runs: tuple[str, ...] = ()
+
+    def row(self, stack_id: str) -> Row:
+        for row in self.rows:
+            if row.stack_id == stack_id:
+                return row
+        raise KeyError(stack_id)
+
+    def cells(self) -> Iterable[tuple[Row, Cell]]:
+        for row in self.rows:
+            for cell in row.cells:
+                yield row, cell
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def choose_target(records: Sequence[ResultRecord], plan: PlanView, target: str | None) -> str:
+    """The target to report on: the given one, else the only one known.
+
+    Raises:
+        SpecError: no target is known, or several are and none was chosen.
+    """
+    known = sorted({r.target for r in records} | {c.target for c in plan.cells} | set(plan.targets))
+    if target:
+        if known and target not in known:
+            raise SpecError(f"no results or plan entries for target {target!r}; known: {', '.join(known)}")
+        return target
+    if len(known) == 1:
+        return known[0]
+    if not known:
+        raise SpecError("no target: the results and the plan are empty")
+    raise SpecError(f"several targets in these results; choose one with --target: {', '.join(known)}")
+
+
+def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *,
+                 features: Sequence[str] = (), runs: Sequence[str] = ()) -> MatrixReport:
+    """Build the stacks x features matrix for ``target``.
+
+    Args:
+        records: measured results (any targets; only ``target``'s are used).
+        plan: the plan (predictions, pruned stacks); :func:`empty_plan` for records only.
+        target: the target profile name.
+        features: restrict and order the feature columns (default: the plan's features in plan
+            order, then any measured feature the plan does not know, sorted).
+        runs: run ids the records came from, shown in the header.
+    """
+    mine = [r for r in records if r.target == target]
+    plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
+    columns = tuple(features) or _features(mine, plan_cells.values())
+    stacks = _stacks(mine, plan_cells)
+    grouped: dict[tuple[str, str], list[ResultRecord]] = {}
+    for record in mine:
+        grouped.setdefault((record.stack_id, record.feature), []).append(record)
+    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, columns)
+                 for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
+    return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
+                        features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
+                        runs=tuple(runs))
+
+
+def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
+                pruned_by: Sequence[Finding] = ()) -> Cell:
+    """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
+    records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
+    decisive, status = _decisive(records)
+    if decisive is not None and status is not None:
+        return _measured_cell(feature, records, decisive, status, prediction, tuple(pruned_by))
+    return _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
+
+
+def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: ResultRecord, status: Status,
+                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> Cell:
+    predicted_dead = prediction is not None and prediction.verdict is Verdict.UNAVAILABLE
+    contradicted = ""
+    if status is Status.PASS and predicted_dead:
+        contradicted = (f"rule contradicted by measurement: rule {prediction.rule} predicts {feature} "
+                        f"unavailable ({prediction.reason}), but {decisive.tier.value} probe "
+                        f"{decisive.probe} passed")
+    elif status is Status.PASS and pruned_by:
+        contradicted = (f"rule contradicted by measurement: the plan prunes this stack "
+                        f"({', '.join(f.rule for f in pruned_by)}), but {decisive.tier.value} probe "
+                        f"{decisive.probe} passed")
+    unpredicted = CellStatus(status.value) in DEAD_STATUSES and not predicted_dead and not pruned_by
+    return Cell(feature=feature, status=CellStatus(status.value), source=Source.MEASURED, tier=decisive.tier,
+                reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
+                metric=key_metric(records), records=records, prediction=prediction, contradicted=contradicted,
+                unpredicted=unpredicted, pruned_by=pruned_by)
+
+
+def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction: Prediction | None,
+                     pruned_by: tuple[Finding, ...]) -> Cell:
+    skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}" for r in records)
+    if pruned_by:
+        first = pruned_by[0]
+        return Cell(feature=feature, status=CellStatus.PRUNED, source=Source.PREDICTED, reason=first.reason,
+                    evidence=first.error or skipped, records=records, prediction=prediction,
+                    pruned_by=pruned_by)
+    if prediction is not None and prediction.verdict in _PREDICTED_STATUS:
+        return Cell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict], source=Source.PREDICTED,
+                    reason=prediction.reason, evidence=prediction.error or skipped, records=records,
+                    prediction=prediction)
+    if records:   # only skips: measured, but not applicable here
+        first = records[0]
+        return Cell(feature=feature, status=CellStatus.SKIP, source=Source.MEASURED, tier=first.tier,
+                    reason=first.outcome.reason, evidence=first.outcome.evidence or skipped, records=records,
+                    prediction=prediction)
+    return Cell(feature=feature, status=CellStatus.UNTESTED, source=Source.NONE, prediction=prediction,
+                reason="no probe result and no rule for this feature yet")
+
+
+def _decisive(records: Sequence[ResultRecord]) -> tuple[ResultRecord | None, Status | None]:
+    """The record that decides a cell, and its status (None when every record skipped)."""
+    informative = [r for r in records if r.outcome.status is not Status.SKIP]
+    if not informative:
+        return None, None
+    level = max(_LEVEL[r.tier] for r in informative)
+    top = [r for r in informative if _LEVEL[r.tier] == level]
+    chosen = max(top, key=lambda r: (_SEVERITY[r.outcome.status], _TIER_PREFERENCE[r.tier], r.probe))
+    return chosen, chosen.outcome.status
+
+
+def _features(records: Sequence[ResultRecord], plan_cells: Iterable[PlanCell]) -> tuple[str, ...]:
+    ordered: dict[str, None] = {}
+    for cell in plan_cells:
+        ordered.update((p.feature, None) for p in cell.predictions)
+    ordered.update((f, None) for f in sorted({r.feature for r in records} - set(ordered)))
+    return tuple(ordered)
+
+
+def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell]) -> dict[str, dict[str, Any]]:
+    stacks = {stack_id: cell.stack for stack_id, cell in plan_cells.items()}
+    for record in records:
+        stacks.setdefault(record.stack_id, record.stack)
+    return stacks
+
+
+def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> Row:
+    predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
+    pruned_by = plan_cell.pruning_findings() if plan_cell else ()
+    cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by)
+                  for f in features)
+    status = plan_cell.status if plan_cell else "unplanned"
+    return Row(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
+               derived=plan_cell.derived if plan_cell else None,
+               findings=plan_cell.findings if plan_cell else ())
+
+
+def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Version order of stacks: CUDA, torch, FlashInfer, SGLang, Python (PEP 440), then the id."""
+    return (*(_version(stack.get(axis)) for axis in VERSION_AXES), stack_id)
+
+
+def _version(value: Any) -> Version:
+    try:
+        return Version(str(value)) if value is not None else Version("0")
+    except InvalidVersion:
+        return Version("0")
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def metric_center(value: Any) -> float | None:
+    """The central value of a metric: a number, a summary's median (or mean), or the median of samples."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        numbers = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return statistics.median(numbers) if numbers else None
+    if isinstance(value, Mapping):
+        for key in ("median", "mean", "value"):
+            if isinstance(value.get(key), (int, float)) and not isinstance(value.get(key), bool):
+                return float(value[key])
+        if "samples" in value:
+            return metric_center(value["samples"])
+    return None
+
+
+def headline_value(value: Any) -> float | None:
+    """:func:`metric_center`, or the best of a per-variant mapping (``best_tflops: {bf16: .., fp8: ..}``)."""
+    center = metric_center(value)
+    if center is None and isinstance(value, Mapping):
+        numbers = [metric_center(v) for v in value.values() if not isinstance(v, Mapping)]
+        numbers = [n for n in numbers if n is not None]
+        return max(numbers) if numbers else None
+    return center
+
+
+def key_metric(records: Sequence[ResultRecord]) -> Metric | None:
+    """The cell's headline number: the first of :data:`KEY_METRIC_NAMES` found in a passing record."""
+    passing = [r for r in records if r.outcome.status is Status.PASS]
+    for name in KEY_METRIC_NAMES:
+        for record in sorted(passing, key=lambda r: -_TIER_PREFERENCE[r.tier]):
+            value = headline_value(record.outcome.metrics.get(name))
+            if value is not None:
+                return Metric(name=name, value=value, unit=UNITS.get(name, ""), probe=record.probe)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+
+
+def image_reference(record: ResultRecord) -> tuple[str, bool]:
+    """``(reference, pinned)``: ``repo@sha256:...`` when a digest is known, else the image id or tag."""
+    prov = record.provenance
+    if prov.digest:
+        if "@" in prov.digest:
+            return prov.digest, True
+        return f"{_repository(prov.image)}@{prov.digest}", True
+    return (prov.image_id or prov.image or ""), False
+
+
+def image_display(record: ResultRecord) -> str:
+    """For people: the pinned reference, else the tag with a short image id."""
+    reference, pinned = image_reference(record)
+    prov = record.provenance
+    if pinned or not prov.image:
+        return reference
+    short = (prov.image_id or "").removeprefix("sha256:")[:12]
+    return f"{prov.image} (id {short}, not pinned)" if short else f"{prov.image} (not pinned)"
+
+
+def _repository(image: str) -> str:
+    """``registry:5000/org/name:tag`` -> ``registry:5000/org/name`` (a port is not a tag)."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+# ---------------------------------------------------------------------------------------------- text helpers
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Collapse whitespace and cut to ``limit`` characters (with an ellipsis)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def source_text(source: Mapping[str, str]) -> str:
+    """``ref (confidence)`` for a rule source."""
+    confidence = source.get("confidence", "")
+    return f"{source.get('ref', '')}{f' ({confidence})' if confidence else ''}"
+
+
+def cell_label(cell: Cell) -> str:
+    """The short text of a cell: glyph, how it was decided, key metric (e.g. ``✅ bench 1,520 tok/s``)."""
+    parts = [(CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]]
+    if cell.how:
+        parts.append(HOW_LABELS[cell.how])
+    if cell.metric is not None:
+        parts.append(cell.metric.text())
+    return " ".join(parts)
+
+
+def cell_summary(cell: Cell) -> str:
+    """One line: status, how, reason (the hover text)."""
+    how = f" ({cell.how})" if cell.how else ""
+    text = f"{cell.status.value}{how}: {cell.reason}" if cell.reason else f"{cell.status.value}{how}"
+    return one_line(f"{text} — {cell.contradicted}" if cell.contradicted else text, 400)
+
+
+def header_summary(report: MatrixReport) -> str:
+    """Counts for the header: stacks, pruned, measured / predicted / untested cells, contradictions."""
+    sources = [c.source for _, c in report.cells()]
+    pruned = sum(r.plan_status == "pruned" for r in report.rows)
+    contradicted = sum(bool(c.contradicted) for _, c in report.cells())
+    text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
+            f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
+            f"{sources.count(Source.NONE)} untested cells")
+    return text + (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
+                   if contradicted else "")
+
+
+def target_text(report: MatrixReport) -> str:
+    """``rtx-pro-6000-x8-pcie — RTX PRO 6000 Blackwell, sm 12.0, 8 GPUs, pcie``."""
+    info = report.target_info
+    details = [str(info[k]) for k in ("gpu",) if info.get(k)]
+    if info.get("arch"):
+        details.append(f"compute capability {info['arch']}")
+    if info.get("gpu_count"):
+        details.append(f"{info['gpu_count']} GPUs")
+    if info.get("interconnect"):
+        details.append(str(info["interconnect"]))
+    return f"{report.target} — {', '.join(details)}" if details else report.target
+
+
+# ---------------------------------------------------------------------------------------------- json
+
+
+def report_to_json(report: MatrixReport) -> dict[str, Any]:
+    """The versioned JSON envelope (``stackforge.matrix`` v1)."""
+    return {"schema": MATRIX_SCHEMA, "schema_version": MATRIX_SCHEMA_VERSION,
+            "matrix": {"name": report.matrix_name, "source": report.matrix_source},
+            "target": report.target_info | {"name": report.target}, "runs": list(report.runs),
+            "features": list(report.features), "legend": dict(LEGEND),
+            "rows": [_row_json(row) for row in report.rows]}
+
+
+def _row_json(row: Row) -> dict[str, Any]:
+    return {"stack_id": row.stack_id, "stack": row.stack, "plan_status": row.plan_status,
+            "pruned_by": [f.to_json() for f in row.pruned_by], "derived": row.derived,
+            "images": list(row.images()), "cells": [_cell_json(cell) for cell in row.cells]}
+
+
+def _cell_json(cell: Cell) -> dict[str, Any]:
+    return {"feature": cell.feature, "status": cell.status.value, "source": cell.source.value,
+            "tier": cell.tier.value if cell.tier else None, "reason": cell.reason, "evidence": cell.evidence,
+            "metric": None if cell.metric is None else {"name": cell.metric.name, "value": cell.metric.value,
+                                                        "unit": cell.metric.unit, "probe": cell.metric.probe},
+            "contradicted": cell.contradicted, "unpredicted": cell.unpredicted,
+            "prediction": cell.prediction.to_json() if cell.prediction else None,
+            "measurements": [_measurement_json(r) for r in cell.records]}
+
+
+def _measurement_json(record: ResultRecord) -> dict[str, Any]:
+    reference, pinned = image_reference(record)
+    return {"probe": record.probe, "tier": record.tier.value, "kind": record.kind,
+            "status": record.outcome.status.value, "reason": record.outcome.reason,
+            "evidence": record.outcome.evidence, "metrics": record.outcome.metrics,
+            "duration_s": record.outcome.duration_s, "run_id": record.run_id, "created_at": record.created_at,
+            "image": reference, "pinned": pinned, "driver": record.provenance.driver,
+            "gpus": list(record.provenance.gpus), "versions": dict(record.provenance.versions)}
+
+
+def render_json(report: MatrixReport) -> str:
+    """The matrix as pretty JSON text."""
+    return json.dumps(report_to_json(report), indent=2, ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- csv
+
+
+CSV_COLUMNS = ("target", "stack_id", "plan_status", "feature", "status", "source", "tier", "metric",
+               "metric_value", "metric_unit", "reason", "evidence", "rule", "contradicted", "image", "run_id")
+
+
+def render_csv(report: MatrixReport) -> str:
+    """One line per cell (tidy format: easy to pivot in a spreadsheet or pandas)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row, cell in report.cells():
+        decisive = cell.decisive
+        rule = cell.prediction.rule if cell.prediction else ""
+        if cell.pruned_by and not rule:
+            rule = cell.pruned_by[0].rule
+        writer.writerow([report.target, row.stack_id, row.plan_status, cell.feature, cell.status.value,
+                         cell.source.value, cell.tier.value if cell.tier else "",
+                         cell.metric.name if cell.metric else "", cell.metric.value if cell.metric else "",
+                         cell.metric.unit if cell.metric else "", one_line(cell.reason, 2000),
+                         one_line(cell.evidence, 2000), rule, cell.contradicted,
+                         image_reference(decisive)[0] if decisive else "",
+                         decisive.run_id if decisive else ""])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+
+
+#: GitHub refuses comments over 65,536 characters; stay below with room for a header.
+MD_BUDGET = 60_000
+# Ever more compact footnotes, tried in order until the comment fits: (notes on passing cells,
+# evidence characters, notes on measured cells at all).
+_MD_LEVELS = ((True, 240, True), (False, 240, True), (False, 80, True), (False, 0, False))
+_TRIMMED_NOTE = ("*Evidence notes were shortened to fit a PR comment; the HTML and JSON reports carry "
+                 "the full evidence of every cell.*")
+
+
+def render_md(report: MatrixReport, *, budget: int = MD_BUDGET) -> str:
+    """The matrix as GitHub-flavoured markdown for a PR comment: table, legend, findings, footnotes.
+
+    Every cell gets a footnote with its reason and evidence while the text fits ``budget``; a large
+    matrix first drops the notes of passing cells, then shortens evidence, then keeps only rule
+    notes, and says so (the HTML and JSON reports always carry everything).
+    """
+    text = ""
+    for level, (pass_notes, evidence_chars, measured_notes) in enumerate(_MD_LEVELS):
+        text = _render_md(report, pass_notes=pass_notes, evidence_chars=evidence_chars,
+                          measured_notes=measured_notes, trimmed=level > 0)
+        if len(text) <= budget:
+            break
+    return text
+
+
+def _render_md(report: MatrixReport, *, pass_notes: bool, evidence_chars: int, measured_notes: bool,
+               trimmed: bool) -> str:
+    notes = _Footnotes()
+    lines = [f"### stackforge matrix · {_md_escape(target_text(report))}", ""]
+    if report.matrix_name or report.runs:
+        lines.append(_md_escape(_provenance_line(report)))
+        lines.append("")
+    lines += [header_summary(report), ""]
+    lines.append("| stack | " + " | ".join(f"`{f}`" for f in report.features) + " |")
+    lines.append("|---|" + "---|" * len(report.features))
+    for row in report.rows:
+        lines.append(_md_row(row, notes, evidence_chars, pass_notes=pass_notes,
+                             measured_notes=measured_notes))
+    lines += ["", _md_legend(), ""]
+    if trimmed:
+        lines += [_TRIMMED_NOTE, ""]
+    lines += _md_contradictions(report)
+    lines += notes.render()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _provenance_line(report: MatrixReport) -> str:
+    parts = []
+    if report.matrix_name:
+        parts.append(f"matrix {report.matrix_name} ({report.matrix_source})")
+    if report.runs:
+        shown = ", ".join(report.runs[-3:])
+        parts.append(f"runs: {shown}" + (f" (+{len(report.runs) - 3} older)" if len(report.runs) > 3 else ""))
+    return " · ".join(parts)
+
+
+def _md_row(row: Row, notes: _Footnotes, evidence_chars: int, *, pass_notes: bool,
+            measured_notes: bool) -> str:
+    stack = f"`{row.stack_id}`"
+    if row.plan_status == "pruned":
+        rules = ", ".join(f"`{f.rule}`" for f in row.pruned_by) or "the plan"
+        stack = f"~~`{row.stack_id}`~~ ⛔ pruned by {rules}" + notes.ref(_pruned_note(row))
+    elif row.plan_status == "unplanned":
+        stack += " (not in plan)"
+    cells = []
+    for cell in row.cells:
+        if cell.status is CellStatus.PRUNED:
+            cells.append("—")     # the stack cell says why; repeating ⛔ in every column is noise
+            continue
+        wanted = cell.source is not Source.MEASURED or measured_notes and (
+            pass_notes or cell.status is not CellStatus.PASS or bool(cell.contradicted))
+        note = _cell_note(row, cell, evidence_chars) if wanted else ""
+        cells.append(_md_escape(cell_label(cell)) + (notes.ref(note) if note else ""))
+    return f"| {stack} | " + " | ".join(cells) + " |"
+
+
+def _cell_note(row: Row, cell: Cell, evidence_chars: int) -> str:
+    """Footnote text of a cell; cells predicted by the same rule share one note."""
+    if cell.source is Source.NONE:
+        return ""
+    if cell.source is Source.PREDICTED and cell.prediction is not None:
+        prediction = cell.prediction
+        return _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
+                          prediction.error, prediction.remedy, prediction.sources, evidence_chars)
+    decisive = cell.decisive or (cell.records[0] if cell.records else None)
+    text = f"`{row.stack_id}` · `{cell.feature}`: {GLYPHS[cell.status]} {cell.status.value}"
+    if decisive is not None:
+        text += f" ({decisive.tier.value} probe `{decisive.probe}`)"
+    text += f": {one_line(cell.reason)}"
+    if cell.evidence and evidence_chars:
+        text += f" — evidence: `{_md_code(cell.evidence, evidence_chars)}`"
+    if cell.metric is not None:
+        text += f" — {cell.metric.name} = {cell.metric.value:g} {cell.metric.unit}".rstrip()
+    if cell.contradicted:
+        text += f" — {CONTRADICTED_GLYPH} {one_line(cell.contradicted)}"
+    elif cell.unpredicted:
+        text += " — no rule predicts this failure"
+    if decisive is not None:
+        shown = image_display(decisive)
+        text += f" — run {decisive.run_id}" + (f", image `{shown}`" if shown else "")
+    return _md_escape(text)
+
+
+def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, remedy: str,
+               sources: Sequence[Mapping[str, str]], evidence_chars: int) -> str:
+    text = f"rule `{rule}` predicts `{feature}` {verdict}: {one_line(reason)}"
+    if error and evidence_chars:
+        text += f" — error: `{_md_code(error, evidence_chars)}`"
+    if remedy:
+        text += f" — remedy: {one_line(remedy)}"
+    if sources:
+        text += " — sources: " + ", ".join(_md_source(s) for s in sources)
+    return _md_escape(text)
+
+
+def _pruned_note(row: Row) -> str:
+    parts = []
+    for finding in row.pruned_by:
+        part = f"pruned by rule `{finding.rule}`: {one_line(finding.reason)}"
+        if finding.sources:
+            part += " — sources: " + ", ".join(_md_source(s) for s in finding.sources)
+        parts.append(part)
+    return _md_escape(" · ".join(parts) or "pruned by the plan")
+
+
+def _md_source(source: Mapping[str, str]) -> str:
+    label = source_text(source)
+    return f"[{label}]({source['url']})" if source.get("url") else label
+
+
+def _md_legend() -> str:
+    statuses = " · ".join(f"{GLYPHS[s]} {s.value}" for s in CellStatus)
+    return (f"**Legend** {statuses} · {CONTRADICTED_GLYPH} rule contradicted by measurement · "
+            "— a pruned stack. *gate* = decided inside the image without a GPU · "
+            "*run* = runtime probe on the GPU · "
+            "*bench* = benchmark · *rule* = predicted by a compat rule, not measured. "
+            "Footnotes carry each cell's reason and evidence.")
+
+
+def _md_contradictions(report: MatrixReport) -> list[str]:
+    found = [(row, cell) for row, cell in report.cells() if cell.contradicted]
+    if not found:
+        return []
+    lines = [f"**{CONTRADICTED_GLYPH} Rules contradicted by measurement** (review these rules):", ""]
+    lines += [f"- `{row.stack_id}` · `{cell.feature}`: {_md_escape(one_line(cell.contradicted))}"
+              for row, cell in found]
+    return lines + [""]
+
+
+def _md_escape(text: str) -> str:
+    """Table-safe markdown: no pipes or newlines break a row."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _md_code(text: str, limit: int) -> str:
+    """Text inside a code span: one line, no backticks, bounded."""
+    return one_line(str(text).replace("`", "'"), limit)
+
+
+class _Footnotes:
+    """Numbered footnotes, deduplicated by text (cells predicted by one rule share a note)."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        number = self._numbers.setdefault(text, len(self._numbers) + 1)
+        return f"[^{number}]"
+
+    def render(self) -> list[str]:
+        return [f"[^{number}]: {text}" for text, number in self._numbers.items()]
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+
+
+def render(report: MatrixReport, fmt: str) -> str:
+    """Render ``report`` as ``md``, ``html``, ``json`` or ``csv``.
+
+    Raises:
+        SpecError: an unknown format.
+    """
+    if fmt == "html":
+        from stackforge.report_html import render_html
+        return render_html(report)
+    renderers = {"md": render_md, "json": render_json, "csv": render_csv}
+    if fmt not in renderers:
+        raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return renderers[fmt](report)

@@ -1,0 +1,63 @@
+"""Dead ends: the machine-made todo list of the seed, with evidence and the stack that unblocks each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, record, seed_records
+from stackforge.deadends import find_dead_ends, render_deadends
+from stackforge.errors import SpecError
+from stackforge.report import build_matrix, empty_plan, parse_plan
+
+
+@pytest.fixture
+def dead():
+    return find_dead_ends(build_matrix(seed_records(), parse_plan(plan_dict()), TARGET))
+
+
+def test_every_failing_feature_is_listed_in_matrix_order(dead):
+    assert dead.features() == ("flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem", "nccl-graph-tree")
+    by_feature = {d.feature: d for d in dead.dead_ends}
+    symm = by_feature["torch-symm-mem"]
+    assert [(e.stack_id, e.status, e.source) for e in symm.dead_on] == [
+        (CU128, "crash", "measured"), (CU130, "unavailable", "predicted"), (CU131, "fail", "measured")]
+    assert symm.dead_on[1].rule == "torch-symm-mem-sm120" and symm.dead_on[1].sources
+    assert symm.dead_on[0].evidence.startswith("SymmetricMemory: arch sm_120 not supported")
+    assert symm.stacks_total == 3 and symm.unblocked_by is None
+
+
+def test_first_unblocking_stack_prefers_measurements(dead):
+    by_feature = {d.feature: d for d in dead.dead_ends}
+    fusion = by_feature["flashinfer-ar-fusion"].unblocked_by
+    assert (fusion.stack_id, fusion.basis, fusion.tier) == (CU130, "measured", "gate")
+    tree = by_feature["nccl-graph-tree"].unblocked_by
+    assert (tree.stack_id, tree.basis) == (CU130, "predicted")          # nobody ran it: flagged as such
+
+
+def test_custom_allreduce_passing_is_not_a_dead_end_and_pruned_stacks_are_listed_once(dead):
+    assert "custom-allreduce" not in dead.features()
+    assert all(e.stack_id != PRUNED for d in dead.dead_ends for e in d.dead_on)
+    reason = "torch-no-cu128-from-212: torch 2.12 dropped the cu128 variant; there is no torch 2.14.1+cu128 wheel"
+    assert dead.pruned == ((PRUNED, (reason,)),)
+
+
+def test_markdown_reads_like_the_seed_todo_list(dead):
+    text = render_deadends(dead, "md")
+    assert "- [x] **flashinfer-ar-fusion** — DEAD END on 1 of 3 stacks (JIT doesn't support SM120)" in text
+    assert f"first unblocked by {CU130} (measured pass, gate:" in text
+    assert "no stack in this matrix unblocks it" in text
+    assert f"⛔ `{PRUNED}`" in text
+    data = json.loads(render_deadends(dead, "json"))
+    assert data["schema"] == "stackforge.deadends" and len(data["dead_ends"]) == 4
+    assert "DEAD END on 3/3 stacks" in render_deadends(dead, "text")
+    with pytest.raises(SpecError):
+        render_deadends(dead, "xml")
+
+
+def test_no_dead_ends():
+    report = build_matrix([record(CU131, "serve", "pass", tier="bench")], empty_plan(), TARGET)
+    dead = find_dead_ends(report)
+    assert dead.dead_ends == ()
+    assert "No dead ends" in render_deadends(dead, "md")

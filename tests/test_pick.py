@@ -1,0 +1,151 @@
+"""pick: the best image by evidence, the driver check, gate-only flags, and "nothing qualifies"."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, plan_dict, record, seed_records, serve_metrics
+from stackforge.errors import NothingQualifiesError, SpecError
+from stackforge.pick import EXIT_GATE_ONLY, EXIT_PICKED, evaluate_candidates, pick, pick_to_json
+from stackforge.report import empty_plan, parse_plan
+
+
+@pytest.fixture
+def plan():
+    return parse_plan(plan_dict())
+
+
+def test_measured_pass_new_enough_driver_best_throughput(plan):
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    assert chosen.candidate.stack_id == CU131
+    assert chosen.reference == DIGESTS[CU131] and chosen.candidate.pinned
+    assert chosen.exit_code == EXIT_PICKED and chosen.warnings() == ()
+    why = chosen.why()
+    assert "best output_throughput: 112 tok/s" in why[0]
+    assert any("flashinfer-ar-fusion: pass (runtime probe" in line and "max abs diff 0.0" in line for line in why)
+    assert any("driver 595.10 meets >= 590.44.01" in line for line in why)
+
+
+def test_plan_dict_is_accepted_as_is():
+    chosen = pick(seed_records(), plan_dict(), TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    assert chosen.candidate.stack_id == CU131
+
+
+def test_old_driver_falls_back_to_gate_only_evidence(plan):
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="585.1")
+    assert chosen.candidate.stack_id == CU130
+    assert chosen.exit_code == EXIT_GATE_ONLY == 5
+    # A bare digest is completed with the image's repository: repo@sha256:...
+    assert chosen.reference == f"stackforge/{CU130}@{DIGESTS[CU130]}"
+    assert any("gate evidence only" in w for w in chosen.warnings())
+    assert any("pass on gate evidence only" in line for line in chosen.why())
+
+
+def test_driver_strings_compare_as_versions(plan):
+    # "580.9" < "580.65.06" as versions, although "9" > "6" as text.
+    with pytest.raises(NothingQualifiesError):
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="580.9")
+    with pytest.raises(SpecError, match="not a version"):
+        pick(seed_records(), plan, TARGET, [], driver="latest")
+
+
+def test_nothing_qualifies_names_the_closest_and_its_blockers(plan):
+    with pytest.raises(NothingQualifiesError) as info:
+        pick(seed_records(), plan, TARGET, ["torch-symm-mem", "flashinfer-jit"], driver="595.10")
+    error = info.value
+    assert error.exit_code == 4
+    text = error.one_line()
+    assert f"Closest: {CU131}" in text and "1 blocker: [1] torch-symm-mem: fail (runtime probe" in text
+    assert "SymmetricMemory is not supported on this device" in text
+    assert "stackforge deadends" in error.remedy
+    closest = error.shortfall[0]
+    assert closest.stack_id == CU131 and [c.name for c in closest.blockers] == ["torch-symm-mem"]
+
+
+def test_pruned_predicted_and_untested_are_blockers(plan):
+    by_id = {c.stack_id: c for c in evaluate_candidates(seed_records(), plan, TARGET, ["torch-symm-mem", "serve"])}
+    pruned = by_id["cu128-torch2.14.1-fi0.6.3-sgl0.5.9-py312"]
+    assert any(c.name == "plan" and "pruned" in c.line for c in pruned.blockers)
+    assert any(c.name == "image" for c in pruned.blockers)                   # never probed
+    cu130 = {c.name: c.line for c in by_id[CU130].blockers}
+    assert cu130["torch-symm-mem"].startswith("torch-symm-mem: predicted unavailable by rule torch-symm-mem-sm120")
+    assert cu130["serve"] == "serve: no evidence (never probed, no rule)"
+
+
+def test_ties_go_to_the_newer_stack_and_optimize_newest():
+    records = [record(CU128, "serve", "pass", tier="bench", metrics=serve_metrics(100.0)),
+               record(CU131, "serve", "pass", tier="bench", metrics=serve_metrics(100.0))]
+    assert pick(records, empty_plan(), TARGET, ["serve"]).candidate.stack_id == CU131
+    faster_old = [records[0], dataclasses.replace(records[1], outcome=dataclasses.replace(
+        records[1].outcome, metrics=serve_metrics(50.0)))]
+    assert pick(faster_old, empty_plan(), TARGET, ["serve"]).candidate.stack_id == CU128
+    assert pick(faster_old, empty_plan(), TARGET, ["serve"], optimize="newest").candidate.stack_id == CU131
+
+
+def test_serving_throughput_outranks_bandwidth_then_gemm():
+    records = [record(CU128, "allreduce", "pass", tier="bench", metrics={"busbw_gbps": {"median": 40.0}}),
+               record(CU131, "gemm", "pass", tier="bench", metrics={"tflops": 900.0}),
+               record(CU130, "serve", "pass", tier="bench", metrics=serve_metrics(10.0))]
+    chosen = pick(records, empty_plan(), TARGET)
+    assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU130, "output_throughput")
+    chosen = pick(records[:2], empty_plan(), TARGET)
+    assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU128, "busbw")
+
+
+def test_metrics_as_the_bench_scripts_write_them():
+    """allreduce_sweep.py: peak_busbw_gbps beside sizes and efficiencies; gemm.py: best_tflops by dtype."""
+    allreduce = {"collective": "allreduce", "peak_busbw_gbps": 41.5, "peak_busbw_size_bytes": 1 << 30,
+                 "avg_busbw_gbps": 30.0, "peak_busbw_efficiency": 0.66, "rows": [{"size_bytes": 8, "time_us": 9.0}]}
+    gemm = {"device": "cuda", "best_tflops": {"bf16": 380.0, "fp8": 700.0}, "rows": [{"tflops": 1.0}]}
+    records = [record(CU128, "allreduce", "pass", tier="bench", metrics=allreduce),
+               record(CU131, "gemm", "pass", tier="bench", metrics=gemm)]
+    chosen = pick(records, empty_plan(), TARGET)
+    assert (chosen.candidate.stack_id, chosen.candidate.metric.value, chosen.candidate.metric.unit) == (
+        CU128, 41.5, "GB/s")
+    gemm_only = pick(records[1:], empty_plan(), TARGET).candidate.metric
+    assert (gemm_only.name, gemm_only.value, gemm_only.unit) == ("tflops", 700.0, "TFLOP/s")
+    serve = record(CU130, "serve", "pass", tier="bench", metrics={"output_tok_s": 95.0, "ttft_ms": {"median": 80}})
+    assert pick([*records, serve], empty_plan(), TARGET).candidate.stack_id == CU130
+
+
+def test_unpinned_images_and_mixed_images_warn():
+    records = [record(CU128, "serve", "pass", tier="bench", digest="", created_at="2026-03-01T00:00:00+00:00"),
+               record(CU128, "flashinfer-jit", "pass", digest="", image="stackforge/other:1",
+                      created_at="2026-03-02T00:00:00+00:00")]
+    chosen = pick(records, empty_plan(), TARGET, ["serve", "flashinfer-jit"])
+    assert chosen.reference == f"sha256:{'1' * 64}" and not chosen.candidate.pinned
+    warnings = " ".join(chosen.warnings())
+    assert "not pinned by digest" in warnings
+    assert "2 different images" not in warnings                                   # same image id both times
+    other = dataclasses.replace(records[1], provenance=dataclasses.replace(records[1].provenance, image_id="sha256:2"))
+    warnings = " ".join(pick([records[0], other], empty_plan(), TARGET, ["serve", "flashinfer-jit"]).warnings())
+    assert "2 different images" in warnings
+
+
+def test_unknown_feature_and_optimize_are_spec_errors(plan):
+    with pytest.raises(SpecError, match="unknown feature.*flashinfer-ar-fushion"):
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fushion"])
+    with pytest.raises(SpecError, match="optimize"):
+        pick(seed_records(), plan, TARGET, [], optimize="cheapest")
+
+
+def test_requires_driver_rules_are_honoured():
+    data = plan_dict()
+    cell = next(c for c in data["cells"] if c["stack_id"] == CU131)
+    cell["findings"].append({"rule": "cuda131-driver", "effect": "requires", "feature": None, "reason": "r",
+                             "requires": {"driver": ">=600"}, "sources": []})
+    with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old"):
+        pick([r for r in seed_records() if r.stack_id == CU131], parse_plan(data), TARGET, ["flashinfer-jit"],
+             driver="595.10")
+
+
+def test_pick_json(plan):
+    candidates = evaluate_candidates(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], "595.10")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    data = pick_to_json(chosen, candidates, TARGET, ["flashinfer-ar-fusion"], "595.10")
+    assert (data["status"], data["exit_code"], data["image"]) == ("picked", 0, DIGESTS[CU131])
+    assert data["candidates"][0]["stack_id"] == CU131 and data["candidates"][0]["qualifies"]
+    failed = pick_to_json(None, candidates, TARGET, ["x"], None)
+    assert failed["status"] == "nothing-qualifies" and failed["exit_code"] == 4
