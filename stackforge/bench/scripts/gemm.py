@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""GEMM throughput at serving-sized shapes: bf16, and fp8 where the GPU has it (runs inside an image).
+
+Standalone: stdlib + torch + the shared probe helper ``_sfprobe.py`` (mounted beside). Without
+torch or a GPU it answers ``skip`` with the reason; ``--allow-cpu`` runs a tiny CPU mode instead
+(tiny shapes, wall-clock timing), which exists to test the harness and is labelled as such in its
+metrics -- never a GPU number.
+
+What it measures:
+
+* the linear layers of 8B- and 70B-class models (Llama-3 shapes: q/k/v, o, gate+up, down), with
+  ``--tp`` splitting them as tensor parallelism does (column-parallel N, row-parallel K), at
+  M = tokens in flight (``--m``, default 1, 16, 128, 1024, 4096: decode to large prefill);
+* bf16 through ``torch.nn.functional.linear`` (what the serving path calls, ``x @ W^T``), and fp8
+  (e4m3, per-tensor scales) through ``torch._scaled_mm`` on compute capability >= 8.9; a shape the
+  fp8 kernel rejects (cuBLASLt wants multiples of 16) is reported as skipped with its error text;
+* ``torch.matmul``'s best rate on a large square product in the same run (``--peak-size``), so each
+  shape's TFLOP/s can be read against what this GPU + torch build achieves at best;
+* every shape's result is checked against a float32 reference on a slice: a wrong GEMM is a
+  failure, not a number.
+
+Timing: CUDA events around ``--iters`` back-to-back calls after ``--warmup`` calls, ``--repeats``
+times; the median repeat is reported with min, max and coefficient of variation.
+TFLOP/s = 2*M*N*K / t / 1e12. The last stdout line is ``STACKFORGE_RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+
+def _import_sfprobe():
+    """The shared probe helper ``_sfprobe`` (stdlib only): next to this file, at the container mount
+    ``/stackforge/probes`` (``../probes``), or in the repository (``../../probes/scripts``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (here, os.path.join(here, "..", "probes"), os.path.join(here, "..", "..", "probes", "scripts")):
+        if os.path.isfile(os.path.join(folder, "_sfprobe.py")):
+            if folder not in sys.path:
+                sys.path.insert(0, os.path.normpath(folder))
+            import _sfprobe
+            return _sfprobe
+    print("STACKFORGE_RESULT " + json.dumps({"status": "error", "reason": "_sfprobe.py (the shared probe helper) "
+                                             "is not mounted beside the bench scripts", "evidence": here,
+                                             "metrics": {}, "facts": {}}), flush=True)
+    sys.exit(0)
+
+
+sf = _import_sfprobe()
+
+DEFAULT_M = (1, 16, 128, 1024, 4096)
+
+# (name, N, K, how tensor parallelism splits it). Llama-3 8B: hidden 4096, 32 q heads + 8 kv heads
+# of 128, FFN 14336; Llama-3 70B: hidden 8192, 64 q + 8 kv heads of 128, FFN 28672.
+SHAPES = (
+    ("8b.qkv", 6144, 4096, "n"),
+    ("8b.o", 4096, 4096, "k"),
+    ("8b.gate_up", 28672, 4096, "n"),
+    ("8b.down", 4096, 14336, "k"),
+    ("70b.qkv", 10240, 8192, "n"),
+    ("70b.o", 8192, 8192, "k"),
+    ("70b.gate_up", 57344, 8192, "n"),
+    ("70b.down", 8192, 28672, "k"),
+)
+CPU_SHAPES = (("cpu.tiny", 256, 256, "n"), ("cpu.wide", 512, 256, "n"))
+# Relative error of the checked slice against a float32 reference (bf16 output: 8 mantissa bits).
+_TOLERANCE = 3e-2
+_FP8_MIN_CAPABILITY = (8, 9)
+
+
+# ------------------------------------------------------------------------------------------- formulas
+# In-image copy of stackforge.bench.metrics.tflops / stackforge.bench.stats.summarize (stackforge is
+# not installed inside images); tests/test_bench_metrics.py asserts they agree.
+
+
+def _local_tflops(m: int, n: int, k: int, seconds: float) -> float:
+    if min(m, n, k) < 1:
+        raise ValueError(f"GEMM dimensions must be >= 1, got m={m} n={n} k={k}")
+    if seconds <= 0:
+        raise ValueError(f"time must be positive, got {seconds!r}")
+    return 2 * m * n * k / seconds / 1e12
+
+
+def _local_summarize(samples):
+    values = [float(s) for s in samples]
+    if not values:
+        raise ValueError("cannot summarize zero samples")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"samples must be finite numbers, got {values!r}")
+    mean = statistics.fmean(values)
+    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"n": len(values), "median": statistics.median(values), "minimum": min(values),
+            "maximum": max(values), "mean": mean, "stdev": stdev, "cv": stdev / mean if mean != 0 else 0.0}
+
+
+try:
+    from stackforge.bench.metrics import tflops
+    from stackforge.bench.stats import summarize as _package_summarize
+
+    def summarize(samples):
+        return _package_summarize(samples).to_json()
+
+    FORMULAS_FROM = "stackforge.bench"
+except ImportError:
+    tflops, summarize = _local_tflops, _local_summarize
+    FORMULAS_FROM = "script copy"
+
+
+def json_safe(value):
+    """Strict JSON for metrics: non-finite floats become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+class Skip(Exception):
+    """Nothing to measure here (no torch, no GPU): a skip, with its reason."""
+
+
+# ------------------------------------------------------------------------------------------- shapes
+
+
+def split_for_tp(n: int, k: int, split: str, tp: int) -> tuple[int, int]:
+    """Per-GPU (N, K) of a layer under tensor parallelism (column-parallel splits N, row-parallel K)."""
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    if split == "n":
+        return n // tp, k
+    return n, k // tp
+
+
+def plan_shapes(ms, names, tp: int, cpu: bool) -> list[dict]:
+    """Every (M, layer) pair to measure."""
+    table = CPU_SHAPES if cpu else SHAPES
+    chosen = [s for s in table if not names or s[0] in names]
+    unknown = set(names or ()) - {s[0] for s in table}
+    if unknown:
+        raise ValueError(f"unknown shape(s) {sorted(unknown)}; known: {[s[0] for s in table]}")
+    plans = []
+    for name, n, k, split in chosen:
+        n_tp, k_tp = split_for_tp(n, k, split, tp)
+        plans.extend({"shape": name, "m": m, "n": n_tp, "k": k_tp} for m in ms)
+    return plans
+
+
+# ------------------------------------------------------------------------------------------- timing
+
+
+class Clock:
+    """Seconds per call of ``fn`` over ``iters`` calls: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, torch, on_gpu: bool) -> None:
+        self.torch, self.on_gpu = torch, on_gpu
+
+    def per_call(self, fn, iters: int) -> float:
+        if not self.on_gpu:
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            return (time.perf_counter() - start) / iters
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+
+    def repeats(self, fn, *, warmup: int, iters: int, repeats: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        if self.on_gpu:
+            self.torch.cuda.synchronize()
+        return [self.per_call(fn, iters) for _ in range(repeats)]
+
+
+# ------------------------------------------------------------------------------------------- kernels
+
+
+class Bf16Linear:
+    """``F.linear(x, W)`` in bf16: what a serving engine's unquantized linear layer runs."""
+
+    dtype = "bf16"
+
+    def __init__(self, torch, device) -> None:
+        self.torch, self.device = torch, device
+
+    def prepare(self, m: int, n: int, k: int):
+        torch = self.torch
+        gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
+        x = torch.randn(m, k, device=self.device, dtype=torch.bfloat16, generator=gen)
+        w = torch.randn(n, k, device=self.device, dtype=torch.bfloat16, generator=gen) / math.sqrt(k)
+        return (lambda: torch.nn.functional.linear(x, w)), (x.float(), w.float())
+
+
+class Fp8ScaledMm:
+    """``torch._scaled_mm`` on e4m3 inputs with per-tensor scales, bf16 output (an fp8 linear layer)."""
+
+    dtype = "fp8"
+
+    def __init__(self, torch, device) -> None:
+        self.torch, self.device = torch, device
+
+    def prepare(self, m: int, n: int, k: int):
+        torch = self.torch
+        gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
+        x = torch.randn(m, k, device=self.device, generator=gen).clamp(-4, 4).to(torch.float8_e4m3fn)
+        w = (torch.randn(n, k, device=self.device, generator=gen).clamp(-4, 4)).to(torch.float8_e4m3fn)
+        one = torch.ones((), device=self.device, dtype=torch.float32)
+        w_t = w.t()  # column-major [K, N], the layout cuBLASLt's fp8 kernels require
+
+        def run():
+            out = torch._scaled_mm(x, w_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return out[0] if isinstance(out, tuple) else out  # torch < 2.4 returned (out, amax)
+        return run, (x.float(), w.float())
+
+
+def check_slice(torch, out, reference) -> tuple[bool, str]:
+    """Compare a corner of the output with a float32 product of the same inputs."""
+    x, w = reference
+    rows, cols = min(x.shape[0], 8), min(w.shape[0], 64)
+    expected = x[:rows] @ w[:cols].t()
+    got = out[:rows, :cols].float()
+    scale = float(expected.abs().max().item()) or 1.0
+    error = float((got - expected).abs().max().item()) / scale
+    return error <= _TOLERANCE, f"max relative error {error:.2e} on a {rows}x{cols} slice (limit {_TOLERANCE:g})"
+
+
+def measure_shape(torch, clock: Clock, kernel, plan: dict, args) -> dict:
+    """Check then time one shape with one kernel; a rejected shape comes back as skipped."""
+    row = {"dtype": kernel.dtype, **plan}
+    try:
+        run, reference = kernel.prepare(plan["m"], plan["n"], plan["k"])
+        out = run()
+    except RuntimeError as exc:
+        return {**row, "skipped": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    correct, detail = check_slice(torch, out, reference)
+    row.update(correct=correct, check=detail)
+    if not correct:
+        return row
+    times = clock.repeats(run, warmup=args.warmup, iters=args.iters, repeats=args.repeats)
+    spread = summarize(times)
+    return {**row, "time_us": spread["median"] * 1e6, "time_us_min": spread["minimum"] * 1e6,
+            "time_us_max": spread["maximum"] * 1e6, "time_cv": spread["cv"],
+            "tflops": tflops(plan["m"], plan["n"], plan["k"], spread["median"]),
+            "tflops_best": tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
+
+
+def matmul_best(torch, clock: Clock, device, size: int, args) -> dict:
+    """torch.matmul's rate on a large square bf16 product: the best this GPU + build reaches."""
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    times = clock.repeats(lambda: torch.matmul(a, b), warmup=args.warmup, iters=max(1, args.iters // 5),
+                          repeats=args.repeats)
+    return {"size": size, "dtype": "bf16", "tflops": tflops(size, size, size, min(times)),
+            "tflops_median": tflops(size, size, size, summarize(times)["median"])}
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", default=",".join(str(m) for m in DEFAULT_M), help="comma-separated M values")
+    parser.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    parser.add_argument("--dtypes", default="bf16,fp8", help="bf16 and/or fp8")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree the layers are split for")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--peak-size", type=int, default=8192, help="square torch.matmul reference (0: off)")
+    parser.add_argument("--allow-cpu", action="store_true", help="tiny CPU mode to test the harness")
+    args = parser.parse_args(argv)
+    if args.iters < 1 or args.repeats < 1 or args.warmup < 0:
+        parser.error("--iters and --repeats must be >= 1, --warmup >= 0")
+    return args
+
+
+def environment(args):
+    """(torch, device, on_gpu, facts), or Skip when nothing can be measured here."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise Skip(f"torch is not installed in this image: {exc}") from None
+    facts = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+             "torch_git_version": getattr(torch.version, "git_version", None)}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        facts.update(gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+                     capability=f"{props.major}.{props.minor}")
+        return torch, torch.device("cuda:0"), True, facts
+    if not args.allow_cpu:
+        raise Skip(f"no CUDA device visible (torch.cuda.is_available() is False; torch {torch.__version__}, "
+                   f"built for CUDA {torch.version.cuda})")
+    return torch, torch.device("cpu"), False, {**facts, "device": "cpu"}
+
+
+def kernels_for(torch, device, on_gpu: bool, dtypes) -> tuple[list, list[dict]]:
+    """The kernels to run, and the dtypes skipped with their reason."""
+    kernels, skipped = [], []
+    if "bf16" in dtypes:
+        kernels.append(Bf16Linear(torch, device))
+    if "fp8" in dtypes:
+        capability = torch.cuda.get_device_capability(0) if on_gpu else None
+        if not on_gpu:
+            skipped.append({"dtype": "fp8", "reason": "fp8 GEMM needs a GPU (CPU mode)"})
+        elif capability < _FP8_MIN_CAPABILITY:
+            skipped.append({"dtype": "fp8", "reason": f"fp8 tensor cores need compute capability >= 8.9; this GPU "
+                                                      f"is {capability[0]}.{capability[1]}"})
+        elif not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+            skipped.append({"dtype": "fp8", "reason": f"torch {torch.__version__} has no _scaled_mm/float8_e4m3fn"})
+        else:
+            kernels.append(Fp8ScaledMm(torch, device))
+    return kernels, skipped
+
+
+def format_table(rows: list[dict]) -> str:
+    """A readable table of the measured (and skipped, and wrong) shapes."""
+    lines = [f"# {'dtype':>5} {'shape':>12} {'M':>6} {'N':>6} {'K':>6} {'time(us)':>10} {'TFLOP/s':>9} "
+             f"{'cv':>6} check"]
+    for r in rows:
+        where = f"  {r['dtype']:>5} {r['shape']:>12} {r['m']:>6} {r['n']:>6} {r['k']:>6}"
+        if "skipped" in r:
+            lines.append(f"{where} skipped: {r['skipped']}")
+        elif not r["correct"]:
+            lines.append(f"{where} WRONG: {r['check']}")
+        else:
+            lines.append(f"{where} {r['time_us']:>10.2f} {r['tflops']:>9.2f} {r['time_cv']:>6.3f} ok")
+    return "\n".join(lines)
+
+
+def run_gemm(args) -> tuple[str, str, str, dict, dict]:
+    """Measure everything; return (status, reason, evidence, metrics, facts)."""
+    torch, device, on_gpu, facts = environment(args)
+    ms = [int(m) for m in args.m.split(",") if m.strip()]
+    names = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    plans = plan_shapes(ms, names, args.tp, cpu=not on_gpu)
+    kernels, skipped = kernels_for(torch, device, on_gpu, {d.strip() for d in args.dtypes.split(",")})
+    clock = Clock(torch, on_gpu)
+    peak_size = args.peak_size if on_gpu else min(args.peak_size, 512)
+    reference = matmul_best(torch, clock, device, peak_size, args) if peak_size else None
+    rows = [measure_shape(torch, clock, kernel, plan, args) for kernel in kernels for plan in plans]
+    for row in rows:
+        if reference and "tflops" in row:
+            row["fraction_of_matmul_best"] = row["tflops"] / reference["tflops"]
+        print(format_table([row]).splitlines()[-1], flush=True)
+    table = format_table(rows)
+    metrics = {"device": "cuda" if on_gpu else "cpu", "tp": args.tp, "matmul_best": reference, "rows": rows,
+               "skipped": skipped + [{"dtype": r["dtype"], "shape": r["shape"], "m": r["m"], "reason": r["skipped"]}
+                                     for r in rows if "skipped" in r],
+               "best_tflops": {k.dtype: max((r["tflops"] for r in rows if r["dtype"] == k.dtype and "tflops" in r),
+                                            default=None) for k in kernels}}
+    facts["formulas_from"] = FORMULAS_FROM
+    wrong = [r for r in rows if r.get("correct") is False]
+    measured = [r for r in rows if "tflops" in r]
+    if wrong:
+        first = wrong[0]
+        return ("fail", f"wrong GEMM result in {len(wrong)} shape(s) (first: {first['dtype']} {first['shape']} "
+                        f"M={first['m']}: {first['check']})", table, metrics, facts)
+    if not measured:
+        return "skip", "no shape could be measured: " + "; ".join(s["reason"] for s in skipped), table, metrics, facts
+    best = ", ".join(f"{d} {t:.1f}" for d, t in metrics["best_tflops"].items() if t is not None)
+    mode = "" if on_gpu else " (CPU harness mode, not a GPU number)"
+    return "pass", f"{len(measured)} GEMM shapes correct; best TFLOP/s {best}{mode}", table, metrics, facts
+
+
+def main(argv) -> None:
+    """Measure and emit (``_sfprobe.run_main`` turns a stray exception into an ``error`` result)."""
+    args = parse_args(argv)
+    try:
+        status, reason, evidence, metrics, facts = run_gemm(args)
+    except Skip as skip:
+        sf.emit("skip", str(skip), str(skip), facts=sf.collect_facts(import_torch=False))
+    sf.emit(status, reason, evidence, json_safe(metrics), {**sf.collect_facts(import_torch=False), **facts})
+
+
+if __name__ == "__main__":
+    sf.run_main(main)
