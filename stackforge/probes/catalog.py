@@ -1,0 +1,153 @@
+"""The probes as data: which script decides which feature, in which tier, under which preconditions.
+
+A :class:`ProbeSpec` names one probe: its id (the ``probe`` field of a result record), the feature
+it speaks for (the same names the rules in ``compat/`` use), its tier, the script under
+``stackforge/probes/scripts`` and that script's fixed arguments. The runner appends the target's
+arguments (``--arch 12.0 --gpus 8 --interconnect pcie``) to every script; ``args`` are only the
+fixed ones that pick a variant (``--feature flashinfer-ar-fusion``, ``--algo tree``).
+
+Preconditions say when running a probe makes sense at all: ``min_gpus`` (GPUs in the target),
+``needs_gpu_arch`` (a GPU of the target arch must be visible: the runtime tier), ``needs_nvcc`` and
+``needs_packages`` (installed distributions). Every script also checks what it needs itself and
+reports an unmet need as ``skip`` with the reason, so a runner may use these to skip early but
+never has to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackforge.errors import SpecError
+
+#: The in-image probe scripts (mounted read-only at /stackforge/probes, never baked into images).
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+TIERS = ("gate", "runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Preconditions:
+    """When a probe can say anything.
+
+    Attributes:
+        min_gpus: the target must have at least this many GPUs.
+        needs_gpu_arch: a GPU of the target's arch must be visible to the probe (runtime tier).
+        needs_nvcc: the image must contain nvcc.
+        needs_packages: distributions that must be installed in the image (``flashinfer-python``).
+    """
+
+    min_gpus: int = 0
+    needs_gpu_arch: bool = False
+    needs_nvcc: bool = False
+    needs_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    """One probe.
+
+    Attributes:
+        id: record key (``probe`` field of a result), unique, e.g. ``gate.flashinfer.ar-fusion``.
+        feature: the feature the result speaks for, e.g. ``flashinfer-ar-fusion``.
+        tier: ``gate`` (no GPU needed) or ``runtime`` (GPU of the target arch).
+        script: file name under :data:`SCRIPTS_DIR`.
+        description: one line for listings.
+        preconditions: see :class:`Preconditions`.
+        default_timeout_s: hard timeout of the whole script (the runner kills it after that).
+        args: fixed script arguments, appended after the target's arguments.
+    """
+
+    id: str
+    feature: str
+    tier: str
+    script: str
+    description: str
+    preconditions: Preconditions = Preconditions()
+    default_timeout_s: float = 300.0
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise SpecError(f"probe {self.id}: tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+        if "/" in self.script or not self.script.endswith(".py"):
+            raise SpecError(f"probe {self.id}: script must be a .py file name, got {self.script!r}")
+
+
+_RUNTIME = Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch",))
+
+_CATALOG: tuple[ProbeSpec, ...] = (
+    ProbeSpec("gate.torch.arch-list", "torch-kernels", "gate", "torch_arch.py",
+              "torch's compiled arch list (torch._C._cuda_getArchFlags) has SASS or PTX for the target",
+              Preconditions(needs_packages=("torch",)), 120.0),
+    ProbeSpec("gate.nvcc.codegen", "nvcc-codegen", "gate", "nvcc_codegen.py",
+              "the image's nvcc compiles a kernel to an sm_XY cubin (sm_XYa / sm_XYf / PTX as metrics)",
+              Preconditions(needs_nvcc=True), 300.0),
+    ProbeSpec("gate.flashinfer.jit", "flashinfer-jit", "gate", "flashinfer_gates.py",
+              "FlashInfer's own arch resolution and JIT module gates for the target; compiles its norm module "
+              "(compile-only) when the image has nvcc",
+              Preconditions(needs_packages=("flashinfer-python",)), 1200.0,
+              ("--feature", "flashinfer-jit", "--compile")),
+    ProbeSpec("gate.flashinfer.ar-fusion", "flashinfer-ar-fusion", "gate", "flashinfer_gates.py",
+              "FlashInfer's gen_trtllm_comm_module (allreduce fusion) gate for the target arch",
+              Preconditions(needs_packages=("flashinfer-python",)), 300.0,
+              ("--feature", "flashinfer-ar-fusion")),
+    ProbeSpec("gate.sglang.torch-symm-mem", "torch-symm-mem", "gate", "sglang_tables.py",
+              "SGLang's TorchSymmMemCommunicator gate (capability table, world size) for the target",
+              Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "torch-symm-mem")),
+    ProbeSpec("gate.sglang.custom-allreduce", "custom-allreduce", "gate", "sglang_tables.py",
+              "SGLang's CustomAllreduce gates (world size, more than two PCIe-only GPUs) for the target",
+              Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "custom-allreduce")),
+    ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",
+              "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects",
+              Preconditions(), 600.0),
+    ProbeSpec("runtime.nccl.graph-tree", "nccl-graph-tree", "runtime", "nccl_graph.py",
+              "NCCL all_reduce with NCCL_ALGO=allreduce:tree, eager and replayed from a CUDA graph, N ranks",
+              _RUNTIME, 900.0, ("--algo", "tree", "--backend", "nccl")),
+    ProbeSpec("runtime.nccl.graph-ring", "nccl-graph-ring", "runtime", "nccl_graph.py",
+              "NCCL all_reduce with NCCL_ALGO=allreduce:ring, eager and replayed from a CUDA graph, N ranks",
+              _RUNTIME, 900.0, ("--algo", "ring", "--backend", "nccl")),
+    ProbeSpec("runtime.torch.symm-mem", "torch-symm-mem", "runtime", "symm_mem.py",
+              "torch symmetric memory rendezvous, multicast, one-shot / two-shot / multimem all-reduce",
+              _RUNTIME, 900.0),
+    ProbeSpec("runtime.sglang.custom-allreduce", "custom-allreduce", "runtime", "custom_allreduce.py",
+              "SGLang custom all-reduce vs NCCL: correctness and latency, P2P matrix as facts",
+              Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch", "sglang")), 900.0),
+    ProbeSpec("runtime.cuda.p2p-matrix", "p2p-access", "runtime", "p2p_matrix.py",
+              "torch.cuda.can_device_access_peer for every pair of the target's GPUs",
+              _RUNTIME, 300.0),
+)
+
+
+def catalog() -> tuple[ProbeSpec, ...]:
+    """Every probe stackforge knows, gate tier first."""
+    return _CATALOG
+
+
+def probe_by_id(probe_id: str) -> ProbeSpec:
+    """The probe with this id; SpecError naming the known ids otherwise."""
+    for spec in _CATALOG:
+        if spec.id == probe_id:
+            return spec
+    raise SpecError(f"unknown probe {probe_id!r}; known: {', '.join(s.id for s in _CATALOG)}")
+
+
+def unmet_preconditions(spec: ProbeSpec, *, target_gpus: int, gpu_visible: bool,
+                        nvcc_present: bool | None = None,
+                        installed: dict[str, str] | None = None) -> str | None:
+    """Why ``spec`` cannot say anything for this target/image, or None. Pure.
+
+    ``nvcc_present`` and ``installed`` are what is known about the image; None means unknown
+    (then the script itself decides and reports).
+    """
+    pre = spec.preconditions
+    if target_gpus < pre.min_gpus:
+        return f"{spec.id} needs a target with at least {pre.min_gpus} GPUs; the target has {target_gpus}"
+    if pre.needs_gpu_arch and not gpu_visible:
+        return f"{spec.id} runs on a GPU of the target arch and none is visible"
+    if pre.needs_nvcc and nvcc_present is False:
+        return f"{spec.id} needs nvcc and the image has none"
+    if installed is not None:
+        missing = [p for p in pre.needs_packages if p not in installed]
+        if missing:
+            return f"{spec.id} needs {', '.join(missing)} in the image"
+    return None

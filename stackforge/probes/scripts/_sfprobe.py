@@ -1,0 +1,823 @@
+"""Shared helpers for stackforge probe scripts (standard library only).
+
+Probe scripts run INSIDE a stack image as ``python3 /stackforge/probes/<file>.py [args]``; this
+module sits next to them and is imported as ``_sfprobe`` (the script directory is ``sys.path[0]``).
+It must import with nothing but the standard library: torch, FlashInfer and SGLang are imported by
+the scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
+of a traceback.
+
+The result-line contract: a script prints human logs freely and, as its LAST stdout line, exactly::
+
+    STACKFORGE_RESULT {"status": ..., "reason": ..., "evidence": ..., "metrics": {...}, "facts": {...}}
+
+with status in pass | fail | skip | error. ``timeout`` and ``crash`` are assigned by the runner that
+watches the script, never by the script. :func:`emit` prints that line and ends the process at once
+(``os._exit``) so no atexit hook, C library or child process can print after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.metadata
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import re
+import shutil
+import signal
+import site
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+RESULT_PREFIX = "STACKFORGE_RESULT "
+STATUSES = ("pass", "fail", "skip", "error")
+INTERCONNECTS = ("pcie", "nvlink", "nvswitch")
+NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
+
+# Evidence is the exact text a result was decided on; keep both ends of very long text because
+# compilers and NCCL put the decisive line at the start or at the end.
+EVIDENCE_LIMIT = 6000
+
+# Distributions whose installed versions are provenance for every record (asked-for is not
+# installed: pip may resolve something else).
+PROVENANCE_DISTRIBUTIONS = (
+    "torch",
+    "triton",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "sglang",
+    "sgl-kernel",
+    "sglang-kernel",
+    "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-nvcc-cu12",
+    "nvidia-cuda-nvcc",
+    "cuda-python",
+    "apache-tvm-ffi",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Target arguments
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arch:
+    """A compute capability such as 12.0 (major 12, minor 0)."""
+
+    major: int
+    minor: int
+
+    @property
+    def sm(self) -> int:
+        """The number nvcc and cubins use: 120 for 12.0."""
+        return self.major * 10 + self.minor
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def sm_name(self) -> str:
+        return f"sm_{self.sm}"
+
+
+def parse_arch(text: str) -> Arch:
+    """Parse a target compute capability ``"12.0"``; raises ValueError on anything else."""
+    match = re.fullmatch(r"(\d{1,2})\.(\d)", text.strip())
+    if not match:
+        raise ValueError(f"--arch must look like 12.0 (compute capability), got {text!r}")
+    return Arch(int(match.group(1)), int(match.group(2)))
+
+
+def code_runs_on(kind: str, number: int, suffix: str, target: Arch) -> bool:
+    """Whether device code built for ``<kind>_<number><suffix>`` runs on the target.
+
+    SASS (``sm``): arch-specific ``a`` runs only on its own arch; plain and family ``f`` code runs
+    on the same major with a minor >= its own (sm_120 and sm_120f on 12.0 and 12.1).
+    PTX (``compute``): the driver JIT-compiles plain PTX for any newer arch; ``a``/``f`` PTX only
+    within its own major.
+    """
+    if kind == "compute":
+        return number <= target.sm if not suffix else (number // 10 == target.major and number <= target.sm)
+    if suffix == "a":
+        return number == target.sm
+    return number // 10 == target.major and number % 10 <= target.minor
+
+
+def _arch_type(text: str) -> Arch:
+    try:
+        return parse_arch(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _gpus_type(text: str) -> int:
+    value = int(text)
+    if value < 0 or value > 1024:
+        raise argparse.ArgumentTypeError(f"--gpus must be between 0 and 1024, got {value}")
+    return value
+
+
+def common_parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the target arguments every probe script takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--arch", type=_arch_type, default=parse_arch("12.0"),
+                        help="target compute capability, e.g. 12.0 for sm_120")
+    parser.add_argument("--gpus", type=_gpus_type, default=1, help="number of GPUs of the target")
+    parser.add_argument("--interconnect", choices=INTERCONNECTS, default="pcie",
+                        help="how the target's GPUs are connected")
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# Result emission
+# --------------------------------------------------------------------------------------------
+
+def one_line(text: object) -> str:
+    """Collapse any whitespace (newlines included) so a reason stays on one line."""
+    return " ".join(str(text).split())
+
+
+def bound_text(text: str, limit: int = EVIDENCE_LIMIT) -> str:
+    """Keep head and tail of long text, saying how much was cut from the middle."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n...[{cut} characters cut]...\n{text[-tail:]}"
+
+
+def result_line(status: str, reason: str, evidence: str = "",
+                metrics: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None) -> str:
+    """The exact ``STACKFORGE_RESULT {...}`` line for these values (no newline)."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    payload = {
+        "status": status,
+        "reason": one_line(reason),
+        "evidence": bound_text(str(evidence)),
+        "metrics": dict(metrics or {}),
+        "facts": dict(facts or {}),
+    }
+    # default=str: a stray Path or Version in metrics must not cost the whole result.
+    return RESULT_PREFIX + json.dumps(payload, sort_keys=True, default=str, ensure_ascii=True)
+
+
+def emit(status: str, reason: str, evidence: str = "",
+         metrics: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None) -> None:
+    """Print the result as the last stdout line and end the process immediately."""
+    line = result_line(status, reason, evidence, metrics, facts)
+    sys.stderr.flush()
+    sys.stdout.write("\n" + line + "\n")
+    sys.stdout.flush()
+    # os._exit: nothing may print after the result line (atexit hooks, NCCL teardown, FI logging).
+    os._exit(0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """A decided result, before it is printed: scripts that must clean up (temporary workspaces)
+    decide first, clean up, then emit."""
+
+    status: str
+    reason: str
+    evidence: str = ""
+    metrics: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+
+def emit_verdict(verdict: Verdict, facts: Mapping[str, Any] | None = None,
+                 extra_metrics: Mapping[str, Any] | None = None) -> None:
+    """:func:`emit` a :class:`Verdict`, merging ``extra_metrics`` under its own metrics."""
+    metrics = {**dict(extra_metrics or {}), **dict(verdict.metrics)}
+    emit(verdict.status, verdict.reason, verdict.evidence, metrics, facts)
+
+
+def run_main(main: Callable[[Sequence[str]], None], argv: Sequence[str] | None = None) -> None:
+    """Run a script's ``main``; an escaped exception still produces an ``error`` result line.
+
+    ``main`` is expected to call :func:`emit`; returning without doing so is a bug in the script
+    and is reported as an error too.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        main(args)
+    except SystemExit as exc:
+        # argparse usage errors exit 2 after printing usage; report them as errors.
+        if exc.code not in (0, None):
+            emit("error", f"probe arguments rejected (exit {exc.code})", evidence=" ".join(args))
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the one place that turns anything into a result
+        emit("error", f"probe script raised {describe_exception(exc)}", evidence=traceback_text(exc))
+    emit("error", "probe script ended without a result (bug in the probe)")
+
+
+# --------------------------------------------------------------------------------------------
+# Exceptions as evidence
+# --------------------------------------------------------------------------------------------
+
+def describe_exception(exc: BaseException) -> str:
+    """``RuntimeError: message`` plus its chain (``caused by: ...``) on one line."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = one_line(str(current))
+        name = type(current).__name__
+        parts.append(f"{name}: {text}" if text else name)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return " | caused by: ".join(parts)
+
+
+def traceback_text(exc: BaseException, limit_lines: int = 40) -> str:
+    """The last lines of the formatted traceback (the decisive frames are at the end)."""
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    return "\n".join(lines[-limit_lines:])
+
+
+# --------------------------------------------------------------------------------------------
+# Subprocesses with a hard timeout
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommandResult:
+    """Outcome of one command: exit status (None when it timed out or could not start)."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+    start_error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+
+
+def run_command(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
+                cwd: str | None = None) -> CommandResult:
+    """Run a command in its own process group; on timeout kill the whole group (nvcc spawns
+    cicc/ptxas, ninja spawns nvcc: killing only the direct child would leave them running)."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", env=None if env is None else dict(env), cwd=cwd,
+                                start_new_session=True)
+    except OSError as exc:
+        return CommandResult(tuple(argv), None, "", "", False, 0.0, start_error=describe_exception(exc))
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return CommandResult(tuple(argv), proc.returncode, out, err, False, time.monotonic() - started)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, err = proc.communicate()
+        return CommandResult(tuple(argv), None, out, err, True, time.monotonic() - started)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# Locating things inside the image
+# --------------------------------------------------------------------------------------------
+
+def site_packages_dirs() -> tuple[str, ...]:
+    """Every site-packages / dist-packages directory this interpreter can import from."""
+    candidates: list[str] = []
+    for getter in (site.getsitepackages,):
+        try:
+            candidates.extend(getter())
+        except AttributeError:  # virtualenv's old site module
+            pass
+    try:
+        candidates.append(site.getusersitepackages())
+    except AttributeError:
+        pass
+    candidates.extend(sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib"))
+    candidates.extend(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    unique: list[str] = []
+    for path in candidates:
+        if path and os.path.isdir(path) and os.path.realpath(path) not in map(os.path.realpath, unique):
+            unique.append(path)
+    return tuple(unique)
+
+
+def nvcc_candidates(explicit: str | None = None) -> tuple[str, ...]:
+    """Where an image may keep nvcc, in the order CUDA tooling looks: an explicit path, then
+    $CUDA_HOME / $CUDA_PATH, /usr/local/cuda, the CUDA 13 wheels (nvidia/cu13/bin), then PATH."""
+    if explicit:
+        return (explicit,)
+    paths: list[str] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            paths.append(os.path.join(os.environ[var], "bin", "nvcc"))
+    paths.append("/usr/local/cuda/bin/nvcc")
+    for root in site_packages_dirs():
+        paths.append(os.path.join(root, "nvidia", "cu13", "bin", "nvcc"))
+        paths.append(os.path.join(root, "nvidia", "cuda_nvcc", "bin", "nvcc"))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        paths.append(on_path)
+    unique: list[str] = []
+    for path in paths:
+        if path not in unique:
+            unique.append(path)
+    return tuple(unique)
+
+
+def find_nvcc(explicit: str | None = None) -> str | None:
+    """The first executable nvcc among :func:`nvcc_candidates`, or None."""
+    for path in nvcc_candidates(explicit):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def nvcc_version(nvcc: str, timeout_s: float = 60) -> tuple[str, str]:
+    """(``"13.0"``, the full version line) from ``nvcc --version``; ("", error text) if it fails."""
+    result = run_command([nvcc, "--version"], timeout_s)
+    if not result.ok:
+        return "", result.start_error or result.output or f"nvcc --version exited {result.returncode}"
+    release = re.search(r"release (\d+\.\d+), (V[\d.]+)", result.stdout)
+    if not release:
+        return "", result.output
+    return release.group(1), f"Cuda compilation tools, release {release.group(1)}, {release.group(2)}"
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def try_import(module: str) -> tuple[Any, str]:
+    """(module, "") or (None, the import error as one line)."""
+    try:
+        return importlib.import_module(module), ""
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return None, describe_exception(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# Provenance facts
+# --------------------------------------------------------------------------------------------
+
+def collect_facts(*, torch_module: Any = None, import_torch: bool = True,
+                  nvcc_path: str | None = None, search_nvcc: bool = True) -> dict[str, Any]:
+    """What is actually inside this image: Python, installed versions, torch's build facts,
+    nvcc, and (when visible) GPUs and driver. Never raises; unknowns are simply absent.
+
+    Keys the result store reads as provenance: ``versions`` (distribution -> installed version),
+    ``torch_arch_list``, ``torch_git_version``, ``torch_cuda``, ``nvcc`` (version line),
+    ``driver``, ``gpus`` (names). ``nvcc_path`` reports that nvcc; otherwise nvcc is searched
+    unless ``search_nvcc`` is False (a probe told to use one nvcc must not report another).
+    """
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "versions": {name: v for name in PROVENANCE_DISTRIBUTIONS if (v := installed_version(name))},
+    }
+    torch = torch_module
+    if torch is None and import_torch and facts["versions"].get("torch"):
+        torch, error = try_import("torch")
+        if error:
+            facts["torch_import_error"] = error
+    if torch is not None:
+        facts.update(torch_facts(torch))
+    nvcc = nvcc_path or (find_nvcc() if search_nvcc else None)
+    if nvcc:
+        release, line = nvcc_version(nvcc)
+        facts["nvcc"] = line if release else f"unusable: {one_line(line)[:200]}"
+        facts["nvcc_path"] = nvcc
+    facts.update(gpu_facts())
+    return facts
+
+
+def torch_facts(torch: Any) -> dict[str, Any]:
+    """torch's version, CUDA build, git version, compiled arch list and NCCL version."""
+    facts: dict[str, Any] = {"torch_version": getattr(torch, "__version__", None)}
+    version = getattr(torch, "version", None)
+    facts["torch_cuda"] = getattr(version, "cuda", None)
+    facts["torch_git_version"] = getattr(version, "git_version", None)
+    arch_flags = torch_arch_flags(torch)
+    if arch_flags is not None:
+        facts["torch_arch_list"] = arch_flags.split()
+    try:
+        nccl = torch.cuda.nccl.version()
+    except Exception as exc:  # noqa: BLE001 - CPU builds have no NCCL
+        facts["torch_nccl_error"] = describe_exception(exc)[:200]
+    else:
+        facts["torch_nccl"] = ".".join(str(p) for p in nccl) if isinstance(nccl, tuple) else str(nccl)
+    try:
+        facts["cuda_device_count"] = int(torch.cuda.device_count())
+    except Exception as exc:  # noqa: BLE001
+        facts["cuda_device_count_error"] = describe_exception(exc)
+    return facts
+
+
+def torch_arch_flags(torch: Any) -> str | None:
+    """The arch list torch was compiled with, read without needing a GPU.
+
+    ``torch.cuda.get_arch_list()`` returns [] whenever no GPU is visible, so on a CPU runner it
+    says nothing; ``torch._C._cuda_getArchFlags()`` is the compile-time string it wraps.
+    """
+    getter = getattr(torch._C, "_cuda_getArchFlags", None)
+    if getter is None:
+        return None
+    try:
+        flags = getter()
+    except Exception:  # noqa: BLE001
+        return None
+    return flags if isinstance(flags, str) else None
+
+
+def gpu_facts(timeout_s: float = 30) -> dict[str, Any]:
+    """GPU names, compute capabilities and driver from nvidia-smi (no CUDA context is created,
+    which matters before spawning ranks) and /proc/driver/nvidia/version."""
+    facts: dict[str, Any] = {}
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as handle:
+            facts["driver_banner"] = one_line(handle.readline())
+    except OSError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return facts
+    result = run_command([smi, "--query-gpu=index,name,compute_cap,driver_version,pci.bus_id",
+                          "--format=csv,noheader"], timeout_s)
+    if not result.ok:
+        facts["nvidia_smi_error"] = one_line(result.start_error or result.output)[:500]
+        return facts
+    details = []
+    for row in result.stdout.strip().splitlines():
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) >= 5:
+            details.append({"index": cells[0], "name": cells[1], "compute_cap": cells[2],
+                            "driver": cells[3], "pci_bus_id": cells[4]})
+    facts["gpus"] = [d["name"] for d in details]
+    facts["gpu_details"] = details
+    if details:
+        facts["driver"] = details[0]["driver"]
+    return facts
+
+
+@contextmanager
+def patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    """Temporarily replace ``target.name`` (used to emulate a target GPU for gate code that only
+    asks torch for a capability or a world size)."""
+    missing = object()
+    old = getattr(target, name, missing)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        if old is missing:
+            delattr(target, name)
+        else:
+            setattr(target, name, old)
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-rank harness: each rank in its own process, the parent enforces a timeout per phase
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankEvent:
+    """One report from a rank: a phase started, finished, failed or was skipped."""
+
+    rank: int
+    phase: str
+    state: str  # start | ok | fail (fatal) | check-fail (an attempt) | skip | done
+    detail: str = ""
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    at: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RanksOutcome:
+    """What the parent observed of all ranks."""
+
+    events: tuple[RankEvent, ...]
+    exitcodes: tuple[int | None, ...]
+    hung: tuple[int, str, float] | None  # (rank, phase, seconds without progress)
+    closed_first: tuple[int, ...] = ()  # ranks whose process ended on its own, in that order
+
+    def failures(self) -> tuple[RankEvent, ...]:
+        return tuple(e for e in self.events if e.state == "fail")
+
+    def phase_events(self, phase: str, state: str = "ok") -> tuple[RankEvent, ...]:
+        return tuple(e for e in self.events if e.phase == phase and e.state == state)
+
+    def crashed(self) -> tuple[tuple[int, int], ...]:
+        """(rank, exit code) of ranks that died on their own without reporting ``done``, first
+        death first (ranks the parent killed afterwards are not crashes)."""
+        done = {e.rank for e in self.events if e.state == "done"}
+        return tuple((rank, self.exitcodes[rank]) for rank in self.closed_first
+                     if rank not in done and self.exitcodes[rank] not in (0, None))
+
+    def log(self) -> str:
+        """A readable per-event log for evidence."""
+        lines = []
+        for e in self.events:
+            tail = f": {e.detail}" if e.detail else ""
+            lines.append(f"[{e.at:7.2f}s] rank {e.rank} {e.phase} {e.state}{tail}")
+        return "\n".join(lines)
+
+
+class RankReporter:
+    """Handed to a rank's worker: reports phases to the parent over a pipe.
+
+    Sends are synchronous (a pipe, not a queue with a feeder thread) so that the parent knows a
+    phase started even if the rank then hangs inside NCCL forever.
+    """
+
+    def __init__(self, rank: int, conn: multiprocessing.connection.Connection) -> None:
+        self.rank = rank
+        self._conn = conn
+        self._t0 = time.monotonic()
+        self.reported_failure = False
+
+    def send(self, phase: str, state: str, detail: str = "", **data: Any) -> None:
+        self._conn.send(RankEvent(self.rank, phase, state, one_line(detail)[:2000], dict(data),
+                                  time.monotonic() - self._t0))
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+        """``with reporter.phase("eager") as data: ...`` reports start, then ok (with ``data``) or
+        fail (with the exception) and re-raises so the worker stops."""
+        self.send(name, "start")
+        data: dict[str, Any] = {}
+        try:
+            yield data
+        except BaseException as exc:
+            self.send(name, "fail", describe_exception(exc), traceback=traceback_text(exc, 12))
+            self.reported_failure = True
+            raise
+        self.send(name, "ok", **data)
+
+    @contextmanager
+    def attempt(self, name: str) -> Iterator[dict[str, Any]]:
+        """Like :meth:`phase` but a failure is reported and swallowed, so the worker can go on
+        to its next independent check (one all-reduce variant failing says nothing of another)."""
+        self.send(name, "start")
+        data: dict[str, Any] = {}
+        try:
+            yield data
+        except Exception as exc:  # noqa: BLE001 - reported, then the next check runs
+            self.send(name, "check-fail", describe_exception(exc), traceback=traceback_text(exc, 12))
+            return
+        self.send(name, "ok", **data)
+
+
+# Exceptions that mean the probe itself is broken (an API it calls moved), not that the feature
+# failed: a rank failing with one of these is an ``error`` result, anything else a ``fail``.
+PROBE_BUG_EXCEPTIONS = ("AttributeError", "TypeError", "NameError", "ImportError", "ModuleNotFoundError",
+                        "SyntaxError")
+
+
+def failure_status(detail: str) -> str:
+    """``error`` for a probe bug (see PROBE_BUG_EXCEPTIONS), ``fail`` for anything else."""
+    return "error" if detail.split(":", 1)[0].strip() in PROBE_BUG_EXCEPTIONS else "fail"
+
+
+def ranks_verdict(outcome: RanksOutcome, what: str) -> Verdict | None:
+    """The verdict when the ranks did not all finish cleanly (hang, failure, crash), else None.
+
+    A hang is a measured outcome (NCCL hanging on a PCIe box is the finding), so it is a ``fail``
+    with the phase it hung in; ``timeout`` is reserved for the runner killing the whole script.
+    """
+    log = outcome.log()
+    if outcome.hung is not None:
+        rank, phase, seconds = outcome.hung
+        return Verdict("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
+                       "(hang); all ranks were killed", log)
+    failures = outcome.failures()
+    if failures:
+        first = failures[0]
+        tb = first.data.get("traceback", "")
+        return Verdict(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
+                       f"'{first.phase}': {first.detail}", log + (f"\n{tb}" if tb else ""))
+    crashed = outcome.crashed()
+    if crashed:
+        rank, code = crashed[0]
+        last = [e.phase for e in outcome.events if e.rank == rank]
+        where = last[-1] if last else "startup"
+        return Verdict("fail", f"{what}: rank {rank} died ({signal_name(code)}) in phase '{where}'", log)
+    return None
+
+
+def _rank_entry(worker: Callable[..., None], rank: int, world_size: int, options: Mapping[str, Any],
+                conn: multiprocessing.connection.Connection) -> None:
+    reporter = RankReporter(rank, conn)
+    try:
+        worker(rank, world_size, dict(options), reporter)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        if not reporter.reported_failure:
+            reporter.send("worker", "fail", describe_exception(exc), traceback=traceback_text(exc, 12))
+        conn.close()
+        os._exit(1)
+    reporter.send("worker", "done")
+    conn.close()
+
+
+def run_ranks(worker: Callable[..., None], world_size: int, options: Mapping[str, Any], *,
+              phase_timeout_s: float, env: Mapping[str, str] | None = None,
+              total_timeout_s: float | None = None) -> RanksOutcome:
+    """Run ``worker(rank, world_size, options, reporter)`` in ``world_size`` spawned processes.
+
+    The parent watches every rank's current phase; a phase that makes no progress for
+    ``phase_timeout_s`` (a hang, the norm for NCCL on PCIe boxes) ends the run: all ranks are
+    killed and the hung (rank, phase) is reported. ``worker`` must be a module-level function of
+    the calling script (spawn pickles it by name).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})  # spawned children inherit the parent's environment
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            parent_conn, child_conn = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_rank_entry, args=(worker, rank, world_size, dict(options), child_conn),
+                               name=f"sf-rank{rank}")
+            proc.start()
+            child_conn.close()
+            procs.append(proc)
+            conns.append(parent_conn)
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return _watch_ranks(procs, conns, phase_timeout_s, total_timeout_s)
+
+
+def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
+                 total_timeout_s: float | None, after_failure_grace_s: float = 20.0) -> RanksOutcome:
+    t0 = time.monotonic()
+    events: list[RankEvent] = []
+    last_progress = [t0] * len(procs)
+    current = ["spawn"] * len(procs)
+    finished = [False] * len(procs)
+    closed_first: list[int] = []
+    first_failure_at: float | None = None
+    hung: tuple[int, str, float] | None = None
+    open_conns = dict(enumerate(conns))
+    while open_conns:
+        ready = multiprocessing.connection.wait(list(open_conns.values()), timeout=0.5)
+        now = time.monotonic()
+        for conn in ready:
+            rank = next(r for r, c in open_conns.items() if c is conn)
+            try:
+                event = conn.recv()
+            except (EOFError, OSError):
+                del open_conns[rank]
+                closed_first.append(rank)
+                if not finished[rank] and first_failure_at is None:
+                    first_failure_at = now  # died or failed without finishing
+                continue
+            events.append(dataclasses.replace(event, at=now - t0))
+            last_progress[rank] = now
+            current[rank] = event.phase
+            finished[rank] = finished[rank] or event.state == "done"
+            if event.state == "fail" and first_failure_at is None:
+                first_failure_at = now
+        if first_failure_at is not None:
+            # Peers of a failed rank usually block in the next collective; that is a consequence,
+            # not a hang of its own, so give them a short grace and stop.
+            if now - first_failure_at > min(after_failure_grace_s, phase_timeout_s):
+                break
+            continue
+        stalled = [r for r in open_conns if not finished[r] and now - last_progress[r] > phase_timeout_s]
+        if stalled:
+            rank = stalled[0]
+            hung = (rank, current[rank], now - last_progress[rank])
+            break
+        if total_timeout_s is not None and now - t0 > total_timeout_s and open_conns:
+            rank = min(open_conns)
+            hung = (rank, current[rank], now - last_progress[rank])
+            break
+    # Ranks still running now are stuck (or were told to stop): no grace for them.
+    _stop_processes(procs, grace_s=0.0 if open_conns else 5.0)
+    return RanksOutcome(tuple(events), tuple(p.exitcode for p in procs), hung, tuple(closed_first))
+
+
+def _stop_processes(procs: list[Any], grace_s: float = 5.0) -> None:
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=2.0)
+
+
+def free_tcp_port() -> int:
+    """A free localhost port for the process-group rendezvous."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def signal_name(exitcode: int | None) -> str:
+    """``SIGSEGV`` for a process killed by signal 11 (negative exit code), else ``exit N``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit {exitcode}"
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers for the runtime (GPU) probes; torch is passed in or imported lazily
+# --------------------------------------------------------------------------------------------
+
+def multi_gpu_preflight(backend: str, gpus: int, arch: Arch | None = None) -> tuple[str, str, Any]:
+    """("", "", torch) when a multi-rank run can go ahead, else (status, reason, torch).
+
+    With NCCL the first ``gpus`` visible devices must exist and, when ``arch`` is given, be of
+    the target's compute capability: a result measured on other GPUs says nothing about the target.
+    """
+    torch, error = try_import("torch")
+    if torch is None:
+        return "skip", f"torch is not importable: {error}", None
+    if backend == "nccl":
+        count = torch.cuda.device_count()
+        if count == 0:
+            return "skip", NO_GPU_REASON, torch
+        if count < gpus:
+            return "skip", f"needs {gpus} GPUs, {count} visible", torch
+        if arch is not None:
+            others = sorted({f"{major}.{minor}" for major, minor in
+                             (torch.cuda.get_device_capability(i) for i in range(gpus))} - {arch.dotted})
+            if others:
+                return "skip", (f"visible GPUs have compute capability {', '.join(others)}, the target is "
+                                f"{arch.dotted}: results here would not speak for it"), torch
+    if gpus < 2:
+        return "skip", f"a collective across GPUs needs at least 2 ranks (--gpus {gpus})", torch
+    return "", "", torch
+
+
+def median_us(fn: Callable[[], Any], sync: Callable[[], Any], iters: int) -> float:
+    """Median wall time of ``fn`` in microseconds over ``iters`` runs, each synchronised."""
+    samples = []
+    for _ in range(max(iters, 1)):
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return round(statistics.median(samples), 1)
+
+
+def check_allreduce_sum(tensor: Any, world_size: int, where: str) -> float:
+    """Raise AssertionError unless every element equals 1 + 2 + ... + world_size (rank r
+    contributed r + 1); returns the largest deviation."""
+    expected = world_size * (world_size + 1) / 2
+    error = float((tensor.double() - expected).abs().max().item())
+    if error > 1e-6:
+        raise AssertionError(f"{where}: all_reduce result off by up to {error} "
+                             f"(expected every element = {expected})")
+    return error

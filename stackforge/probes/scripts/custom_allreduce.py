@@ -1,0 +1,145 @@
+"""Runtime probe ``custom-allreduce``: SGLang's custom all-reduce against NCCL on N GPUs.
+
+Each rank (own process, phase timeouts in the parent): init NCCL plus a gloo group (SGLang
+attaches ``CustomAllreduce`` to a CPU group), record its row of the P2P access matrix
+(``torch.cuda.can_device_access_peer``), construct SGLang's
+``sglang.srt.distributed.device_communicators.custom_all_reduce.CustomAllreduce`` (its own gates:
+world size, NVLink via NVML, its P2P test) and, when it stays enabled, compare
+``custom_all_reduce`` with NCCL's ``all_reduce`` for several sizes: results (bf16 tolerance) and
+median latency of each.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import _sfprobe as sf
+
+SIZES = (2048, 131072, 1048576)  # bf16 elements: 4 KiB, 256 KiB, 2 MiB
+
+
+def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.RankReporter) -> None:
+    import torch
+    import torch.distributed as dist
+
+    with reporter.phase("init"):
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{options['port']}", rank=rank,
+                                world_size=world_size,
+                                timeout=datetime.timedelta(seconds=options["collective_timeout_s"]))
+        cpu_group = dist.new_group(backend="gloo")
+    with reporter.phase("p2p") as data:
+        data["row"] = [True if peer == rank else bool(torch.cuda.can_device_access_peer(rank, peer))
+                       for peer in range(world_size)]
+    with reporter.phase("construct") as data:
+        from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
+
+        said = LogCollector()
+        logging.getLogger("sglang").addHandler(said)
+        communicator = CustomAllreduce(group=cpu_group, device=device)
+        data["disabled"] = bool(communicator.disabled)
+        data["sglang_said"] = " | ".join(said.messages)
+    if not communicator.disabled:
+        for numel in options["sizes"]:
+            with reporter.attempt(f"allreduce_{numel}") as data:
+                data.update(compare(torch, dist, communicator, numel, rank, options["iters"]))
+        communicator.close()
+    with reporter.phase("destroy"):
+        dist.destroy_process_group()
+
+
+class LogCollector(logging.Handler):
+    """Keeps what SGLang logs at WARNING and above (why it disabled itself)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def compare(torch: Any, dist: Any, communicator: Any, numel: int, rank: int, iters: int) -> dict[str, Any]:
+    """Custom all-reduce vs NCCL on the same bf16 input: max difference and latencies."""
+    generator = torch.Generator(device="cuda").manual_seed(1234 + rank)
+    data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
+    if not communicator.should_custom_ar(data):
+        return {"used": False}
+    reference = data.clone()
+    dist.all_reduce(reference)
+    result = communicator.custom_all_reduce(data)
+    torch.cuda.synchronize()
+    difference = float((result.float() - reference.float()).abs().max().item())
+    scale = float(reference.float().abs().max().item()) or 1.0
+    if difference > 0.05 * scale:  # bf16 sums in another order differ by rounding, not more
+        raise AssertionError(f"custom all-reduce differs from NCCL by {difference} (max |NCCL| {scale})")
+    return {"used": True, "max_abs_diff": difference,
+            "custom_us": sf.median_us(lambda: communicator.custom_all_reduce(data), torch.cuda.synchronize, iters),
+            "nccl_us": sf.median_us(lambda: dist.all_reduce(reference), torch.cuda.synchronize, iters)}
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = sf.common_parser(__doc__.splitlines()[0])
+    parser.add_argument("--phase-timeout", type=float, default=180.0)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args(argv)
+    status, reason, torch = sf.multi_gpu_preflight("nccl", args.gpus, args.arch)
+    facts = sf.collect_facts(torch_module=torch, import_torch=False)
+    if status:
+        sf.emit(status, reason, facts=facts)
+    version = sf.installed_version("sglang")
+    if version is None:
+        sf.emit("skip", "SGLang is not installed in this image", facts=facts)
+    options = {"port": sf.free_tcp_port(), "iters": args.iters, "sizes": SIZES,
+               "collective_timeout_s": args.phase_timeout * 3}
+    outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout)
+    what = f"SGLang {version} custom all-reduce on {args.gpus} GPUs ({args.interconnect})"
+    metrics = summarize(outcome)
+    facts = {**facts, "p2p_matrix": metrics.pop("p2p_matrix", None)}
+    failed = sf.ranks_verdict(outcome, what)
+    if failed is not None:
+        sf.emit_verdict(failed, facts, metrics)
+    sf.emit_verdict(decide(what, metrics, outcome), facts, metrics)
+
+
+def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
+    rows = {e.rank: e.data.get("row") for e in outcome.phase_events("p2p")}
+    constructed = outcome.phase_events("construct")
+    metrics: dict[str, Any] = {"p2p_matrix": [rows[r] for r in sorted(rows)],
+                               "disabled": any(e.data.get("disabled") for e in constructed) if constructed else None,
+                               "sglang_said": next((e.data["sglang_said"] for e in constructed
+                                                    if e.data.get("sglang_said")), "")}
+    for numel in SIZES:
+        events = outcome.phase_events(f"allreduce_{numel}")
+        if events and all(e.data.get("used") for e in events):
+            metrics[f"custom_us_{numel}"] = max(e.data["custom_us"] for e in events)
+            metrics[f"nccl_us_{numel}"] = max(e.data["nccl_us"] for e in events)
+            metrics[f"max_abs_diff_{numel}"] = max(e.data["max_abs_diff"] for e in events)
+    return metrics
+
+
+def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.Verdict:
+    log = outcome.log()
+    if metrics["disabled"]:
+        return sf.Verdict("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
+                          log)
+    broken = [e for e in outcome.events if e.state == "check-fail"]
+    if broken:
+        first = broken[0]
+        return sf.Verdict(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
+                          f"{first.detail}", log)
+    used = [n for n in SIZES if f"custom_us_{n}" in metrics]
+    if not used:
+        return sf.Verdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
+    timing = "; ".join(f"{n * 2 // 1024} KiB: custom {metrics[f'custom_us_{n}']} us vs NCCL {metrics[f'nccl_us_{n}']} us"
+                       for n in used)
+    return sf.Verdict("pass", f"{what}: matches NCCL; {timing}", log)
+
+
+if __name__ == "__main__":
+    sf.run_main(main, sys.argv[1:])

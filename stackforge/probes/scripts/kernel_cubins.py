@@ -1,0 +1,324 @@
+"""Gate probe ``kernel-arch-coverage``: which archs do the prebuilt kernel libraries carry?
+
+Looks for the kernel packages in site-packages (``sgl_kernel`` / ``sglang_kernel``,
+``flashinfer_cubin``, ``flashinfer_jit_cache``, plus ``--package`` / ``--path``) and lists the
+device code in each shared object, cubin or fatbin: SASS archs (``sm_120a``) and PTX
+(``compute_90``). With ``cuobjdump`` in the image that is ``cuobjdump --list-elf --list-ptx``;
+otherwise (or with ``--method parse``) the files are read directly, standard library only:
+
+- ELF shared objects keep their device code in the ``.nv_fatbin`` section: a sequence of fatbin
+  containers (header: magic 0xBA55ED50, u16 version, u16 header size, u64 payload size), each a
+  sequence of entries (u16 kind 1=PTX 2=ELF, u16, u32 header size, u64 payload size, ..., u32 arch
+  at +28, u64 flags at +40). In those flags 0x100000 marks arch-specific (``a``) and 0x200000
+  family (``f``) code; entries may be compressed, the header is not.
+- A bare cubin is an NVIDIA ELF (e_machine 190); its SM is in e_flags (bits 8..15 from ELF ABI
+  version 8 on, the low byte before), the ``a``/``f`` suffix in ptxas' ``-arch`` note.
+
+A package covers the target when at least one of its files has SASS that runs on it (same major,
+minor <= target; ``a`` only on its own arch) or PTX that JIT-compiles to it. No GPU needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import struct
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+import _sfprobe as sf
+
+DEFAULT_PACKAGES = ("sgl_kernel", "sglang_kernel", "flashinfer_cubin", "flashinfer_jit_cache")
+FATBIN_MAGIC = 0xBA55ED50
+FATBIN_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+EM_CUDA = 190
+FLAG_ARCH_SPECIFIC = 0x100000
+FLAG_FAMILY = 0x200000
+DEVICE_SUFFIXES = (".so", ".cubin", ".fatbin")
+CODE = re.compile(r"(sm|compute)_(\d+)([af]?)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileCode:
+    """Device code found in one file."""
+
+    path: str
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    error: str = ""
+
+    @property
+    def has_code(self) -> bool:
+        return bool(self.sass or self.ptx)
+
+
+# --------------------------------------------------------------------------------------------
+# ELF and fatbin parsing
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Elf:
+    """The parts of an ELF header this probe needs."""
+
+    little: bool
+    is64: bool
+    abi_version: int
+    machine: int
+    flags: int
+    sections: tuple[tuple[str, int, int], ...]  # (name, file offset, size)
+
+
+def read_elf(handle) -> Elf | None:
+    """Parse the ELF header and section table; None if the file is not ELF."""
+    handle.seek(0)
+    ident = handle.read(64)
+    if len(ident) < 52 or ident[:4] != b"\x7fELF":
+        return None
+    is64, little = ident[4] == 2, ident[5] == 1
+    order = "<" if little else ">"
+    machine = struct.unpack_from(order + "H", ident, 18)[0]
+    if is64:
+        shoff, flags = struct.unpack_from(order + "Q", ident, 40)[0], struct.unpack_from(order + "I", ident, 48)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", ident, 58)
+    else:
+        shoff, flags = struct.unpack_from(order + "I", ident, 32)[0], struct.unpack_from(order + "I", ident, 36)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", ident, 46)
+    raw = []
+    if shoff and shnum and shentsize:
+        handle.seek(shoff)
+        table = handle.read(shentsize * shnum)
+        for index in range(len(table) // shentsize):
+            entry = table[index * shentsize:(index + 1) * shentsize]
+            if is64:
+                name, _, _, _, offset, size = struct.unpack_from(order + "IIQQQQ", entry, 0)
+            else:
+                name, _, _, _, offset, size = struct.unpack_from(order + "IIIIII", entry, 0)
+            raw.append((name, offset, size))
+    sections = []
+    if raw and shstrndx < len(raw):
+        _, str_offset, str_size = raw[shstrndx]
+        handle.seek(str_offset)
+        names = handle.read(str_size)
+        for name_offset, offset, size in raw:
+            end = names.find(b"\0", name_offset)
+            sections.append((names[name_offset:end if end >= 0 else None].decode("ascii", "replace"), offset, size))
+    return Elf(little, is64, ident[8], machine, flags, tuple(sections))
+
+
+def cubin_code(handle, elf: Elf) -> str:
+    """``sm_120a`` for a bare cubin (SM from e_flags, suffix from ptxas' -arch note)."""
+    sm = (elf.flags >> 8) & 0xFF if elf.abi_version >= 8 else elf.flags & 0xFF
+    suffix = ""
+    for name, offset, size in elf.sections:
+        if name == ".note.nv.tkinfo" and size < 1 << 16:
+            handle.seek(offset)
+            match = re.search(rb"-arch[ =]sm_(\d+)([af]?)", handle.read(size))
+            if match and int(match.group(1)) == sm:
+                suffix = match.group(2).decode()
+    return f"sm_{sm}{suffix}"
+
+
+def fatbin_entries(handle, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(kind, arch, flags) of every entry of every fatbin container in [start, end)."""
+    position = find_magic(handle, start, end)
+    while position is not None and position + 16 <= end:
+        handle.seek(position)
+        magic, _version, header_size, payload = struct.unpack("<IHHQ", handle.read(16))
+        if magic != FATBIN_MAGIC or header_size < 16:
+            position = find_magic(handle, position + 8, end)
+            continue
+        entry, container_end = position + header_size, min(position + header_size + payload, end)
+        while entry + 48 <= container_end:
+            handle.seek(entry)
+            head = handle.read(48)
+            kind, _unknown, entry_header, size = struct.unpack_from("<HHIQ", head, 0)
+            if kind not in (1, 2) or entry_header < 48:
+                break
+            arch, flags = struct.unpack_from("<I", head, 28)[0], struct.unpack_from("<Q", head, 40)[0]
+            yield kind, arch, flags
+            entry += entry_header + size
+        position = find_magic(handle, container_end, end)
+
+
+def find_magic(handle, start: int, end: int, chunk: int = 1 << 16) -> int | None:
+    """Offset of the next fatbin magic at an 8-byte boundary in [start, end)."""
+    start += (-start) % 8
+    while start < end:
+        handle.seek(start)
+        data = handle.read(min(chunk, end - start) + 3)
+        index = data.find(FATBIN_MAGIC_BYTES)
+        while index >= 0 and (start + index) % 8:
+            index = data.find(FATBIN_MAGIC_BYTES, index + 1)
+        if index >= 0 and start + index < end:
+            return start + index
+        start += chunk
+    return None
+
+
+def entry_code(kind: int, arch: int, flags: int) -> str:
+    suffix = "a" if flags & FLAG_ARCH_SPECIFIC else ("f" if flags & FLAG_FAMILY else "")
+    return f"{'compute' if kind == 1 else 'sm'}_{arch}{suffix}"
+
+
+def parse_file(path: str) -> FileCode:
+    """Device code of one file by reading it directly."""
+    codes: list[str] = []
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+            if head == FATBIN_MAGIC_BYTES:
+                size = os.fstat(handle.fileno()).st_size
+                codes = [entry_code(*e) for e in fatbin_entries(handle, 0, size)]
+            else:
+                elf = read_elf(handle)
+                if elf is not None and elf.machine == EM_CUDA:
+                    codes = [cubin_code(handle, elf)]
+                elif elf is not None:
+                    for name, offset, size in elf.sections:
+                        if name in (".nv_fatbin", "__nv_relfatbin"):
+                            codes += [entry_code(*e) for e in fatbin_entries(handle, offset, offset + size)]
+    except (OSError, struct.error) as exc:
+        return FileCode(path, (), (), sf.describe_exception(exc))
+    return split_codes(path, codes)
+
+
+def split_codes(path: str, codes: Sequence[str]) -> FileCode:
+    unique = sorted(set(codes), key=code_sort_key)
+    return FileCode(path, tuple(c for c in unique if c.startswith("sm_")),
+                    tuple(c for c in unique if c.startswith("compute_")))
+
+
+def code_sort_key(code: str) -> tuple[int, str]:
+    match = CODE.fullmatch(code)
+    return (int(match.group(2)), code) if match else (0, code)
+
+
+def cuobjdump_file(cuobjdump: str, path: str) -> FileCode:
+    """Device code of one file via ``cuobjdump --list-elf --list-ptx``."""
+    result = sf.run_command([cuobjdump, "--list-elf", "--list-ptx", path], 120)
+    text = result.output
+    if result.timed_out:
+        return FileCode(path, (), (), "cuobjdump timed out")
+    codes = []
+    for line in text.splitlines():
+        match = re.match(r"\s*(ELF|PTX) file\s+\d+:\s*\S*?\.(sm_\d+[af]?)\.(cubin|ptx)\s*$", line)
+        if match:
+            code = match.group(2)
+            codes.append(code if match.group(1) == "ELF" else code.replace("sm_", "compute_"))
+    if not codes and not result.ok and "does not contain device code" not in text:
+        return FileCode(path, (), (), sf.one_line(text)[:300])
+    return split_codes(path, codes)
+
+
+# --------------------------------------------------------------------------------------------
+# Discovery and decision
+# --------------------------------------------------------------------------------------------
+
+def package_dirs(names: Sequence[str]) -> dict[str, str]:
+    """{package: directory} for the kernel packages installed in any site-packages."""
+    found: dict[str, str] = {}
+    for root in sf.site_packages_dirs():
+        for name in names:
+            path = os.path.join(root, name)
+            if name not in found and os.path.isdir(path):
+                found[name] = path
+    return found
+
+
+def device_files(root: str) -> list[str]:
+    """Candidate files under a package (or a single file)."""
+    if os.path.isfile(root):
+        return [root]
+    files = []
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(DEVICE_SUFFIXES) or ".so." in name:
+                files.append(os.path.join(directory, name))
+    return sorted(files)
+
+
+def covers(code: str, target: sf.Arch) -> bool:
+    match = CODE.fullmatch(code)
+    return bool(match) and sf.code_runs_on(match.group(1), int(match.group(2)), match.group(3), target)
+
+
+def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch,
+              list_limit: int = 12) -> tuple[str, dict[str, object]]:
+    """One evidence block and one metrics entry for a package."""
+    with_code = [r for r in results if r.has_code]
+    covering = [r for r in with_code if any(covers(c, target) for c in (*r.sass, *r.ptx))]
+    histogram = Counter(c for r in with_code for c in (*r.sass, *r.ptx))
+    lines = [f"{name} ({root}): {len(covering)}/{len(with_code)} files with device code cover {target.sm_name}"]
+    for result in with_code[:list_limit]:
+        rel = os.path.relpath(result.path, root) if os.path.isdir(root) else os.path.basename(result.path)
+        ptx = f" ptx: {' '.join(result.ptx)}" if result.ptx else ""
+        lines.append(f"  {rel}: {' '.join(result.sass) or '-'}{ptx}")
+    if len(with_code) > list_limit:
+        lines.append(f"  ... {len(with_code) - list_limit} more; archs over all files: "
+                     + ", ".join(f"{c} x{n}" for c, n in sorted(histogram.items(), key=lambda i: code_sort_key(i[0]))))
+    errors = [r for r in results if r.error]
+    if errors:
+        lines.append(f"  unreadable: {len(errors)} (first: {errors[0].path}: {errors[0].error})")
+    metrics = {"files": len(results), "files_with_device_code": len(with_code), "covering": len(covering),
+               "archs": dict(sorted(histogram.items(), key=lambda i: code_sort_key(i[0])))}
+    return "\n".join(lines), metrics
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = sf.common_parser(__doc__.splitlines()[0])
+    parser.add_argument("--package", action="append", default=[], help="another package directory name to scan")
+    parser.add_argument("--path", action="append", default=[], help="a file or directory to scan as well")
+    parser.add_argument("--method", choices=("auto", "cuobjdump", "parse"), default="auto")
+    parser.add_argument("--cuobjdump", default="", help="cuobjdump to use (default: PATH, next to nvcc)")
+    args = parser.parse_args(argv)
+    target = args.arch
+    facts = sf.collect_facts()
+    roots = package_dirs((*DEFAULT_PACKAGES, *args.package))
+    roots.update({os.path.basename(p.rstrip("/")) or p: p for p in args.path})
+    if not roots:
+        sf.emit("skip", f"no kernel packages ({', '.join(DEFAULT_PACKAGES)}) in this image's site-packages",
+                evidence="searched: " + ", ".join(sf.site_packages_dirs()), facts=facts)
+    cuobjdump = find_cuobjdump(args.cuobjdump) if args.method != "parse" else ""
+    if args.method == "cuobjdump" and not cuobjdump:
+        sf.emit("error", "--method cuobjdump but no cuobjdump in this image", facts=facts)
+    read = (lambda path: cuobjdump_file(cuobjdump, path)) if cuobjdump else parse_file
+    blocks, per_package, uncovered = [], {}, []
+    for name, root in sorted(roots.items()):
+        evidence, metrics = summarize(name, root, [read(p) for p in device_files(root)], target)
+        blocks.append(evidence)
+        per_package[name] = metrics
+        if metrics["files_with_device_code"] and not metrics["covering"]:
+            uncovered.append(f"{name} ({', '.join(metrics['archs'])})")
+    method = f"cuobjdump ({cuobjdump})" if cuobjdump else "ELF/fatbin parser"
+    metrics = {"method": method, "packages": per_package}
+    evidence = "\n".join(blocks)
+    with_code = [n for n, m in per_package.items() if m["files_with_device_code"]]
+    if not with_code:
+        sf.emit("skip", f"kernel packages found ({', '.join(roots)}) but no device code in them", evidence,
+                metrics, facts)
+    if uncovered:
+        sf.emit("fail", f"no code for {target.sm_name} in {'; '.join(uncovered)}", evidence, metrics, facts)
+    sf.emit("pass", f"{', '.join(with_code)} carry code for {target.sm_name} ("
+            + "; ".join(f"{n}: {per_package[n]['covering']}/{per_package[n]['files_with_device_code']} files"
+                        for n in with_code) + f"; read by {method})", evidence, metrics, facts)
+
+
+def find_cuobjdump(explicit: str) -> str:
+    """cuobjdump from --cuobjdump, PATH, or next to an nvcc the image has."""
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else ""
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
+    for nvcc in sf.nvcc_candidates():
+        candidate = os.path.join(os.path.dirname(nvcc), "cuobjdump")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return ""
+
+
+if __name__ == "__main__":
+    sf.run_main(main, sys.argv[1:])

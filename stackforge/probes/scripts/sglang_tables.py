@@ -1,0 +1,495 @@
+"""Gate probe for SGLang's communicator gates: features ``torch-symm-mem`` and ``custom-allreduce``.
+
+SGLang decides in its own code whether these all-reduce paths exist for a node:
+
+- torch symmetric memory: ``TorchSymmMemCommunicator.__init__``
+  (``srt/distributed/device_communicators/torch_symm_mem.py``; ``SymmMemCommunicator`` in
+  ``symm_mem.py`` for 0.5.3-0.5.5) looks the device's major capability and the world size up in
+  ``TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES`` / ``SYMM_MEM_ALL_REDUCE_MAX_SIZES``
+  (``all_reduce_utils.py``); later it also needs multicast (a runtime property).
+- custom all-reduce: ``CustomAllreduce.__init__`` (and from 0.5.15
+  ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``): world size in
+  ``_SUPPORTED_WORLD_SIZES``; ``world_size > 2 and not full_nvlink`` disables it; then a P2P check.
+
+Two ways to evaluate them for the target (major capability, GPU count, interconnect):
+
+1. live: import the communicator module and run its constructor while torch / torch.distributed /
+   NVML queries answer for the target node (capability, world size, "full NVLink" = interconnect
+   is nvlink or nvswitch). The constructor stops at the first step that needs real hardware
+   (the symmetric-memory allocation, the P2P check); reaching it means every gate passed.
+2. static, when importing the module fails (SGLang pulls heavy dependencies): read the same files
+   from the installed package with ``ast`` (the tables' literal values and the lookups and messages
+   are SGLang's own code) and evaluate them; the evidence says that this is what happened.
+
+No GPU needed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import _sfprobe as sf
+
+FEATURES = ("torch-symm-mem", "custom-allreduce")
+COMM = "sglang.srt.distributed.device_communicators"
+SYMM_MODULES = ((f"{COMM}.torch_symm_mem", "TorchSymmMemCommunicator"), (f"{COMM}.symm_mem", "SymmMemCommunicator"))
+SYMM_TABLES = ("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES", "SYMM_MEM_ALL_REDUCE_MAX_SIZES")
+CAR_MODULE = f"{COMM}.custom_all_reduce"
+CAR_UTILS = f"{COMM}.custom_all_reduce_utils"
+
+
+def import_sglang(module_name: str) -> tuple[Any, str]:
+    """Import an SGLang module; after a failure drop the half-imported ``sglang.*`` entries so the
+    next attempt reports its own error (not a ``KeyError: 'sglang'`` left by the first)."""
+    module, error = sf.try_import(module_name)
+    if module is None:
+        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+            del sys.modules[name]
+    return module, error
+
+
+def is_missing(error: str, module_name: str) -> bool:
+    """True when the import failed because the module itself does not exist in this version."""
+    return f"No module named '{module_name}'" in error
+
+
+class GateReached(Exception):
+    """Raised by the stand-in for the first hardware step: every gate before it passed."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node:
+    """The target node as SGLang's gates see it."""
+
+    arch: sf.Arch
+    world_size: int
+    interconnect: str
+
+    @property
+    def full_nvlink(self) -> bool:
+        # An nvlink/nvswitch target is taken as fully NVLink-connected (what is_full_nvlink asks).
+        return self.interconnect in ("nvlink", "nvswitch")
+
+
+# --------------------------------------------------------------------------------------------
+# Live evaluation
+# --------------------------------------------------------------------------------------------
+
+@contextmanager
+def sglang_warnings() -> Iterator[list[str]]:
+    """Collect what SGLang logs at WARNING and above while a constructor runs."""
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if text not in messages:
+                messages.append(text)
+
+    handler = _Collect(level=logging.WARNING)
+    logger = logging.getLogger("sglang")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def patch_if_present(stack: ExitStack, target: Any, name: str, value: Any) -> None:
+    if hasattr(target, name):
+        stack.enter_context(sf.patched(target, name, value))
+
+
+@contextmanager
+def emulated_node(torch: Any, node: Node, modules: Sequence[Any]) -> Iterator[None]:
+    """torch, torch.distributed and SGLang's platform flags answering for the target node."""
+    dist = torch.distributed
+    capability = (node.arch.major, node.arch.minor)
+
+    def all_gather(tensor_list: Any, tensor: Any, group: Any = None, async_op: bool = False) -> None:
+        for index, item in enumerate(tensor_list):
+            item.fill_(index)  # physical device ids 0..N-1
+
+    with ExitStack() as stack:
+        stack.enter_context(sf.patched(torch.cuda, "get_device_capability", lambda device=None: capability))
+        stack.enter_context(sf.patched(torch.cuda, "device_count", lambda: node.world_size))
+        stack.enter_context(sf.patched(torch.cuda, "set_device", lambda device: None))
+        stack.enter_context(sf.patched(dist, "get_world_size", lambda group=None: node.world_size))
+        stack.enter_context(sf.patched(dist, "get_rank", lambda group=None: 0))
+        stack.enter_context(sf.patched(dist, "get_backend", lambda group=None: "gloo"))
+        stack.enter_context(sf.patched(dist, "all_gather", all_gather))
+        for module in modules:
+            for flag, value in (("_is_cuda", True), ("_is_hip", False), ("_is_musa", False),
+                                ("torch_symm_mem_available", True), ("symm_mem_available", True)):
+                patch_if_present(stack, module, flag, value)
+        saved_visible = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        try:
+            yield
+        finally:
+            if saved_visible is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved_visible
+
+
+def live_symm_mem(torch: Any, node: Node) -> sf.Verdict | str:
+    """Run the torch symmetric-memory communicator's constructor for the node; a verdict, or
+    the import error text when the module cannot be imported."""
+    errors = []
+    for module_name, class_name in SYMM_MODULES:
+        module, error = import_sglang(module_name)
+        if module is None:
+            errors.append(f"{module_name}: {error}")
+            if is_missing(error, module_name):
+                continue  # older/newer SGLang: try the other file name
+            break
+        communicator = getattr(module, class_name, None)
+        symm = getattr(module, "torch_symm_mem", None)
+        if communicator is None or symm is None:
+            errors.append(f"{module_name} has no {class_name} / torch_symm_mem")
+            continue
+
+        def allocate(*args: Any, **kwargs: Any) -> None:
+            raise GateReached("torch_symm_mem.empty")
+
+        group = type("ProbeGroup", (), {"group_name": "stackforge-probe"})()
+        where = f"{module_name}.{class_name}.__init__"
+        with sglang_warnings() as logs, emulated_node(torch, node, [module]), sf.patched(symm, "empty", allocate):
+            try:
+                instance = communicator(group, 0)
+                outcome = f"returned with disabled={getattr(instance, 'disabled', None)}"
+            except GateReached:
+                outcome = "reached the symmetric-memory allocation"
+            except Exception as exc:  # noqa: BLE001 - e.g. KeyError: 12, SGLang's own failure
+                outcome = f"raised {sf.describe_exception(exc)}"
+        tables = "; ".join(f"{name} = {getattr(module, name)}" for name in SYMM_TABLES if hasattr(module, name))
+        return symm_verdict(where, outcome, logs, node, f"live; {tables}" if tables else "live")
+    return "; ".join(errors)
+
+
+def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.Verdict:
+    said = "; ".join(logs)
+    evidence = f"[{method}] {where} for capability {node.arch.dotted}, world size {node.world_size}: {outcome}"
+    evidence += f"\nSGLang logged: {said}" if said else ""
+    if outcome.startswith("reached"):
+        return sf.Verdict("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
+                          f"{node.world_size} GPUs; it still needs multicast (handle.multicast_ptr != 0) at run "
+                          "time, which PCIe GPUs usually lack (see the runtime probe)", evidence)
+    if outcome.startswith("raised"):
+        return sf.Verdict("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
+                          f"capability {node.arch.major} (world size {node.world_size})", evidence)
+    return sf.Verdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
+
+
+def live_custom_ar(torch: Any, node: Node) -> sf.Verdict | str:
+    """Run ``CustomAllreduce.__init__`` for the node up to its P2P check."""
+    module, error = import_sglang(CAR_MODULE)
+    if module is None:
+        return f"{CAR_MODULE}: {error}"
+    communicator = getattr(module, "CustomAllreduce", None)
+    if communicator is None:
+        return f"{CAR_MODULE} has no CustomAllreduce"
+    utils, _ = import_sglang(CAR_UTILS)
+    owners = [m for m in (module, utils) if m is not None]
+
+    def p2p_check(*args: Any, **kwargs: Any) -> bool:
+        raise GateReached("P2P check")
+
+    with sglang_warnings() as logs, emulated_node(torch, node, owners), ExitStack() as stack:
+        for owner in owners:
+            patch_if_present(stack, owner, "custom_ar", True)
+            patch_if_present(stack, owner, "in_the_same_node_as",
+                             lambda group, source_rank=0: [True] * node.world_size)
+            patch_if_present(stack, owner, "is_full_nvlink", lambda ids, world_size: node.full_nvlink)
+            patch_if_present(stack, owner, "_can_p2p", p2p_check)
+            patch_if_present(stack, owner, "can_p2p", p2p_check)
+        ops = getattr(module, "ops", None)
+        if ops is not None:
+            patch_if_present(stack, ops, "IS_CUSTOM_AR_AVAILABLE", True)
+        try:
+            instance = communicator(group=object(), device=0)
+            outcome = f"returned with disabled={getattr(instance, 'disabled', None)}"
+        except GateReached:
+            outcome = "reached the P2P check"
+        except Exception as exc:  # noqa: BLE001
+            outcome = f"raised {sf.describe_exception(exc)}"
+    sizes = getattr(communicator, "_SUPPORTED_WORLD_SIZES", None)
+    return car_verdict(f"{CAR_MODULE}.CustomAllreduce.__init__", outcome, logs, node, sizes, "live")
+
+
+def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes: Any, method: str) -> sf.Verdict:
+    said = "; ".join(logs)
+    evidence = (f"[{method}] {where} for {node.world_size} GPUs, interconnect {node.interconnect} "
+                f"(full NVLink: {node.full_nvlink}), _SUPPORTED_WORLD_SIZES={sizes}: {outcome}")
+    evidence += f"\nSGLang logged: {said}" if said else ""
+    if node.world_size <= 1:
+        return sf.Verdict("skip", "custom all-reduce does not apply to a single GPU", evidence)
+    if outcome.startswith("reached"):
+        return sf.Verdict("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
+                          f"{node.interconnect}; its P2P check decides at run time", evidence)
+    if outcome.startswith("raised"):
+        return sf.Verdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
+    return sf.Verdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
+
+
+# --------------------------------------------------------------------------------------------
+# Static evaluation (ast over the installed files)
+# --------------------------------------------------------------------------------------------
+
+def sglang_file(relative: str) -> str | None:
+    """Path of a file inside the installed sglang package, found without importing sglang."""
+    spec = importlib.util.find_spec("sglang")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(root, relative)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def parse_file(path: str) -> ast.Module:
+    with open(path, encoding="utf-8") as handle:
+        return ast.parse(handle.read(), filename=path)
+
+
+def literal(node: ast.AST, names: dict[str, Any]) -> Any:
+    """Evaluate constant expressions (numbers, names bound earlier, + - * // **, containers)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -literal(node.operand, names)
+    if isinstance(node, ast.BinOp):
+        left, right = literal(node.left, names), literal(node.right, names)
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.FloorDiv: lambda a, b: a // b, ast.Pow: lambda a, b: a ** b, ast.LShift: lambda a, b: a << b}
+        if type(node.op) in ops:
+            return ops[type(node.op)](left, right)
+    if isinstance(node, ast.Dict):
+        return {literal(k, names): literal(v, names) for k, v in zip(node.keys, node.values) if k is not None}
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [literal(e, names) for e in node.elts]
+    raise ValueError(f"not a constant expression: {ast.dump(node)[:80]}")
+
+
+def module_constants(tree: ast.Module) -> dict[str, Any]:
+    """Top-level ``NAME = <constant expression>`` assignments of a module."""
+    names: dict[str, Any] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                and isinstance(statement.targets[0], ast.Name):
+            try:
+                names[statement.targets[0].id] = literal(statement.value, names)
+            except (ValueError, TypeError, ArithmeticError):
+                pass
+    return names
+
+
+def message_text(node: ast.AST) -> str:
+    """The format string of a log call's first argument (f-string fields kept as {name})."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+                       for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return message_text(node.left) + message_text(node.right)
+    return ast.unparse(node)
+
+
+def warnings_in(node: ast.AST) -> list[tuple[int, str]]:
+    """(line, format string) of every ``logger.warning(...)`` under ``node``."""
+    found = []
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                and call.func.attr in ("warning", "warn") and call.args:
+            found.append((call.lineno, message_text(call.args[0])))
+    return sorted(found)
+
+
+def fill(message: str, *values: Any, **fields: Any) -> str:
+    """Render a %-style or {field} log message the way logging / f-strings would."""
+    try:
+        message = message % values if "%" in message else message
+    except (TypeError, ValueError):
+        pass
+    try:
+        return message.format_map(fields) if fields and "{" in message else message
+    except (KeyError, IndexError, ValueError):
+        return message
+
+
+def class_node(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def static_symm_mem(node: Node, import_error: str) -> sf.Verdict:
+    """Evaluate the symmetric-memory gate from SGLang's files."""
+    table_path = sglang_file("srt/distributed/device_communicators/all_reduce_utils.py")
+    comm_path = next(((p, c) for m, c in SYMM_MODULES
+                      if (p := sglang_file(m.replace("sglang.", "", 1).replace(".", "/") + ".py"))), None)
+    if comm_path is None or table_path is None:
+        return sf.Verdict("skip", "this SGLang has no torch symmetric-memory communicator "
+                          "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
+    constants = module_constants(parse_file(table_path))
+    table_name = next((n for n in SYMM_TABLES if n in constants), None)
+    if table_name is None:
+        return sf.Verdict("error", f"no {' / '.join(SYMM_TABLES)} literal in {table_path}", import_error)
+    table = constants[table_name]
+    path, class_name = comm_path
+    cls = class_node(parse_file(path), class_name)
+    if cls is None:
+        return sf.Verdict("error", f"{path} has no class {class_name}", import_error)
+    style, line = table_access(cls, table_name)
+    messages = warnings_in(cls)
+    where = f"{os.path.basename(path)}:{line} {class_name}.__init__"
+    prefix = (f"import of the communicator failed ({import_error}); read {table_path} and {path} instead: "
+              f"{table_name} = {table}")
+    minimum = min_capability(cls)
+    major, size = node.arch.major, node.world_size
+    if minimum is not None and major < minimum:
+        said = next((fill(m, major) for _, m in messages if "capability" in m.lower()), "")
+        return symm_verdict(where, f"returned (capability {major} < {minimum})", [said], node,
+                            "static: " + prefix)
+    if major not in table:
+        if style == "index":
+            return symm_verdict(where, f"raised KeyError: {major}", [], node, "static: " + prefix)
+        said = next((fill(m, major) for _, m in messages if "capability" in m.lower()), "")
+        return symm_verdict(where, "returned with disabled=True", [said], node, "static: " + prefix)
+    if size not in table[major]:
+        said = next((fill(m, size) for _, m in messages if "world size" in m.lower()), "")
+        return symm_verdict(where, "returned with disabled=True", [said], node, "static: " + prefix)
+    return symm_verdict(where, "reached the symmetric-memory allocation", [], node, "static: " + prefix)
+
+
+def table_access(cls: ast.ClassDef, table_name: str) -> tuple[str, int]:
+    """How the constructor looks the capability up: ``index`` (KeyError when missing) or
+    ``get`` (a clean disable), and where."""
+    accesses = []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == table_name:
+            accesses.append((node.lineno, "index"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == table_name:
+            accesses.append((node.lineno, "get"))
+    if not accesses:
+        return "unknown", cls.lineno
+    line, style = min(accesses)
+    return style, line
+
+
+def min_capability(cls: ast.ClassDef) -> int | None:
+    """K in ``if self.device_capability < K`` (SGLang's floor), if the constructor has one."""
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) \
+                and node.left.attr == "device_capability" and len(node.ops) == 1 \
+                and isinstance(node.ops[0], ast.Lt) and isinstance(node.comparators[0], ast.Constant):
+            return int(node.comparators[0].value)
+    return None
+
+
+def static_custom_ar(node: Node, import_error: str) -> sf.Verdict:
+    """Evaluate the custom all-reduce gates from SGLang's files."""
+    paths = [p for p in (sglang_file("srt/distributed/device_communicators/custom_all_reduce.py"),
+                         sglang_file("srt/distributed/device_communicators/custom_all_reduce_utils.py")) if p]
+    if not paths:
+        return sf.Verdict("error", "no custom_all_reduce.py in this SGLang", import_error)
+    trees = {path: parse_file(path) for path in paths}
+    cls = class_node(trees[paths[0]], "CustomAllreduce")
+    sizes = None
+    if cls is not None:
+        sizes = module_constants(ast.Module(body=cls.body, type_ignores=[])).get("_SUPPORTED_WORLD_SIZES")
+    gate = next((g for tree in trees.values() if (g := pcie_gate(tree))), None)
+    size_message = next((m for tree in trees.values() for m in size_gate_messages(tree)), "")
+    prefix = f"static: import failed ({import_error}); read {', '.join(paths)}"
+    where = "CustomAllreduce.__init__"
+    fields = {"cls_name": "CustomAllreduce", "world_size": node.world_size, "supported_world_size": sizes}
+    if sizes is None or gate is None:
+        return sf.Verdict("error", "could not find _SUPPORTED_WORLD_SIZES or the PCIe gate in SGLang's files",
+                          prefix)
+    threshold, pcie_message, line = gate
+    if node.world_size <= 1:
+        return car_verdict(where, "returned (single GPU)", [], node, sizes, prefix)
+    if node.world_size not in sizes:
+        said = fill(size_message, node.world_size, str(sizes), **fields)
+        return car_verdict(where, "returned with disabled=True", [said], node, sizes, prefix)
+    if node.world_size > threshold and not node.full_nvlink:
+        said = fill(pcie_message, **fields)
+        return car_verdict(f"{where} (line {line}: world_size > {threshold} and not full_nvlink)",
+                           "returned with disabled=True", [said], node, sizes, prefix)
+    return car_verdict(where, "reached the P2P check", [], node, sizes, prefix)
+
+
+def pcie_gate(tree: ast.Module) -> tuple[int, str, int] | None:
+    """(K, message, line) of ``if world_size > K and not full_nvlink: logger.warning(message)``."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.BoolOp)
+                and isinstance(node.test.op, ast.And)):
+            continue
+        threshold = next((int(v.comparators[0].value) for v in node.test.values
+                          if isinstance(v, ast.Compare) and isinstance(v.left, ast.Name)
+                          and v.left.id == "world_size" and isinstance(v.ops[0], ast.Gt)
+                          and isinstance(v.comparators[0], ast.Constant)), None)
+        negated = any(isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                      and isinstance(v.operand, ast.Name) and v.operand.id == "full_nvlink"
+                      for v in node.test.values)
+        messages = warnings_in(ast.Module(body=node.body, type_ignores=[]))
+        if threshold is not None and negated and messages:
+            return threshold, messages[0][1], node.lineno
+    return None
+
+
+def size_gate_messages(tree: ast.Module) -> list[str]:
+    """Messages of ``if world_size not in ...: logger.warning(...)``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "world_size" \
+                and isinstance(node.test.ops[0], ast.NotIn):
+            found.extend(m for _, m in warnings_in(ast.Module(body=node.body, type_ignores=[])))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+def evaluate(feature: str, torch: Any, node: Node) -> sf.Verdict:
+    """Live when SGLang's module imports, static otherwise."""
+    live, static = (live_symm_mem, static_symm_mem) if feature == "torch-symm-mem" else (live_custom_ar,
+                                                                                         static_custom_ar)
+    result = live(torch, node) if torch is not None else "torch is not importable"
+    if isinstance(result, sf.Verdict):
+        if result.status != "error":
+            return result
+        result = f"live evaluation failed: {result.reason}"
+    return static(node, result)
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = sf.common_parser(__doc__.splitlines()[0])
+    parser.add_argument("--feature", choices=FEATURES, default="torch-symm-mem")
+    args = parser.parse_args(argv)
+    version = sf.installed_version("sglang")
+    if version is None or importlib.util.find_spec("sglang") is None:
+        sf.emit("skip", "SGLang is not installed in this image", facts=sf.collect_facts())
+    torch, _ = sf.try_import("torch")
+    node = Node(args.arch, args.gpus, args.interconnect)
+    verdicts = {feature: evaluate(feature, torch, node) for feature in FEATURES}
+    chosen = verdicts[args.feature]
+    metrics = {"sglang": version,
+               "feature_status": {f: v.status for f, v in verdicts.items()},
+               "method": "static" if "[static" in chosen.evidence else "live",
+               "other_feature": {f: v.reason for f, v in verdicts.items() if f != args.feature}}
+    sf.emit_verdict(sf.Verdict(chosen.status, f"SGLang {version}: {chosen.reason}", chosen.evidence,
+                               chosen.metrics), sf.collect_facts(torch_module=torch), metrics)
+
+
+if __name__ == "__main__":
+    sf.run_main(main, sys.argv[1:])

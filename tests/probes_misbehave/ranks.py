@@ -1,0 +1,44 @@
+"""Drives stackforge's multi-rank harness (_sfprobe.run_ranks) with ranks that misbehave on
+purpose, so the harness's hang / crash / failure detection is tested for real (spawned processes,
+real timeouts) without a GPU. Usage: ranks.py --mode hang|crash|fail|ok [--phase-timeout S]."""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "stackforge",
+                                "probes", "scripts"))
+
+import _sfprobe as sf
+
+
+def worker(rank, world_size, options, reporter):
+    with reporter.phase("init"):
+        pass
+    with reporter.phase("work"):
+        if rank == 1 and options["mode"] == "hang":
+            time.sleep(3600)
+        if rank == 1 and options["mode"] == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if rank == 1 and options["mode"] == "fail":
+            raise AssertionError("rank 1 computed the wrong sum")
+        if rank == 0 and options["mode"] in ("crash", "fail"):
+            time.sleep(3600)  # a peer of a broken rank typically blocks in the next collective
+
+
+def main(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("hang", "crash", "fail", "ok"), required=True)
+    parser.add_argument("--phase-timeout", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    outcome = sf.run_ranks(worker, 2, {"mode": args.mode}, phase_timeout_s=args.phase_timeout)
+    verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.Verdict("pass", "all ranks finished")
+    sf.emit_verdict(verdict, extra_metrics={"seconds": round(time.monotonic() - started, 1),
+                                            "exitcodes": list(outcome.exitcodes)})
+
+
+if __name__ == "__main__":
+    sf.run_main(main, sys.argv[1:])

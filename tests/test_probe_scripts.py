@@ -1,0 +1,470 @@
+"""The probe scripts, run for real: as subprocesses, in venvs holding real torch / FlashInfer / SGLang.
+
+Every test parses the script's last stdout line (the STACKFORGE_RESULT contract) and checks the
+status and the evidence text, which must be the projects' own words (FlashInfer's exception, SGLang's
+log message, nvcc's error). Runtime probes are checked for their no-GPU skip and, on gloo, for the
+multi-process harness itself; GPU paths are marked ``gpu`` and skip without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import _probe_venvs as venvs
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "stackforge" / "probes" / "scripts"
+MISBEHAVE = REPO / "tests" / "probes_misbehave"
+NO_GPU = "no CUDA device visible (torch.cuda.device_count()==0)"
+FI_GATE_TEXT = "No supported CUDA architectures found for major versions [9, 10]."
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def run_script(python: Path | str, script: str | Path, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 300) -> dict:
+    """Run a probe script; the parsed result line, which must be the last stdout line."""
+    path = script if isinstance(script, Path) else SCRIPTS / script
+    full_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    proc = subprocess.run([str(python), str(path), *args], check=False, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+    lines = proc.stdout.rstrip("\n").splitlines()
+    assert lines, f"no stdout; stderr:\n{proc.stderr[-3000:]}"
+    last = lines[-1]
+    assert last.startswith("STACKFORGE_RESULT "), f"last line is not a result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    payload = json.loads(last[len("STACKFORGE_RESULT "):])
+    assert set(payload) == {"status", "reason", "evidence", "metrics", "facts"}
+    assert payload["status"] in ("pass", "fail", "skip", "error")
+    assert "\n" not in payload["reason"]
+    assert proc.returncode == 0
+    return payload
+
+
+def nvcc_home() -> tuple[str, str] | None:
+    """(CUDA home, release) of an nvcc on this machine, found the way the probes find one."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    nvcc = sf.find_nvcc()
+    if nvcc is None:
+        return None
+    release, _ = sf.nvcc_version(nvcc)
+    real = os.path.realpath(nvcc)
+    return (os.path.dirname(os.path.dirname(real)), release) if release else None
+
+
+def needs_nvcc(minimum: str = "12.8") -> tuple[str, str]:
+    found = nvcc_home()
+    if found is None:
+        pytest.skip("no nvcc on this machine")
+    home, release = found
+    if tuple(map(int, release.split("."))) < tuple(map(int, minimum.split("."))):
+        pytest.skip(f"nvcc {release} here; this test needs >= {minimum}")
+    return home, release
+
+
+# --------------------------------------------------------------------------------------------- venvs
+
+@pytest.fixture(scope="session")
+def bare_python() -> Path:
+    return venvs.bare_venv()
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> Path:
+    return venvs.build_venv("torch-cpu", venvs.torch_steps())
+
+
+@pytest.fixture(scope="session")
+def fi063_python() -> Path:
+    """FlashInfer 0.6.3 with SGLang 0.5.9 (the pair SGLang 0.5.9 pins), SGLang importable: the
+    SGLang probe runs SGLang's own constructors here (live)."""
+    return venvs.build_venv("fi-0.6.3-sgl-0.5.9", [
+        *venvs.flashinfer_steps("0.6.3", "apache-tvm-ffi>=0.1.6,<0.2,!=0.1.8,!=0.1.8.post0"),
+        ["--no-deps", "sglang==0.5.9"], list(venvs.SGLANG_059_IMPORT_DEPS)])
+
+
+@pytest.fixture(scope="session")
+def fi072_python() -> Path:
+    """FlashInfer 0.7.2 with SGLang 0.5.23 (the pair SGLang 0.5.23 pins), SGLang without its
+    dependencies: it does not import, so the SGLang probe reads its files (static)."""
+    return venvs.build_venv("fi-0.7.2-sgl-0.5.23", [
+        *venvs.flashinfer_steps("0.7.2", "apache-tvm-ffi>=0.1.11,<0.2"), ["--no-deps", "sglang==0.5.23"]])
+
+
+@pytest.fixture(scope="session")
+def sglang053_python() -> Path:
+    """SGLang 0.5.3.post3 alone (no torch): static reading of symm_mem.py's table lookup."""
+    return venvs.build_venv("sglang-0.5.3.post3-nodeps", [["--no-deps", "sglang==0.5.3.post3"]])
+
+
+@pytest.fixture(scope="session")
+def cuda_torch_python() -> Path:
+    """A real CUDA torch (local wheel; skipped without one) with FlashInfer 0.7.2: the runtime
+    flavour of an image, torch knows its CUDA version but there is no nvcc."""
+    return venvs.build_venv("torch-cuda-fi-0.7.2", [
+        [venvs.torch_cuda_wheel()], ["--no-deps", "flashinfer-python==0.7.2"],
+        ["apache-tvm-ffi>=0.1.11,<0.2", *venvs.FLASHINFER_IMPORT_DEPS]])
+
+
+# --------------------------------------------------------------------------------------------- contract
+
+def test_script_that_raises_reports_error_with_traceback(tmp_path, bare_python):
+    script = tmp_path / "broken.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(SCRIPTS)!r})\nimport _sfprobe as sf\n"
+                      "def main(argv):\n    print('some log')\n    raise RuntimeError('boom in probe')\n"
+                      "sf.run_main(main)\n")
+    result = run_script(bare_python, script)
+    assert result["status"] == "error"
+    assert "RuntimeError: boom in probe" in result["reason"]
+    assert "Traceback" in result["evidence"]
+
+
+def test_bad_target_argument_is_an_error_result(bare_python):
+    result = run_script(bare_python, "torch_arch.py", "--arch", "sm_120")
+    assert result["status"] == "error"
+    assert "arguments rejected" in result["reason"]
+
+
+# --------------------------------------------------------------------------------------------- torch_arch
+
+def test_torch_arch_without_torch_skips(bare_python):
+    result = run_script(bare_python, "torch_arch.py", "--arch", "12.0", "--gpus", "8")
+    assert result["status"] == "skip"
+    assert result["reason"] == "torch is not installed in this image"
+    assert "No module named 'torch'" in result["evidence"]
+
+
+def test_torch_arch_cpu_build_fails_honestly(torch_python):
+    result = run_script(torch_python, "torch_arch.py", "--arch", "12.0", "--gpus", "8")
+    assert result["status"] == "fail"
+    assert result["reason"] == "torch is a CPU build: torch.version.cuda is None"
+    assert "torch.version.cuda = None" in result["evidence"]
+    assert result["facts"]["versions"]["torch"].endswith("+cpu")
+    assert result["facts"]["torch_cuda"] is None
+
+
+def test_torch_arch_cuda_build_reads_the_compiled_arch_list(cuda_torch_python):
+    """No GPU here, so torch.cuda.get_arch_list() is []; the probe still reads the compiled list."""
+    result = run_script(cuda_torch_python, "torch_arch.py", "--arch", "12.0", "--gpus", "8")
+    assert result["status"] == "pass", result
+    assert "sm_120" in result["metrics"]["sass_for_target"]
+    assert "torch._C._cuda_getArchFlags() = '" in result["evidence"]
+    assert result["facts"]["torch_cuda"] and "sm_120" in result["facts"]["torch_arch_list"]
+    volta = run_script(cuda_torch_python, "torch_arch.py", "--arch", "7.0")
+    if "sm_70" in volta["metrics"]["sass"]:
+        pytest.skip("this CUDA torch still carries sm_70")
+    assert volta["status"] == "fail"
+    assert "has neither SASS for sm_70 nor PTX <= compute_70" in volta["reason"]
+
+
+# --------------------------------------------------------------------------------------------- nvcc_codegen
+
+def test_nvcc_codegen_skips_without_nvcc(bare_python, tmp_path):
+    result = run_script(bare_python, "nvcc_codegen.py", "--arch", "12.0", "--nvcc", str(tmp_path / "nvcc"))
+    assert result["status"] == "skip"
+    assert result["reason"] == "no nvcc in image: runtime-only flavour"
+    assert "nvcc" not in result["facts"]
+
+
+def test_nvcc_codegen_compiles_for_sm120(bare_python):
+    _, release = needs_nvcc("12.8")
+    result = run_script(bare_python, "nvcc_codegen.py", "--arch", "12.0")
+    assert result["status"] == "pass", result
+    assert f"release {release}" in result["evidence"]
+    assert "sm_120 cubin (ELF SM 120)" in result["reason"]
+    assert result["metrics"]["variants"]["sm_120"] == "ok"
+
+
+def test_nvcc_codegen_fails_where_the_toolkit_dropped_the_arch(bare_python):
+    needs_nvcc("13.0")  # CUDA 13 removed Volta: nvcc's own error is the evidence
+    result = run_script(bare_python, "nvcc_codegen.py", "--arch", "7.0")
+    assert result["status"] == "fail"
+    assert "Unsupported gpu architecture 'sm_70'" in result["evidence"]
+
+
+# --------------------------------------------------------------------------------------------- FlashInfer
+
+def test_flashinfer_absent_skips(torch_python):
+    result = run_script(torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8")
+    assert result["status"] == "skip"
+    assert "FlashInfer is not installed" in result["reason"]
+
+
+def test_fi063_ar_fusion_rejects_sm120_with_flashinfer_own_words(fi063_python):
+    result = run_script(fi063_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": "/nonexistent"})
+    assert result["status"] == "fail"
+    assert f"RuntimeError: {FI_GATE_TEXT}" in result["evidence"]
+    assert "flashinfer.jit.comm.gen_trtllm_comm_module" in result["evidence"]
+    assert result["metrics"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a"   # FI 0.6.3's own device detection
+    assert result["metrics"]["modules"]["allreduce-fusion"] == "rejected"
+    assert result["metrics"]["modules"]["pcie-ipc-allreduce"] == "absent"
+
+
+def test_fi063_ar_fusion_admits_sm90(fi063_python):
+    """Same FlashInfer, Hopper target: the gate's [9, 10] admits it (the probe is not a constant)."""
+    home, _ = needs_nvcc("12.8")
+    result = run_script(fi063_python, "flashinfer_gates.py", "--arch", "9.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": home})
+    assert result["status"] == "pass", result
+    assert "compute_90a,code=sm_90a" in result["reason"]
+
+
+def test_fi072_ar_fusion_admits_sm120_with_nvcc(fi072_python):
+    home, release = needs_nvcc("12.9")
+    result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": home})
+    assert result["status"] == "pass", result
+    assert "-gencode=arch=compute_120f,code=sm_120f" in result["evidence"]
+    assert result["metrics"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0f"  # _normalize_cuda_arch with CUDA >= 12.9
+    assert result["metrics"]["fi_cuda_version"] == release
+    assert result["metrics"]["modules"]["mnnvl-allreduce"] == "rejected"   # 0.7.2 gates MNNVL to [9, 10]
+
+
+def test_fi072_cpu_torch_without_nvcc_cannot_resolve_the_arch(fi072_python):
+    """FlashInfer >= 0.6.7 needs the CUDA version (nvcc, else torch.version.cuda) to name an SM12x
+    target; a CPU torch and no nvcc leave it none, and FlashInfer's own message says so."""
+    result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": "/nonexistent"})
+    assert result["status"] == "fail"
+    assert "nvcc not found and PyTorch is not built with CUDA support" in result["reason"]
+    assert result["metrics"]["target_archs"] == ""
+
+
+def test_fi072_runtime_flavour_resolves_from_torch_but_cannot_build(cuda_torch_python):
+    """CUDA torch, no nvcc: FlashInfer takes the CUDA version from torch.version.cuda, so its gate
+    admits sm_120 (12.0f), but nothing can be compiled in such an image."""
+    result = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": "/nonexistent"})
+    assert result["metrics"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0f"
+    assert result["metrics"]["fi_cuda_version"] == result["facts"]["torch_cuda"]
+    assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
+    assert result["status"] == "fail"
+    assert "cannot build the module: no nvcc" in result["reason"]
+    jit = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                     "--feature", "flashinfer-jit", env={"CUDA_HOME": "/nonexistent"})
+    assert jit["status"] == "fail"
+    assert "finds no nvcc at /nonexistent/bin/nvcc" in jit["reason"]
+
+
+def test_fi072_explicit_arch_list_admits_but_no_nvcc_means_no_build(fi072_python):
+    result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion", "--fi-arch-list", "12.0a",
+                        env={"CUDA_HOME": "/nonexistent"})
+    assert result["status"] == "fail"
+    assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
+    assert "compute_120a,code=sm_120a" in result["evidence"]
+    assert "cannot build the module: no nvcc" in result["reason"]
+
+
+def test_fi072_jit_compiles_a_module_for_sm120(fi072_python):
+    """A real FlashInfer JIT compile (its own ninja file, nvcc for compute_120f), compile-only."""
+    home, _ = needs_nvcc("12.9")
+    result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-jit", "--compile", "--compile-module", "page",
+                        env={"CUDA_HOME": home, "MAX_JOBS": "2"}, timeout=600)
+    assert result["status"] == "pass", result
+    assert "JIT-compiled its page module" in result["reason"]
+    assert "compile-only" in result["reason"]
+    assert result["metrics"]["compile"]["status"] == "ok"
+    assert "-gencode=arch=compute_120f,code=sm_120f" in result["evidence"]
+
+
+# --------------------------------------------------------------------------------------------- SGLang
+
+def test_sglang_absent_skips(torch_python):
+    result = run_script(torch_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8")
+    assert result["status"] == "skip"
+
+
+def test_sglang_0523_static_custom_ar_pcie(fi072_python):
+    eight = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                       "--interconnect", "pcie", "--feature", "custom-allreduce")
+    assert eight["status"] == "fail"
+    assert "not supported on more than two PCIe-only GPUs" in eight["reason"]
+    assert eight["metrics"]["method"] == "static"
+    assert "world_size > 2 and not full_nvlink" in eight["evidence"]
+    two = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "2",
+                     "--interconnect", "pcie", "--feature", "custom-allreduce")
+    assert two["status"] == "pass"
+    nvswitch = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                          "--interconnect", "nvswitch", "--feature", "custom-allreduce")
+    assert nvswitch["status"] == "pass"
+
+
+def test_sglang_0523_static_symm_mem_disables_sm120_cleanly(fi072_python):
+    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "torch-symm-mem")
+    assert result["status"] == "fail"
+    assert "TorchSymmMemCommunicator: Device capability 12 not supported" in result["reason"]
+    assert "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9:" in result["evidence"]
+    hopper = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--feature", "torch-symm-mem")
+    assert hopper["status"] == "pass"
+    assert "multicast" in hopper["reason"]
+
+
+def test_sglang_053_static_symm_mem_keyerror(sglang053_python):
+    result = run_script(sglang053_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "4",
+                        "--feature", "torch-symm-mem")
+    assert result["status"] == "fail"
+    assert "KeyError: 12" in result["reason"]
+    assert "SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9:" in result["evidence"]
+    assert "symm_mem.py" in result["evidence"]
+
+
+def test_sglang_059_live_gates(fi063_python):
+    symm = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                      "--feature", "torch-symm-mem")
+    assert symm["metrics"]["method"] == "live", symm
+    assert symm["status"] == "fail"
+    assert "KeyError: 12" in symm["reason"]
+    car = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "4",
+                     "--interconnect", "pcie", "--feature", "custom-allreduce")
+    assert car["status"] == "fail"
+    assert "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs" in car["reason"]
+    hopper = run_script(fi063_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch", "--feature", "custom-allreduce")
+    assert hopper["status"] == "pass"
+    assert "reached the P2P check" in hopper["evidence"]
+
+
+# --------------------------------------------------------------------------------------------- kernel_cubins
+
+def synthetic_fatbin(entries: list[tuple[int, int, int]]) -> bytes:
+    """A fatbin container in the documented layout: (kind, arch, flags) entries, empty payloads."""
+    body = b""
+    for kind, arch, flags in entries:
+        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, 0, 0, 0, 0, 0, arch, 0, 0, flags, 0, 0)
+        body += header
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def test_kernel_cubins_reads_a_fatbin_layout(bare_python, tmp_path):
+    package = tmp_path / "sgl_kernel"
+    package.mkdir()
+    (package / "ops.fatbin").write_bytes(synthetic_fatbin([(2, 90, 0x100011), (2, 120, 0x1100011), (1, 120, 0x8011)]))
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(package))
+    assert result["status"] == "pass"
+    assert "ops.fatbin: sm_90a sm_120a ptx: compute_120" in result["evidence"]
+    hopper_only = tmp_path / "flashinfer_jit_cache"
+    hopper_only.mkdir()
+    (hopper_only / "fa3.fatbin").write_bytes(synthetic_fatbin([(2, 90, 0x100011)]))
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(hopper_only))
+    assert result["status"] == "fail"
+    assert "no code for sm_120 in flashinfer_jit_cache (sm_90a)" in result["reason"]
+
+
+def test_kernel_cubins_reads_a_real_shared_object(bare_python, tmp_path):
+    """nvcc builds a .so with known targets; the parser must list exactly those (and agree with
+    cuobjdump where one is around)."""
+    home, _ = needs_nvcc("12.9")
+    source = tmp_path / "k.cu"
+    source.write_text('extern "C" __global__ void k(float* y) { y[threadIdx.x] += 1.0f; }\n')
+    package = tmp_path / "sgl_kernel"
+    package.mkdir()
+    build = subprocess.run(check=False, args=[os.path.join(home, "bin", "nvcc"), "-shared", "-Xcompiler", "-fPIC", "-Xfatbin",
+                            "-compress-all", "-gencode", "arch=compute_120a,code=sm_120a", "-gencode",
+                            "arch=compute_100f,code=sm_100f", "-gencode", "arch=compute_90,code=compute_90",
+                            "-o", str(package / "common_ops.so"), str(source)], capture_output=True, text=True,
+                           timeout=300)
+    if build.returncode != 0:
+        pytest.skip(f"nvcc cannot link a shared object here: {build.stderr[-300:]}")
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(package))
+    assert result["status"] == "pass"
+    assert "common_ops.so: sm_100f sm_120a ptx: compute_90" in result["evidence"]
+    blackwell_dc = run_script(bare_python, "kernel_cubins.py", "--arch", "10.3", "--method", "parse", "--path",
+                              str(package))
+    assert blackwell_dc["status"] == "pass"          # sm_100f runs on 10.3
+    volta = run_script(bare_python, "kernel_cubins.py", "--arch", "7.0", "--method", "parse", "--path", str(package))
+    assert volta["status"] == "fail"
+    cuobjdump = shutil.which("cuobjdump") or os.environ.get("SF_CUOBJDUMP")
+    if cuobjdump:
+        other = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "cuobjdump",
+                           "--cuobjdump", cuobjdump, "--path", str(package))
+        assert "sm_120a" in other["evidence"] and "compute_90" in other["evidence"]
+
+
+def test_kernel_cubins_skips_without_kernel_packages(bare_python):
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0")
+    assert result["status"] == "skip"
+    assert "no kernel packages" in result["reason"]
+
+
+# --------------------------------------------------------------------------------------------- runtime
+
+def test_nccl_graph_gloo_harness_passes_with_two_processes(torch_python):
+    result = run_script(torch_python, "nccl_graph.py", "--backend", "gloo", "--gpus", "2", "--algo", "tree",
+                        "--phase-timeout", "60", timeout=180)
+    assert result["status"] == "pass", result
+    assert result["reason"].startswith("gloo harness: 2 ranks rendezvoused")
+    assert "says nothing about NCCL" in result["reason"]
+    assert "rank 1 eager ok" in result["evidence"] and "rank 0 graph_capture skip" in result["evidence"]
+    assert result["metrics"]["NCCL_ALGO"] == "allreduce:tree"
+
+
+@pytest.mark.parametrize("script,args", [
+    ("nccl_graph.py", ("--algo", "tree")),
+    ("nccl_graph.py", ("--algo", "ring")),
+    ("symm_mem.py", ()),
+    ("custom_allreduce.py", ()),
+    ("p2p_matrix.py", ()),
+])
+def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
+    result = run_script(torch_python, script, "--arch", "12.0", "--gpus", "8", "--interconnect", "pcie", *args)
+    if result["facts"].get("cuda_device_count"):
+        pytest.skip("a GPU is visible here")
+    assert result["status"] == "skip"
+    assert result["reason"] == NO_GPU
+
+
+@pytest.mark.parametrize("mode,reason", [
+    ("ok", "all ranks finished"),
+    ("hang", "rank 1 made no progress in phase 'work' for 3 s (hang); all ranks were killed"),
+    ("crash", "rank 1 died (SIGSEGV) in phase 'work'"),
+    ("fail", "rank 1 failed in phase 'work': AssertionError: rank 1 computed the wrong sum"),
+])
+def test_rank_harness_detects_hangs_crashes_and_failures(bare_python, mode, reason):
+    result = run_script(bare_python, MISBEHAVE / "ranks.py", "--mode", mode, "--phase-timeout", "3", timeout=120)
+    assert reason in result["reason"]
+    assert result["status"] == ("pass" if mode == "ok" else "fail")
+    assert result["metrics"]["seconds"] < 30          # stuck peers are killed, not waited for
+
+
+@pytest.mark.gpu
+def test_nccl_graph_on_gpus():
+    """On a machine with 2+ GPUs and a CUDA torch in this interpreter: the real NCCL path."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("torch not installed in the test interpreter")
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, {torch.cuda.device_count()} visible")
+    result = run_script(sys.executable, "nccl_graph.py", "--gpus", "2", "--algo", "ring", timeout=600)
+    assert result["status"] in ("pass", "fail")
+    assert "graph_capture" in result["evidence"]
+
+
+# --------------------------------------------------------------------------------------------- misbehaving
+
+def test_misbehaving_probes_behave_badly(bare_python):
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        subprocess.run([str(bare_python), str(MISBEHAVE / "hang.py")], check=False, capture_output=True, text=True, timeout=3)
+    assert b"starting" in (hung.value.stdout or b"") or "starting" in str(hung.value.stdout)
+    crashed = subprocess.run([str(bare_python), str(MISBEHAVE / "segv.py")], check=False, capture_output=True, text=True,
+                             timeout=60)
+    assert crashed.returncode == -11
+    assert "segv probe: line 1" in crashed.stdout

@@ -1,0 +1,100 @@
+"""The probe catalog: well-formed, pointing at scripts that exist and accept the arguments it gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+
+import _probe_venvs as venvs
+import pytest
+
+from stackforge.errors import SpecError
+from stackforge.probes.catalog import (
+    SCRIPTS_DIR,
+    Preconditions,
+    ProbeSpec,
+    catalog,
+    probe_by_id,
+    unmet_preconditions,
+)
+
+RULE_FEATURES = {"torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
+                 "custom-allreduce", "kernel-arch-coverage", "nccl-graph-tree"}
+
+
+def test_ids_are_unique_and_scripts_exist():
+    specs = catalog()
+    assert isinstance(specs, tuple) and specs
+    assert len({s.id for s in specs}) == len(specs)
+    for spec in specs:
+        assert (SCRIPTS_DIR / spec.script).is_file(), spec.script
+        assert spec.tier in ("gate", "runtime")
+        assert spec.default_timeout_s > 0
+        assert spec.description
+
+
+def test_every_rule_feature_has_a_gate_or_runtime_probe():
+    covered = {s.feature for s in catalog()}
+    assert RULE_FEATURES <= covered
+
+
+def test_runtime_probes_need_a_gpu_of_the_arch_and_two_gpus():
+    for spec in catalog():
+        if spec.tier == "runtime":
+            assert spec.preconditions.needs_gpu_arch and spec.preconditions.min_gpus >= 2, spec.id
+        else:
+            assert not spec.preconditions.needs_gpu_arch, spec.id
+
+
+def test_shared_script_specs_pick_their_feature():
+    """Two specs may run one script; their fixed args must then say which feature decides."""
+    by_script: dict[str, list[ProbeSpec]] = {}
+    for spec in catalog():
+        by_script.setdefault(spec.script, []).append(spec)
+    for script, specs in by_script.items():
+        if len(specs) > 1:
+            assert len({s.args for s in specs}) == len(specs), script
+
+
+def test_specs_are_frozen_and_validated():
+    spec = probe_by_id("gate.flashinfer.ar-fusion")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.tier = "runtime"  # type: ignore[misc]
+    with pytest.raises(SpecError):
+        ProbeSpec("x", "f", "bench", "x.py", "d")
+    with pytest.raises(SpecError):
+        ProbeSpec("x", "f", "gate", "../x.py", "d")
+    with pytest.raises(SpecError, match="unknown probe"):
+        probe_by_id("gate.nope")
+
+
+def test_unmet_preconditions():
+    runtime = probe_by_id("runtime.nccl.graph-tree")
+    assert "at least 2 GPUs" in unmet_preconditions(runtime, target_gpus=1, gpu_visible=True)
+    assert "none is visible" in unmet_preconditions(runtime, target_gpus=8, gpu_visible=False)
+    assert unmet_preconditions(runtime, target_gpus=8, gpu_visible=True) is None
+    nvcc = probe_by_id("gate.nvcc.codegen")
+    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=False)
+    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=None) is None
+    fusion = probe_by_id("gate.flashinfer.ar-fusion")
+    assert "flashinfer-python" in unmet_preconditions(fusion, target_gpus=8, gpu_visible=False,
+                                                      installed={"torch": "2.13.0"})
+    assert Preconditions() == Preconditions(0, False, False, ())
+
+
+@pytest.mark.parametrize("spec", catalog(), ids=lambda s: s.id)
+def test_scripts_accept_the_target_and_fixed_arguments(spec):
+    """Run each spec's command line in an empty venv: whatever it decides (mostly skip: nothing is
+    installed), its arguments must parse and it must end with a result line."""
+    python = venvs.bare_venv()
+    argv = [str(python), str(SCRIPTS_DIR / spec.script), "--arch", "12.0", "--gpus", "8", "--interconnect", "pcie",
+            *spec.args]
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=spec.default_timeout_s,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    last = proc.stdout.rstrip("\n").splitlines()[-1]
+    assert last.startswith("STACKFORGE_RESULT ")
+    payload = json.loads(last.split(" ", 1)[1])
+    assert "arguments rejected" not in payload["reason"], payload
+    assert payload["status"] in ("pass", "fail", "skip", "error")
