@@ -1,0 +1,71 @@
+"""``stackforge probe``: capability probes inside each built image (or locally with ``--local``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from stackforge.cli.options import shard_option, stack_selection
+from stackforge.data import resolve_matrix_path
+from stackforge.plan import plan_file
+from stackforge.records import ResultRecord, Status
+
+
+@click.command(name="probe")
+@stack_selection
+@shard_option
+@click.option("--tier", type=click.Choice(["gate", "runtime", "all"]), default="gate", show_default=True,
+              help="gate: decidable without a GPU; runtime: needs GPUs of the target arch.")
+@click.option("--feature", "features", multiple=True, metavar="FEATURE",
+              help="Only probes speaking for this feature (or this probe id); repeatable.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Hard timeout per probe (seconds).")
+@click.option("--local", "local", is_flag=True, help="Run in a Python environment of this machine, not in images.")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="With --local: the interpreter whose packages are probed (default: this one).")
+@click.option("-j", "--jobs", "parallel", type=int, default=2, show_default=True, help="Probes run in parallel.")
+@click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Results folder; each run writes one sub-folder.")
+def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local, python, parallel,
+            results_root) -> None:
+    """Run capability probes for every kept stack x target of a matrix and record the evidence."""
+    from stackforge.probes.campaign import plan_jobs, run_jobs, select_specs
+    from stackforge.probes.catalog import catalog
+    from stackforge.probes.execute import detect_host_gpus
+    from stackforge.results import finish_run, start_run, write_record
+
+    matrix_path = resolve_matrix_path(matrix)
+    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only)
+    stacks = _sharded(plan.kept_stacks(), shard)
+    jobs = plan_jobs(plan, select_specs(catalog(), tier=tier, features=features), stacks)
+    client = None if local else _connect()
+    run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
+                        shard=str(shard) if shard else None)
+    click.echo(f"probing {len(stacks)} stack(s), {len(jobs)} probe run(s) -> {run_dir}")
+    records = run_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
+                       write=lambda record: write_record(run_dir, record), client=client,
+                       local_python=(python or sys.executable) if local else None, parallel=parallel,
+                       timeout_s=timeout_s, log_dir=run_dir / "logs", on_done=_echo)
+    finish_run(run_dir)
+    click.echo(_summary(records))
+
+
+def _connect():
+    from stackforge.docker_engine import connect
+    return connect()
+
+
+def _sharded(stacks, shard):
+    from stackforge.shard import select
+    return select(stacks, shard)
+
+
+def _echo(record: ResultRecord) -> None:
+    outcome = record.outcome
+    click.echo(f"  {outcome.status.value:<7} {record.stack_id}  {record.target}  {record.probe}: {outcome.reason}")
+
+
+def _summary(records: list[ResultRecord]) -> str:
+    counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
+    return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
