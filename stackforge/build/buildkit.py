@@ -1,0 +1,158 @@
+"""BuildKit builds through ``docker buildx build`` (a subprocess, through stackforge's runner).
+
+docker-py cannot drive BuildKit (docker/docker-py#2230), so the CLI plugin does the build: host
+network, ``--load`` into the engine, the CA bundle as ``--secret id=ca`` (mounted only into the RUN
+steps that need it, never stored), and the wheelhouse as a named build context (BuildKit >= 0.10).
+Older engines (dockerd 20.10 embeds BuildKit 0.8, whose built-in Dockerfile frontend rejects
+``--build-context`` with "unsupported frontend capability moby.buildkit.frontend.contexts") get the
+wheelhouse from stackforge's 127.0.0.1 asset server instead, as classic builds do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackforge import runner
+from stackforge.build.cancel import Cancel
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY",
+                   "http_proxy", "https_proxy", "no_proxy", "ftp_proxy", "all_proxy")
+_VERSION = re.compile(r"v(\d+)\.(\d+)")
+NAMED_CONTEXTS_SINCE = (0, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildAttempt:
+    """One run of a builder: did it produce an image, and what did it print."""
+
+    ok: bool
+    image_id: str | None
+    tail: str
+    duration_s: float
+    timed_out: bool
+    ending: str          # "exited with status 1", "timed out after ...", ...
+
+
+def buildkit_version(*, timeout: float = 30.0) -> tuple[int, int] | None:
+    """BuildKit version of the default builder (``docker buildx inspect``), or None if unknown."""
+    result = runner.run(["docker", "buildx", "inspect"], timeout=timeout)
+    if not result.succeeded:
+        return None
+    for line in result.output_tail.splitlines():
+        if "buildkit" in line.lower():
+            found = _VERSION.search(line)
+            if found:
+                return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def supports_named_contexts(version: tuple[int, int] | None) -> bool:
+    return version is not None and version >= NAMED_CONTEXTS_SINCE
+
+
+def proxy_build_args(environ: Mapping[str, str]) -> list[str]:
+    """Names of the proxy variables set here; Docker's predefined proxy ARGs stay out of history."""
+    return [name for name in PROXY_VARIABLES if environ.get(name)]
+
+
+def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
+                wheelhouse_context: Path | None, labels: Sequence[tuple[str, str]],
+                proxy_args: Sequence[str], no_cache: bool = False) -> list[str]:
+    """The ``docker buildx build`` command line (pure).
+
+    The image is left untagged: the metadata step tags the final image, so the tag never points at
+    an image without its labels, and the previous image under the tag stays visible until then.
+    Proxy values are not on the command line: ``--build-arg NAME`` makes the CLI read them from the
+    environment, so credentials in a proxy URL never reach the log.
+    """
+    argv = ["docker", "buildx", "build", "--progress", "plain", "--network", "host", "--load",
+            "--iidfile", str(iidfile)]
+    if no_cache:
+        argv.append("--no-cache")
+    if ca_bundle is not None:
+        argv += ["--secret", f"id=ca,src={Path(ca_bundle).resolve()}"]
+    if wheelhouse_context is not None:
+        argv += ["--build-context", f"wheelhouse={Path(wheelhouse_context).resolve()}"]
+    for name in proxy_args:
+        argv += ["--build-arg", name]
+    for key, value in labels:
+        argv += ["--label", f"{key}={value}"]
+    return [*argv, str(context_dir)]
+
+
+def build(context_dir: Path, *, ca_bundle: Path | None, wheelhouse_context: Path | None,
+          labels: Sequence[tuple[str, str]], timeout: float, log_path: Path, cancel: Cancel,
+          redact: Sequence[str] = (), no_cache: bool = False) -> BuildAttempt:
+    """Run one ``docker buildx build``; a Ctrl-C elsewhere (``cancel``) stops its process group."""
+    iidfile = Path(context_dir) / ".stackforge-iid"
+    iidfile.unlink(missing_ok=True)
+    argv = buildx_argv(context_dir, iidfile=iidfile, ca_bundle=ca_bundle,
+                       wheelhouse_context=wheelhouse_context, labels=labels,
+                       proxy_args=proxy_build_args(os.environ), no_cache=no_cache)
+    with cancel.on_cancel(lambda: stop_own_child(marker=str(iidfile))):
+        result = runner.run(argv, timeout=timeout, log_path=log_path, redact=redact)
+    image_id = iidfile.read_text().strip() if result.succeeded and iidfile.exists() else None
+    return BuildAttempt(ok=result.succeeded and bool(image_id), image_id=image_id, tail=result.output_tail,
+                        duration_s=result.duration_s, timed_out=result.timed_out, ending=result.describe())
+
+
+def stop_own_child(*, marker: str, grace: float = runner.DEFAULT_KILL_GRACE_S) -> bool:
+    """Stop the process group of *our own* child process whose command line contains ``marker``.
+
+    runner.run blocks its (worker) thread and offers no cancel hook, and Ctrl-C reaches only the main
+    thread. The runner starts every command as the leader of a new session, so the child's pid is its
+    process group id: SIGTERM the group (the buildx CLI then cancels the build), SIGKILL after
+    ``grace``. runner.run then returns as for any ended command. Only direct children of this process
+    whose argv carries the marker (a per-build file path) are touched. Returns True when one was found.
+    """
+    pid = _find_child(marker)
+    if pid is None:
+        return False
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    _signal_group(pid, signal.SIGKILL)
+    return True
+
+
+def _find_child(marker: str) -> int | None:
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # Fields after the parenthesised command name: state, ppid, pgrp, ...
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid != me:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue   # the process ended while we looked
+        if marker.encode() in argv:
+            return int(entry.name)
+    return None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

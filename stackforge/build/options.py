@@ -1,0 +1,91 @@
+"""Options of a build run (frozen; the CLI builds one from its flags and passes it down)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from stackforge.errors import SpecError
+from stackforge.render import NO_DEPS_LAYERS, RenderOptions
+
+DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_PULL_TIMEOUT_S = 60.0
+
+
+class Builder(str, Enum):
+    """Which builder runs the Dockerfiles."""
+
+    AUTO = "auto"        # buildx when `docker buildx version` works, else classic
+    BUILDX = "buildx"    # BuildKit through `docker buildx build` (cache mounts, secrets)
+    CLASSIC = "classic"  # the Docker SDK's classic builder (no mounts; CA over 127.0.0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """How to build a set of stacks.
+
+    Attributes:
+        base_image: FROM image for every stack instead of the derived one (``--base-image``).
+        index_url / extra_index_urls: pip indexes for everything except torch from its PyTorch index.
+        find_links: a wheelhouse directory (pip ``--find-links``); torch comes from it when given.
+        ca_bundle: a PEM bundle pip must trust (corporate TLS); passed as a build secret, never stored.
+        push: registry prefix to push images to (``registry.example.com/team``), or None.
+        jobs: stacks built at the same time.
+        resume: skip stacks whose record says built and whose image still exists with the same hash.
+        out_dir: where logs, build records and rendered contexts go.
+        builder: auto | buildx | classic.
+        timeout_s: limit for one stack's image build (each attempt).
+        no_deps: layers installed with ``--no-deps`` (flashinfer, kernel, sglang); the image says so.
+        labels: extra labels for every image (tests put ``io.stackforge.test=1`` here).
+        retries: extra attempts after a transient network failure.
+        retry_backoff_s: wait before the first retry; doubled for each later one.
+        verify: check the built image from the inside (versions, nvcc, pip check, labels).
+        pull_timeout_s: how long ``docker pull`` of a missing base image may try.
+        no_cache: build without the layer cache (pip's download cache mount is kept).
+        dependency_layers: look up what FlashInfer / SGLang declare they need (index metadata) and
+            install that in a layer of its own, shared across their releases; off, or when the index
+            cannot tell, each package brings its dependencies in its own layer.
+    """
+
+    base_image: str | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: Path | None = None
+    ca_bundle: Path | None = None
+    push: str | None = None
+    jobs: int = 1
+    resume: bool = False
+    out_dir: Path = Path("out")
+    builder: Builder = Builder.AUTO
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    no_deps: frozenset[str] = field(default_factory=frozenset)
+    labels: tuple[tuple[str, str], ...] = ()
+    retries: int = 2
+    retry_backoff_s: float = 10.0
+    verify: bool = True
+    pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
+    no_cache: bool = False
+    dependency_layers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise SpecError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.retries < 0:
+            raise SpecError(f"retries must be >= 0, not {self.retries}")
+        if not self.timeout_s > 0:
+            raise SpecError(f"the build timeout must be positive, not {self.timeout_s}")
+        unknown = set(self.no_deps) - NO_DEPS_LAYERS
+        if unknown:
+            raise SpecError(f"--no-deps takes {', '.join(sorted(NO_DEPS_LAYERS))}; unknown: "
+                            f"{', '.join(sorted(unknown))}")
+
+    def render_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
+                       declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
+                       wheelhouse_mount: bool = True) -> RenderOptions:
+        """The render options for one stack under the chosen builder and resolved base image."""
+        return RenderOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
+                             extra_index_urls=tuple(self.extra_index_urls),
+                             wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
+                             ca_bundle=self.ca_bundle is not None,
+                             asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared)

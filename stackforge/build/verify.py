@@ -1,0 +1,307 @@
+"""Verify a built image from the inside with pytest-testinfra: is the stack really what it claims?
+
+Tags lie (a release tag over an rc, a CPU torch that silently replaced the CUDA one), so the build
+record keeps what is measured here. A container runs ``sleep infinity`` from the image (labelled,
+host network, always removed); ``testinfra.get_host("docker://<id>")`` then runs the checks:
+
+* python, torch (base version, wheel variant, ``torch.version.cuda``), FlashInfer (+ addons), the
+  kernel package and SGLang: installed versions equal the stack's pins;
+* nvcc present on devel and CUDA 13.x wheels images (its version reported), absent-by-design otherwise;
+* ``pip check`` clean (lines about packages installed with ``--no-deps`` are excused, and shown);
+* the labels the Dockerfile set, plus content hash and freeze, are on the image;
+* ``/opt/stackforge/freeze.txt`` still equals ``pip freeze --all`` (nothing drifted after the freeze);
+  the freeze read here is also what the build's metadata step puts into the freeze label.
+
+Every check carries the actual value it was decided on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import docker
+import docker.errors
+from packaging.version import InvalidVersion, Version
+
+from stackforge import docker_engine
+from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, FREEZE_PATH
+from stackforge.derive import Derived
+from stackforge.errors import BuildError
+from stackforge.model import Stack
+from stackforge.records import Status
+from stackforge.versions import minor_of
+
+COMMAND_TIMEOUT_S = 300
+_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), (V[\w.]+)")
+
+# Runs inside the image with its own python (stdlib only; torch only if installed).
+_FACTS_SCRIPT = r"""
+import importlib.metadata as md, json, sys
+names = sys.argv[1:]
+facts = {"python": "%d.%d.%d" % sys.version_info[:3], "packages": {}}
+for name in names:
+    try:
+        facts["packages"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        pass
+try:
+    import torch
+    archs = torch._C._cuda_getArchFlags() if hasattr(torch._C, "_cuda_getArchFlags") else ""
+    facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
+                      "git_version": torch.version.git_version, "arch_flags": archs or ""}
+except Exception as exc:
+    facts["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+print("STACKFORGE_FACTS " + json.dumps(facts, sort_keys=True))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One verification check: its status, what was expected and what was found (evidence)."""
+
+    name: str
+    status: Status
+    expected: str
+    actual: str
+    evidence: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What the image really contains, and whether that matches the stack."""
+
+    image: str
+    checks: tuple[Check, ...]
+    installed: dict[str, str] = field(default_factory=dict)   # package -> version, measured
+    torch: dict[str, Any] = field(default_factory=dict)       # version, cuda, git_version, arch_flags
+    nvcc: str | None = None
+    freeze: tuple[str, ...] = ()                              # /opt/stackforge/freeze.txt, as read
+    duration_s: float = 0.0
+
+    @property
+    def status(self) -> Status:
+        statuses = {c.status for c in self.checks}
+        for worst in (Status.ERROR, Status.FAIL):
+            if worst in statuses:
+                return worst
+        return Status.PASS
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status in (Status.FAIL, Status.ERROR))
+
+    def summary(self) -> str:
+        """One line: the failed checks with expected vs actual, or 'all N checks passed'."""
+        if not self.failures:
+            return f"all {len(self.checks)} checks passed"
+        return "; ".join(f"{c.name}: expected {c.expected}, found {c.actual}" for c in self.failures)
+
+    def with_check(self, check: Check) -> "VerifyReport":
+        """This report plus one more check (the label check runs on the final, labelled image)."""
+        return replace(self, checks=(*self.checks, check))
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("freeze")   # kept in the build record's own freeze field
+        data["status"] = self.status.value
+        data["checks"] = [{**check, "status": check["status"].value} for check in data["checks"]]
+        return data
+
+
+def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived: Derived, *,
+                 no_deps: frozenset[str] = frozenset(), labels: Mapping[str, str] | None = None) -> VerifyReport:
+    """Run every in-container check against ``image`` (always removes its container).
+
+    The labels are checked separately (:func:`label_check`) on the final image: the build adds some
+    of them after this, from what this found (the freeze).
+
+    Raises:
+        BuildError: the container could not be started at all.
+    """
+    import testinfra  # the optional 'verify' extra; imported here so the rest works without it
+
+    started = time.monotonic()
+    with running_container(client, image, labels=labels or {}) as container_id:
+        host = testinfra.get_host(f"docker://{container_id}")
+        facts = _facts(host, stack, derived)
+        freeze_check, freeze = _freeze_check(host)
+        checks = [*_version_checks(stack, derived, facts), _nvcc_check(host, stack, derived),
+                  _pip_check(host, stack, derived, no_deps), freeze_check]
+    nvcc = next((c.actual for c in checks if c.name == "nvcc" and c.status is Status.PASS), None)
+    return VerifyReport(image=image, checks=tuple(checks), installed=dict(facts.get("packages", {})),
+                        torch=dict(facts.get("torch", {})), nvcc=nvcc, freeze=freeze,
+                        duration_s=round(time.monotonic() - started, 2))
+
+
+@contextmanager
+def running_container(client: docker.DockerClient, image: str, *, labels: Mapping[str, str]) -> Iterator[str]:
+    """A container idling in ``image`` (host network, labelled); force-removed on the way out."""
+    try:
+        container = client.containers.run(
+            image, ["sleep", "infinity"], detach=True, network_mode="host", init=True,
+            labels={**labels, docker_engine.MANAGED_LABEL: "true"})
+    except docker.errors.DockerException as exc:
+        raise BuildError(f"cannot start a verification container from {image}: {exc}") from None
+    try:
+        yield container.id
+    finally:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def _run(host: Any, command: str, *args: str) -> Any:
+    """Run in the container with a hard limit (testinfra's docker exec has none)."""
+    return host.run(f"timeout {COMMAND_TIMEOUT_S} {command}", *args)
+
+
+def _package_names(stack: Stack, derived: Derived) -> list[str]:
+    names = ["torch", "flashinfer-python", "sglang", "pip"]
+    names += [f"flashinfer-{addon}" for addon in stack.flashinfer_addons]
+    if derived.kernel_package:
+        names.append(derived.kernel_package)
+    return names
+
+
+def _facts(host: Any, stack: Stack, derived: Derived) -> dict[str, Any]:
+    result = _run(host, "python -c %s" + " %s" * len(_package_names(stack, derived)), _FACTS_SCRIPT,
+                  *_package_names(stack, derived))
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith("STACKFORGE_FACTS "):
+            return dict(json.loads(line.removeprefix("STACKFORGE_FACTS ")))
+    raise BuildError(f"verification could not read versions from the image (exit {result.rc}): "
+                     f"{(result.stderr or result.stdout).strip()[-300:]}")
+
+
+def _same_version(actual: str | None, expected: str) -> bool:
+    if actual is None:
+        return False
+    try:
+        return Version(actual) == Version(expected)
+    except InvalidVersion:
+        return actual == expected
+
+
+def _version_check(name: str, actual: str | None, expected: str) -> Check:
+    status = Status.PASS if _same_version(actual, expected) else Status.FAIL
+    return Check(name, status, expected, actual or "not installed", evidence=f"{name}=={actual}")
+
+
+def _version_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[Check]:
+    packages = facts.get("packages", {})
+    python = str(facts.get("python", ""))
+    checks = [Check("python", Status.PASS if python.startswith(f"{stack.python}.") else Status.FAIL,
+                    stack.python, python, evidence=f"sys.version_info -> {python}")]
+    checks += _torch_checks(stack, derived, facts)
+    checks.append(_version_check("flashinfer-python", packages.get("flashinfer-python"), stack.flashinfer))
+    for addon in stack.flashinfer_addons:
+        name = f"flashinfer-{addon}"
+        checks.append(_version_check(name, packages.get(name), stack.flashinfer))
+    if derived.kernel_package and derived.kernel_version:
+        checks.append(_version_check(derived.kernel_package, packages.get(derived.kernel_package),
+                                     derived.kernel_version))
+    checks.append(_version_check("sglang", packages.get("sglang"), stack.sglang))
+    return checks
+
+
+def _torch_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[Check]:
+    torch = facts.get("torch")
+    if not torch:
+        error = facts.get("torch_error", "torch is not installed")
+        return [Check("torch", Status.FAIL, stack.torch, "cannot import torch", evidence=str(error))]
+    version = str(torch["version"])
+    parsed = Version(version)
+    base_ok = parsed.public == Version(stack.torch).public
+    evidence = f"torch.__version__={version} torch.version.cuda={torch.get('cuda')}"
+    checks = [Check("torch", Status.PASS if base_ok else Status.FAIL, stack.torch, parsed.public, evidence)]
+    # The variant: a local tag (+cu130, +cpu) must name it; torch.version.cuda must match its CUDA.
+    actual_cuda = torch.get("cuda")
+    cuda_ok = (actual_cuda is None and derived.torch_cuda is None) or (
+        actual_cuda is not None and derived.torch_cuda is not None
+        and minor_of(str(actual_cuda)) == minor_of(derived.torch_cuda))
+    local_ok = parsed.local is None or parsed.local == derived.torch_variant
+    actual_variant = f"{parsed.local or 'no local tag'}, cuda {actual_cuda}"
+    checks.append(Check("torch-variant", Status.PASS if cuda_ok and local_ok else Status.FAIL,
+                        f"{derived.torch_variant}, cuda {derived.torch_cuda}", actual_variant, evidence))
+    return checks
+
+
+def _nvcc_check(host: Any, stack: Stack, derived: Derived) -> Check:
+    result = _run(host, "sh -c %s", "command -v nvcc && nvcc --version")
+    output = (result.stdout + result.stderr).strip()
+    found = _NVCC_RELEASE.search(output)
+    if not derived.has_nvcc:
+        where = output.splitlines()[0] if result.rc == 0 and output else "not on PATH"
+        return Check("nvcc", Status.SKIP, "none (runtime-only image)", where,
+                     evidence=output[-300:] or "command -v nvcc: not found")
+    if result.rc != 0 or not found:
+        return Check("nvcc", Status.FAIL, f"nvcc {minor_of(stack.cuda)}", "missing",
+                     evidence=output[-300:] or f"exit {result.rc}")
+    release = found.group(1)
+    status = Status.PASS if release == minor_of(stack.cuda) else Status.FAIL
+    return Check("nvcc", status, f"release {minor_of(stack.cuda)}", f"release {release}, {found.group(2)}",
+                 evidence=output.splitlines()[-1] if output else "")
+
+
+def _pip_check(host: Any, stack: Stack, derived: Derived, no_deps: frozenset[str]) -> Check:
+    result = _run(host, "pip check")
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    if result.rc == 0:
+        return Check("pip-check", Status.PASS, "no broken requirements", "clean", evidence=" | ".join(lines))
+    excused = _no_deps_packages(stack, derived, no_deps)
+    unexcused = [line for line in lines if line.split(" ", 1)[0].lower() not in excused]
+    if unexcused:
+        return Check("pip-check", Status.FAIL, "no broken requirements", f"{len(unexcused)} broken",
+                     evidence=" | ".join(unexcused)[:2000])
+    return Check("pip-check", Status.PASS, "no broken requirements",
+                 f"clean except {len(lines)} line(s) about --no-deps packages ({', '.join(sorted(excused))})",
+                 evidence=" | ".join(lines)[:2000])
+
+
+def _no_deps_packages(stack: Stack, derived: Derived, no_deps: frozenset[str]) -> set[str]:
+    """Distribution names (as pip check prints them, lower case) of the layers installed --no-deps."""
+    names: set[str] = set()
+    if "flashinfer" in no_deps:
+        names |= {"flashinfer-python", "flashinfer_python"} | {f"flashinfer-{a}" for a in stack.flashinfer_addons}
+    if "kernel" in no_deps and derived.kernel_package:
+        names |= {derived.kernel_package, derived.kernel_package.replace("-", "_")}
+    if "sglang" in no_deps:
+        names.add("sglang")
+    return names
+
+
+def _freeze_check(host: Any) -> tuple[Check, tuple[str, ...]]:
+    """freeze.txt must still equal ``pip freeze --all``; returns the check and the stored freeze."""
+    stored = _run(host, "cat %s", FREEZE_PATH)
+    now = _run(host, "pip freeze --all")
+    if stored.rc != 0:
+        return Check("freeze", Status.FAIL, f"{FREEZE_PATH} present", "missing", evidence=stored.stderr[-300:]), ()
+    lines = tuple(line.strip() for line in stored.stdout.splitlines() if line.strip())
+    before, after = set(lines), {line.strip() for line in now.stdout.splitlines() if line.strip()}
+    if before == after:
+        return Check("freeze", Status.PASS, "freeze.txt == pip freeze", f"{len(after)} packages, unchanged"), lines
+    drift = sorted(before ^ after)
+    return Check("freeze", Status.FAIL, "freeze.txt == pip freeze", f"{len(drift)} lines differ",
+                 evidence=" ".join(drift)[:2000]), lines
+
+
+def label_check(client: docker.DockerClient, image: str, expected: Sequence[tuple[str, str]]) -> Check:
+    """The Dockerfile's labels with their values, plus the content hash and freeze, are on ``image``."""
+    actual = client.images.get(image).labels or {}
+    wrong = [f"{key}={actual.get(key)!r} (want {value!r})" for key, value in expected if actual.get(key) != value]
+    missing = [key for key in (CONTENT_HASH_LABEL, FREEZE_LABEL) if not actual.get(key)]
+    if wrong or missing:
+        return Check("labels", Status.FAIL, f"{len(expected)} stack labels + content hash + freeze",
+                     f"{len(wrong)} wrong, {len(missing)} missing", evidence="; ".join(wrong + missing)[:2000])
+    return Check("labels", Status.PASS, f"{len(expected)} stack labels + content hash + freeze",
+                 f"{len(actual)} labels present", evidence=f"{CONTENT_HASH_LABEL}={actual[CONTENT_HASH_LABEL]}")

@@ -1,0 +1,103 @@
+"""``stackforge build``: render and build the images of a matrix (BuildKit, or the classic builder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from stackforge.cli.options import shard_option, stack_selection
+from stackforge.data import resolve_matrix_path
+from stackforge.errors import BuildError, SpecError
+
+F = Callable[..., object]
+
+
+def image_options(func: F) -> F:
+    """Options that change what is rendered (shared by ``build`` and ``render``)."""
+    options = [
+        click.option("--base-image", metavar="REF", default=None,
+                     help="FROM image for every stack instead of the derived one."),
+        click.option("--index-url", metavar="URL", default=None, help="pip index for everything but torch."),
+        click.option("--extra-index-url", "extra_index_urls", metavar="URL", multiple=True,
+                     help="Additional pip index (repeatable)."),
+        click.option("--find-links", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                     help="Wheelhouse directory; torch is taken from it (air-gapped builds)."),
+        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                     help="PEM bundle pip must trust; passed as a build secret, never stored in the image."),
+        click.option("--no-deps", "no_deps", multiple=True, type=click.Choice(["flashinfer", "kernel", "sglang"]),
+                     help="Install this layer's package without its dependencies (labelled in the image)."),
+        click.option("--dependency-layers/--no-dependency-layers", default=True, show_default=True,
+                     help="Install what FlashInfer/SGLang declare they need in a shared layer of its own "
+                          "(asks the index for their metadata)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command(name="build")
+@stack_selection
+@shard_option
+@image_options
+@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="Stacks built at the same time.")
+@click.option("--resume", is_flag=True, help="Skip stacks already built with the same content hash.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
+              show_default=True, help="Folder for logs/, builds/ (records) and contexts/.")
+@click.option("--builder", type=click.Choice(["auto", "buildx", "classic"]), default="auto", show_default=True,
+              help="buildx (BuildKit) or the Docker SDK's classic builder; auto prefers buildx.")
+@click.option("--push", metavar="REGISTRY", default=None, help="Push each image to this registry prefix.")
+@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
+              help="Limit for one stack's image build, in seconds.")
+@click.option("--retries", type=int, default=2, show_default=True,
+              help="Extra attempts after a transient network failure.")
+@click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
+@click.option("--no-verify", is_flag=True, help="Skip checking the installed versions inside each image.")
+@click.option("--label", "labels", metavar="KEY=VALUE", multiple=True, help="Extra image label (repeatable).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress view.")
+def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
+            no_deps, dependency_layers, jobs, resume, out_dir, builder, push, timeout_s, retries, no_cache, no_verify,
+            labels, progress) -> None:
+    """Build the images of every kept stack of a matrix; one log and one record per stack."""
+    from stackforge.build import Builder, BuildOptions, build_stacks
+    from stackforge.docker_engine import connect
+
+    cells = selected_cells(matrix, cuda, targets, only, shard)
+    options = BuildOptions(base_image=base_image, index_url=index_url, extra_index_urls=tuple(extra_index_urls),
+                           find_links=find_links, ca_bundle=ca_bundle, push=push, jobs=jobs, resume=resume,
+                           out_dir=out_dir, builder=Builder(builder), timeout_s=timeout_s,
+                           no_deps=frozenset(no_deps), labels=_labels(labels), retries=retries,
+                           verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers)
+    click.echo(f"building {len(cells)} stack(s) -> {out_dir}", err=True)
+    summary = build_stacks(cells, options, client=connect(), progress=progress)
+    if not progress:
+        for record in summary.records:
+            click.echo(f"  {record.status.value:<11} {record.stack_id}  {record.image_tag or '-'}  {record.reason}")
+    if summary.failed:
+        raise BuildError(f"{len(summary.failed)} of {len(summary.records)} stack(s) failed: "
+                         f"{', '.join(summary.failed)}", failed=summary.failed,
+                         remedy=f"see {out_dir}/logs/<stack-id>.log and {out_dir}/builds/<stack-id>.json")
+
+
+def selected_cells(matrix, cuda, targets, only, shard) -> list:
+    """(stack, derived) for every kept stack of the selection, in matrix order."""
+    from stackforge.plan import plan_file
+    from stackforge.shard import select
+
+    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only)
+    stacks = select(plan.kept_stacks(), shard)
+    if not stacks:
+        raise SpecError("no stack to build: the selection is empty or every stack was pruned",
+                        remedy="see `stackforge plan` for the reasons")
+    return [(stack, plan.cells_for(stack)[0].derived) for stack in stacks]
+
+
+def _labels(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    labels = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--label {pair!r} is not KEY=VALUE")
+        labels.append((key, value))
+    return tuple(labels)

@@ -1,0 +1,42 @@
+"""``stackforge render``: write each stack's Dockerfile and build context (no Docker needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackforge.cli.build import image_options, selected_cells
+from stackforge.cli.options import shard_option, stack_selection
+
+
+@click.command(name="render")
+@stack_selection
+@shard_option
+@image_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/contexts"),
+              show_default=True, help="One sub-folder per stack id is written here.")
+@click.option("--builder", type=click.Choice(["buildkit", "classic"]), default="buildkit", show_default=True,
+              help="Render for BuildKit (RUN --mount) or for the classic builder.")
+def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
+            no_deps, dependency_layers, out_dir, builder) -> None:
+    """Render the Dockerfile and context of every kept stack; print each stack's folder and image tag.
+
+    The base image is the derived one (or --base-image): a build may still substitute a local one.
+    """
+    import dataclasses
+
+    from stackforge.build.requires import RequirementsLookup, declared_for
+    from stackforge.render import RenderOptions, render_stack, write_context
+
+    options = RenderOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
+                            extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
+                            ca_bundle=ca_bundle is not None, no_deps=frozenset(no_deps))
+    lookup = RequirementsLookup(index_url, ca_bundle)
+    for stack, derived in selected_cells(matrix, cuda, targets, only, shard):
+        declared = declared_for(stack, lookup, no_deps=frozenset(no_deps))[0] if dependency_layers else ()
+        rendered = render_stack(stack, derived, dataclasses.replace(options, declared=declared))
+        folder = Path(out_dir) / stack.id
+        write_context(rendered, folder)
+        click.echo(f"{folder}  {rendered.tag}")
+
