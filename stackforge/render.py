@@ -39,6 +39,10 @@ from stackforge.versions import parse_version
 #: Schema of the ``io.stackforge.*`` label set (bump when keys change meaning).
 LABEL_SCHEMA = "1"
 LABEL_PREFIX = "io.stackforge"
+# A wheels-flavour toolkit lives in its own prefix, outside the Python environment: torch pins its own
+# CUDA runtime (cu130 torch: nvidia-cuda-runtime 13.0.x) and CCCL refuses an nvcc whose minor version
+# differs from the cudart headers, so the toolkit keeps the runtime headers of its own release.
+TOOLKIT_PREFIX = "/opt/cuda-wheels"
 #: Port of stackforge's asset server on 127.0.0.1 (classic builds: wheelhouse and CA bundle; BuildKit
 #: without named build contexts: the wheelhouse).
 #: Fixed, because the URL is part of the RUN text and so of the classic builder's cache key.
@@ -211,7 +215,8 @@ def _variables(stack: Stack, derived: Derived, options: RenderOptions) -> dict[s
         "user_index_url": options.index_url, "user_extra_index_urls": list(options.extra_index_urls),
         "no_deps": sorted(options.no_deps),
         "toolkit_wheels": toolkit, "toolkit_has_nvcc": bool(toolkit) and derived.has_nvcc,
-        "cuda_home": _wheels_cuda_home(stack),
+        "cuda_home": _wheels_cuda_home(stack), "toolkit_prefix": TOOLKIT_PREFIX,
+        "venv_cuda_include": _venv_cuda_include(stack),
         "torch_variant": derived.torch_variant, "torch_source": torch_source,
         "torch_source_label": derived.torch_index_url if torch_source == "index" else torch_source,
         "torch_requirement": _torch_requirement(derived, torch_source),
@@ -304,9 +309,14 @@ def _toolkit_requirements(stack: Stack, derived: Derived) -> list[str]:
 
 
 def _wheels_cuda_home(stack: Stack) -> str:
-    """13.x toolkit wheels put nvcc under ``site-packages/nvidia/cu13`` (DESIGN.md pitfalls)."""
-    major = parse_version(stack.cuda).major
-    return f"/opt/venv/lib/python{stack.python}/site-packages/nvidia/cu{major}"
+    """13.x toolkit wheels put nvcc under ``nvidia/cu13`` of the prefix they are installed into."""
+    return f"{TOOLKIT_PREFIX}/nvidia/cu{parse_version(stack.cuda).major}"
+
+
+def _venv_cuda_include(stack: Stack) -> str:
+    """Headers of the CUDA libraries torch brought into the venv (cuBLAS, cuRAND...), which FlashInfer's
+    JIT sources include; the toolkit prefix links to them."""
+    return f"/opt/venv/lib/python{stack.python}/site-packages/nvidia/cu{parse_version(stack.cuda).major}/include"
 
 
 def _flashinfer(stack: Stack, derived: Derived) -> tuple[list[str], list[str], str | None]:

@@ -173,7 +173,7 @@ def test_runtime_flavour_is_labelled_runtime_only():
     assert rendered.label("io.stackforge.has-nvcc") == "false"
 
 
-def test_wheels_13_sets_cuda_home_to_the_cu13_tree_and_pins_the_toolkit_together():
+def test_wheels_13_puts_the_toolkit_in_its_own_prefix_pinned_together():
     pins = {"nvidia-cuda-nvcc": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia-cuda-crt": "13.0.88",
             "nvidia-cuda-cccl": "13.0.85", "nvidia-cuda-runtime": "13.0.96"}
     derived = derived_by_hand(base_image="python:3.11-slim-bookworm", base_python="3.11", toolkit_wheels=pins)
@@ -181,10 +181,14 @@ def test_wheels_13_sets_cuda_home_to_the_cu13_tree_and_pins_the_toolkit_together
     toolkit = layer_text(rendered.dockerfile, "CUDA 13.0 toolkit")
     for package, version in pins.items():
         assert f'"{package}=={version}"' in toolkit
-    assert "ENV CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13" in toolkit
-    assert "PATH=/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:$PATH" in toolkit
-    assert 'test -x "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/nvcc"' in toolkit
-    assert rendered.dockerfile.index("CUDA 13.0 toolkit") < rendered.dockerfile.index("# ---- torch")
+    assert "ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13" in toolkit
+    assert "PATH=/opt/cuda-wheels/nvidia/cu13/bin:$PATH" in toolkit
+    assert 'test -x "/opt/cuda-wheels/nvidia/cu13/bin/nvcc"' in toolkit
+    # Outside the venv and its constraints: torch's own CUDA runtime pin must not meet the toolkit's.
+    assert "PIP_CONSTRAINT=/dev/null pip install --prefer-binary --no-deps --target /opt/cuda-wheels" in toolkit
+    assert "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*" in toolkit   # cuBLAS etc. headers
+    assert "/opt/stackforge/constraints.txt" not in toolkit
+    assert rendered.dockerfile.index("# ---- torch") < rendered.dockerfile.index("CUDA 13.0 toolkit")
     assert "apt-get" not in rendered.dockerfile   # python:<py>-slim already has the interpreter
 
 

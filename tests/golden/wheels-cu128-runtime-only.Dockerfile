@@ -19,16 +19,6 @@ RUN python3.11 -m venv /opt/venv \
  && touch /opt/stackforge/constraints.txt \
  && python --version
 
-# ---- CUDA 12.8 toolkit from wheels, pinned together (nvcc, nvvm, crt, cccl, runtime of one
-# release): a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail in ptxas.
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --prefer-binary \
-        "nvidia-cuda-cccl-cu12==12.8.90" \
-        "nvidia-cuda-nvcc-cu12==12.8.93" \
-        "nvidia-cuda-runtime-cu12==12.8.90" \
- && printf '%s\n' "nvidia-cuda-cccl-cu12==12.8.90" "nvidia-cuda-nvcc-cu12==12.8.93" "nvidia-cuda-runtime-cu12==12.8.90" >> /opt/stackforge/constraints.txt
-# CUDA 12.8 wheels carry ptxas but no nvcc: this image is runtime-only (see its labels).
-
 # ---- torch 2.9.1 (cu128) from pypi; the torch family it
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -37,6 +27,17 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
         >> /opt/stackforge/constraints.txt \
  && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+
+# ---- CUDA 12.8 toolkit from wheels in /opt/cuda-wheels, pinned together (nvcc, nvvm, crt, cccl,
+# runtime of one release: a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail
+# in ptxas). It lives outside the venv: torch pins its own CUDA runtime, and CCCL refuses an nvcc whose
+# minor version differs from the cudart headers, so the toolkit keeps the headers of its own release.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    PIP_CONSTRAINT=/dev/null pip install --prefer-binary --no-deps --target /opt/cuda-wheels \
+        "nvidia-cuda-cccl-cu12==12.8.90" \
+        "nvidia-cuda-nvcc-cu12==12.8.93" \
+        "nvidia-cuda-runtime-cu12==12.8.90"
+# CUDA 12.8 wheels carry ptxas but no nvcc: this image is runtime-only (see its labels).
 
 # ---- FlashInfer 0.6.3
 RUN --mount=type=cache,target=/root/.cache/pip \

@@ -19,24 +19,6 @@ RUN python3.11 -m venv /opt/venv \
  && touch /opt/stackforge/constraints.txt \
  && python --version
 
-# ---- CUDA 13.0 toolkit from wheels, pinned together (nvcc, nvvm, crt, cccl, runtime of one
-# release): a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail in ptxas.
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=secret,id=ca \
-    PIP_CERT=/run/secrets/ca pip install --prefer-binary --find-links http://127.0.0.1:38751/wheelhouse/ \
-        "nvidia-cuda-cccl==13.0.85" \
-        "nvidia-cuda-crt==13.0.88" \
-        "nvidia-cuda-nvcc==13.0.88" \
-        "nvidia-cuda-runtime==13.0.96" \
-        "nvidia-nvvm==13.0.88" \
- && printf '%s\n' "nvidia-cuda-cccl==13.0.85" "nvidia-cuda-crt==13.0.88" "nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-runtime==13.0.96" "nvidia-nvvm==13.0.88" >> /opt/stackforge/constraints.txt \
- && test -x "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/nvcc" \
- && "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/nvcc" --version
-
-# FlashInfer finds nvcc through CUDA_HOME (default /usr/local/cuda, absent here).
-ENV CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13 \
-    PATH=/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:$PATH
-
 # ---- torch 2.13.0 (cpu) from wheelhouse; the torch family it
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -46,6 +28,28 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
         >> /opt/stackforge/constraints.txt \
  && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+
+# ---- CUDA 13.0 toolkit from wheels in /opt/cuda-wheels, pinned together (nvcc, nvvm, crt, cccl,
+# runtime of one release: a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail
+# in ptxas). It lives outside the venv: torch pins its own CUDA runtime, and CCCL refuses an nvcc whose
+# minor version differs from the cudart headers, so the toolkit keeps the headers of its own release.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    PIP_CERT=/run/secrets/ca PIP_CONSTRAINT=/dev/null pip install --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:38751/wheelhouse/ \
+        "nvidia-cuda-cccl==13.0.85" \
+        "nvidia-cuda-crt==13.0.88" \
+        "nvidia-cuda-nvcc==13.0.88" \
+        "nvidia-cuda-runtime==13.0.96" \
+        "nvidia-nvvm==13.0.88" \
+ && for header in /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*; do \
+        [ -e "/opt/cuda-wheels/nvidia/cu13/include/${header##*/}" ] || ln -s "$header" "/opt/cuda-wheels/nvidia/cu13/include/"; \
+    done \
+ && test -x "/opt/cuda-wheels/nvidia/cu13/bin/nvcc" \
+ && "/opt/cuda-wheels/nvidia/cu13/bin/nvcc" --version
+
+# FlashInfer finds nvcc through CUDA_HOME (default /usr/local/cuda, absent here).
+ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
+    PATH=/opt/cuda-wheels/nvidia/cu13/bin:$PATH
 
 # ---- FlashInfer 0.6.6
 RUN --mount=type=cache,target=/root/.cache/pip \
