@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The main job (README): set up this machine and run `stackforge build --cuda 13.1` on the shipped
+# default matrix (matrices/default.yaml). Prints the time and the disk it took.
+#
+# For a Debian bookworm machine (root or passwordless sudo; no GPU, no container registry needed).
+# Extra arguments go to `stackforge build`, e.g.  scripts/main-job.sh -j 2 --resume
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+readonly VENV=".venv"
+
+say() { printf 'main-job: %s\n' "$*"; }
+die() { printf 'main-job: error: %s\n' "$*" >&2; exit 1; }
+as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+docker_bytes() { df -B1 --output=used "$(docker info --format '{{.DockerRootDir}}')" | tail -1; }
+
+started=$(date +%s)
+as_root scripts/setup-engine.sh
+
+if ! python3 -c "import ensurepip" 2>/dev/null; then
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check . || die "pip install . failed"
+say "stackforge $("$VENV/bin/stackforge" --version | awk '{print $NF}') installed in $VENV"
+
+# The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
+as_root "$VENV/bin/stackforge" bootstrap-base
+
+# pip inside the build must trust what pip here trusts (a corporate proxy re-signing TLS, say):
+# the bundle goes in as a BuildKit secret, never into a layer.
+ca_args=()
+ca="$("$VENV/bin/python" -m pip config get global.cert 2>/dev/null || true)"
+ca="${ca:-${PIP_CERT:-${REQUESTS_CA_BUNDLE:-}}}"
+[[ -n "$ca" && -f "$ca" ]] && ca_args=(--ca-bundle "$ca")
+
+before=$(docker_bytes)
+build_started=$(date +%s)
+status=0
+"$VENV/bin/stackforge" build --cuda 13.1 "${ca_args[@]}" "$@" || status=$?
+after=$(docker_bytes)
+say "build took $(( $(date +%s) - build_started )) s; the whole job $(( $(date +%s) - started )) s"
+say "disk used by the engine grew by $(( (after - before) / 1024 / 1024 )) MiB"
+docker image ls --filter label=io.stackforge.managed --format '  {{.Repository}}:{{.Tag}}  {{.Size}}'
+exit "$status"
