@@ -25,10 +25,13 @@ from stackforge.records import ResultRecord, Status
 @click.option("--python", "python", default=None, metavar="PATH",
               help="With --local: the interpreter whose packages are probed (default: this one).")
 @click.option("-j", "--jobs", "parallel", type=int, default=2, show_default=True, help="Probes run in parallel.")
+@click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A `stackforge build --out` folder: probe the images its build records name, pulled by "
+                   "digest when not local (the registry hand-off). Default: local images by stack-id label.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder; each run writes one sub-folder.")
 def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local, python, parallel,
-            results_root) -> None:
+            builds_dir, results_root) -> None:
     """Run capability probes for every kept stack x target of a matrix and record the evidence."""
     from stackforge.probes.campaign import plan_jobs, run_jobs, select_specs
     from stackforge.probes.catalog import catalog
@@ -46,7 +49,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     records = run_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
                        write=lambda record: write_record(run_dir, record), client=client,
                        local_python=(python or sys.executable) if local else None, parallel=parallel,
-                       timeout_s=timeout_s, log_dir=run_dir / "logs", on_done=_echo)
+                       timeout_s=timeout_s, log_dir=run_dir / "logs", builds_dir=builds_dir, on_done=_echo)
     finish_run(run_dir)
     click.echo(_summary(records))
 

@@ -68,6 +68,37 @@ def find_stack_image(client: Any, stack: Stack) -> ImageRef | None:
     return ImageRef(ref=tags[0], image_id=newest.id, digest=digests[0] if digests else None)
 
 
+def image_from_build_record(client: Any, builds_dir: Path, stack: Stack) -> ImageRef | None:
+    """The image a build record names: the local image if it is here, else pulled by its digest.
+
+    This is the registry hand-off: images built (and pushed) on one machine are probed on another
+    by digest, never by a tag that may have moved since.
+    """
+    from stackforge.build.records import read_record
+    from stackforge.registry import pull
+
+    record = read_record(builds_dir, stack.id)
+    if record is None or not record.status.ok:
+        return None
+    for candidate in (record.image_id, record.repo_digest):
+        local_id = _local_image(client, candidate) if candidate else None
+        if local_id is not None:
+            return ImageRef(ref=record.repo_digest or record.image_tag or candidate, image_id=local_id,
+                            digest=record.repo_digest)
+    if record.repo_digest:
+        pulled = pull(record.repo_digest)
+        return ImageRef(ref=pulled.ref, image_id=pulled.image_id, digest=record.repo_digest)
+    return None
+
+
+def _local_image(client: Any, ref: str) -> str | None:
+    import docker.errors
+    try:
+        return client.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def missing_image_record(job: ProbeJob, ctx: ProbeContext) -> ResultRecord:
     """A stack without an image cannot be probed: an honest error record, not a silent gap."""
     outcome = Outcome(Status.ERROR, f"no image built for stack {job.stack.id}",
@@ -77,19 +108,26 @@ def missing_image_record(job: ProbeJob, ctx: ProbeContext) -> ResultRecord:
 
 def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
              client: Any | None = None, local_python: str | None = None, parallel: int = 2,
-             timeout_s: float | None = None, log_dir: Path | None = None,
+             timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
+             images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
              on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
-    """Run jobs (in containers via ``client``, or locally with ``local_python``), writing each record."""
+    """Run jobs (in containers via ``client``, or locally with ``local_python``), writing each record.
+
+    ``images`` maps stack ids to images to use; other stacks' images come from ``builds_dir`` records
+    or, by default, from the local images' stack-id labels.
+    """
     if client is None and local_python is None:
         raise ProbeError("probes need a Docker client or --local")
-    images: dict[str, ImageRef | None] = {}
+    images = dict(images or {})
     if client is not None:
         for job in jobs:
             if job.stack.id not in images:
-                images[job.stack.id] = find_stack_image(client, job.stack)
+                images[job.stack.id] = (image_from_build_record(client, builds_dir, job.stack) if builds_dir
+                                        else find_stack_image(client, job.stack))
 
     def one(job: ProbeJob) -> ResultRecord:
-        ctx = ProbeContext(run_id=run_id, target=job.target, host_gpus=host_gpus, timeout_s=timeout_s)
+        ctx = ProbeContext(run_id=run_id, target=job.target, host_gpus=host_gpus, timeout_s=timeout_s,
+                           **({"scripts_dir": scripts_dir} if scripts_dir else {}))
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
         if client is None:
             record = run_locally(job.stack, job.spec, ctx, python=local_python or "python3", log_path=log)
