@@ -2,8 +2,8 @@
 
 Target (issue #4): <= 30 s per stack on 2 cores, stacks in parallel. Run after building images:
 
-    python benchmarks/probe_overhead.py                      # every local stackforge image
-    python benchmarks/probe_overhead.py --image stackforge/cu130-...:abc123 -j 2
+    python benchmarks/probe_overhead.py                      # the images of ./out (stackforge build --out)
+    python benchmarks/probe_overhead.py --builds out -j 2
 
 Prints, per stack, the wall time of all gate probes together and of each probe, and the overall
 wall time divided by the number of stacks. The FlashInfer JIT compile probe (a real nvcc compile)
@@ -13,6 +13,7 @@ is listed separately and excluded from the per-stack figure unless --with-compil
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -21,32 +22,29 @@ from pathlib import Path
 
 from stackforge.docker_engine import connect
 from stackforge.model import Stack
-from stackforge.probes.campaign import STACK_ID_LABEL, ProbeJob, run_jobs, select_specs
+from stackforge.probes.campaign import ProbeJob, run_jobs, select_specs
 from stackforge.probes.catalog import catalog
-from stackforge.probes.execute import detect_host_gpus
+from stackforge.probes.execute import ImageRef, detect_host_gpus
 from stackforge.plan import load_knowledge
 
 COMPILE_PROBE = "gate.flashinfer.jit"
 
 
-def stacks_from_images(client, refs: list[str]) -> list[Stack]:
-    """Stacks of the given images (or of every local stackforge image), from their labels."""
-    images = [client.images.get(r) for r in refs] if refs else \
-        client.images.list(filters={"label": STACK_ID_LABEL})
-    stacks: dict[str, Stack] = {}
-    for image in images:
-        labels = image.labels or {}
-        stack_json = labels.get("io.stackforge.stack.json")
-        if stack_json:
-            import json
-            stack = Stack.from_json(json.loads(stack_json))
-            stacks.setdefault(stack.id, stack)
-    return list(stacks.values())
+def built_images(client, builds_dir: Path) -> dict[Stack, ImageRef]:
+    """Stacks and their images, from the build records of a `stackforge build --out` folder."""
+    from stackforge.build.records import BuildRecord
+    found: dict[Stack, ImageRef] = {}
+    for path in sorted((builds_dir / "builds").glob("*.json")):
+        record = BuildRecord.from_json(json.loads(path.read_text()), path=str(path))
+        if record.status.ok and record.image_id:
+            found[Stack.from_json(record.stack)] = ImageRef(ref=record.image_tag or record.image_id,
+                                                            image_id=record.image_id)
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--image", action="append", default=[], help="image to probe (repeatable)")
+    parser.add_argument("--builds", type=Path, default=Path("out"), help="a `stackforge build --out` folder")
     parser.add_argument("--target", default="rtx-pro-6000-x8-pcie")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--with-compile", action="store_true", help="include the real FlashInfer JIT compile")
@@ -54,15 +52,17 @@ def main() -> None:
 
     client = connect()
     target = load_knowledge().targets[args.target]
-    stacks = stacks_from_images(client, args.image)
-    if not stacks:
-        raise SystemExit("no stackforge images found: build some first (stackforge build ...)")
+    images = built_images(client, args.builds)
+    if not images:
+        raise SystemExit(f"no built images in {args.builds}/builds: run `stackforge build` first")
+    stacks = list(images)
     specs = [s for s in select_specs(catalog(), tier="gate") if args.with_compile or s.id != COMPILE_PROBE]
     jobs = [ProbeJob(stack, target, spec) for stack in stacks for spec in specs]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         records = run_jobs(jobs, run_id="probe-overhead", host_gpus=detect_host_gpus(client), write=lambda r: None,
-                           client=client, parallel=args.jobs, log_dir=Path(tmp))
+                           client=client, parallel=args.jobs, log_dir=Path(tmp),
+                           images={stack.id: image for stack, image in images.items()})
         wall = time.perf_counter() - started
     per_stack: dict[str, list] = defaultdict(list)
     for record in records:
