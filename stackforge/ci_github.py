@@ -202,6 +202,12 @@ def _login(config: WorkflowConfig) -> list[dict[str, Any]]:
              "with": {"registry": config.registry_host, **credentials}}]
 
 
+def _download_build_records() -> dict[str, Any]:
+    """Every build shard's records: the probe and bench jobs pull the images they name by digest."""
+    return {"name": "Download the build records", "uses": ACTIONS["download-artifact"],
+            "with": {"pattern": "build-*", "path": "build-out", "merge-multiple": True}}
+
+
 def _upload(name: str, path: str, *, retention_days: int | None = None) -> dict[str, Any]:
     step: dict[str, Any] = {"name": "Upload " + path.rstrip("/"), "if": "${{ !cancelled() }}",
                             "uses": ACTIONS["upload-artifact"],
@@ -256,6 +262,8 @@ def _cpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> d
     if is_build:
         steps.append({"name": "Set up Docker Buildx", "uses": ACTIONS["setup-buildx"]})
     steps += _login(config)
+    if not is_build:
+        steps.append(_download_build_records())
     steps.append({"name": "Build and push" if is_build else "Gate-tier probes",
                   "env": {"SHARD": "${{ matrix.shard }}"}, "run": run})
     steps.append(_upload(f"{'build' if is_build else 'results-gate'}-${{{{ matrix.slug }}}}",
@@ -288,6 +296,7 @@ def _gpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> d
         "steps": [
             *_prepare(config),
             *_login(config),
+            _download_build_records(),
             {"name": "Runtime-tier probes" if kind == "runtime" else "Benchmarks",
              "env": {"SHARD": "${{ matrix.shard }}", "TARGET": "${{ matrix.target }}"}, "run": run},
             _upload(f"results-{kind}-${{{{ matrix.slug }}}}", "results/"),
@@ -407,16 +416,15 @@ def workflow(config: WorkflowConfig) -> dict[str, Any]:
                           "--out build-out\n"),
         "gate": _cpu_job(config, "gate", ["plan", "build"],
                          f'stackforge probe {matrix_arg} --tier gate --shard "$SHARD" '
-                         '--image-from-registry "$STACKFORGE_REGISTRY" --results results\n'),
+                         '--builds build-out --results results\n'),
     }
     if config.gpu_labels:
         jobs["runtime"] = _gpu_job(config, "runtime", ["plan", "build"],
                                    f'stackforge probe {matrix_arg} --target "$TARGET" --tier runtime '
-                                   '--shard "$SHARD" --image-from-registry "$STACKFORGE_REGISTRY" '
-                                   "--results results\n")
+                                   '--shard "$SHARD" --builds build-out --results results\n')
         jobs["bench"] = _gpu_job(config, "bench", ["plan", "runtime"],
                                  f'stackforge bench {matrix_arg} --target "$TARGET" --shard "$SHARD" '
-                                 "--results results\n")
+                                 "--builds build-out --results results\n")
     jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("plan", "build"))])
     jobs["publish"] = _publish_job(config)
     jobs["verdict"] = _verdict_job(config)

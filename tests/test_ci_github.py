@@ -132,7 +132,7 @@ def test_build_and_gate_shard_on_cpu_runners_with_the_exact_cli() -> None:
     assert build_run.startswith('stackforge build --matrix "$STACKFORGE_MATRIX" --shard "$SHARD" '
                                 '--push "$STACKFORGE_REGISTRY"')
     gate_run = next(s["run"] for s in gate["steps"] if s.get("name") == "Gate-tier probes")
-    assert "--tier gate --shard \"$SHARD\" --image-from-registry \"$STACKFORGE_REGISTRY\"" in gate_run
+    assert "--tier gate --shard \"$SHARD\" --builds build-out" in gate_run
     # Matrix values reach scripts through env, never by ${{ }} interpolation into the script text.
     for _, step in _steps(data):
         assert "${{" not in step.get("run", ""), step

@@ -23,7 +23,7 @@ from stackforge.bench.catalog import SCRIPTS_DIR, BenchSpec
 from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.model import Stack, Target
 from stackforge.probes import execute
-from stackforge.probes.campaign import find_stack_image, plan_jobs
+from stackforge.probes.campaign import plan_jobs, stack_image
 from stackforge.probes.execute import HostGpus, ImageRef
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
 
@@ -282,7 +282,7 @@ def missing_image_record(job: BenchJob, *, run_id: str, host_gpus: HostGpus) -> 
 
 def run_bench_jobs(jobs: Sequence[BenchJob], options: BenchOptions, *, run_id: str, host_gpus: HostGpus,
                    write: Callable[[ResultRecord], Any], client: Any | None = None,
-                   local_python: str | None = None, log_dir: Path | None = None,
+                   local_python: str | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
                    on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
     """Run jobs one at a time (in images via ``client``, or locally with ``local_python``), writing
     each record as it finishes so that an interrupted run keeps what completed.
@@ -298,7 +298,7 @@ def run_bench_jobs(jobs: Sequence[BenchJob], options: BenchOptions, *, run_id: s
                                      python=local_python or sys.executable, log_path=log)
         else:
             if job.stack.id not in images:
-                images[job.stack.id] = find_stack_image(client, job.stack)
+                images[job.stack.id] = stack_image(client, job.stack, builds_dir)
             image = images[job.stack.id]
             record = (missing_image_record(job, run_id=run_id, host_gpus=host_gpus) if image is None else
                       run_job_in_container(client, image, job, options, run_id=run_id, host_gpus=host_gpus,

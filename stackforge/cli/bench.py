@@ -34,11 +34,14 @@ from stackforge.records import ResultRecord, Status
               help="Run in a Python environment of this machine (one stack: select it with --only).")
 @click.option("--python", "python", default=None, metavar="PATH",
               help="With --local: the interpreter whose packages are measured (default: this one).")
+@click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A `stackforge build --out` folder: use the images its records name, pulled by digest when "
+                   "not local. Default: local images by stack-id label.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder; each run writes one sub-folder.")
 @click.option("--list", "list_only", is_flag=True, help="List the known benches and exit.")
 def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir, repeats, max_bytes, serve_args,
-            timeout_s, local, python, results_root, list_only) -> None:
+            timeout_s, local, python, builds_dir, results_root, list_only) -> None:
     """Measure all-reduce bandwidth, GEMM TFLOP/s and serving throughput for every kept stack x target."""
     from stackforge.bench.catalog import catalog, select_benches
 
@@ -49,7 +52,7 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
     specs = select_benches(catalog(), suites=suites or _default_suites(model_dir), allreduce_variants=variants,
                            ids=ids)
     _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, results_root)
+         python, builds_dir, results_root)
 
 
 def _default_suites(model_dir: Path | None) -> tuple[str, ...]:
@@ -57,7 +60,7 @@ def _default_suites(model_dir: Path | None) -> tuple[str, ...]:
 
 
 def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, results_root) -> None:
+         python, builds_dir, results_root) -> None:
     from stackforge.bench.run import BenchOptions, plan_bench, run_bench_jobs
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
@@ -75,12 +78,13 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
     options = BenchOptions(repeats=repeats, model_dir=model_dir, max_bytes=max_bytes, serve_args=tuple(serve_args),
                            timeout_s=timeout_s)
     jobs = plan_bench(plan, specs, options, host_gpus=host_gpus, local=local, stacks=stacks)
-    run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path), shard=shard)
+    run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
+                        shard=str(shard) if shard else None)
     click.echo(f"benchmarking {len(stacks)} stack(s), {len(jobs)} bench run(s) -> {run_dir}")
     records = run_bench_jobs(jobs, options, run_id=run_dir.name, host_gpus=host_gpus,
                              write=lambda record: write_record(run_dir, record), client=client,
                              local_python=(python or sys.executable) if local else None, log_dir=run_dir / "logs",
-                             on_done=_echo)
+                             builds_dir=builds_dir, on_done=_echo)
     finish_run(run_dir)
     click.echo(_summary(records))
 
@@ -91,10 +95,8 @@ def _connect():
 
 
 def _sharded(stacks, shard):
-    if not shard:
-        return stacks
-    from stackforge.shard import Shard, select
-    return tuple(select(stacks, Shard.parse(shard)))
+    from stackforge.shard import select
+    return select(stacks, shard)
 
 
 def _echo(record: ResultRecord) -> None:

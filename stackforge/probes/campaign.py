@@ -99,6 +99,11 @@ def _local_image(client: Any, ref: str) -> str | None:
         return None
 
 
+def stack_image(client: Any, stack: Stack, builds_dir: Path | None = None) -> ImageRef | None:
+    """The image to run ``stack``'s probes or benchmarks in: from a build record, else by label."""
+    return image_from_build_record(client, builds_dir, stack) if builds_dir else find_stack_image(client, stack)
+
+
 def missing_image_record(job: ProbeJob, ctx: ProbeContext) -> ResultRecord:
     """A stack without an image cannot be probed: an honest error record, not a silent gap."""
     outcome = Outcome(Status.ERROR, f"no image built for stack {job.stack.id}",
@@ -122,8 +127,7 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
     if client is not None:
         for job in jobs:
             if job.stack.id not in images:
-                images[job.stack.id] = (image_from_build_record(client, builds_dir, job.stack) if builds_dir
-                                        else find_stack_image(client, job.stack))
+                images[job.stack.id] = stack_image(client, job.stack, builds_dir)
 
     def one(job: ProbeJob) -> ResultRecord:
         ctx = ProbeContext(run_id=run_id, target=job.target, host_gpus=host_gpus, timeout_s=timeout_s,
