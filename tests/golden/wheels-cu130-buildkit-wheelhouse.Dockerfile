@@ -38,6 +38,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # runtime of one release: a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail
 # in ptxas). It lives outside the venv: torch pins its own CUDA runtime, and CCCL refuses an nvcc whose
 # minor version differs from the cudart headers, so the toolkit keeps the headers of its own release.
+# nvcc compiles host code with the system C++ compiler, which a slim Python base lacks.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
+ && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=bind,from=wheelhouse,target=/stackforge/wheelhouse \

@@ -34,6 +34,10 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 # runtime of one release: a resolver-chosen nvvm/crt beside a pinned nvcc makes every JIT compile fail
 # in ptxas). It lives outside the venv: torch pins its own CUDA runtime, and CCCL refuses an nvcc whose
 # minor version differs from the cudart headers, so the toolkit keeps the headers of its own release.
+# nvcc compiles host code with the system C++ compiler, which a slim Python base lacks.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
  && PIP_CERT=/tmp/stackforge-ca.pem PIP_CONSTRAINT=/dev/null pip install --no-cache-dir --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:38751/wheelhouse/ \
