@@ -52,7 +52,13 @@ def python_without_torch() -> str:
 
 
 def load_script(name: str) -> ModuleType:
-    """Import an in-image script as a module (its top level only defines things)."""
+    """Import an in-image script as a module (its top level only defines things).
+
+    Run as a script, its folder is ``sys.path[0]``, where it finds ``_sfbench``; imported by path
+    it is not, so the folder is put on ``sys.path`` here, as the interpreter would.
+    """
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(f"sf_bench_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None

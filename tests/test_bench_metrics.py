@@ -86,13 +86,26 @@ def test_gemm_script_copy_equals_metrics_module():
 
 @pytest.mark.parametrize("name", ["allreduce_sweep", "gemm"])
 def test_script_summary_copy_equals_stats_module(name):
+    # The scripts' statistics copy lives in the shared _sfbench.py beside them (script.bench).
     script = load_script(name)
     samples_grid = ([1.0], [3.0, 1.0, 2.0], [5e-6, 7e-6, 5.5e-6, 6e-6], [2.0, 2.0, 2.0, 2.0, 9.0], [0.0, 0.0])
     for samples in samples_grid:
-        assert script._local_summarize(samples) == stats.summarize(samples).to_json()
+        assert script.bench.summarize_copy(samples) == stats.summarize(samples).to_json()
     for bad in ([], [math.nan]):
         with pytest.raises(ValueError):
-            script._local_summarize(bad)
+            script.bench.summarize_copy(bad)
+
+
+def test_sfbench_summary_copy_equals_stats_module_on_a_grid():
+    bench = load_script("_sfbench")
+    values = (-3.5, -1.0, 0.0, 1e-9, 2.5e-6, 0.1, 1.0, 7.0, 123.456, 1e6)
+    grid = [[a] for a in values] + [[a, b] for a in values for b in values]
+    grid += [[a, b, c] for a in values[::3] for b in values[1::3] for c in values[2::3]]
+    for samples in grid:
+        assert bench.summarize_copy(samples) == stats.summarize(samples).to_json(), samples
+    for bad in ([math.inf], [1.0, -math.inf], [1.0, math.nan]):
+        with pytest.raises(ValueError):
+            bench.summarize_copy(bad)
 
 
 def test_scripts_use_the_package_formulas_when_stackforge_is_importable():
@@ -100,3 +113,5 @@ def test_scripts_use_the_package_formulas_when_stackforge_is_importable():
     script = load_script("allreduce_sweep")
     assert script.FORMULAS_FROM == "stackforge.bench"
     assert script.busbw_factor is metrics.busbw_factor
+    assert script.algbw_gbps is metrics.algbw_gbps
+    assert load_script("gemm").tflops is metrics.tflops

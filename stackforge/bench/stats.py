@@ -3,8 +3,9 @@
 Everything here is a pure function of its arguments. A bench reports the *median* of its repeats
 (robust to one slow outlier such as a clock ramp or a page fault), the min and max, and the
 coefficient of variation, so a reader can tell a real regression from noise (sglang#24563:
-"bugs can hide within the noise"). The in-image scripts carry a copy of :func:`summarize`;
-``tests/test_bench_metrics.py`` checks the copies agree.
+"bugs can hide within the noise"). The in-image bench scripts share a copy of :func:`summarize`
+(``scripts/_sfbench.py``: stackforge is not installed in images); ``tests/test_bench_metrics.py``
+checks that it agrees.
 """
 
 from __future__ import annotations

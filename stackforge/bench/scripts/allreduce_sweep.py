@@ -38,31 +38,14 @@ The last stdout line is ``STACKFORGE_RESULT {json}`` (status, reason, evidence, 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
-import sys
 import time
 
+import _sfbench as bench  # beside this script (sys.path[0]); it imports _sfprobe
 
-def _import_sfprobe():
-    """The shared probe helper ``_sfprobe`` (stdlib only): next to this file, at the container mount
-    ``/stackforge/probes`` (``../probes``), or in the repository (``../../probes/scripts``)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (here, os.path.join(here, "..", "probes"), os.path.join(here, "..", "..", "probes", "scripts")):
-        if os.path.isfile(os.path.join(folder, "_sfprobe.py")):
-            if folder not in sys.path:
-                sys.path.insert(0, os.path.normpath(folder))
-            import _sfprobe
-            return _sfprobe
-    print("STACKFORGE_RESULT " + json.dumps({"status": "error", "reason": "_sfprobe.py (the shared probe helper) "
-                                             "is not mounted beside the bench scripts", "evidence": here,
-                                             "metrics": {}, "facts": {}}), flush=True)
-    sys.exit(0)
-
-
-sf = _import_sfprobe()
+sf = bench.sf
 
 COLLECTIVE = "allreduce"
 BACKENDS = ("nccl", "custom", "symm-mem", "gloo")
@@ -77,8 +60,9 @@ _TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 
 
 # ------------------------------------------------------------------------------------------- formulas
-# The in-image copy of stackforge.bench.metrics / stackforge.bench.stats: stackforge is not installed
-# inside images. tests/test_bench_metrics.py asserts these equal the package's functions.
+# The in-image copy of stackforge.bench.metrics (the statistics copy is _sfbench.summarize_copy):
+# stackforge is not installed inside images. tests/test_bench_metrics.py asserts these equal the
+# package's functions.
 
 
 def _local_busbw_factor(collective: str, n_ranks: int) -> float:
@@ -102,40 +86,9 @@ def _local_algbw_gbps(size_bytes: float, seconds: float) -> float:
     return size_bytes / seconds / 1e9
 
 
-def _local_summarize(samples):
-    values = [float(s) for s in samples]
-    if not values:
-        raise ValueError("cannot summarize zero samples")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"samples must be finite numbers, got {values!r}")
-    mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"n": len(values), "median": statistics.median(values), "minimum": min(values),
-            "maximum": max(values), "mean": mean, "stdev": stdev, "cv": stdev / mean if mean != 0 else 0.0}
-
-
-try:
-    from stackforge.bench.metrics import algbw_gbps, busbw_factor
-    from stackforge.bench.stats import summarize as _package_summarize
-
-    def summarize(samples):
-        return _package_summarize(samples).to_json()
-
-    FORMULAS_FROM = "stackforge.bench"
-except ImportError:
-    algbw_gbps, busbw_factor, summarize = _local_algbw_gbps, _local_busbw_factor, _local_summarize
-    FORMULAS_FROM = "script copy"
-
-
-def json_safe(value):
-    """Strict JSON for metrics: non-finite floats become strings, tuples lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+algbw_gbps = bench.formula("algbw_gbps", _local_algbw_gbps)
+busbw_factor = bench.formula("busbw_factor", _local_busbw_factor)
+summarize, json_safe, FORMULAS_FROM = bench.summarize, bench.json_safe, bench.FORMULAS_FROM
 
 
 # ------------------------------------------------------------------------------------------- plan
@@ -577,8 +530,7 @@ def merge_step(step: dict, per_rank: dict, world: int, dtype: str) -> dict:
     averaged = [statistics.fmean(per_rank[r]["times"][i] for r in per_rank) for i in range(repeats)]
     spread = summarize(averaged)
     seconds = spread["median"]
-    return {**row, "time_us": seconds * 1e6, "time_us_min": spread["minimum"] * 1e6,
-            "time_us_max": spread["maximum"] * 1e6, "time_cv": spread["cv"],
+    return {**row, **bench.time_columns(spread),
             "algbw_gbps": algbw_gbps(step["size_bytes"], seconds),
             "busbw_gbps": algbw_gbps(step["size_bytes"], seconds) * busbw_factor(COLLECTIVE, world)}
 
@@ -642,9 +594,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--nccl-proto", choices=("simple", "ll", "ll128"), default=None)
     parser.add_argument("--symm-mem-op", choices=SYMM_MEM_OPS, default="two_shot")
     parser.add_argument("--custom-max-size", type=int, default=0, help="CustomAllreduce max_size (0: its default)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
-    parser.add_argument("--iters", type=int, default=20, help="calls per timed repeat")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (the median is kept)")
+    bench.add_timing_arguments(parser, warmup=5, iters=20, repeats=5)
     parser.add_argument("--phase-timeout", type=float, default=300.0,
                         help="seconds a rank may spend in one phase (setup, one measurement) before it is a hang")
     parser.add_argument("--total-timeout", type=float, default=0.0, help="seconds for the whole sweep (0: none)")
@@ -652,10 +602,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--corrupt-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--stall-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kill-rank", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.iters < 1 or args.repeats < 1 or args.warmup < 0:
-        parser.error("--iters and --repeats must be >= 1, --warmup >= 0")
-    return args
+    return bench.parse_timed_args(parser, argv)
 
 
 def preconditions(args):

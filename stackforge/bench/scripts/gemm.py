@@ -27,31 +27,12 @@ TFLOP/s = 2*M*N*K / t / 1e12. The last stdout line is ``STACKFORGE_RESULT {json}
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import statistics
-import sys
 import time
 
+import _sfbench as bench  # beside this script (sys.path[0]); it imports _sfprobe
 
-def _import_sfprobe():
-    """The shared probe helper ``_sfprobe`` (stdlib only): next to this file, at the container mount
-    ``/stackforge/probes`` (``../probes``), or in the repository (``../../probes/scripts``)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (here, os.path.join(here, "..", "probes"), os.path.join(here, "..", "..", "probes", "scripts")):
-        if os.path.isfile(os.path.join(folder, "_sfprobe.py")):
-            if folder not in sys.path:
-                sys.path.insert(0, os.path.normpath(folder))
-            import _sfprobe
-            return _sfprobe
-    print("STACKFORGE_RESULT " + json.dumps({"status": "error", "reason": "_sfprobe.py (the shared probe helper) "
-                                             "is not mounted beside the bench scripts", "evidence": here,
-                                             "metrics": {}, "facts": {}}), flush=True)
-    sys.exit(0)
-
-
-sf = _import_sfprobe()
+sf = bench.sf
 
 DEFAULT_M = (1, 16, 128, 1024, 4096)
 
@@ -74,8 +55,8 @@ _FP8_MIN_CAPABILITY = (8, 9)
 
 
 # ------------------------------------------------------------------------------------------- formulas
-# In-image copy of stackforge.bench.metrics.tflops / stackforge.bench.stats.summarize (stackforge is
-# not installed inside images); tests/test_bench_metrics.py asserts they agree.
+# In-image copy of stackforge.bench.metrics.tflops (the statistics copy is _sfbench.summarize_copy;
+# stackforge is not installed inside images); tests/test_bench_metrics.py asserts they agree.
 
 
 def _local_tflops(m: int, n: int, k: int, seconds: float) -> float:
@@ -86,40 +67,8 @@ def _local_tflops(m: int, n: int, k: int, seconds: float) -> float:
     return 2 * m * n * k / seconds / 1e12
 
 
-def _local_summarize(samples):
-    values = [float(s) for s in samples]
-    if not values:
-        raise ValueError("cannot summarize zero samples")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"samples must be finite numbers, got {values!r}")
-    mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"n": len(values), "median": statistics.median(values), "minimum": min(values),
-            "maximum": max(values), "mean": mean, "stdev": stdev, "cv": stdev / mean if mean != 0 else 0.0}
-
-
-try:
-    from stackforge.bench.metrics import tflops
-    from stackforge.bench.stats import summarize as _package_summarize
-
-    def summarize(samples):
-        return _package_summarize(samples).to_json()
-
-    FORMULAS_FROM = "stackforge.bench"
-except ImportError:
-    tflops, summarize = _local_tflops, _local_summarize
-    FORMULAS_FROM = "script copy"
-
-
-def json_safe(value):
-    """Strict JSON for metrics: non-finite floats become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+tflops = bench.formula("tflops", _local_tflops)
+summarize, json_safe, FORMULAS_FROM = bench.summarize, bench.json_safe, bench.FORMULAS_FROM
 
 
 class Skip(Exception):
@@ -249,8 +198,7 @@ def measure_shape(torch, clock: Clock, kernel, plan: dict, args) -> dict:
         return row
     times = clock.repeats(run, warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     spread = summarize(times)
-    return {**row, "time_us": spread["median"] * 1e6, "time_us_min": spread["minimum"] * 1e6,
-            "time_us_max": spread["maximum"] * 1e6, "time_cv": spread["cv"],
+    return {**row, **bench.time_columns(spread),
             "tflops": tflops(plan["m"], plan["n"], plan["k"], spread["median"]),
             "tflops_best": tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
 
@@ -274,15 +222,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--dtypes", default="bf16,fp8", help="bf16 and/or fp8")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree the layers are split for")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=5)
+    bench.add_timing_arguments(parser, warmup=10, iters=50, repeats=5)
     parser.add_argument("--peak-size", type=int, default=8192, help="square torch.matmul reference (0: off)")
     parser.add_argument("--allow-cpu", action="store_true", help="tiny CPU mode to test the harness")
-    args = parser.parse_args(argv)
-    if args.iters < 1 or args.repeats < 1 or args.warmup < 0:
-        parser.error("--iters and --repeats must be >= 1, --warmup >= 0")
-    return args
+    return bench.parse_timed_args(parser, argv)
 
 
 def environment(args):

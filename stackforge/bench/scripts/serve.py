@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import re
 import shlex
@@ -40,24 +39,9 @@ import time
 import urllib.error
 import urllib.request
 
+import _sfbench as bench  # beside this script (sys.path[0]); it imports _sfprobe
 
-def _import_sfprobe():
-    """The shared probe helper ``_sfprobe`` (stdlib only): next to this file, at the container mount
-    ``/stackforge/probes`` (``../probes``), or in the repository (``../../probes/scripts``)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (here, os.path.join(here, "..", "probes"), os.path.join(here, "..", "..", "probes", "scripts")):
-        if os.path.isfile(os.path.join(folder, "_sfprobe.py")):
-            if folder not in sys.path:
-                sys.path.insert(0, os.path.normpath(folder))
-            import _sfprobe
-            return _sfprobe
-    print("STACKFORGE_RESULT " + json.dumps({"status": "error", "reason": "_sfprobe.py (the shared probe helper) "
-                                             "is not mounted beside the bench scripts", "evidence": here,
-                                             "metrics": {}, "facts": {}}), flush=True)
-    sys.exit(0)
-
-
-sf = _import_sfprobe()
+sf = bench.sf
 
 LOOPBACK = "127.0.0.1"
 BENCH_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # newest first
@@ -80,15 +64,7 @@ REQUIRED_KEYS = ("output_throughput", "completed")
 _TAIL_CHARS = 4000
 
 
-def json_safe(value):
-    """Strict JSON: non-finite floats (SGLang writes ``request_rate: Infinity``) become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+json_safe = bench.json_safe  # strict JSON: SGLang writes ``request_rate: Infinity``
 
 
 class Failed(Exception):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import importlib
 import importlib.metadata
 import json
@@ -799,6 +800,20 @@ def multi_gpu_preflight(backend: str, gpus: int, arch: Arch | None = None) -> tu
     if gpus < 2:
         return "skip", f"a collective across GPUs needs at least 2 ranks (--gpus {gpus})", torch
     return "", "", torch
+
+
+def init_nccl_rank(torch: Any, dist: Any, rank: int, world_size: int, options: Mapping[str, Any]) -> Any:
+    """Pin a rank of :func:`run_ranks` to GPU ``rank`` and join the NCCL process group; return its device.
+
+    The rendezvous is ``tcp://127.0.0.1:<options["port"]>``; ``options["collective_timeout_s"]``
+    bounds every collective, so a peer that never arrives ends in an error, not a silent wait.
+    """
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{options['port']}", rank=rank,
+                            world_size=world_size,
+                            timeout=datetime.timedelta(seconds=options["collective_timeout_s"]))
+    return device
 
 
 def median_us(fn: Callable[[], Any], sync: Callable[[], Any], iters: int) -> float:

@@ -11,7 +11,6 @@ median latency of each.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import sys
 from collections.abc import Sequence
@@ -27,11 +26,7 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     import torch.distributed as dist
 
     with reporter.phase("init"):
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{options['port']}", rank=rank,
-                                world_size=world_size,
-                                timeout=datetime.timedelta(seconds=options["collective_timeout_s"]))
+        device = sf.init_nccl_rank(torch, dist, rank, world_size, options)
         cpu_group = dist.new_group(backend="gloo")
     with reporter.phase("p2p") as data:
         data["row"] = [True if peer == rank else bool(torch.cuda.can_device_access_peer(rank, peer))

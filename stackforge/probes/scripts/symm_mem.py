@@ -12,7 +12,6 @@ default the feature passes only with multicast (``--no-require-multicast`` to ju
 
 from __future__ import annotations
 
-import datetime
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,11 +26,7 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     import torch.distributed as dist
 
     with reporter.phase("init"):
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{options['port']}", rank=rank,
-                                world_size=world_size,
-                                timeout=datetime.timedelta(seconds=options["collective_timeout_s"]))
+        device = sf.init_nccl_rank(torch, dist, rank, world_size, options)
         group_name = dist.group.WORLD.group_name
     with reporter.phase("rendezvous") as data:
         import torch.distributed._symmetric_memory as symm_mem
