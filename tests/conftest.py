@@ -12,18 +12,21 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import docker
 import pytest
 
+from _session import SESSION_ID, TEST_SESSION_LABEL
 from stackforge import bootstrap, docker_engine, runner
 from stackforge.errors import DockerUnavailableError
 
-#: Value of TEST_SESSION_LABEL: unique to this pytest session.
-SESSION_ID = uuid.uuid4().hex[:12]
-TEST_SESSION_LABEL = f"{docker_engine.TEST_LABEL}.session"
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Declared here too so that `pytest --update-golden` works from the repository root
+    # (tests/golden/conftest.py tolerates the second declaration).
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite golden files from the current output instead of comparing.")
 
 
 @pytest.fixture(scope="session")

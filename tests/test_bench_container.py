@@ -38,7 +38,7 @@ ENV PATH=/opt/venv/bin:$PATH
 @pytest.fixture(scope="module")
 def cpu_torch_image(docker_client, base_image, tmp_path_factory):
     """A throw-away image: the Debian base plus torch 2.13.0+cpu from the wheelhouse (no index inside)."""
-    import conftest
+    import _session
 
     context = tmp_path_factory.mktemp("cpu-torch-image")
     download = runner.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version",
@@ -47,8 +47,8 @@ def cpu_torch_image(docker_client, base_image, tmp_path_factory):
     if not download.succeeded:
         pytest.skip(f"cannot fetch the CPU torch wheel and its dependencies: {download.output_tail[-500:]}")
     (context / "Dockerfile").write_text(DOCKERFILE.format(base=base_image))
-    tag = f"stackforge-test/bench-cpu-torch:{conftest.SESSION_ID}"
-    labels = {docker_engine.TEST_LABEL: "1", conftest.TEST_SESSION_LABEL: conftest.SESSION_ID}
+    tag = f"stackforge-test/bench-cpu-torch:{_session.SESSION_ID}"
+    labels = {docker_engine.TEST_LABEL: "1", _session.TEST_SESSION_LABEL: _session.SESSION_ID}
     label_args = [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
     build = runner.run(["docker", "build", "--network", "host", *label_args, "-t", tag, str(context)], timeout=1200)
     assert build.succeeded, build.output_tail[-3000:]

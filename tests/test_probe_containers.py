@@ -91,7 +91,7 @@ def two_fi_images(docker_client, base_image, tmp_path_factory):
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     if not Path(WHEELHOUSE).is_dir():
         pytest.skip(f"needs the wheelhouse {WHEELHOUSE} (torch CPU wheel)")
-    from conftest import SESSION_ID, TEST_SESSION_LABEL
+    from _session import SESSION_ID, TEST_SESSION_LABEL
     labels = {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID, "io.stackforge.test.fi-gate": "1"}
     options = BuildOptions(find_links=Path(WHEELHOUSE), ca_bundle=Path(SYSTEM_CA) if Path(SYSTEM_CA).is_file() else None,
                            out_dir=tmp_path_factory.mktemp("fi-build"), no_deps=frozenset({"sglang"}),
