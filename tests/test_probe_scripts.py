@@ -339,6 +339,29 @@ def test_sglang_059_live_gates(fi063_python):
     assert "reached the P2P check" in hopper["evidence"]
 
 
+def test_sglang_0523_ar_fusion_rejects_sm120_in_sglang_own_words(fi072_python):
+    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion")
+    assert result["status"] == "fail", result
+    assert "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs." in result["reason"]
+    assert result["metrics"]["method"] == "static"  # the no-deps venv cannot import the module
+    assert "_resolve_backend" in result["evidence"] and "not run" in result["evidence"]
+    assert "get_platform().is_sm90 or get_platform().is_sm100" in result["evidence"]
+    hopper = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion")
+    assert hopper["status"] == "pass", hopper
+    assert "the arch check passes" in hopper["evidence"]
+
+
+def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
+    result = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                        "--feature", "flashinfer-ar-fusion")
+    assert result["status"] == "skip", result
+    assert result["metrics"]["method"] == "live"
+    assert "sglang.srt.layers.flashinfer_comm_fusion has no function _resolve_backend" in result["evidence"]
+    assert "gate.flashinfer.ar-fusion" in result["reason"]
+
+
 # --------------------------------------------------------------------------------------------- kernel_cubins
 
 def synthetic_fatbin(entries: list[tuple[int, int, int]]) -> bytes:

@@ -1,4 +1,4 @@
-"""Gate probe for SGLang's communicator gates: features ``torch-symm-mem`` and ``custom-allreduce``.
+"""Gate probe for SGLang's communicator gates: ``torch-symm-mem``, ``custom-allreduce``, ``flashinfer-ar-fusion``.
 
 SGLang decides in its own code whether these all-reduce paths exist for a node:
 
@@ -31,6 +31,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -38,12 +39,17 @@ from typing import Any
 
 import _sfprobe as sf
 
-FEATURES = ("torch-symm-mem", "custom-allreduce")
+FEATURES = ("torch-symm-mem", "custom-allreduce", "flashinfer-ar-fusion")
 COMM = "sglang.srt.distributed.device_communicators"
 SYMM_MODULES = ((f"{COMM}.torch_symm_mem", "TorchSymmMemCommunicator"), (f"{COMM}.symm_mem", "SymmMemCommunicator"))
 SYMM_TABLES = ("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES", "SYMM_MEM_ALL_REDUCE_MAX_SIZES")
 CAR_MODULE = f"{COMM}.custom_all_reduce"
 CAR_UTILS = f"{COMM}.custom_all_reduce_utils"
+FUSION_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
+FUSION_GATE = "_resolve_backend"
+SGLANG_UTILS = "sglang.srt.utils.common"
+#: The arch flags SGLang's gate reads: ``is_sm90`` / ``is_sm100_supported`` name capability majors 9 / 10.
+ARCH_FLAG = re.compile(r"^_?is_sm(\d+)(?:_supported)?$")
 
 
 def import_sglang(module_name: str) -> tuple[Any, str]:
@@ -236,6 +242,68 @@ def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes
     if outcome.startswith("raised"):
         return sf.Verdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
     return sf.Verdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
+
+
+def no_fusion_gate(looked_for: str, method: str) -> sf.Verdict:
+    """This SGLang has no arch gate of its own for FlashInfer allreduce fusion."""
+    return sf.Verdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
+                      "it appeared in 0.5.15.post1); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
+                      f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
+
+
+@contextmanager
+def platform_answers(utils: Any, node: Node) -> Iterator[None]:
+    """SGLang's cached platform probes (``is_sm90_supported`` ...) answering for the node: the device
+    SM they read (``get_device_sm``, NVML) is the target's, and their caches are emptied around the call."""
+    def clear_caches() -> None:
+        for name in dir(utils):
+            if name.startswith("is_") and hasattr(getattr(utils, name), "cache_clear"):
+                getattr(utils, name).cache_clear()
+
+    with ExitStack() as stack:
+        patch_if_present(stack, utils, "get_device_sm", lambda *args, **kwargs: node.arch.sm)
+        patch_if_present(stack, utils, "is_cuda", lambda: True)
+        clear_caches()
+        stack.callback(clear_caches)
+        yield
+
+
+def live_ar_fusion(torch: Any, node: Node) -> sf.Verdict | str:
+    """Call SGLang's ``_resolve_backend("auto")`` with the platform answering for the node."""
+    module, error = import_sglang(FUSION_MODULE)
+    if module is None:
+        if is_missing(error, FUSION_MODULE):
+            return no_fusion_gate(f"no module {FUSION_MODULE}", "live")
+        return f"{FUSION_MODULE}: {error}"
+    gate = getattr(module, FUSION_GATE, None)
+    if gate is None:
+        return no_fusion_gate(f"{FUSION_MODULE} has no function {FUSION_GATE}", "live")
+    cuda = getattr(torch.version, "cuda", None)
+    if cuda is None:
+        # The platform flags compare torch.version.cuda too; a CPU torch cannot answer them.
+        return "torch has no CUDA version (CPU build), which SGLang's is_smXX_supported flags read"
+    utils, error = import_sglang(SGLANG_UTILS)
+    if utils is None:
+        return f"{SGLANG_UTILS}: {error}"
+    call = f"{FUSION_MODULE}.{FUSION_GATE}('auto', is_multi_node=False)"
+    with sglang_warnings(), emulated_node(torch, node, [module, utils]), platform_answers(utils, node):
+        try:
+            backend = gate("auto", False)
+        except ValueError as exc:  # SGLang's own rejection
+            return fusion_verdict(call, f"raised {sf.describe_exception(exc)}", node, f"live; torch CUDA {cuda}")
+        except Exception as exc:  # noqa: BLE001 - not the gate: let the static reading decide
+            return sf.Verdict("error", f"{call} raised {sf.describe_exception(exc)}", "")
+    return fusion_verdict(call, f"returned {backend!r}", node, f"live; torch CUDA {cuda}")
+
+
+def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.Verdict:
+    evidence = f"[{method}] {where} for capability {node.arch.dotted}: {outcome}"
+    if outcome.startswith("raised"):
+        return sf.Verdict("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
+                          f"{outcome[7:]}", evidence)
+    return sf.Verdict("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
+                      f"({outcome}); FlashInfer's own gate (gate.flashinfer.ar-fusion) still decides the kernel",
+                      evidence)
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,14 +524,75 @@ def size_gate_messages(tree: ast.Module) -> list[str]:
     return found
 
 
+def static_ar_fusion(node: Node, import_error: str) -> sf.Verdict:
+    """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node."""
+    relative = FUSION_MODULE.replace("sglang.", "", 1).replace(".", "/") + ".py"
+    path = sglang_file(relative)
+    if path is None:
+        return no_fusion_gate(f"no file sglang/{relative}", f"static: import failed ({import_error})")
+    function = next((n for n in ast.walk(parse_file(path))
+                     if isinstance(n, ast.FunctionDef) and n.name == FUSION_GATE), None)
+    if function is None:
+        return no_fusion_gate(f"{path} defines no function {FUSION_GATE}", f"static: import failed ({import_error})")
+    prefix = f"static: import failed ({import_error}); read {path}, not run"
+    gate = arch_raise(function)
+    if gate is None:
+        return sf.Verdict("error", f"{FUSION_GATE} in {path} has no `if <is_smXX flags>: raise` check", prefix)
+    test, message, line = gate
+    try:
+        rejected = arch_test(test, node.arch.major)
+    except ValueError as exc:
+        return sf.Verdict("error", f"could not evaluate SGLang's check `{ast.unparse(test)}`: {exc}", prefix)
+    where = (f"{os.path.basename(path)}:{line} {FUSION_GATE}: `if {ast.unparse(test)}: raise {message}` "
+             "(flags read as capability majors; their CUDA-version part not evaluated)")
+    outcome = f"raised {message}" if rejected else "returned (the arch check passes)"
+    return fusion_verdict(where, outcome, node, prefix)
+
+
+def arch_raise(function: ast.FunctionDef) -> tuple[ast.expr, str, int] | None:
+    """(test, ``Error: message``, line) of the first ``if <test on is_smXX flags>: raise Error("...")``."""
+    for node in sorted((n for n in ast.walk(function) if isinstance(n, ast.If)), key=lambda n: n.lineno):
+        flags = [leaf for leaf in ast.walk(node.test) if ARCH_FLAG.match(flag_name(leaf) or "")]
+        raised = next((s.exc for s in node.body if isinstance(s, ast.Raise) and isinstance(s.exc, ast.Call)), None)
+        if flags and raised is not None:
+            text = message_text(raised.args[0]) if raised.args else ""
+            return node.test, f"{ast.unparse(raised.func)}: {text}", node.lineno
+    return None
+
+
+def flag_name(node: ast.AST) -> str | None:
+    """``is_sm90`` for ``get_platform().is_sm90``, ``is_sm90_supported()``, ``_is_sm90_supported``."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def arch_test(test: ast.expr, major: int) -> bool:
+    """Evaluate a boolean of arch flags (``not (a or b)``) for a capability major."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return not arch_test(test.operand, major)
+    if isinstance(test, ast.BoolOp):
+        values = [arch_test(v, major) for v in test.values]
+        return all(values) if isinstance(test.op, ast.And) else any(values)
+    match = ARCH_FLAG.match(flag_name(test) or "")
+    if match is None:
+        raise ValueError(f"not an arch flag: {ast.unparse(test)}")
+    return int(match.group(1)) // 10 == major
+
+
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
 
 def evaluate(feature: str, torch: Any, node: Node) -> sf.Verdict:
     """Live when SGLang's module imports, static otherwise."""
-    live, static = (live_symm_mem, static_symm_mem) if feature == "torch-symm-mem" else (live_custom_ar,
-                                                                                         static_custom_ar)
+    live, static = {"torch-symm-mem": (live_symm_mem, static_symm_mem),
+                    "custom-allreduce": (live_custom_ar, static_custom_ar),
+                    "flashinfer-ar-fusion": (live_ar_fusion, static_ar_fusion)}[feature]
     result = live(torch, node) if torch is not None else "torch is not importable"
     if isinstance(result, sf.Verdict):
         if result.status != "error":
