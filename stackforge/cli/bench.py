@@ -7,9 +7,11 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli.options import shard_option, stack_selection
 from stackforge.errors import SpecError
-from stackforge.records import ResultRecord, Status
+from stackforge.records import ResultRecord
+from stackforge.shard import select
 
 
 @click.command(name="bench")
@@ -69,11 +71,11 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
 
     matrix_path = resolve_matrix_path(matrix)
     plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only)
-    stacks = _sharded(plan.kept_stacks(), shard)
+    stacks = select(plan.kept_stacks(), shard)
     if local and len(stacks) != 1:
         raise SpecError(f"--local measures this machine's Python environment, which holds one stack; "
                         f"{len(stacks)} are selected", remedy="choose the stack it holds with --only STACK_ID")
-    client = None if local else _connect()
+    client = None if local else connect_engine()
     host_gpus = detect_host_gpus(client)
     options = BenchOptions(repeats=repeats, model_dir=model_dir, max_bytes=max_bytes, serve_args=tuple(serve_args),
                            timeout_s=timeout_s)
@@ -86,17 +88,7 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
                              local_python=(python or sys.executable) if local else None, log_dir=run_dir / "logs",
                              builds_dir=builds_dir, on_done=_echo)
     finish_run(run_dir)
-    click.echo(_summary(records))
-
-
-def _connect():
-    from stackforge.docker_engine import connect
-    return connect()
-
-
-def _sharded(stacks, shard):
-    from stackforge.shard import select
-    return select(stacks, shard)
+    click.echo(summary_line(records))
 
 
 def _echo(record: ResultRecord) -> None:
@@ -106,8 +98,3 @@ def _echo(record: ResultRecord) -> None:
     numbers = describe_metrics(record)
     click.echo(f"  {outcome.status.value:<7} {record.stack_id}  {record.target}  {record.probe}: {outcome.reason}"
                + (f" [{numbers}]" if numbers and numbers not in outcome.reason else ""))
-
-
-def _summary(records: list[ResultRecord]) -> str:
-    counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
-    return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)

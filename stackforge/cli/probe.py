@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli.options import shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.plan import plan_file
-from stackforge.records import ResultRecord, Status
+from stackforge.records import ResultRecord
+from stackforge.shard import select
 
 
 @click.command(name="probe")
@@ -40,9 +42,9 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
 
     matrix_path = resolve_matrix_path(matrix)
     plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only)
-    stacks = _sharded(plan.kept_stacks(), shard)
+    stacks = select(plan.kept_stacks(), shard)
     jobs = plan_jobs(plan, select_specs(catalog(), tier=tier, features=features), stacks)
-    client = None if local else _connect()
+    client = None if local else connect_engine()
     run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
                         shard=str(shard) if shard else None)
     click.echo(f"probing {len(stacks)} stack(s), {len(jobs)} probe run(s) -> {run_dir}")
@@ -51,24 +53,9 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
                        local_python=(python or sys.executable) if local else None, parallel=parallel,
                        timeout_s=timeout_s, log_dir=run_dir / "logs", builds_dir=builds_dir, on_done=_echo)
     finish_run(run_dir)
-    click.echo(_summary(records))
-
-
-def _connect():
-    from stackforge.docker_engine import connect
-    return connect()
-
-
-def _sharded(stacks, shard):
-    from stackforge.shard import select
-    return select(stacks, shard)
+    click.echo(summary_line(records))
 
 
 def _echo(record: ResultRecord) -> None:
     outcome = record.outcome
     click.echo(f"  {outcome.status.value:<7} {record.stack_id}  {record.target}  {record.probe}: {outcome.reason}")
-
-
-def _summary(records: list[ResultRecord]) -> str:
-    counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
-    return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)

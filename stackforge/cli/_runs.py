@@ -1,0 +1,17 @@
+"""Pieces shared by the commands that run things inside images (``probe``, ``bench``)."""
+
+from __future__ import annotations
+
+from stackforge.records import ResultRecord, Status
+
+
+def connect_engine():
+    """A Docker client (imported late: ``--local`` runs never need the SDK)."""
+    from stackforge.docker_engine import connect
+    return connect()
+
+
+def summary_line(records: list[ResultRecord]) -> str:
+    """``summary: 5 pass, 3 fail``: how many records ended in each status."""
+    counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
+    return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
