@@ -39,7 +39,12 @@ def docker_client() -> Iterator[docker.DockerClient]:
     try:
         yield client
     finally:
-        docker_engine.remove_labelled(client, f"{TEST_SESSION_LABEL}={SESSION_ID}")
+        # An image built FROM another (the metadata step over the builder's body image) keeps its
+        # parent in use until it is gone: sweep until a pass removes nothing (a few passes at most).
+        for _ in range(4):
+            removed = docker_engine.remove_labelled(client, f"{TEST_SESSION_LABEL}={SESSION_ID}")
+            if not removed.images and not removed.containers:
+                break
         client.close()
 
 
