@@ -79,3 +79,36 @@ def test_build_rejects_a_malformed_label(captured, tmp_path):
     captured["statuses"] = lambda n: [BuildStatus.BUILT] * n
     result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--label", "novalue"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.output
+
+
+def _empty_and_full_shard(total: int) -> tuple[str, str]:
+    """An empty and a non-empty shard K/N of the default matrix's kept stacks (the hash decides which)."""
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+    from stackforge.shard import Shard, select
+
+    kept = plan_file(resolve_matrix_path(None)).kept_stacks()
+    sizes = {str(shard): len(select(kept, shard)) for shard in Shard.all_of(total)}
+    return (next(s for s, n in sizes.items() if n == 0), next(s for s, n in sizes.items() if n > 0))
+
+
+def test_build_on_an_empty_shard_exits_0_and_builds_nothing(captured, tmp_path):
+    empty, full = _empty_and_full_shard(8)
+    captured["statuses"] = lambda n: [BuildStatus.BUILT] * n
+    result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--shard", empty, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"shard {empty} holds none of the kept stacks: nothing to build" in result.output
+    assert "cells" not in captured, "the builder must not be called for an empty shard"
+    result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--shard", full, "--no-progress"])
+    assert result.exit_code == 0 and captured["cells"], result.output
+
+
+def test_build_with_no_kept_stack_at_all_still_exits_2(captured, tmp_path):
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+
+    plan = plan_file(resolve_matrix_path(None))
+    kept = set(plan.kept_stacks())
+    pruned = next(cell.stack.id for cell in plan.cells if cell.stack not in kept)
+    result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--only", pruned, "--shard", "1/2"])
+    assert result.exit_code == 2 and "no stack to build" in result.output

@@ -33,7 +33,10 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
                             ca_bundle=ca_bundle is not None, no_deps=frozenset(no_deps))
     lookup = RequirementsLookup(index_url, ca_bundle)
-    for stack, derived in selected_cells(matrix, cuda, targets, only, shard):
+    cells = selected_cells(matrix, cuda, targets, only, shard)
+    if not cells:
+        click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
+    for stack, derived in cells:
         declared = declared_for(stack, lookup, no_deps=frozenset(no_deps))[0] if dependency_layers else ()
         rendered = render_stack(stack, derived, dataclasses.replace(options, declared=declared))
         folder = Path(out_dir) / stack.id
