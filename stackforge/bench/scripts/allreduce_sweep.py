@@ -22,7 +22,9 @@ Backends (the caller decides which ones the image supports, from the probes' res
   ``NCCL_ALGO=allreduce:<algo>`` (a global ``NCCL_ALGO=Tree`` breaks all-gather/broadcast, which
   have no tree algorithm). torch exposes no out-of-place NCCL all-reduce, so out-of-place is
   ``out.copy_(in)`` + in-place all-reduce and its rows say so (``impl``).
-* ``custom``: SGLang's ``CustomAllreduce`` (out-of-place only; sizes under its max size, 8 MiB).
+* ``custom``: SGLang's custom all-reduce, the class its own ``dispatch_custom_allreduce`` picks
+  (``CustomAllReduceV2`` on full-NVLink groups in 0.5.23, else ``CustomAllreduce``; out-of-place only;
+  sizes under its max size).
 * ``symm-mem``: torch symmetric memory ops (``--symm-mem-op one_shot|two_shot|multimem``).
 * ``gloo``: CPU, so that the whole multi-process harness runs for real without a GPU.
 
@@ -190,14 +192,14 @@ class CustomAllreduceBackend(TorchDistBackend):
     def __init__(self, torch, dist, rank: int, config: dict) -> None:
         super().__init__(torch, dist, rank, config)
         import logging
-        try:
-            from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
-        except Exception as exc:  # ImportError, or sglang failing at import time
-            raise Unavailable(f"cannot import SGLang's CustomAllreduce: {type(exc).__name__}: {exc}") from None
         records = _capture_logs(logging.getLogger("sglang"))
         cpu_group = dist.new_group(backend="gloo")  # SGLang asserts a non-NCCL group for its IPC setup
+        try:
+            chosen, self.class_name = sf.sglang_custom_allreduce_class(cpu_group, self.device)
+        except Exception as exc:  # ImportError, or sglang failing at import time
+            raise Unavailable(f"cannot import SGLang's custom all-reduce: {type(exc).__name__}: {exc}") from None
         kwargs = {"max_size": config["custom_max_size"]} if config.get("custom_max_size") else {}
-        self.ca = CustomAllreduce(group=cpu_group, device=self.device, **kwargs)
+        self.ca = chosen(group=cpu_group, device=self.device, **kwargs)
         if self.ca.disabled:
             said = "; ".join(records) or "no warning logged (world size 1, or sgl_kernel missing)"
             raise Unavailable(f"SGLang disabled its custom all-reduce: {said}")
@@ -213,7 +215,7 @@ class CustomAllreduceBackend(TorchDistBackend):
         return None
 
     def impl(self, placement: str) -> str:
-        return "sglang CustomAllreduce.custom_all_reduce"
+        return f"sglang {self.class_name}.custom_all_reduce"
 
     def operation(self, placement: str, inp, out):
         holder = [None]

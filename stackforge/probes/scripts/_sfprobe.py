@@ -836,3 +836,41 @@ def check_allreduce_sum(tensor: Any, world_size: int, where: str) -> float:
         raise AssertionError(f"{where}: all_reduce result off by up to {error} "
                              f"(expected every element = {expected})")
     return error
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang's custom all-reduce, chosen the way SGLang chooses it
+# --------------------------------------------------------------------------------------------
+
+SGLANG_CUSTOM_AR_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
+
+
+def sglang_custom_allreduce_class(group: Any, device: Any) -> tuple[Any, str]:
+    """The custom all-reduce class SGLang's own ``GroupCoordinator`` would construct, and its name.
+
+    SGLang picks it with ``dispatch_custom_allreduce``: in 0.5.9 without arguments (CUDA gets
+    ``CustomAllreduce``); in 0.5.23 with ``group=, device=`` (CUDA gets the JIT-compiled
+    ``CustomAllReduceV2`` when ``can_use_custom_all_reduce_v2`` admits the group, i.e. full NVLink,
+    else ``CustomAllreduce``; ``SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2=0`` forces the legacy one).
+    Releases without the dispatcher construct ``CustomAllreduce`` directly. Asking the dispatcher
+    instead of naming a class keeps the probe on the path a server really takes.
+    """
+    import inspect
+
+    module = importlib.import_module(SGLANG_CUSTOM_AR_MODULE)
+    dispatch = getattr(module, "dispatch_custom_allreduce", None)
+    if dispatch is None:
+        chosen = module.CustomAllreduce
+    elif inspect.signature(dispatch).parameters:
+        chosen = dispatch(group=group, device=device)
+    else:
+        chosen = dispatch()
+    return chosen, callable_name(chosen)
+
+
+def callable_name(obj: Any) -> str:
+    """``Class`` for a class, ``Class(partial)`` for a functools.partial of one (SGLang's ROCm path)."""
+    inner = getattr(obj, "func", None)
+    if inner is not None:
+        return f"{callable_name(inner)}(partial)"
+    return getattr(obj, "__qualname__", None) or type(obj).__name__

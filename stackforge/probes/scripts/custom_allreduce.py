@@ -2,9 +2,10 @@
 
 Each rank (own process, phase timeouts in the parent): init NCCL plus a gloo group (SGLang
 attaches ``CustomAllreduce`` to a CPU group), record its row of the P2P access matrix
-(``torch.cuda.can_device_access_peer``), construct SGLang's
-``sglang.srt.distributed.device_communicators.custom_all_reduce.CustomAllreduce`` (its own gates:
-world size, NVLink via NVML, its P2P test) and, when it stays enabled, compare
+(``torch.cuda.can_device_access_peer``), construct the class SGLang's own dispatcher picks
+(``dispatch_custom_allreduce``: ``CustomAllReduceV2`` on full-NVLink CUDA groups in 0.5.23, else
+``CustomAllreduce``; see ``_sfprobe.sglang_custom_allreduce_class``) with its own gates (world size,
+NVLink via NVML, its P2P test) and, when it stays enabled, compare
 ``custom_all_reduce`` with NCCL's ``all_reduce`` for several sizes: results (bf16 tolerance) and
 median latency of each.
 """
@@ -32,11 +33,10 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
         data["row"] = [True if peer == rank else bool(torch.cuda.can_device_access_peer(rank, peer))
                        for peer in range(world_size)]
     with reporter.phase("construct") as data:
-        from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
-
         said = LogCollector()
         logging.getLogger("sglang").addHandler(said)
-        communicator = CustomAllreduce(group=cpu_group, device=device)
+        chosen, data["class"] = sf.sglang_custom_allreduce_class(cpu_group, device)
+        communicator = chosen(group=cpu_group, device=device)
         data["disabled"] = bool(communicator.disabled)
         data["sglang_said"] = " | ".join(said.messages)
     if not communicator.disabled:
@@ -93,8 +93,9 @@ def main(argv: Sequence[str]) -> None:
     options = {"port": sf.free_tcp_port(), "iters": args.iters, "sizes": SIZES,
                "collective_timeout_s": args.phase_timeout * 3}
     outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout)
-    what = f"SGLang {version} custom all-reduce on {args.gpus} GPUs ({args.interconnect})"
     metrics = summarize(outcome)
+    what = (f"SGLang {version} custom all-reduce ({metrics['sglang_class'] or 'class not reached'}) "
+            f"on {args.gpus} GPUs ({args.interconnect})")
     facts = {**facts, "p2p_matrix": metrics.pop("p2p_matrix", None)}
     failed = sf.ranks_verdict(outcome, what)
     if failed is not None:
@@ -107,6 +108,7 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     constructed = outcome.phase_events("construct")
     metrics: dict[str, Any] = {"p2p_matrix": [rows[r] for r in sorted(rows)],
                                "disabled": any(e.data.get("disabled") for e in constructed) if constructed else None,
+                               "sglang_class": constructed[0].data.get("class") if constructed else None,
                                "sglang_said": next((e.data["sglang_said"] for e in constructed
                                                     if e.data.get("sglang_said")), "")}
     for numel in SIZES:
