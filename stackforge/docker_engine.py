@@ -9,13 +9,17 @@ sweep up after an interrupted run.
 
 from __future__ import annotations
 
+import io
+import ipaddress
 import os
+import tarfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -47,11 +51,19 @@ _CANCEL_POLL_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Bind:
-    """A host path mounted into a container; read-only unless said otherwise."""
+    """A host path mounted into a container; read-only unless said otherwise.
+
+    ``copy_to_remote``: when the engine runs on another machine (``DOCKER_HOST=tcp://`` or
+    ``ssh://`` to a remote host) a bind mount would name a path on THAT machine, so a small folder
+    such as the probe scripts is copied into the container before it starts instead (files
+    0444, folders 0555). Large inputs (a model directory) keep ``False``: they must already exist at
+    the same path on the engine's machine.
+    """
 
     source: Path
     target: str
     read_only: bool = True
+    copy_to_remote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,20 @@ class Removed:
 def engine_url() -> str:
     """The engine address the SDK will use: DOCKER_HOST, or the default local socket."""
     return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
+def engine_shares_host_files(url: str) -> bool:
+    """Whether a bind-mount source on this machine is also a path the engine sees: a unix socket or
+    named pipe, or TCP to this machine's loopback. ``ssh://`` and TCP to another host do not."""
+    if url.startswith(("unix://", "npipe://")):
+        return True
+    host = urllib.parse.urlsplit(url.replace("tcp://", "http://", 1)).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def connect(*, timeout: float = 10.0, api_timeout: float = 120.0) -> docker.DockerClient:
@@ -155,6 +181,7 @@ def run_container(
     redact: Sequence[str] = (),
     grace: float = runner.DEFAULT_KILL_GRACE_S,
     cancel: runner.CancelFlag | None = None,
+    copy_binds: bool | None = None,
 ) -> ContainerRun:
     """Create, start and wait for a container; stop it at the timeout; always remove it.
 
@@ -179,6 +206,8 @@ def run_container(
         grace: seconds between SIGTERM and SIGKILL when stopping at the timeout.
         cancel: when this flag (e.g. a :class:`threading.Event`) becomes set by another thread, the
             container is stopped like at a timeout and the result says ``cancelled``.
+        copy_binds: copy the ``copy_to_remote`` mounts into the container instead of binding them;
+            None decides from DOCKER_HOST (:func:`engine_shares_host_files`).
 
     Raises:
         HostError: a mount source is missing, or GPUs were asked for but the engine has no GPU runtime.
@@ -190,11 +219,17 @@ def run_container(
         raise TypeError("command must be a non-empty sequence of arguments, not a string")
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}")
-    create_args = _create_args(image, command, mounts=mounts, env=env, labels=labels,
+    if copy_binds is None:
+        copy_binds = not engine_shares_host_files(engine_url())
+    bound, copied = _split_mounts(_as_binds(mounts), copy_binds)
+    create_args = _create_args(image, command, mounts=bound, env=env, labels=labels,
                                network_mode=network_mode, ipc_mode=ipc_mode, shm_size=shm_size,
                                gpus=gpus, name=name, init=init)
+    archives = [_folder_archive(bind) for bind in copied]  # before create: a bad source leaves nothing behind
     container = _create(client, image, gpus, create_args)
     try:
+        for bind, archive in zip(copied, archives):
+            _copy_into(container, bind, archive, image, command)
         with runner.open_log(log_path) as log:
             capture = runner.OutputCapture(tail_chars=tail_chars, redact=redact, log=log)
             runner.write_log(log, f"$ docker run {image} {runner.format_argv(command, redact)}\n")
@@ -293,6 +328,54 @@ def _as_binds(mounts: Sequence[Bind] | Mapping[str | os.PathLike[str], str]) -> 
     if isinstance(mounts, Mapping):
         return [Bind(Path(source), target) for source, target in mounts.items()]
     return list(mounts)
+
+
+def _copy_into(container: Any, bind: Bind, archive: bytes, image: str, command: Sequence[str]) -> None:
+    try:
+        accepted = container.put_archive("/", archive)
+    except docker.errors.APIError as exc:
+        raise _api_error(f"copy {bind.source} into", image, None, exc, command) from None
+    if not accepted:
+        raise CommandError(f"cannot copy {bind.source} into a container from {image}: the engine refused the archive",
+                           argv=tuple(command))
+
+
+def _split_mounts(binds: list[Bind], copy_binds: bool) -> tuple[list[Bind], list[Bind]]:
+    """(mounted, copied): the ``copy_to_remote`` binds are copied when ``copy_binds`` is set."""
+    copied = [b for b in binds if copy_binds and b.copy_to_remote]
+    return [b for b in binds if b not in copied], copied
+
+
+def _folder_archive(bind: Bind) -> bytes:
+    """A tar of ``bind.source`` that unpacks at ``bind.target`` from ``/``, read-only modes, owned by root."""
+    source = Path(bind.source).resolve()
+    if not source.is_dir():
+        raise HostError(f"cannot copy {bind.source} into the container: it is not a folder")
+    target = PurePosixPath(bind.target)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for parent in reversed(target.parents[:-1]):  # /a/b/c needs entries for a and a/b first
+            archive.addfile(_tar_entry(str(parent).lstrip("/"), directory=True))
+        archive.addfile(_tar_entry(str(target).lstrip("/"), directory=True))
+        for path in sorted(source.rglob("*")):
+            if "__pycache__" in path.parts or not (path.is_dir() or path.is_file()):
+                continue
+            name = str(target / path.relative_to(source).as_posix()).lstrip("/")
+            if path.is_dir():
+                archive.addfile(_tar_entry(name, directory=True))
+            else:
+                data = path.read_bytes()
+                archive.addfile(_tar_entry(name, size=len(data)), io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _tar_entry(name: str, *, directory: bool = False, size: int = 0) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
+    entry.mode = 0o555 if directory else 0o444
+    entry.size = size
+    entry.mtime = int(time.time())
+    return entry
 
 
 def _docker_mounts(mounts: Sequence[Bind] | Mapping[str | os.PathLike[str], str]) -> list[docker.types.Mount]:

@@ -285,3 +285,70 @@ def test_remove_labelled_removes_containers_and_images(docker_client: docker.Doc
     assert _containers_with(docker_client, selector) == []
     assert docker_client.images.list(filters={"label": selector}) == []
     docker_client.images.get(base_image)  # the base it was derived from is untouched
+
+
+# --------------------------------------------------------------------------- remote engines: copy instead of bind
+
+
+@pytest.mark.parametrize(("url", "shares"), [
+    ("unix:///var/run/docker.sock", True),
+    ("npipe:////./pipe/docker_engine", True),
+    ("tcp://127.0.0.1:2375", True),
+    ("tcp://localhost:2376", True),
+    ("tcp://[::1]:2375", True),
+    ("tcp://10.0.0.7:2376", False),
+    ("tcp://gpu-box.example:2376", False),
+    ("ssh://ci@gpu-box", False),
+])
+def test_engine_shares_host_files_only_on_this_machine(url: str, shares: bool) -> None:
+    assert docker_engine.engine_shares_host_files(url) is shares
+
+
+@pytest.mark.docker
+def test_copied_folder_arrives_read_only_and_other_mounts_stay_bound(docker_client: docker.DockerClient,
+                                                                      base_image: str, run_labels: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    """What a remote engine gets: the scripts copied in (no bind), the model still bound."""
+    scripts = tmp_path / "scripts"
+    (scripts / "sub").mkdir(parents=True)
+    (scripts / "sub" / "probe.py").write_text("print('copied')\n")
+    (scripts / "__pycache__").mkdir()
+    (scripts / "__pycache__" / "junk.pyc").write_bytes(b"\0")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}\n")
+    script = ("cat /stackforge/probes/sub/probe.py; stat -c '%a %U' /stackforge/probes/sub/probe.py /stackforge; "
+              "ls -A /stackforge/probes; cat /model/config.json; grep -c ' /stackforge' /proc/mounts || true")
+    result = docker_engine.run_container(
+        docker_client, base_image, ["sh", "-c", script], timeout=60, labels=run_labels, copy_binds=True,
+        mounts=[Bind(scripts, "/stackforge/probes", copy_to_remote=True), Bind(model, "/model")])
+    assert result.exit_code == 0, result.logs_tail
+    lines = result.logs_tail.splitlines()
+    assert lines[0] == "print('copied')"
+    assert lines[1:3] == ["444 root", "555 root"]
+    assert "__pycache__" not in result.logs_tail
+    assert "{}" in lines and lines[-1] == "0", result.logs_tail  # /stackforge is not a mount: it was copied
+    assert _containers_with(docker_client, _run_selector(run_labels)) == []
+
+
+@pytest.mark.docker
+def test_remote_engine_url_makes_run_container_copy(docker_client: docker.DockerClient, base_image: str,
+                                                    run_labels: dict[str, str], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """DOCKER_HOST naming another machine: the same call copies instead of binding."""
+    (tmp_path / "probe.txt").write_text("via copy\n")
+    monkeypatch.setattr(docker_engine, "engine_url", lambda: "ssh://ci@gpu-box")
+    result = docker_engine.run_container(
+        docker_client, base_image, ["sh", "-c", "cat /sf/probe.txt; grep -c ' /sf ' /proc/mounts || true"],
+        timeout=60, labels=run_labels, mounts=[Bind(tmp_path, "/sf", copy_to_remote=True)])
+    assert result.logs_tail.splitlines() == ["via copy", "0"], result.logs_tail
+
+
+@pytest.mark.docker
+def test_copying_a_file_instead_of_a_folder_is_a_host_error(docker_client: docker.DockerClient, base_image: str,
+                                                            run_labels: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "one.py").write_text("")
+    with pytest.raises(HostError, match="not a folder"):
+        docker_engine.run_container(docker_client, base_image, ["true"], timeout=30, labels=run_labels,
+                                    copy_binds=True, mounts=[Bind(tmp_path / "one.py", "/x", copy_to_remote=True)])
+    assert _containers_with(docker_client, _run_selector(run_labels)) == []

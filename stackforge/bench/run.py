@@ -244,10 +244,14 @@ def run_job_locally(job: BenchJob, *, run_id: str, host_gpus: HostGpus, python: 
 
 
 def container_mounts(job: BenchJob, options: BenchOptions) -> list[Any]:
-    """Bench scripts, the shared probe helper beside them, and (for serving) the model, all read-only."""
+    """Bench scripts, the shared probe helper beside them, and (for serving) the model, all read-only.
+
+    The scripts are copied into the container when the engine is remote; the model never is (it must
+    be at the same path on the engine's machine)."""
     from stackforge import docker_engine
 
-    mounts = [docker_engine.Bind(SCRIPTS_DIR, CONTAINER_BENCH), docker_engine.Bind(PROBE_SCRIPTS_DIR, CONTAINER_PROBES)]
+    mounts = [docker_engine.Bind(SCRIPTS_DIR, CONTAINER_BENCH, copy_to_remote=True),
+              docker_engine.Bind(PROBE_SCRIPTS_DIR, CONTAINER_PROBES, copy_to_remote=True)]
     if job.spec.needs_model and options.model_dir is not None:
         mounts.append(docker_engine.Bind(Path(options.model_dir), CONTAINER_MODEL))
     return mounts

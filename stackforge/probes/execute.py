@@ -135,7 +135,7 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
     timeout = timeout_for(spec, ctx)
     run = docker_engine.run_container(
         client, image.image_id, probe_argv(spec, ctx.target, python="python3", scripts_root=CONTAINER_SCRIPTS),
-        timeout=timeout, mounts=[docker_engine.Bind(ctx.scripts_dir, CONTAINER_SCRIPTS)],
+        timeout=timeout, mounts=[docker_engine.Bind(ctx.scripts_dir, CONTAINER_SCRIPTS, copy_to_remote=True)],
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **ctx.extra_env},
         labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus="all" if ctx.host_gpus.available else None,
         ipc_mode="host" if ctx.host_gpus.available else None, shm_size="16g" if ctx.host_gpus.available else None,
