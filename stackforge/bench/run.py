@@ -24,7 +24,7 @@ from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.model import Stack, Target
 from stackforge.probes import execute
 from stackforge.probes.campaign import plan_jobs, stack_image
-from stackforge.probes.execute import HostGpus, ImageRef
+from stackforge.probes.execute import NO_GPUS, GpuAssignment, HostGpus, ImageRef, assign_gpus
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
@@ -76,8 +76,10 @@ class BenchJob:
 def unmet_precondition(spec: BenchSpec, target: Target, host_gpus: HostGpus,
                        options: BenchOptions) -> tuple[str, str] | None:
     """(reason, evidence) when ``spec`` cannot run for ``target`` here, else None."""
-    if spec.needs_gpu and not host_gpus.available:
-        return f"no GPU on this host: {host_gpus.evidence}", host_gpus.evidence
+    if spec.needs_gpu:
+        unserved = gpus_for(spec, target, host_gpus).skip_reason
+        if unserved:
+            return unserved, host_gpus.evidence
     if target.gpu_count < spec.min_gpus:
         return (f"target {target.name} has {target.gpu_count} GPU(s); {spec.id} needs {spec.min_gpus}",
                 f"{target.name}: gpu_count={target.gpu_count}")
@@ -87,6 +89,12 @@ def unmet_precondition(spec: BenchSpec, target: Target, host_gpus: HostGpus,
     if spec.needs_model and options.model_dir is None:
         return "no model directory given (stackforge bench --model DIR)", ""
     return None
+
+
+def gpus_for(spec: BenchSpec, target: Target, host_gpus: HostGpus) -> GpuAssignment:
+    """The host GPUs of the target's arch for a GPU bench (a mixed host gives each target its own
+    cards); none for the CPU harness self-test."""
+    return assign_gpus(host_gpus, target) if spec.needs_gpu else NO_GPUS
 
 
 def script_args(spec: BenchSpec, target: Target, options: BenchOptions, *, model_path: str) -> tuple[str, ...]:
@@ -235,8 +243,9 @@ def run_job_locally(job: BenchJob, *, run_id: str, host_gpus: HostGpus, python: 
     """
     if job.skip_reason:
         return skipped_record(job, run_id=run_id, image=None, host_gpus=host_gpus, runner_kind="local")
+    gpus = gpus_for(job.spec, job.target, host_gpus)
     result = runner.run(bench_argv(job, python=python, scripts_root=str(scripts_dir)), timeout=job.timeout_s,
-                        env=_ENV, log_path=log_path, tail_chars=64000)
+                        env={**_ENV, **gpus.environment()}, log_path=log_path, tail_chars=64000)
     outcome, facts = outcome_from_ending(exit_code=result.returncode, timed_out=result.timed_out,
                                          signal=result.signal, output=result.output_tail,
                                          duration_s=result.duration_s, timeout_s=job.timeout_s, target=job.target)
@@ -265,12 +274,12 @@ def run_job_in_container(client: Any, image: ImageRef, job: BenchJob, options: B
 
     if job.skip_reason:
         return skipped_record(job, run_id=run_id, image=image, host_gpus=host_gpus, runner_kind="docker")
-    gpu = host_gpus.available
+    gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
     run = docker_engine.run_container(
         client, image.image_id, bench_argv(job, python="python3", scripts_root=CONTAINER_BENCH),
         timeout=job.timeout_s, mounts=container_mounts(job, options), env=_ENV,
-        labels={docker_engine.RUN_LABEL: run_id}, gpus="all" if gpu else None, ipc_mode="host" if gpu else None,
-        shm_size="16g" if gpu else None, log_path=log_path, tail_chars=64000)
+        labels={docker_engine.RUN_LABEL: run_id}, gpus=gpus, ipc_mode="host" if gpus else None,
+        shm_size="16g" if gpus else None, log_path=log_path, tail_chars=64000)
     outcome, facts = outcome_from_ending(exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
                                          output=run.logs_tail, duration_s=run.duration_s,
                                          timeout_s=job.timeout_s, target=job.target)

@@ -34,6 +34,19 @@ class ImageRef:
 
 
 @dataclass(frozen=True, slots=True)
+class HostGpu:
+    """One GPU as nvidia-smi lists it: its index, name and compute capability (``"12.0"``; None
+    when the driver's nvidia-smi is too old to report ``compute_cap``)."""
+
+    index: int
+    name: str
+    arch: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.index}: {self.name} ({self.arch or 'arch unknown'})"
+
+
+@dataclass(frozen=True, slots=True)
 class HostGpus:
     """What the probing host offers for GPU probes, and the evidence for it."""
 
@@ -41,6 +54,54 @@ class HostGpus:
     evidence: str
     names: tuple[str, ...] = ()
     driver: str | None = None
+    devices: tuple[HostGpu, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAssignment:
+    """The host GPUs one run for one target gets.
+
+    On a mixed host (say four H100 and two RTX PRO 6000) a run for an sm_120 target must see only
+    the sm_120 cards: a rank on the wrong card would measure the wrong GPU. ``devices`` None means
+    every GPU (nvidia-smi did not report compute capabilities; the scripts then check the arch of
+    what they see themselves); an empty tuple means none.
+    """
+
+    devices: tuple[int, ...] | None
+    skip_reason: str | None = None
+
+    def docker_gpus(self) -> str | None:
+        """The ``docker run --gpus`` value: ``all``, ``device=4,5``, or None for no GPU."""
+        if self.devices is None:
+            return "all"
+        return f"device={','.join(map(str, self.devices))}" if self.devices else None
+
+    def environment(self) -> dict[str, str]:
+        """``CUDA_VISIBLE_DEVICES`` for a process on this host (``--local``); empty when all are given."""
+        if self.devices is None:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
+
+
+NO_GPUS = GpuAssignment(devices=())
+
+
+def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
+    """The GPUs of this host whose compute capability is the target's (pure).
+
+    Args:
+        host_gpus: from :func:`detect_host_gpus`.
+        target: the target the run speaks for; its ``arch`` is ``"major.minor"``.
+    """
+    if not host_gpus.available:
+        return GpuAssignment((), f"no GPU on this host: {host_gpus.evidence}")
+    if not host_gpus.devices or any(d.arch is None for d in host_gpus.devices):
+        return GpuAssignment(None)
+    matching = tuple(d.index for d in host_gpus.devices if d.arch == target.arch)
+    if not matching:
+        listed = "; ".join(d.describe() for d in host_gpus.devices)
+        return GpuAssignment((), f"no GPU of compute capability {target.arch} ({target.name}) on this host: {listed}")
+    return GpuAssignment(matching)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +171,19 @@ def provenance_from_facts(facts: dict[str, Any], image: ImageRef | None, host_gp
         gpus=[str(g) for g in facts.get("gpus") or host_gpus.names], host=platform.node(), runner=runner_kind)
 
 
-def skip_reason(spec: Any, host_gpus: HostGpus) -> str | None:
-    """A runtime probe on a host without GPUs is skipped up front, with the host evidence."""
-    if spec.tier == "runtime" and not host_gpus.available:
-        return f"no GPU on this host: {host_gpus.evidence}"
-    return None
+def gpus_for(spec: Any, ctx: ProbeContext) -> GpuAssignment:
+    """Gate probes get no GPU (their arch comes from ``--target``, so a visible card of another arch
+    cannot colour the answer); runtime probes get the host GPUs of the target's arch."""
+    if spec.tier != "runtime":
+        return NO_GPUS
+    return assign_gpus(ctx.host_gpus, ctx.target)
+
+
+def skip_record(stack: Stack, spec: Any, ctx: ProbeContext, reason: str, image: ImageRef | None,
+                runner_kind: str) -> ResultRecord:
+    """A runtime probe the host cannot serve, skipped up front with the host evidence."""
+    return make_record(stack, spec, ctx, Outcome(Status.SKIP, reason, evidence=ctx.host_gpus.evidence),
+                       provenance_from_facts({}, image, ctx.host_gpus, runner_kind))
 
 
 def make_record(stack: Stack, spec: Any, ctx: ProbeContext, outcome: Outcome, provenance: Provenance) -> ResultRecord:
@@ -128,17 +197,17 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
     """Run one probe in a fresh container of ``image`` (always removed afterwards)."""
     from stackforge import docker_engine
 
-    reason = skip_reason(spec, ctx.host_gpus)
-    if reason:
-        return make_record(stack, spec, ctx, Outcome(Status.SKIP, reason, evidence=ctx.host_gpus.evidence),
-                           provenance_from_facts({}, image, ctx.host_gpus, "docker"))
+    gpus = gpus_for(spec, ctx)
+    if gpus.skip_reason:
+        return skip_record(stack, spec, ctx, gpus.skip_reason, image, "docker")
     timeout = timeout_for(spec, ctx)
+    with_gpus = gpus.docker_gpus() is not None
     run = docker_engine.run_container(
         client, image.image_id, probe_argv(spec, ctx.target, python="python3", scripts_root=CONTAINER_SCRIPTS),
         timeout=timeout, mounts=[docker_engine.Bind(ctx.scripts_dir, CONTAINER_SCRIPTS, copy_to_remote=True)],
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **ctx.extra_env},
-        labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus="all" if ctx.host_gpus.available else None,
-        ipc_mode="host" if ctx.host_gpus.available else None, shm_size="16g" if ctx.host_gpus.available else None,
+        labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus=gpus.docker_gpus(),
+        ipc_mode="host" if with_gpus else None, shm_size="16g" if with_gpus else None,
         log_path=log_path, tail_chars=16000)
     outcome, facts = outcome_from_ending(exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
                                          output=run.logs_tail, duration_s=run.duration_s, timeout_s=timeout)
@@ -148,14 +217,15 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
 def run_locally(stack: Stack, spec: Any, ctx: ProbeContext, *, python: str = sys.executable,
                 log_path: Path | None = None) -> ResultRecord:
     """Run one probe in this machine's Python environment (bare-metal boxes: ``--local``)."""
-    reason = skip_reason(spec, ctx.host_gpus)
-    if reason:
-        return make_record(stack, spec, ctx, Outcome(Status.SKIP, reason, evidence=ctx.host_gpus.evidence),
-                           provenance_from_facts({}, None, ctx.host_gpus, "local"))
+    gpus = gpus_for(spec, ctx)
+    if gpus.skip_reason:
+        return skip_record(stack, spec, ctx, gpus.skip_reason, None, "local")
     timeout = timeout_for(spec, ctx)
+    # A gate probe on a bare-metal GPU box sees no GPU either: CUDA_VISIBLE_DEVICES="" hides them.
     result = runner.run(probe_argv(spec, ctx.target, python=python, scripts_root=str(ctx.scripts_dir)),
                         timeout=timeout, env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-                                              **ctx.extra_env}, log_path=log_path, tail_chars=16000)
+                                              **gpus.environment(), **ctx.extra_env},
+                        log_path=log_path, tail_chars=16000)
     outcome, facts = outcome_from_ending(exit_code=result.returncode, timed_out=result.timed_out,
                                          signal=result.signal, output=result.output_tail,
                                          duration_s=result.duration_s, timeout_s=timeout)
@@ -167,15 +237,30 @@ def detect_host_gpus(client: Any | None) -> HostGpus:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return HostGpus(False, "nvidia-smi not found on the host")
-    result = runner.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=30)
+    result = runner.run([smi, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"], timeout=30)
+    if not result.succeeded and "compute_cap" in result.output_tail:  # drivers before 510 lack the field
+        result = runner.run([smi, f"--query-gpu={SMI_FIELDS_OLD}", "--format=csv,noheader"], timeout=30)
     rows = [r.split(",") for r in result.output_tail.strip().splitlines() if "," in r]
     if not result.succeeded or not rows:
         return HostGpus(False, f"nvidia-smi failed: {result.describe()}: {result.output_tail.strip()[-300:]}")
-    names = tuple(r[0].strip() for r in rows)
-    driver = rows[0][1].strip()
+    devices = tuple(parse_smi_row(row) for row in rows)
+    names = tuple(d.name for d in devices)
+    driver = rows[0][2].strip()
     if client is not None:
         runtimes = sorted((client.info().get("Runtimes") or {}).keys())
         if "nvidia" not in runtimes:
             return HostGpus(False, f"GPUs {', '.join(names)} present but the engine has no nvidia runtime "
-                                   f"(runtimes: {', '.join(runtimes)})", names, driver)
-    return HostGpus(True, f"{len(names)} GPU(s): {', '.join(names)}; driver {driver}", names, driver)
+                                   f"(runtimes: {', '.join(runtimes)})", names, driver, devices)
+    listed = "; ".join(d.describe() for d in devices)
+    return HostGpus(True, f"{len(devices)} GPU(s): {listed}; driver {driver}", names, driver, devices)
+
+
+#: nvidia-smi columns: index, name, driver_version[, compute_cap].
+SMI_FIELDS = "index,name,driver_version,compute_cap"
+SMI_FIELDS_OLD = "index,name,driver_version"
+
+
+def parse_smi_row(row: list[str]) -> HostGpu:
+    """One ``nvidia-smi --query-gpu=SMI_FIELDS`` CSV row (already split on commas)."""
+    arch = row[3].strip() if len(row) > 3 and row[3].strip() not in ("", "[N/A]") else None
+    return HostGpu(index=int(row[0]), name=row[1].strip(), arch=arch)

@@ -1,0 +1,123 @@
+"""Which host GPUs a probe or bench gets: per-target arch on mixed hosts, none for gate probes.
+
+A host with four H100 (sm_90) and two RTX PRO 6000 (sm_120) must run an sm_120 target's runtime
+probes on cards 4 and 5 only, skip a target whose arch it lacks (naming what it has), and keep GPUs
+away from gate probes, whose arch comes from ``--target``. ``nvidia-smi`` is the real edge here, so
+the tests put a stand-in ``nvidia-smi`` on PATH (the parsing and assignment logic is what is tested);
+the local runs are real subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from stackforge.bench.catalog import catalog as bench_catalog
+from stackforge.bench.run import BenchOptions, gpus_for, unmet_precondition
+from stackforge.model import Interconnect, Stack, Target
+from stackforge.probes.catalog import Preconditions, ProbeSpec
+from stackforge.probes.execute import (
+    GpuAssignment,
+    HostGpu,
+    HostGpus,
+    ProbeContext,
+    assign_gpus,
+    detect_host_gpus,
+    run_locally,
+)
+from stackforge.records import Status
+
+MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
+RTX = Target(name="rtx-pro-6000-x8-pcie", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=2,
+             interconnect=Interconnect.PCIE)
+H100 = Target(name="h100-x4", gpu="NVIDIA H100 80GB HBM3", arch="9.0", gpu_count=4, interconnect=Interconnect.NVSWITCH)
+B200 = Target(name="b200-x8", gpu="NVIDIA B200", arch="10.0", gpu_count=8, interconnect=Interconnect.NVSWITCH)
+MIXED_SMI = ["0, NVIDIA H100 80GB HBM3, 590.48.01, 9.0", "1, NVIDIA H100 80GB HBM3, 590.48.01, 9.0",
+             "2, NVIDIA H100 80GB HBM3, 590.48.01, 9.0", "3, NVIDIA H100 80GB HBM3, 590.48.01, 9.0",
+             "4, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 590.48.01, 12.0",
+             "5, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 590.48.01, 12.0"]
+
+
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], *, knows_compute_cap: bool = True) -> None:
+    """An ``nvidia-smi`` on PATH that answers ``--query-gpu`` like a real one (an old one rejects compute_cap)."""
+    lines = "\n".join(r if knows_compute_cap else r.rsplit(",", 1)[0] for r in rows)
+    old = "" if knows_compute_cap else (
+        'case "$1" in *compute_cap*) echo \'Field "compute_cap" is not a valid field to query.\'; exit 2;; esac\n')
+    script = tmp_path / "bin" / "nvidia-smi"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\n{old}cat <<'ROWS'\n{lines}\nROWS\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_nvidia_smi_rows_become_devices_with_their_arch(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    host = detect_host_gpus(None)
+    assert host.available and host.driver == "590.48.01"
+    assert host.devices[0] == HostGpu(0, "NVIDIA H100 80GB HBM3", "9.0")
+    assert host.devices[5] == HostGpu(5, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0")
+    assert "5: NVIDIA RTX PRO 6000 Blackwell Workstation Edition (12.0)" in host.evidence
+
+
+def test_an_old_nvidia_smi_without_compute_cap_gives_every_gpu(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI, knows_compute_cap=False)
+    host = detect_host_gpus(None)
+    assert host.available and [d.arch for d in host.devices] == [None] * 6
+    assert assign_gpus(host, RTX) == GpuAssignment(None)
+    assert assign_gpus(host, RTX).docker_gpus() == "all" and assign_gpus(host, RTX).environment() == {}
+
+
+def test_a_mixed_host_gives_each_target_its_own_cards(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    host = detect_host_gpus(None)
+    rtx, h100, b200 = (assign_gpus(host, t) for t in (RTX, H100, B200))
+    assert rtx.devices == (4, 5) and rtx.docker_gpus() == "device=4,5"
+    assert rtx.environment() == {"CUDA_VISIBLE_DEVICES": "4,5"}
+    assert h100.devices == (0, 1, 2, 3) and h100.skip_reason is None
+    assert b200.devices == () and b200.docker_gpus() is None
+    assert b200.skip_reason.startswith("no GPU of compute capability 10.0 (b200-x8) on this host: 0: NVIDIA H100")
+
+
+def test_no_gpu_host_skips_with_its_evidence():
+    host = HostGpus(False, "nvidia-smi not found on the host")
+    assert assign_gpus(host, RTX).skip_reason == "no GPU on this host: nvidia-smi not found on the host"
+
+
+def _spec(tier: str) -> ProbeSpec:
+    return ProbeSpec(id=f"t.{tier}.visible", feature="p2p-access", tier=tier, script="visible_gpus.py",
+                     description="reports CUDA_VISIBLE_DEVICES", preconditions=Preconditions(), default_timeout_s=30)
+
+
+def _stack() -> Stack:
+    from _build_helpers import small_cell
+    return small_cell()[0]
+
+
+def test_local_runtime_probe_sees_only_the_targets_cards_and_gate_probe_none(tmp_path, monkeypatch):
+    """Real subprocesses: the runtime probe gets CUDA_VISIBLE_DEVICES=4,5, the gate probe an empty one,
+    and a target the host cannot serve is skipped before anything runs."""
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    host = detect_host_gpus(None)
+    stack = _stack()
+    runtime = run_locally(stack, _spec("runtime"), ProbeContext("t", RTX, host, scripts_dir=MISBEHAVE))
+    gate = run_locally(stack, _spec("gate"), ProbeContext("t", RTX, host, scripts_dir=MISBEHAVE))
+    absent = run_locally(stack, _spec("runtime"), ProbeContext("t", B200, host, scripts_dir=MISBEHAVE))
+    assert (runtime.outcome.status, runtime.outcome.evidence) == (Status.PASS, "4,5")
+    assert (gate.outcome.status, gate.outcome.evidence) == (Status.PASS, "")
+    assert absent.outcome.status is Status.SKIP and "no GPU of compute capability 10.0" in absent.outcome.reason
+
+
+def test_gpu_benches_follow_the_same_assignment(tmp_path, monkeypatch):
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    host = detect_host_gpus(None)
+    benches = {spec.id: spec for spec in bench_catalog()}
+    gemm, gloo = benches["bench.gemm"], benches["bench.allreduce.gloo"]
+    options = BenchOptions()
+    assert gpus_for(gemm, RTX, host).docker_gpus() == "device=4,5"
+    assert gpus_for(gloo, RTX, host).docker_gpus() is None, "the CPU harness self-test gets no GPU"
+    reason, evidence = unmet_precondition(gemm, B200, host, options)
+    assert reason.startswith("no GPU of compute capability 10.0") and "590.48.01" in evidence
