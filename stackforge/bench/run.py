@@ -11,6 +11,7 @@ benchmarks sharing GPUs would measure each other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -132,6 +133,43 @@ def plan_bench(plan: Any, specs: Sequence[BenchSpec], options: BenchOptions, *, 
         args = script_args(spec, target, options, model_path=model_path)
         jobs.append(BenchJob(probe_job.stack, target, spec, args, timeout, *(unmet or (None, ""))))
     return tuple(jobs)
+
+
+def gate_on_probes(jobs: Sequence[BenchJob], records: Sequence[ResultRecord],
+                   probe_features: frozenset[str]) -> tuple[BenchJob, ...]:
+    """``--from-probes``: a bench for a feature the probes decide runs only where they said ``pass`` (pure).
+
+    The probe records of a (stack, target, feature) decide as in the matrix (the highest tier that
+    said something, the worst outcome within it). Any other verdict, or no probe record at all,
+    turns the job into a skip that names the deciding probe and carries its evidence, so a dead
+    backend (custom all-reduce on PCIe, symmetric memory on sm_120) is not measured, and the
+    bench record says why. Benches whose feature no probe speaks for (plain NCCL, GEMM) are kept.
+    """
+    from stackforge.report import CellStatus, decide_cell
+
+    grouped: dict[tuple[str, str, str], list[ResultRecord]] = {}
+    for record in records:
+        if record.kind == "probe":
+            grouped.setdefault((record.stack_id, record.target, record.feature), []).append(record)
+    gated = []
+    for job in jobs:
+        feature = job.spec.feature
+        if job.skip_reason or feature not in probe_features:
+            gated.append(job)
+            continue
+        cell = decide_cell(feature, grouped.get((job.stack.id, job.target.name, feature), ()))
+        if cell.status is CellStatus.PASS:
+            gated.append(job)
+            continue
+        if cell.status is CellStatus.UNTESTED:
+            reason = (f"--from-probes: no probe result for {feature} on {job.target.name}; "
+                      "run `stackforge probe` into the same --results first")
+        else:
+            decisive = cell.decisive
+            said = f"{cell.how} probe {decisive.probe}" if decisive else cell.how or "the probes"
+            reason = f"--from-probes: {said} says {feature} is {cell.status.value}: {cell.reason}"
+        gated.append(dataclasses.replace(job, skip_reason=reason, skip_evidence=cell.evidence))
+    return tuple(gated)
 
 
 def bench_argv(job: BenchJob, *, python: str, scripts_root: str) -> list[str]:

@@ -41,9 +41,12 @@ from stackforge.shard import select
                    "not local. Default: local images by stack-id label.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder; each run writes one sub-folder.")
+@click.option("--from-probes", "from_probes", is_flag=True,
+              help="Measure a backend the probes decide (custom all-reduce, symmetric memory, NCCL Tree) only "
+                   "where the probe records under --results say pass; skip it elsewhere with their evidence.")
 @click.option("--list", "list_only", is_flag=True, help="List the known benches and exit.")
 def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir, repeats, max_bytes, serve_args,
-            timeout_s, local, python, builds_dir, results_root, list_only) -> None:
+            timeout_s, local, python, builds_dir, results_root, from_probes, list_only) -> None:
     """Measure all-reduce bandwidth, GEMM TFLOP/s and serving throughput for every kept stack x target."""
     from stackforge.bench.catalog import catalog, select_benches
 
@@ -54,7 +57,7 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
     specs = select_benches(catalog(), suites=suites or _default_suites(model_dir), allreduce_variants=variants,
                            ids=ids)
     _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, builds_dir, results_root)
+         python, builds_dir, results_root, from_probes)
 
 
 def _default_suites(model_dir: Path | None) -> tuple[str, ...]:
@@ -62,7 +65,7 @@ def _default_suites(model_dir: Path | None) -> tuple[str, ...]:
 
 
 def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, builds_dir, results_root) -> None:
+         python, builds_dir, results_root, from_probes) -> None:
     from stackforge.bench.run import BenchOptions, plan_bench, run_bench_jobs
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
@@ -80,6 +83,8 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
     options = BenchOptions(repeats=repeats, model_dir=model_dir, max_bytes=max_bytes, serve_args=tuple(serve_args),
                            timeout_s=timeout_s)
     jobs = plan_bench(plan, specs, options, host_gpus=host_gpus, local=local, stacks=stacks)
+    if from_probes:
+        jobs = _gate_on_probes(jobs, results_root)
     run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
                         shard=str(shard) if shard else None)
     click.echo(f"benchmarking {len(stacks)} stack(s), {len(jobs)} bench run(s) -> {run_dir}")
@@ -89,6 +94,20 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
                              builds_dir=builds_dir, on_done=_echo)
     finish_run(run_dir)
     click.echo(summary_line(records))
+
+
+def _gate_on_probes(jobs, results_root: Path):
+    """The jobs after ``--from-probes``: probe records are read (strictly) before anything runs."""
+    from stackforge.bench.run import gate_on_probes
+    from stackforge.probes.catalog import catalog as probe_catalog
+    from stackforge.errors import RecordError
+    from stackforge.results import describe_problems, load_results
+
+    loaded = load_results(results_root)
+    if loaded.problems:
+        raise RecordError(describe_problems(loaded.problems, loaded.source),
+                          remedy="fix or remove these files before benchmarking --from-probes")
+    return gate_on_probes(jobs, loaded.records, frozenset(spec.feature for spec in probe_catalog()))
 
 
 def _echo(record: ResultRecord) -> None:
