@@ -439,12 +439,148 @@ def test_nccl_graph_gloo_harness_passes_with_two_processes(torch_python):
     assert result["metrics"]["NCCL_ALGO"] == "allreduce:tree"
 
 
+EP_SMALL = ("--backend", "gloo", "--gpus", "2", "--tokens", "64", "--hidden", "32", "--topk", "4", "--experts", "8",
+            "--phase-timeout", "60")
+
+
+def test_ep_all_to_all_gloo_harness_verifies_every_row(torch_python):
+    result = run_script(torch_python, "ep_all_to_all.py", *EP_SMALL, timeout=180)
+    assert result["status"] == "pass", result
+    assert result["reason"].startswith("gloo harness: 2 ranks exchanged counts and 512 (token, expert) rows")
+    assert "says nothing about NCCL" in result["reason"]
+    metrics = result["metrics"]
+    # every (token, slot) pair of both ranks (2 x 64 x 4) was checked at its receiver and back home
+    assert metrics["dispatch_rows_verified"] == metrics["combine_rows_verified"] == 512
+    assert metrics["dispatch_send_bytes_max_rank"] == 64 * 4 * 32 * 4          # float32 rows
+    assert metrics["dispatch_us_max_rank"] > 0 and metrics["combine_us_max_rank"] > 0
+    assert metrics["deepep"].startswith("absent: no deep_ep module")
+    assert "rank 1 dispatch ok" in result["evidence"] and "rank 0 graph_capture skip" in result["evidence"]
+
+
+@pytest.mark.parametrize("phase", ["dispatch", "combine"])
+def test_ep_all_to_all_check_fails_on_one_damaged_value(torch_python, phase):
+    """--corrupt-rank changes one received value on rank 1: the exact check must name that row."""
+    result = run_script(torch_python, "ep_all_to_all.py", *EP_SMALL, "--corrupt-rank", "1", "--corrupt-phase", phase,
+                        timeout=180)
+    assert result["status"] == "fail", result
+    assert f"rank 1 {phase} fail: AssertionError: {phase}: 1 of " in result["evidence"]
+    assert "rows differ; first row 0: expected (src " in result["evidence"]
+
+
+def test_ep_all_to_all_deepep_dispatch_check_catches_damage(torch_python):
+    """The DeepEP checks (GPU-only in the probe) on a DeepEP-shaped inbox built on CPU: intact passes,
+    one changed value or a wrong per-expert count fails."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(SCRIPTS)!r})
+import torch
+import ep_all_to_all as ep
+
+shape, world, rank, seed = ep.Shape(tokens=64, hidden=16, topk=4, experts=8), 2, 1, 0
+per_rank = shape.experts // world
+blocks, ends, per_expert = [], [], [0] * per_rank
+for src in range(world):
+    experts = ep.routing(torch, src, shape, seed)
+    tokens = ((experts // per_rank) == rank).any(dim=1).nonzero().flatten()
+    rows = ep.encode_rows(torch, src, tokens, torch.zeros_like(tokens), shape.hidden, torch.bfloat16, "cpu")
+    blocks.append(rows.flip(0))  # DeepEP promises no order inside a source's block
+    ends.append(sum(b.shape[0] for b in blocks))
+    for i in range(per_rank):
+        per_expert[i] += int((experts == rank * per_rank + i).sum())
+recv_x, prefix = torch.cat(blocks), torch.tensor([[0, end] for end in ends])
+ep.check_deepep_dispatch(torch, recv_x, per_expert, prefix, rank, world, shape, seed)
+print("intact", recv_x.shape[0])
+damaged = recv_x.clone()
+damaged[3, 9] += 1
+for inbox, counts in ((damaged, per_expert), (recv_x, [per_expert[0] + 1, *per_expert[1:]])):
+    try:
+        ep.check_deepep_dispatch(torch, inbox, counts, prefix, rank, world, shape, seed)
+    except AssertionError as exc:
+        print("caught", exc)
+"""
+    proc = subprocess.run([str(torch_python), "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("intact ") and int(lines[0].split()[1]) > 0
+    assert lines[1].startswith("caught DeepEP dispatch from rank 0: 1 of ")
+    assert lines[2].startswith("caught DeepEP tokens per local expert: [")
+    assert len(lines) == 3
+
+
+def deepep_calls() -> dict[str, tuple[int, set[str]]]:
+    """What ep_all_to_all.py calls on DeepEP: method -> (positional arguments, keyword names)."""
+    import ast
+
+    calls: dict[str, tuple[int, set[str]]] = {}
+    for node in ast.walk(ast.parse((SCRIPTS / "ep_all_to_all.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = ast.unparse(node.func.value)
+            if owner in ("buffer", "deep_ep"):
+                name = "__init__" if node.func.attr == "Buffer" else node.func.attr
+                calls[name] = (len(node.args), {k.arg for k in node.keywords if k.arg})
+    return calls
+
+
+def test_ep_all_to_all_calls_deepep_as_its_release_defines_it():
+    """The DeepEP calls (GPU-only) against the real deep_ep/buffers/legacy.py of the sgl-deep-ep wheel
+    (DeepEP 2.1.0 as SGLang ships it): names, positional arity, keyword names, the tuple sizes the
+    probe unpacks and the handle's first element (the rank prefix matrix)."""
+    import ast
+
+    python = venvs.build_venv("sgl-deep-ep-0.1.2.post1-nodeps", [["--no-deps", "sgl-deep-ep==0.1.2.post1"]])
+    legacy = next(python.parent.parent.glob("lib/python3*/site-packages/deep_ep/buffers/legacy.py"))
+    buffer = next(n for n in ast.parse(legacy.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "Buffer")
+    methods = {n.name: n for n in buffer.body if isinstance(n, ast.FunctionDef)}
+    calls = deepep_calls()
+    assert set(calls) == {"__init__", "get_dispatch_layout", "dispatch", "combine", "destroy"}
+    for name, (positional, keywords) in calls.items():
+        params = [a.arg for a in methods[name].args.args][1:]  # without self
+        assert positional <= len(params) and keywords <= set(params), (name, params)
+    assert "explicitly_destroy" in [a.arg for a in methods["__init__"].args.args]
+    # the probe unpacks 5 from get_dispatch_layout, 6 from dispatch, 3 from combine
+    for name, size in (("get_dispatch_layout", 5), ("dispatch", 6), ("combine", 3)):
+        tuples = [r.value for r in ast.walk(methods[name]) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)]
+        assert tuples and all(len(t.elts) == size for t in tuples), name
+    handle = next(n for n in ast.walk(methods["dispatch"]) if isinstance(n, ast.Assign)
+                  and [ast.unparse(t) for t in n.targets] == ["handle"])
+    assert ast.unparse(handle.value.elts[0]) == "rank_prefix_matrix"
+
+
+def ep_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import ep_all_to_all
+    finally:
+        sys.path.pop(0)
+    return ep_all_to_all
+
+
+def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
+    ep = ep_module()
+    sf = ep.sf
+    core = [sf.RankEvent(rank, phase, "ok", data={"rows": 10}) for rank in (0, 1)
+            for phase in ("init", "dispatch", "combine", "graph_replay")]
+    built = [sf.RankEvent(rank, "deepep_buffer", "ok", data={"version": "1.2.1"}) for rank in (0, 1)]
+    hung_in_deepep = sf.RanksOutcome((*core, *built), (-9, -9), (1, "deepep_round", 121.0))
+    judged, stuck = ep.split_deepep(hung_in_deepep)
+    assert sf.ranks_verdict(judged, "x") is None
+    metrics = ep.deepep_metrics(hung_in_deepep, "nccl", True, "distribution deep-ep", stuck)
+    assert metrics["deepep"] == ("fail: hang: rank 1 made no progress in phase 'deepep_round' for 121 s; "
+                                 "all ranks were killed")
+    assert metrics["deepep_version"] == "1.2.1"
+    verdict = ep.decide("nccl", 2, "x", {**metrics, "dispatch_rows_verified": 20}, judged)
+    assert verdict.status == "pass" and verdict.reason.endswith("DeepEP: " + metrics["deepep"])
+    hung_in_dispatch = sf.RanksOutcome(tuple(core[:1]), (-9, -9), (1, "dispatch", 121.0))
+    judged, stuck = ep.split_deepep(hung_in_dispatch)
+    assert stuck == "" and sf.ranks_verdict(judged, "x").status == "fail"
+
+
 @pytest.mark.parametrize("script,args", [
     ("nccl_graph.py", ("--algo", "tree")),
     ("nccl_graph.py", ("--algo", "ring")),
     ("symm_mem.py", ()),
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
+    ("ep_all_to_all.py", ("--backend", "nccl")),
 ])
 def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
     result = run_script(torch_python, script, "--arch", "12.0", "--gpus", "8", "--interconnect", "pcie", *args)

@@ -21,7 +21,7 @@ from stackforge.probes.catalog import (
 )
 
 RULE_FEATURES = {"torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
-                 "custom-allreduce", "kernel-arch-coverage", "nccl-graph-tree"}
+                 "custom-allreduce", "kernel-arch-coverage", "nccl-graph-tree", "ep-a2a"}
 
 
 def test_ids_are_unique_and_scripts_exist():
