@@ -581,6 +581,7 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
     ("ep_all_to_all.py", ("--backend", "nccl")),
+    ("flashinfer_run.py", ()),
 ])
 def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
     result = run_script(torch_python, script, "--arch", "12.0", "--gpus", "8", "--interconnect", "pcie", *args)

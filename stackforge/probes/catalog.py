@@ -103,6 +103,10 @@ _CATALOG: tuple[ProbeSpec, ...] = (
     ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",
               "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects",
               Preconditions(), 600.0),
+    ProbeSpec("runtime.flashinfer.jit", "flashinfer-jit", "runtime", "flashinfer_run.py",
+              "FlashInfer JIT-builds rmsnorm and single-request decode attention for the visible GPU (fresh "
+              "cache) and runs them; results checked against torch",
+              Preconditions(min_gpus=1, needs_gpu_arch=True, needs_packages=("torch", "flashinfer-python")), 1800.0),
     ProbeSpec("runtime.nccl.graph-tree", "nccl-graph-tree", "runtime", "nccl_graph.py",
               "NCCL all_reduce with NCCL_ALGO=allreduce:tree, eager and replayed from a CUDA graph, N ranks",
               _RUNTIME, 900.0, ("--algo", "tree", "--backend", "nccl")),

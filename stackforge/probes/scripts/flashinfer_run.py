@@ -1,0 +1,149 @@
+"""Runtime probe ``flashinfer-jit``: FlashInfer JIT-compiles its kernels for the visible GPU and runs them.
+
+The gate probe (``flashinfer_gates.py``) asks FlashInfer's own arch gates and compiles one module
+without a GPU; this one does what a server does at its first request, on one GPU of the target
+arch: FlashInfer builds (or loads) the module for the device it sees and the kernel runs. Each
+kernel's result is checked against a plain torch computation of the same thing.
+
+FlashInfer's JIT cache lives under ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer``; the probe
+points it at a fresh temporary folder, so a module built here is a real compile on this image, not
+a leftover. Modules that come prebuilt (``flashinfer-jit-cache``, AOT) load without a compile, and
+the metrics say which happened: the shared objects built under the fresh cache are listed.
+
+Kernels: ``flashinfer.norm.rmsnorm`` (bf16) and ``flashinfer.single_decode_with_kv_cache`` (one
+decode step of attention, bf16, grouped-query heads). A failure carries FlashInfer's own words.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import _sfprobe as sf
+
+#: bf16 keeps ~3 significant digits; kernels that sum in another order differ by rounding, not more.
+TOLERANCE = 0.05
+#: Where the checks allocate; the tests point it at the CPU to check the torch references themselves.
+DEVICE = "cuda"
+
+
+def single_gpu_preflight(arch: sf.Arch) -> tuple[str, str, Any]:
+    """("", "", torch) when GPU 0 is of the target arch, else (status, reason, torch)."""
+    torch, error = sf.try_import("torch")
+    if torch is None:
+        return "skip", f"torch is not importable: {error}", None
+    if torch.cuda.device_count() == 0:
+        return "skip", sf.NO_GPU_REASON, torch
+    major, minor = torch.cuda.get_device_capability(0)
+    if f"{major}.{minor}" != arch.dotted:
+        return "skip", (f"GPU 0 ({torch.cuda.get_device_name(0)}) has compute capability {major}.{minor}, "
+                        f"the target is {arch.dotted}: a result here would not speak for it"), torch
+    return "", "", torch
+
+
+def rmsnorm_check(torch: Any, flashinfer: Any) -> float:
+    """flashinfer.norm.rmsnorm against x / rms(x) * w; returns the largest relative error."""
+    generator = torch.Generator(device=DEVICE).manual_seed(7)
+    x = torch.randn(64, 4096, dtype=torch.bfloat16, device=DEVICE, generator=generator)
+    weight = torch.randn(4096, dtype=torch.bfloat16, device=DEVICE, generator=generator)
+    got = flashinfer.norm.rmsnorm(x, weight, eps=1e-6)
+    variance = x.float().pow(2).mean(dim=-1, keepdim=True)
+    expected = x.float() * torch.rsqrt(variance + 1e-6) * weight.float()
+    return relative_error(got, expected)
+
+
+def decode_check(torch: Any, flashinfer: Any) -> float:
+    """flashinfer.single_decode_with_kv_cache (NHD, 32 query heads over 8 KV heads) against softmax(qk/sqrt(d)) v."""
+    generator = torch.Generator(device=DEVICE).manual_seed(11)
+    kv_len, q_heads, kv_heads, dim = 1024, 32, 8, 128
+    q = torch.randn(q_heads, dim, dtype=torch.bfloat16, device=DEVICE, generator=generator)
+    k = torch.randn(kv_len, kv_heads, dim, dtype=torch.bfloat16, device=DEVICE, generator=generator)
+    v = torch.randn(kv_len, kv_heads, dim, dtype=torch.bfloat16, device=DEVICE, generator=generator)
+    got = flashinfer.single_decode_with_kv_cache(q, k, v)
+    group = q_heads // kv_heads
+    keys = k.float().repeat_interleave(group, dim=1)      # [kv_len, q_heads, dim]
+    values = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("hd,lhd->hl", q.float(), keys) / dim ** 0.5
+    expected = torch.einsum("hl,lhd->hd", scores.softmax(dim=-1), values)
+    return relative_error(got, expected)
+
+
+def relative_error(got: Any, expected: Any) -> float:
+    scale = float(expected.abs().max().item()) or 1.0
+    return round(float((got.float() - expected).abs().max().item()) / scale, 6)
+
+
+KERNELS: tuple[tuple[str, Callable[[Any, Any], float]], ...] = (
+    ("rmsnorm", rmsnorm_check),
+    ("single_decode_with_kv_cache", decode_check),
+)
+
+
+def run_kernel(torch: Any, flashinfer: Any, name: str, check: Callable[[Any, Any], float]) -> dict[str, Any]:
+    """Build-or-load plus first run (timed), then the check; an exception is the kernel's result."""
+    started = time.perf_counter()
+    try:
+        error = check(torch, flashinfer)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - FlashInfer's own failure is the evidence
+        return {"kernel": name, "ok": False, "error": sf.describe_exception(exc),
+                "seconds": round(time.perf_counter() - started, 2)}
+    ok = error <= TOLERANCE
+    row = {"kernel": name, "ok": ok, "max_rel_error": error, "seconds": round(time.perf_counter() - started, 2)}
+    if not ok:
+        row["error"] = f"result differs from the torch reference by {error} (relative; tolerance {TOLERANCE})"
+    return row
+
+
+def built_modules(cache_base: Path) -> list[str]:
+    """Shared objects FlashInfer built under the fresh cache (empty: everything came prebuilt)."""
+    return sorted(p.name for p in cache_base.rglob("*.so"))
+
+
+def build_and_run(torch: Any) -> tuple[str | None, list[dict[str, Any]], list[str]]:
+    """(import error or None, kernel rows, modules built here), with FlashInfer's JIT cache in a fresh
+    temporary folder that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="sf-flashinfer-jit-") as base:
+        # Before the import: FlashInfer reads its cache location once, at import time.
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = base
+        flashinfer, error = sf.try_import("flashinfer")
+        if flashinfer is None:
+            return error, [], []
+        rows = [run_kernel(torch, flashinfer, name, check) for name, check in KERNELS]
+        return None, rows, built_modules(Path(base))
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = sf.common_parser(__doc__.splitlines()[0])
+    args = parser.parse_args(argv)
+    status, reason, torch = single_gpu_preflight(args.arch)
+    facts = sf.collect_facts(torch_module=torch, import_torch=False)
+    if status:
+        sf.emit(status, reason, facts=facts)
+    import_error, rows, built = build_and_run(torch)
+    if import_error is not None:
+        sf.emit("skip" if "No module named 'flashinfer'" in import_error else "fail",
+                f"import flashinfer: {import_error}", import_error, facts=facts)
+    metrics = {"gpu": torch.cuda.get_device_name(0), "kernels": rows, "built_here": built,
+               "flashinfer": sf.installed_version("flashinfer-python")}
+    evidence = "\n".join(f"{r['kernel']}: " + (f"ok, max relative error {r['max_rel_error']}" if r["ok"]
+                                                else r["error"]) + f" ({r['seconds']} s)" for r in rows)
+    evidence += "\nbuilt under the fresh JIT cache: " + (", ".join(built) or "nothing (prebuilt modules)")
+    failed = [r for r in rows if not r["ok"]]
+    what = f"FlashInfer {metrics['flashinfer']} on {metrics['gpu']} ({args.arch.sm_name})"
+    if failed:
+        sf.emit("fail", f"{what}: {failed[0]['kernel']}: {failed[0]['error']}", evidence, metrics=metrics,
+                facts=facts)
+    how = f"JIT-built {len(built)} module(s) here" if built else "modules came prebuilt"
+    sf.emit("pass", f"{what}: {', '.join(r['kernel'] for r in rows)} ran and matched torch; {how}", evidence,
+            metrics=metrics, facts=facts)
+
+
+if __name__ == "__main__":
+    sf.run_main(main, sys.argv[1:])
