@@ -543,6 +543,13 @@ class RanksOutcome:
     def phase_events(self, phase: str, state: str = "ok") -> tuple[RankEvent, ...]:
         return tuple(e for e in self.events if e.phase == phase and e.state == state)
 
+    def nccl_facts(self) -> dict[str, Any]:
+        """``nccl`` (version) and ``gpus`` (names) as the ranks reported them in their ``init`` phase."""
+        init = self.phase_events("init")
+        if not init or "nccl" not in init[0].data:
+            return {}
+        return {"nccl": init[0].data["nccl"], "gpus": sorted({e.data.get("gpu", "") for e in init})}
+
     def crashed(self) -> tuple[tuple[int, int], ...]:
         """(rank, exit code) of ranks that died on their own without reporting ``done``, first
         death first (ranks the parent killed afterwards are not crashes)."""

@@ -508,10 +508,7 @@ def summarize(outcome: sf.RanksOutcome, backend: str, gpus: int, shape: Shape) -
         rows = [e.data["rows"] for e in outcome.phase_events(phase) if "rows" in e.data]
         if rows:
             metrics[f"{phase}_rows_verified"] = sum(rows)
-    init = outcome.phase_events("init")
-    if init and "nccl" in init[0].data:
-        metrics["nccl"] = init[0].data["nccl"]
-        metrics["gpus"] = sorted({e.data.get("gpu", "") for e in init})
+    metrics.update(outcome.nccl_facts())
     return metrics
 
 

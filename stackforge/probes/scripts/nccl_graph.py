@@ -109,10 +109,7 @@ def summarize(outcome: sf.RanksOutcome, backend: str, algo_env: str, gpus: int) 
         values = [e.data[key] for e in outcome.phase_events(phase) if key in e.data]
         if values:
             metrics[f"{key}_max_rank"] = max(values)
-    init = outcome.phase_events("init")
-    if init and "nccl" in init[0].data:
-        metrics["nccl"] = init[0].data["nccl"]
-        metrics["gpus"] = sorted({e.data.get("gpu", "") for e in init})
+    metrics.update(outcome.nccl_facts())
     return metrics
 
 
