@@ -108,6 +108,21 @@ def sglang053_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def fi050_python() -> Path:
+    """FlashInfer 0.5.0 with SGLang 0.5.4.post3 (the pair it pins), sglang.srt.server_args importable:
+    the SGLang probe runs ServerArgs' own auto-enable of allreduce fusion here (live)."""
+    return venvs.build_venv("fi-0.5.0-sgl-0.5.4.post3", [
+        *venvs.flashinfer_steps("0.5.0", "apache-tvm-ffi>=0.1,<0.2"), ["--no-deps", "sglang==0.5.4.post3"],
+        list(venvs.SGLANG_0543_SERVER_ARGS_DEPS)])
+
+
+@pytest.fixture(scope="session")
+def sglang057_python() -> Path:
+    """SGLang 0.5.7 alone (no torch, no FlashInfer): static reading of ServerArgs' auto-enable."""
+    return venvs.build_venv("sglang-0.5.7-nodeps", [["--no-deps", "sglang==0.5.7"]])
+
+
+@pytest.fixture(scope="session")
 def cuda_torch_python() -> Path:
     """A real CUDA torch (local wheel; skipped without one) with FlashInfer 0.7.2: the runtime
     flavour of an image, torch knows its CUDA version but there is no nvcc."""
@@ -360,6 +375,62 @@ def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
     assert result["metrics"]["method"] == "live"
     assert "sglang.srt.layers.flashinfer_comm_fusion has no function _resolve_backend" in result["evidence"]
     assert "gate.flashinfer.ar-fusion" in result["reason"]
+
+
+def ar_fusion(python: Path, arch: str, gpus: str) -> dict:
+    return run_script(python, "sglang_tables.py", "--arch", arch, "--gpus", gpus, "--feature", "flashinfer-ar-fusion")
+
+
+def test_sglang_0543_autoenables_ar_fusion_on_sm120_that_flashinfer_050_rejects(fi050_python):
+    result = ar_fusion(fi050_python, "12.0", "8")
+    assert result["status"] == "fail", result
+    metrics = result["metrics"]
+    assert metrics["autoenable_method"] == "live", result["evidence"]
+    assert metrics["sglang_autoenables_ar_fusion"] == ["GptOssForCausalLM"]
+    assert "turns FlashInfer allreduce fusion on by itself for GptOssForCausalLM on sm_120" in result["reason"]
+    assert "FlashInfer 0.5.0 rejects sm_120" in result["reason"] and FI_GATE_TEXT in result["reason"]
+    # SGLang's own code ran: its condition (file:line), its log line, and the flag it left per architecture.
+    assert "server_args.py:953 ServerArgs._handle_model_specific_adjustments" in result["evidence"]
+    assert "is_blackwell_supported()" in result["evidence"]
+    assert "SGLang logged: Enable FlashInfer AllReduce Fusion on sm100 for GptOssForCausalLM" in result["evidence"]
+    assert "DeepseekV3ForCausalLM: enable_flashinfer_allreduce_fusion=False" in result["evidence"]
+
+
+def test_sglang_0543_autoenable_follows_the_arch_and_gpu_count(fi050_python):
+    hopper = ar_fusion(fi050_python, "9.0", "8")  # 0.5.4.post3 asks is_sm100 / is_blackwell only
+    assert hopper["metrics"]["autoenable_method"] == "live"
+    assert hopper["metrics"]["sglang_autoenables_ar_fusion"] == []
+    assert hopper["status"] == "skip" and "flashinfer_gate" not in hopper["metrics"]
+    blackwell = ar_fusion(fi050_python, "10.0", "8")
+    assert blackwell["metrics"]["sglang_autoenables_ar_fusion"] == ["DeepseekV3ForCausalLM", "GptOssForCausalLM"]
+    # FlashInfer 0.5.0 admits sm_100; whether it can build the module here (nvcc) decides, as it would in an image.
+    assert blackwell["status"] == blackwell["metrics"]["flashinfer_gate"], blackwell
+    single = ar_fusion(fi050_python, "12.0", "1")
+    assert single["status"] == "skip", single
+    assert single["metrics"]["sglang_autoenables_ar_fusion"] == ["GptOssForCausalLM"]
+    assert "fuses only with more than one GPU" in single["reason"]
+
+
+def test_sglang_057_static_autoenable_names_four_architectures(sglang057_python):
+    expected = ["DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Qwen3MoeForCausalLM"]
+    for arch in ("12.0", "9.0"):  # 0.5.7: is_sm90_supported() or is_blackwell_supported() (majors 10, 12)
+        result = ar_fusion(sglang057_python, arch, "8")
+        assert result["metrics"]["autoenable_method"] == "static", result
+        assert result["metrics"]["sglang_autoenables_ar_fusion"] == expected
+        assert "server_args.py:1493" in result["evidence"]
+        assert "'is_blackwell_supported': [10, 12]" in result["evidence"]
+        assert result["status"] == "skip"  # no FlashInfer in this venv: nothing would build the module
+        assert "FlashInfer is not installed" in result["reason"]
+
+
+def test_sglang_059_autoenables_ar_fusion_on_sm90_sm100_only(fi063_python):
+    blackwell = ar_fusion(fi063_python, "12.0", "8")
+    assert blackwell["metrics"]["sglang_autoenables_ar_fusion"] == []
+    assert "(is_sm90_supported() or is_sm100_supported())" in blackwell["evidence"]
+    assert blackwell["status"] == "skip"
+    hopper = ar_fusion(fi063_python, "9.0", "8")
+    assert "KimiK25ForConditionalGeneration" in hopper["metrics"]["sglang_autoenables_ar_fusion"]
+    assert hopper["status"] == hopper["metrics"]["flashinfer_gate"], hopper
 
 
 # --------------------------------------------------------------------------------------------- kernel_cubins

@@ -10,6 +10,20 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
 - custom all-reduce: ``CustomAllreduce.__init__`` (and from 0.5.15
   ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``): world size in
   ``_SUPPORTED_WORLD_SIZES``; ``world_size > 2 and not full_nvlink`` disables it; then a P2P check.
+- FlashInfer allreduce fusion, two questions:
+
+  a. its arch gate ``_resolve_backend("auto")`` (``srt/layers/flashinfer_comm_fusion.py``, from
+     0.5.15.post1; older SGLang has none and FlashInfer's own gate decides);
+  b. whether ServerArgs turns ``enable_flashinfer_allreduce_fusion`` on by itself: every
+     ``self.enable_flashinfer_allreduce_fusion = True`` in ``srt/server_args.py`` is found, and the
+     ServerArgs method holding it (``_handle_model_specific_adjustments``) is run for each model
+     architecture its conditions name, with every field at its default, ``tp_size`` = GPU count and
+     one node. 0.5.4.post2-0.5.7 do so on sm_12x (GptOss through ``is_blackwell_supported`` = majors
+     10 and 12; 0.5.7 also DeepseekV3 / Glm4Moe / Qwen3Moe); 0.5.8+ only on sm_90 / sm_100. When it
+     does for more than one GPU, FlashInfer's own gate (``flashinfer_gates.py`` beside this script,
+     run as its own process) is asked too: it rejecting the arch makes the result ``fail`` (the
+     server would build a module FlashInfer has no code for), it admitting it ``pass``. The
+     architectures go to the metric ``sglang_autoenables_ar_fusion``.
 
 Two ways to evaluate them for the target (major capability, GPU count, interconnect):
 
@@ -17,9 +31,18 @@ Two ways to evaluate them for the target (major capability, GPU count, interconn
    NVML queries answer for the target node (capability, world size, "full NVLink" = interconnect
    is nvlink or nvswitch). The constructor stops at the first step that needs real hardware
    (the symmetric-memory allocation, the P2P check); reaching it means every gate passed.
+   ServerArgs' method runs without ``__post_init__`` (which would load the model's config): the
+   config getters return a config naming the architecture; ``torch.cuda`` answers available, the
+   target capability and a neutral device name (not an H20), a CPU torch also a CUDA version
+   (12.8, the first to target sm_100 / sm_120, so the capability decides); a module the method
+   imports that does not import here (``model_config`` needs sgl_kernel) is stood in for by the
+   named functions compiled from its own file. The evidence lists each of these answers.
 2. static, when importing the module fails (SGLang pulls heavy dependencies): read the same files
    from the installed package with ``ast`` (the tables' literal values and the lookups and messages
-   are SGLang's own code) and evaluate them; the evidence says that this is what happened.
+   are SGLang's own code) and evaluate them; the evidence says that this is what happened. For
+   ServerArgs the conditions on the path to the assignment are evaluated three-valued: the platform
+   flags as the capability majors read from ``srt/utils/common.py`` (their CUDA floor not evaluated),
+   ``self.*`` as the field defaults; what cannot be decided is reported as undecided.
 
 No GPU needed.
 """
@@ -27,12 +50,15 @@ No GPU needed.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import re
 import sys
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -90,8 +116,9 @@ class Node:
 # --------------------------------------------------------------------------------------------
 
 @contextmanager
-def sglang_warnings() -> Iterator[list[str]]:
-    """Collect what SGLang logs at WARNING and above while a constructor runs."""
+def sglang_warnings(level: int = logging.WARNING) -> Iterator[list[str]]:
+    """Collect what SGLang logs at ``level`` and above while a constructor runs (INFO is where
+    ServerArgs says what it turned on by itself)."""
     messages: list[str] = []
 
     class _Collect(logging.Handler):
@@ -100,13 +127,17 @@ def sglang_warnings() -> Iterator[list[str]]:
             if text not in messages:
                 messages.append(text)
 
-    handler = _Collect(level=logging.WARNING)
+    handler = _Collect(level=level)
     logger = logging.getLogger("sglang")
+    saved_level = logger.level
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
     logger.addHandler(handler)
     try:
         yield messages
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(saved_level)
 
 
 def patch_if_present(stack: ExitStack, target: Any, name: str, value: Any) -> None:
@@ -585,6 +616,488 @@ def arch_test(test: ast.expr, major: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# ServerArgs turning FlashInfer allreduce fusion on by itself
+# --------------------------------------------------------------------------------------------
+
+SERVER_ARGS_MODULE = "sglang.srt.server_args"
+FUSION_FLAG = "enable_flashinfer_allreduce_fusion"
+#: torch.version.cuda answered for a CPU build of torch: 12.8 is the first CUDA release that targets
+#: sm_100 / sm_120, so the CUDA floors of SGLang's flags (12.3 for sm90, 12.8 for Blackwell) are met
+#: and the capability decides, as it does for any torch that can run on the target.
+CPU_TORCH_CUDA = "12.8"
+#: SGLang's platform helpers that do not depend on the device: a CUDA build of SGLang.
+PLATFORM_CONSTANTS = {"is_cuda": True, "is_cuda_alike": True, "is_hip": False, "is_npu": False,
+                      "is_xpu": False, "is_musa": False, "is_cpu": False, "is_hpu": False}
+#: Names on the path that only the real device answers (0.5.7+: ``"H20" in get_device_name()``);
+#: the target is taken not to be an H20.
+DEVICE_NAME_ANSWERS = {"is_h20_device": False}
+FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
+FLASHINFER_GATE_TIMEOUT_S = 180.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FusionSite:
+    """One ``self.enable_flashinfer_allreduce_fusion = True`` in ServerArgs and the ``if`` tests on
+    the way to it (``taken`` False: the statement sits in that test's ``else``)."""
+
+    method: str
+    line: int
+    path: tuple[tuple[ast.expr, bool], ...]
+
+    def describe(self, filename: str) -> str:
+        conditions = " and ".join(ast.unparse(test) if taken else f"not ({ast.unparse(test)})"
+                                  for test, taken in self.path)
+        return (f"{filename}:{self.line} ServerArgs.{self.method}: `self.{FUSION_FLAG} = True` "
+                f"when {conditions or 'always'}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AutoEnable:
+    """The model architectures for which ServerArgs turns the fusion flag on for the node."""
+
+    archs: tuple[str, ...]  # turned on
+    named: tuple[str, ...]  # every architecture the code on those paths names
+    undecided: tuple[str, ...]  # the static reading could not decide
+    method: str  # live | static
+    evidence: str
+
+
+def fusion_sites(tree: ast.Module) -> list[FusionSite]:
+    """Every place in ServerArgs that sets the fusion flag to True, with its path conditions."""
+    cls = class_node(tree, "ServerArgs")
+    if cls is None:
+        return []
+    return [FusionSite(method.name, statement.lineno, path)
+            for method in cls.body if isinstance(method, ast.FunctionDef)
+            for statement, path in guarded_statements(method.body, ()) if sets_fusion_flag(statement)]
+
+
+def guarded_statements(body: Sequence[ast.stmt], path: tuple[tuple[ast.expr, bool], ...]
+                       ) -> Iterator[tuple[ast.stmt, tuple[tuple[ast.expr, bool], ...]]]:
+    """Statements of a body (nested functions and classes excluded) with the ``if`` tests above them."""
+    for statement in body:
+        yield statement, path
+        if isinstance(statement, ast.If):
+            yield from guarded_statements(statement.body, (*path, (statement.test, True)))
+            yield from guarded_statements(statement.orelse, (*path, (statement.test, False)))
+        elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                yield from guarded_statements(getattr(statement, field, None) or [], path)
+            for handler in getattr(statement, "handlers", None) or []:
+                yield from guarded_statements(handler.body, path)
+
+
+def sets_fusion_flag(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) \
+        and statement.value.value is True \
+        and any(isinstance(t, ast.Attribute) and t.attr == FUSION_FLAG and isinstance(t.value, ast.Name)
+                and t.value.id == "self" for t in statement.targets)
+
+
+def named_archs(sites: Sequence[FusionSite]) -> tuple[str, ...]:
+    """The architectures the path conditions compare ``model_arch`` with, in the code's order."""
+    found: list[str] = []
+    for site in sites:
+        for test, _ in site.path:
+            for node in ast.walk(test):
+                if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name)
+                        and node.left.id == "model_arch"):
+                    continue
+                for compared in node.comparators:
+                    values = compared.elts if isinstance(compared, (ast.List, ast.Tuple, ast.Set)) else [compared]
+                    found.extend(v.value for v in values if isinstance(v, ast.Constant)
+                                 and isinstance(v.value, str) and v.value not in found)
+    return tuple(found)
+
+
+def autoenable_sites() -> tuple[list[FusionSite], str] | str:
+    """(sites, server_args.py path), or why there is nothing to evaluate."""
+    path = sglang_file("srt/server_args.py")
+    if path is None:
+        return "no sglang/srt/server_args.py in this SGLang"
+    sites = fusion_sites(parse_file(path))
+    if not sites:
+        # Later SGLang (0.5.23) decides this in sglang/srt/arg_groups/, which this probe does not read.
+        return f"{path} has no `self.{FUSION_FLAG} = True` in ServerArgs"
+    if not named_archs(sites):
+        return f"{path}: the conditions on `self.{FUSION_FLAG} = True` name no model architecture"
+    return sites, path
+
+
+# ----- live: ServerArgs' own method, run for each architecture
+
+def server_args_for(cls: Any, arch: str, node: Node) -> Any:
+    """A ServerArgs with every field at its default and tensor parallelism over the node's GPUs on one
+    node, serving a model whose config names ``arch``. ``__post_init__`` is not run (it would load the
+    model's config from the hub); the config getters return the stand-in config instead."""
+    args = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            value = None
+        object.__setattr__(args, field.name, value)
+    hf_config = types.SimpleNamespace(architectures=[arch])
+    model_config = types.SimpleNamespace(hf_config=hf_config)
+    overrides = {"model_path": f"stackforge-probe/{arch}", "tp_size": node.world_size, "nnodes": 1,
+                 # 0.5.4-0.5.6 read the model's config through get_hf_config(), 0.5.7+ through
+                 # get_model_config().hf_config
+                 "get_hf_config": lambda: hf_config, "get_model_config": lambda: model_config,
+                 "model_config": model_config}
+    for name, value in overrides.items():
+        object.__setattr__(args, name, value)
+    return args
+
+
+def method_imports(tree: ast.Module, methods: Sequence[str]) -> list[ast.ImportFrom]:
+    """``from sglang... import name`` statements inside the ServerArgs methods."""
+    cls = class_node(tree, "ServerArgs")
+    bodies = [m for m in (cls.body if cls else []) if isinstance(m, ast.FunctionDef) and m.name in methods]
+    return [n for m in bodies for n in ast.walk(m) if isinstance(n, ast.ImportFrom) and n.level == 0
+            and (n.module or "").startswith("sglang.")]
+
+
+def standin_module(name: str, functions: Sequence[str]) -> tuple[types.ModuleType | None, str]:
+    """A module holding ``functions`` compiled from SGLang's own file alone (annotations and
+    decorators dropped), for a module whose import chain does not load here."""
+    path = sglang_file(name.replace("sglang.", "", 1).replace(".", "/") + ".py")
+    if path is None:
+        return None, f"no file for {name}"
+    defined = {n.name: n for n in parse_file(path).body if isinstance(n, ast.FunctionDef)}
+    missing = [f for f in functions if f not in defined]
+    if missing:
+        return None, f"{path} defines no top-level function {', '.join(missing)}"
+    module = types.ModuleType(name)
+    module.__file__ = path
+    for function in functions:
+        node = copy.deepcopy(defined[function])
+        node.decorator_list, node.returns = [], None
+        for argument in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                         node.args.vararg, node.args.kwarg):
+            if argument is not None:
+                argument.annotation = None
+        code = compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), path, "exec")
+        exec(code, module.__dict__)  # noqa: S102 - SGLang's own function, from its installed file
+    return module, path
+
+
+@contextmanager
+def importable(imports: Sequence[ast.ImportFrom]) -> Iterator[list[str]]:
+    """Import what the methods import in their bodies before the device is emulated (module-level
+    platform checks then see this machine). A module whose import chain fails here (sgl_kernel
+    without a GPU) is replaced, while the methods run, by one holding the named functions from its
+    own file; the notes say so."""
+    notes: list[str] = []
+    with ExitStack() as stack:
+        for statement in imports:
+            module_name = statement.module or ""
+            module, error = sf.try_import(module_name)
+            if module is not None:
+                continue
+            standin, where = standin_module(module_name, [alias.name for alias in statement.names])
+            if standin is None:
+                notes.append(f"{module_name} does not import ({error}) and cannot be stood in for: {where}")
+                continue
+            stack.enter_context(dict_item(sys.modules, module_name, standin))
+            names = ", ".join(alias.name for alias in statement.names)
+            notes.append(f"{module_name} does not import here ({error}); its {names} was compiled from {where}")
+        yield notes
+
+
+@contextmanager
+def dict_item(mapping: dict[str, Any], key: str, value: Any) -> Iterator[None]:
+    missing = object()
+    old = mapping.get(key, missing)
+    mapping[key] = value
+    try:
+        yield
+    finally:
+        if old is missing:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = old
+
+
+@contextmanager
+def target_device(torch: Any, node: Node) -> Iterator[list[str]]:
+    """torch answering as a GPU of the target beyond the capability: available, a neutral name,
+    and for a CPU torch a CUDA version (:data:`CPU_TORCH_CUDA`); the notes say what was answered."""
+    name = f"stackforge target {node.arch.sm_name}"
+    notes = [f"torch.cuda.get_device_name() answered {name!r} (not an H20)"]
+    with ExitStack() as stack:
+        stack.enter_context(sf.patched(torch.cuda, "is_available", lambda: True))
+        stack.enter_context(sf.patched(torch.cuda, "get_device_name", lambda device=None: name))
+        if getattr(torch.version, "cuda", None) is None:
+            stack.enter_context(sf.patched(torch.version, "cuda", CPU_TORCH_CUDA))
+            notes.append(f"torch is a CPU build: torch.version.cuda answered {CPU_TORCH_CUDA!r}")
+        else:
+            notes.append(f"torch CUDA {torch.version.cuda}")
+        yield notes
+
+
+def live_autoenable(torch: Any, node: Node, sites: Sequence[FusionSite], path: str) -> AutoEnable | str:
+    """Run the ServerArgs method(s) holding the auto-enable for every architecture they name."""
+    module, error = import_sglang(SERVER_ARGS_MODULE)
+    if module is None:
+        return f"{SERVER_ARGS_MODULE}: {error}"
+    cls = getattr(module, "ServerArgs", None)
+    methods = list(dict.fromkeys(site.method for site in sites))
+    if cls is None or not all(callable(getattr(cls, m, None)) for m in methods):
+        return f"{SERVER_ARGS_MODULE}.ServerArgs lacks {', '.join(methods)}"
+    utils, error = import_sglang(SGLANG_UTILS)
+    if utils is None:
+        return f"{SGLANG_UTILS}: {error}"
+    outcomes: dict[str, str] = {}
+    archs: list[str] = []
+    with ExitStack() as stack:
+        notes = stack.enter_context(importable(method_imports(parse_file(path), methods)))
+        stack.enter_context(emulated_node(torch, node, [module]))
+        notes += stack.enter_context(target_device(torch, node))
+        stack.enter_context(platform_answers(utils, node))
+        for arch in named_archs(sites):
+            args = server_args_for(cls, arch, node)
+            with sglang_warnings(logging.INFO) as logs:
+                try:
+                    for method in methods:
+                        getattr(args, method)()
+                except Exception as exc:  # noqa: BLE001 - an unanswered question: the static reading decides
+                    return f"ServerArgs.{method}() for {arch} raised {sf.describe_exception(exc)}"
+            turned_on = getattr(args, FUSION_FLAG) is True
+            said = [m for m in logs if "allreduce fusion" in m.lower()]
+            outcomes[arch] = f"{FUSION_FLAG}={turned_on}" + (f" (SGLang logged: {'; '.join(said)})" if said else "")
+            if turned_on:
+                archs.append(arch)
+    method_names = ", ".join(f"ServerArgs.{m}()" for m in methods)
+    how = (f"[ServerArgs, live: {method_names} of {SERVER_ARGS_MODULE} run for each architecture; every field at "
+           f"its default, tp_size={node.world_size}, nnodes=1, hf_config.architectures=[<arch>]; torch answering "
+           f"capability {node.arch.dotted}; {'; '.join(notes)}]")
+    return AutoEnable(tuple(archs), named_archs(sites), (), "live", "\n".join(
+        [how, *(site.describe(os.path.basename(path)) for site in sites),
+         *(f"{arch}: {outcome}" for arch, outcome in outcomes.items())]))
+
+
+# ----- static: the same conditions read from the files
+
+def platform_flag_majors() -> tuple[dict[str, frozenset[int]], str]:
+    """Capability majors each platform flag (``is_sm100_supported``, ``is_blackwell_supported``)
+    accepts, read from SGLang's utils; their CUDA-version floor is not evaluated."""
+    path = sglang_file("srt/utils/common.py") or sglang_file("srt/utils.py")
+    if path is None:
+        return {}, "no sglang/srt/utils"
+    definitions: dict[str, ast.AST] = {}
+    for statement in parse_file(path).body:
+        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("is_"):
+            definitions[statement.name] = ast.Module(body=statement.body, type_ignores=[])  # not the decorators
+        elif isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name) and target.id.startswith("is_"):
+                    definitions[target.id] = statement.value
+    majors: dict[str, frozenset[int]] = {}
+    for _ in range(3):  # a flag may be the `or` of flags defined after it (0.5.6: is_blackwell_supported)
+        for name, definition in definitions.items():
+            found = capability_majors(definition, majors)
+            if found is not None:
+                majors[name] = found
+    return majors, path
+
+
+def capability_majors(definition: ast.AST, known: dict[str, frozenset[int]]) -> frozenset[int] | None:
+    """``partial(_check_cuda_device_version, device_capability_majors=[10, 12])``,
+    ``get_device_capability(device)[0] in [10, 12]`` / ``== 10``, or an ``or`` of known flags."""
+    try:
+        for node in ast.walk(definition):
+            if isinstance(node, ast.Call):
+                for keyword in node.keywords:
+                    if keyword.arg == "device_capability_majors":
+                        return frozenset(literal(keyword.value, {}))
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Subscript) \
+                    and "get_device_capability" in ast.unparse(node.left.value):
+                value = literal(node.comparators[0], {})
+                if isinstance(node.ops[0], ast.In):
+                    return frozenset(value)
+                if isinstance(node.ops[0], ast.Eq):
+                    return frozenset([value])
+    except (ValueError, TypeError):
+        return None
+    called = [known.get(name) for n in ast.walk(definition) if isinstance(n, ast.Call)
+              and (name := flag_name(n) or "") not in PLATFORM_CONSTANTS]  # `if not is_cuda_alike(): return`
+    if called and all(c is not None for c in called):
+        return frozenset().union(*called)
+    return None
+
+
+def field_defaults(tree: ast.Module) -> dict[str, Any]:
+    """``name: type = <constant>`` defaults of the ServerArgs dataclass."""
+    cls = class_node(tree, "ServerArgs")
+    defaults: dict[str, Any] = {}
+    for statement in cls.body if cls else []:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:
+            try:
+                defaults[statement.target.id] = literal(statement.value, {})
+            except (ValueError, TypeError, ArithmeticError):
+                pass
+    return defaults
+
+
+UNKNOWN = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PathFacts:
+    """What a path condition may be evaluated against."""
+
+    arch: str
+    major: int
+    flags: dict[str, frozenset[int]]
+    fields: dict[str, Any]
+
+
+def truth(test: ast.expr, facts: PathFacts, unknown: list[str]) -> bool | None:
+    """Three-valued evaluation of a path condition (None: cannot be decided from the files; the
+    sub-expression goes to ``unknown``)."""
+    if isinstance(test, ast.BoolOp):
+        values = [truth(v, facts, unknown) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)  # True decides an `or`, False an `and`
+        if decisive in values:
+            return decisive
+        return None if None in values else not decisive
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = truth(test.operand, facts, unknown)
+        return None if value is None else not value
+    if isinstance(test, ast.Call) and not test.args:
+        name = flag_name(test) or ""
+        if name in facts.flags:
+            return facts.major in facts.flags[name]
+        if name in PLATFORM_CONSTANTS:
+            return PLATFORM_CONSTANTS[name]
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = value_of(test.left, facts), value_of(test.comparators[0], facts)
+        if left is not UNKNOWN and right is not UNKNOWN:
+            compare = {ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+                       ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+                       ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b}.get(type(test.ops[0]))
+            if compare is not None:
+                return bool(compare(left, right))
+    value = value_of(test, facts)
+    if value is not UNKNOWN:
+        return bool(value)
+    unknown.append(ast.unparse(test))
+    return None
+
+
+def value_of(node: ast.expr, facts: PathFacts) -> Any:
+    if isinstance(node, ast.Name) and node.id == "model_arch":
+        return facts.arch
+    if isinstance(node, ast.Name) and node.id in DEVICE_NAME_ANSWERS:
+        return DEVICE_NAME_ANSWERS[node.id]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return facts.fields.get(node.attr, UNKNOWN)
+    try:
+        return literal(node, {})
+    except (ValueError, TypeError, ArithmeticError):
+        return UNKNOWN
+
+
+def static_autoenable(node: Node, sites: Sequence[FusionSite], path: str, why: str) -> AutoEnable:
+    """Evaluate the path conditions of every auto-enable for each architecture they name."""
+    flags, utils_path = platform_flag_majors()
+    fields = {**field_defaults(parse_file(path)), "tp_size": node.world_size, "nnodes": 1}
+    archs, undecided, lines = [], [], []
+    for arch in named_archs(sites):
+        facts = PathFacts(arch, node.arch.major, flags, fields)
+        unknown: list[str] = []
+        values = []
+        for site in sites:
+            conditions = [truth(test, facts, unknown) for test, _ in site.path]
+            conditions = [c if taken or c is None else not c for c, (_, taken) in zip(conditions, site.path)]
+            values.append(False if False in conditions else None if None in conditions else True)
+        if True in values:
+            archs.append(arch)
+            lines.append(f"{arch}: {FUSION_FLAG}=True")
+        elif None in values:
+            undecided.append(arch)
+            lines.append(f"{arch}: undecided (depends on {'; '.join(dict.fromkeys(unknown))})")
+        else:
+            lines.append(f"{arch}: {FUSION_FLAG}=False")
+    used = {name: sorted(majors) for name, majors in flags.items()
+            if any(name in ast.unparse(test) for site in sites for test, _ in site.path)}
+    how = (f"[ServerArgs, static: {why}; read {path}, not run; platform flags as capability majors from "
+           f"{utils_path} {used} (their CUDA-version floor not evaluated); fields at their defaults with "
+           f"tp_size={node.world_size}, nnodes=1; is_h20_device taken as False]")
+    return AutoEnable(tuple(archs), named_archs(sites), tuple(undecided), "static",
+                      "\n".join([how, *(site.describe(os.path.basename(path)) for site in sites), *lines]))
+
+
+def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
+    """Live when ServerArgs imports and its method runs for every architecture, static otherwise;
+    a string when this SGLang has no such auto-enable to evaluate."""
+    found = autoenable_sites()
+    if isinstance(found, str):
+        return found
+    sites, path = found
+    result = live_autoenable(torch, node, sites, path) if torch is not None else "torch is not importable"
+    if isinstance(result, AutoEnable):
+        return result
+    return static_autoenable(node, sites, path, f"live run failed: {result}")
+
+
+# ----- combined with FlashInfer's own gate
+
+def flashinfer_gate(node: Node) -> sf.Verdict:
+    """FlashInfer's own allreduce-fusion gate for the node: the gate.flashinfer.ar-fusion probe
+    (``flashinfer_gates.py`` beside this script), run as its own process."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), FLASHINFER_GATE_SCRIPT)
+    argv = [sys.executable, script, "--arch", node.arch.dotted, "--gpus", str(node.world_size),
+            "--interconnect", node.interconnect, "--feature", "flashinfer-ar-fusion"]
+    run = sf.run_command(argv, FLASHINFER_GATE_TIMEOUT_S)
+    lines = [line for line in run.stdout.splitlines() if line.startswith(sf.RESULT_PREFIX)]
+    if not lines:
+        ended = "timed out" if run.timed_out else f"exit {run.returncode} {run.start_error}".strip()
+        return sf.Verdict("error", f"{FLASHINFER_GATE_SCRIPT} gave no result ({ended})", run.output[-1500:])
+    try:
+        payload = json.loads(lines[-1][len(sf.RESULT_PREFIX):])
+        return sf.Verdict(payload["status"], payload["reason"], payload.get("evidence", ""))
+    except (ValueError, KeyError, TypeError) as exc:
+        return sf.Verdict("error", f"{FLASHINFER_GATE_SCRIPT} gave an unreadable result: {exc}", lines[-1][:1500])
+
+
+def with_autoenable(base: sf.Verdict, auto: AutoEnable | str, node: Node) -> sf.Verdict:
+    """The fusion verdict once ServerArgs' own auto-enable is known: a hazard only when SGLang turns
+    fusion on by itself for a multi-GPU target and FlashInfer's gate rejects the arch."""
+    if isinstance(auto, str):
+        return dataclasses.replace(base, evidence=f"{base.evidence}\nServerArgs auto-enable not evaluated: {auto}",
+                                   metrics={**base.metrics, "sglang_autoenables_ar_fusion": None})
+    metrics = {**base.metrics, "sglang_autoenables_ar_fusion": list(auto.archs),
+               "autoenable_method": auto.method}
+    if auto.undecided:
+        metrics["autoenable_undecided"] = list(auto.undecided)
+    evidence = f"{base.evidence}\n{auto.evidence}"
+    if not auto.archs:
+        return dataclasses.replace(base, evidence=evidence, metrics=metrics)
+    archs = ", ".join(auto.archs)
+    turned_on = (f"SGLang's ServerArgs turns FlashInfer allreduce fusion on by itself for {archs} on "
+                 f"{node.arch.sm_name}")
+    if node.world_size <= 1:
+        # SGLang fuses only under tensor parallelism (communicator.py: `self._context.tp_size > 1`;
+        # flashinfer_comm_fusion.py: `if world_size <= 1: return None, None`, 0.5.4.post3-0.5.7).
+        return sf.Verdict(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
+                          evidence, metrics)
+    fi = flashinfer_gate(node)
+    metrics["flashinfer_gate"] = fi.status
+    evidence += f"\nFlashInfer's gate ({FLASHINFER_GATE_SCRIPT}): {fi.status}: {fi.reason}\n{fi.evidence}"
+    turned_on += f" with {node.world_size} GPUs on one node, without --enable-flashinfer-allreduce-fusion"
+    if base.status == "fail":
+        return sf.Verdict("fail", f"{base.reason}; and {turned_on}", evidence, metrics)
+    if fi.status == "fail":
+        return sf.Verdict("fail", f"{turned_on}, and {fi.reason}", evidence, metrics)
+    if fi.status == "pass":
+        return sf.Verdict("pass", f"{turned_on}; {fi.reason}", evidence, metrics)
+    return sf.Verdict(base.status, f"{base.reason}; {turned_on}; FlashInfer's gate: {fi.reason}", evidence, metrics)
+
+
+# --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
 
@@ -611,10 +1124,13 @@ def main(argv: Sequence[str]) -> None:
     torch, _ = sf.try_import("torch")
     node = Node(args.arch, args.gpus, args.interconnect)
     verdicts = {feature: evaluate(feature, torch, node) for feature in FEATURES}
+    method = "static" if "[static" in verdicts[args.feature].evidence else "live"
+    verdicts["flashinfer-ar-fusion"] = with_autoenable(verdicts["flashinfer-ar-fusion"],
+                                                       evaluate_autoenable(torch, node), node)
     chosen = verdicts[args.feature]
     metrics = {"sglang": version,
                "feature_status": {f: v.status for f, v in verdicts.items()},
-               "method": "static" if "[static" in chosen.evidence else "live",
+               "method": method,
                "other_feature": {f: v.reason for f, v in verdicts.items() if f != args.feature}}
     sf.emit_verdict(sf.Verdict(chosen.status, f"SGLang {version}: {chosen.reason}", chosen.evidence,
                                chosen.metrics), sf.collect_facts(torch_module=torch), metrics)
