@@ -368,6 +368,39 @@ def test_sglang_0523_ar_fusion_rejects_sm120_in_sglang_own_words(fi072_python):
     assert "the arch check passes" in hopper["evidence"]
 
 
+def test_sglang_0523_autoenable_pass_is_off_on_sm120(fi072_python):
+    # 0.5.23 moved the auto-enable into arg_groups/overrides.py; it asks get_platform().is_sm90 / is_sm100.
+    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                        "--interconnect", "pcie", "--feature", "flashinfer-ar-fusion")
+    metrics = result["metrics"]
+    assert metrics["autoenable_method"] == "static", result["evidence"]  # overrides.py does not import here
+    assert metrics["sglang_autoenables_ar_fusion"] == [] and "autoenable_undecided" not in metrics
+    assert "overrides.py:1001 _flashinfer_allreduce_fusion_auto_enable" in result["evidence"]
+    assert "run from model_hook.py:747" in result["evidence"]
+    assert "'is_sm90': [9], 'is_sm100': [10]" in result["evidence"]
+    assert "GptOssForCausalLM: returns a backend: False" in result["evidence"]
+    assert result["status"] == "fail"  # from _resolve_backend, unchanged
+    assert "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs." in result["reason"]
+
+
+def test_sglang_0523_autoenable_pass_is_on_for_hopper_but_not_mimo(fi072_python):
+    result = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch", "--feature", "flashinfer-ar-fusion")
+    metrics = result["metrics"]
+    assert metrics["autoenable_method"] == "static", result["evidence"]
+    on = metrics["sglang_autoenables_ar_fusion"]
+    # _FLASHINFER_ALLREDUCE_FUSION_ARCHS (19 names); MiMo returns {} early unless get_platform().is_sm100.
+    assert len(on) == 19 and {"DeepseekV3ForCausalLM", "GptOssForCausalLM", "Qwen3MoeForCausalLM"} <= set(on)
+    assert not any(arch.startswith("MiMo") for arch in on) and "autoenable_undecided" not in metrics
+    assert "MiMoV2ForCausalLM: returns a backend: False" in result["evidence"]
+    # attn_dp_enabled_of(view) read from its own file: attn_dp_size and ep_join_mode at their defaults.
+    assert "not (view.attn_dp_size > 1 or view.ep_join_mode == 'scale')" in result["evidence"]
+    assert result["status"] == metrics["flashinfer_gate"], result
+    single = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "1",
+                        "--feature", "flashinfer-ar-fusion")
+    assert single["metrics"]["sglang_autoenables_ar_fusion"] == []  # view.tp_size > 1
+
+
 def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
     result = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
                         "--feature", "flashinfer-ar-fusion")

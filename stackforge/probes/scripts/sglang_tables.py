@@ -23,7 +23,12 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
      does for more than one GPU, FlashInfer's own gate (``flashinfer_gates.py`` beside this script,
      run as its own process) is asked too: it rejecting the arch makes the result ``fail`` (the
      server would build a module FlashInfer has no code for), it admitting it ``pass``. The
-     architectures go to the metric ``sglang_autoenables_ar_fusion``.
+     architectures go to the metric ``sglang_autoenables_ar_fusion``. 0.5.23 moved the decision to the
+     post-process pass ``_flashinfer_allreduce_fusion_auto_enable(view)`` of ``srt/arg_groups/overrides.py``
+     (a non-empty dict = on): it is called for each architecture of ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``
+     and MiMo on a view of a default ServerArgs, or its conditions are read as below, its locals and
+     one-line helpers (``attn_dp_enabled_of``) inlined, ``get_platform().is_sm90`` through
+     ``runtime_context._PLATFORM_PROBES``, ``view.*`` from ``arg_groups/fields/``.
 
 Two ways to evaluate them for the target (major capability, GPU count, interconnect):
 
@@ -374,17 +379,21 @@ def literal(node: ast.AST, names: dict[str, Any]) -> Any:
         return {literal(k, names): literal(v, names) for k, v in zip(node.keys, node.values) if k is not None}
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [literal(e, names) for e in node.elts]
+    if isinstance(node, ast.Call) and flag_name(node) in ("frozenset", "set", "tuple", "list") \
+            and len(node.args) == 1 and not node.keywords:  # 0.5.23: frozenset({"DeepseekV3ForCausalLM", ...})
+        return literal(node.args[0], names)
     raise ValueError(f"not a constant expression: {ast.dump(node)[:80]}")
 
 
 def module_constants(tree: ast.Module) -> dict[str, Any]:
-    """Top-level ``NAME = <constant expression>`` assignments of a module."""
+    """Top-level ``NAME = <constant expression>`` (or ``NAME: type = ...``) assignments of a module."""
     names: dict[str, Any] = {}
     for statement in tree.body:
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
-                and isinstance(statement.targets[0], ast.Name):
+        targets = statement.targets if isinstance(statement, ast.Assign) else \
+            [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else []
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
             try:
-                names[statement.targets[0].id] = literal(statement.value, names)
+                names[targets[0].id] = literal(statement.value, names)
             except (ValueError, TypeError, ArithmeticError):
                 pass
     return names
@@ -602,6 +611,14 @@ def flag_name(node: ast.AST) -> str | None:
     return None
 
 
+def platform_fact(node: ast.AST) -> str | None:
+    """``is_sm90`` for ``get_platform().is_sm90`` (0.5.23's platform facts), else None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) \
+            and flag_name(node.value) == "get_platform" and not node.value.args:
+        return node.attr
+    return None
+
+
 def arch_test(test: ast.expr, major: int) -> bool:
     """Evaluate a boolean of arch flags (``not (a or b)``) for a capability major."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -637,18 +654,20 @@ FLASHINFER_GATE_TIMEOUT_S = 180.0
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FusionSite:
-    """One ``self.enable_flashinfer_allreduce_fusion = True`` in ServerArgs and the ``if`` tests on
-    the way to it (``taken`` False: the statement sits in that test's ``else``)."""
+    """One ``self.enable_flashinfer_allreduce_fusion = True`` in ServerArgs (0.5.23+: one
+    ``return {"flashinfer_allreduce_fusion_backend": ...}`` of the overrides pass) and the ``if`` tests
+    on the way to it (``taken`` False: the statement sits in that test's ``else``)."""
 
     method: str
     line: int
     path: tuple[tuple[ast.expr, bool], ...]
+    owner: str = "ServerArgs."
+    action: str = f"self.{FUSION_FLAG} = True"
 
     def describe(self, filename: str) -> str:
         conditions = " and ".join(ast.unparse(test) if taken else f"not ({ast.unparse(test)})"
                                   for test, taken in self.path)
-        return (f"{filename}:{self.line} ServerArgs.{self.method}: `self.{FUSION_FLAG} = True` "
-                f"when {conditions or 'always'}")
+        return f"{filename}:{self.line} {self.owner}{self.method}: `{self.action}` when {conditions or 'always'}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -694,8 +713,10 @@ def sets_fusion_flag(statement: ast.stmt) -> bool:
                 and t.value.id == "self" for t in statement.targets)
 
 
-def named_archs(sites: Sequence[FusionSite]) -> tuple[str, ...]:
-    """The architectures the path conditions compare ``model_arch`` with, in the code's order."""
+def named_archs(sites: Sequence[FusionSite], constants: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The architectures the path conditions compare ``model_arch`` with, in the code's order
+    (a module constant compared with, 0.5.23's ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``, by its value)."""
+    constants = constants or {}
     found: list[str] = []
     for site in sites:
         for test, _ in site.path:
@@ -704,9 +725,12 @@ def named_archs(sites: Sequence[FusionSite]) -> tuple[str, ...]:
                         and node.left.id == "model_arch"):
                     continue
                 for compared in node.comparators:
+                    if isinstance(compared, ast.Name) and isinstance(constants.get(compared.id), list):
+                        compared = ast.List([ast.Constant(v) for v in constants[compared.id]], ast.Load())
                     values = compared.elts if isinstance(compared, (ast.List, ast.Tuple, ast.Set)) else [compared]
-                    found.extend(v.value for v in values if isinstance(v, ast.Constant)
-                                 and isinstance(v.value, str) and v.value not in found)
+                    for value in values:
+                        if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value not in found:
+                            found.append(value.value)
     return tuple(found)
 
 
@@ -717,7 +741,7 @@ def autoenable_sites() -> tuple[list[FusionSite], str] | str:
         return "no sglang/srt/server_args.py in this SGLang"
     sites = fusion_sites(parse_file(path))
     if not sites:
-        # Later SGLang (0.5.23) decides this in sglang/srt/arg_groups/, which this probe does not read.
+        # Later SGLang (0.5.23) decides this in a pass of sglang/srt/arg_groups/overrides.py: evaluate_pass.
         return f"{path} has no `self.{FUSION_FLAG} = True` in ServerArgs"
     if not named_archs(sites):
         return f"{path}: the conditions on `self.{FUSION_FLAG} = True` name no model architecture"
@@ -930,7 +954,11 @@ def capability_majors(definition: ast.AST, known: dict[str, frozenset[int]]) -> 
 
 def field_defaults(tree: ast.Module) -> dict[str, Any]:
     """``name: type = <constant>`` defaults of the ServerArgs dataclass."""
-    cls = class_node(tree, "ServerArgs")
+    return class_defaults(class_node(tree, "ServerArgs"))
+
+
+def class_defaults(cls: ast.ClassDef | None) -> dict[str, Any]:
+    """``name: type = <constant>`` defaults of a class body."""
     defaults: dict[str, Any] = {}
     for statement in cls.body if cls else []:
         if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:
@@ -952,21 +980,24 @@ class PathFacts:
     major: int
     flags: dict[str, frozenset[int]]
     fields: dict[str, Any]
+    constants: dict[str, Any] = dataclasses.field(default_factory=dict)  # the module's constants
 
 
 def truth(test: ast.expr, facts: PathFacts, unknown: list[str]) -> bool | None:
     """Three-valued evaluation of a path condition (None: cannot be decided from the files; the
     sub-expression goes to ``unknown``)."""
     if isinstance(test, ast.BoolOp):
-        values = [truth(v, facts, unknown) for v in test.values]
+        inner: list[str] = []
+        values = [truth(v, facts, inner) for v in test.values]
         decisive = isinstance(test.op, ast.Or)  # True decides an `or`, False an `and`
         if decisive in values:
-            return decisive
+            return decisive  # what it could not decide did not matter
+        unknown.extend(inner)
         return None if None in values else not decisive
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         value = truth(test.operand, facts, unknown)
         return None if value is None else not value
-    if isinstance(test, ast.Call) and not test.args:
+    if (isinstance(test, ast.Call) and not test.args) or platform_fact(test):
         name = flag_name(test) or ""
         if name in facts.flags:
             return facts.major in facts.flags[name]
@@ -977,9 +1008,14 @@ def truth(test: ast.expr, facts: PathFacts, unknown: list[str]) -> bool | None:
         if left is not UNKNOWN and right is not UNKNOWN:
             compare = {ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
                        ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
-                       ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b}.get(type(test.ops[0]))
-            if compare is not None:
-                return bool(compare(left, right))
+                       ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+                       ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+                       ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b}.get(type(test.ops[0]))
+            try:
+                if compare is not None:
+                    return bool(compare(left, right))
+            except TypeError:  # e.g. None > 1: not decided here
+                pass
     value = value_of(test, facts)
     if value is not UNKNOWN:
         return bool(value)
@@ -992,8 +1028,10 @@ def value_of(node: ast.expr, facts: PathFacts) -> Any:
         return facts.arch
     if isinstance(node, ast.Name) and node.id in DEVICE_NAME_ANSWERS:
         return DEVICE_NAME_ANSWERS[node.id]
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return facts.fields.get(node.attr, UNKNOWN)
+    if isinstance(node, ast.Name) and node.id in facts.constants:
+        return facts.constants[node.id]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "view"):
+        return facts.fields.get(node.attr, UNKNOWN)  # ServerArgs' methods read self.*, 0.5.23's passes view.*
     try:
         return literal(node, {})
     except (ValueError, TypeError, ArithmeticError):
@@ -1004,9 +1042,22 @@ def static_autoenable(node: Node, sites: Sequence[FusionSite], path: str, why: s
     """Evaluate the path conditions of every auto-enable for each architecture they name."""
     flags, utils_path = platform_flag_majors()
     fields = {**field_defaults(parse_file(path)), "tp_size": node.world_size, "nnodes": 1}
+    facts = PathFacts("", node.arch.major, flags, fields)
+    archs, undecided, lines = judge_sites(sites, named_archs(sites), facts, f"{FUSION_FLAG}=")
+    how = (f"[ServerArgs, static: {why}; read {path}, not run; platform flags as capability majors from "
+           f"{utils_path} {used_flags(flags, sites)} (their CUDA-version floor not evaluated); fields at their "
+           f"defaults with tp_size={node.world_size}, nnodes=1; is_h20_device taken as False]")
+    return AutoEnable(tuple(archs), named_archs(sites), tuple(undecided), "static",
+                      "\n".join([how, *(site.describe(os.path.basename(path)) for site in sites), *lines]))
+
+
+def judge_sites(sites: Sequence[FusionSite], archs_named: Sequence[str], base: PathFacts, label: str
+                ) -> tuple[list[str], list[str], list[str]]:
+    """(turned on, undecided, one evidence line each) over the architectures: on when every path
+    condition of some site holds for it."""
     archs, undecided, lines = [], [], []
-    for arch in named_archs(sites):
-        facts = PathFacts(arch, node.arch.major, flags, fields)
+    for arch in archs_named:
+        facts = dataclasses.replace(base, arch=arch)
         unknown: list[str] = []
         values = []
         for site in sites:
@@ -1015,19 +1066,259 @@ def static_autoenable(node: Node, sites: Sequence[FusionSite], path: str, why: s
             values.append(False if False in conditions else None if None in conditions else True)
         if True in values:
             archs.append(arch)
-            lines.append(f"{arch}: {FUSION_FLAG}=True")
+            lines.append(f"{arch}: {label}True")
         elif None in values:
             undecided.append(arch)
             lines.append(f"{arch}: undecided (depends on {'; '.join(dict.fromkeys(unknown))})")
         else:
-            lines.append(f"{arch}: {FUSION_FLAG}=False")
-    used = {name: sorted(majors) for name, majors in flags.items()
-            if any(name in ast.unparse(test) for site in sites for test, _ in site.path)}
-    how = (f"[ServerArgs, static: {why}; read {path}, not run; platform flags as capability majors from "
-           f"{utils_path} {used} (their CUDA-version floor not evaluated); fields at their defaults with "
-           f"tp_size={node.world_size}, nnodes=1; is_h20_device taken as False]")
-    return AutoEnable(tuple(archs), named_archs(sites), tuple(undecided), "static",
-                      "\n".join([how, *(site.describe(os.path.basename(path)) for site in sites), *lines]))
+            lines.append(f"{arch}: {label}False")
+    return archs, undecided, lines
+
+
+def used_flags(flags: dict[str, frozenset[int]], sites: Sequence[FusionSite]) -> dict[str, list[int]]:
+    """The platform flags the path conditions read, with their capability majors."""
+    read = {flag_name(n) or platform_fact(n) for site in sites for test, _ in site.path for n in ast.walk(test)}
+    return {name: sorted(majors) for name, majors in flags.items() if name in read}
+
+
+# ----- SGLang 0.5.23+: the auto-enable is a post-process pass of arg_groups/overrides.py
+
+OVERRIDES_MODULE = "sglang.srt.arg_groups.overrides"
+#: ``_flashinfer_allreduce_fusion_auto_enable(view) -> dict`` (``@register_post_process``, run from
+#: ``arg_groups/model_hook.py`` through ``run_post_process_pass``), sglang 0.5.23
+#: ``srt/arg_groups/overrides.py``: a non-empty dict turns the fusion on.
+AUTOENABLE_PASS = "_flashinfer_allreduce_fusion_auto_enable"
+PASS_KEY = "flashinfer_allreduce_fusion_backend"
+#: ``get_platform().<fact>`` -> probe of ``sglang.srt.utils.common`` (0.5.23 ``srt/runtime_context.py``).
+PLATFORM_PROBES = "_PLATFORM_PROBES"
+#: Where 0.5.23 declares the ServerArgs fields (one msgspec Struct per namespace).
+FIELDS_DIR = "srt/arg_groups/fields"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PassSites:
+    """The pass's returns that turn the fusion on, read from overrides.py."""
+
+    sites: tuple[FusionSite, ...]
+    path: str
+    archs: tuple[str, ...]  # what the conditions name, MiMo's and _FLASHINFER_ALLREDUCE_FUSION_ARCHS
+    constants: dict[str, Any]  # overrides.py's module constants
+    imports: dict[str, str]  # module-level ``from sglang.X import name``: name -> sglang.X
+    notes: tuple[str, ...]  # how the conditions were read
+
+
+class Inliner(ast.NodeTransformer):
+    """Replace local names by their values and calls of one-line helpers (``attn_dp_enabled_of(view)``)
+    by their return expression, so that the conditions read only ``view.*``, ``model_arch`` and the platform."""
+
+    def __init__(self, names: dict[str, ast.expr], helpers: dict[str, tuple[ast.FunctionDef, str]],
+                 used: list[str], depth: int = 0) -> None:
+        self.names, self.helpers, self.used, self.depth = names, helpers, used, depth
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.names[node.id]) if isinstance(node.ctx, ast.Load) and node.id in self.names else node
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        function, where = self.helpers.get(name, (None, ""))
+        params = [a.arg for a in function.args.args] if function else []
+        if function is None or node.keywords or len(params) != len(node.args) or self.depth > 8:
+            return node
+        self.used.append(f"{name} ({where})")
+        body = copy.deepcopy(single_return(function))
+        return Inliner(dict(zip(params, node.args)), self.helpers, self.used, self.depth + 1).visit(body)
+
+
+def single_return(function: ast.FunctionDef) -> ast.expr | None:
+    """The expression of a function whose body is only ``return <expr>`` (docstring and imports aside)."""
+    body = [s for s in function.body if not isinstance(s, (ast.Import, ast.ImportFrom))
+            and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        return body[0].value
+    return None
+
+
+def imported_names(tree: ast.Module) -> dict[str, str]:
+    return {alias.asname or alias.name: statement.module for statement in tree.body
+            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("sglang.")
+            for alias in statement.names}
+
+
+def module_path(module: str) -> str | None:
+    return sglang_file(module.replace("sglang.", "", 1).replace(".", "/") + ".py")
+
+
+def view_helpers(modules: Sequence[str]) -> dict[str, tuple[ast.FunctionDef, str]]:
+    """One-line functions taking arguments (``attn_dp_enabled_of(cfg)``) of the modules, first module first."""
+    helpers: dict[str, tuple[ast.FunctionDef, str]] = {}
+    for module in dict.fromkeys(modules):
+        path = module_path(module)
+        for statement in parse_file(path).body if path else []:
+            if isinstance(statement, ast.FunctionDef) and statement.args.args and single_return(statement) \
+                    and statement.name not in helpers:
+                helpers[statement.name] = (statement, f"{os.path.basename(path)}:{statement.lineno}")
+    return helpers
+
+
+def sets_backend(statement: ast.stmt) -> bool:
+    """``return {"flashinfer_allreduce_fusion_backend": ...}``."""
+    return isinstance(statement, ast.Return) and isinstance(statement.value, ast.Dict) \
+        and any(isinstance(k, ast.Constant) and k.value == PASS_KEY for k in statement.value.keys)
+
+
+def all_of(path: Sequence[tuple[ast.expr, bool]]) -> ast.expr:
+    """One expression for "every test on this path holds"."""
+    tests = [test if taken else ast.UnaryOp(ast.Not(), test) for test, taken in path]
+    return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests) if tests else ast.Constant(True)
+
+
+def pass_sites() -> PassSites | str:
+    """The pass's returns that set the backend, each with its ``if`` tests and the negated tests of
+    every earlier ``return`` (MiMo's ``return {}``), locals and one-line helpers inlined."""
+    path = sglang_file("srt/arg_groups/overrides.py")
+    if path is None:
+        return "no sglang/srt/arg_groups/overrides.py in this SGLang"
+    tree = parse_file(path)
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == AUTOENABLE_PASS), None)
+    if function is None:
+        return f"{path} has no function {AUTOENABLE_PASS}"
+    imports = imported_names(tree)
+    used: list[str] = []
+    helpers = view_helpers([OVERRIDES_MODULE, *imports.values()])
+    names: dict[str, ast.expr] = {}
+    for statement in function.body:  # model_arch stays: value_of answers it
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id != "model_arch":
+            names[statement.targets[0].id] = Inliner(names, helpers, used).visit(copy.deepcopy(statement.value))
+    returns = [(s, p) for s, p in guarded_statements(function.body, ()) if isinstance(s, ast.Return)]
+    sites = []
+    for statement, own in returns:
+        if sets_backend(statement):
+            earlier = [(all_of(p), False) for s, p in returns if s.lineno < statement.lineno and not sets_backend(s)]
+            tests = tuple((Inliner(names, helpers, used).visit(copy.deepcopy(t)), taken) for t, taken in
+                          (*earlier, *own))
+            sites.append(FusionSite(AUTOENABLE_PASS, statement.lineno, tests, "", ast.unparse(statement)))
+    constants = module_constants(tree)
+    archs = named_archs(sites, constants)
+    if not archs:
+        return f"{path}: {AUTOENABLE_PASS} has no return setting {PASS_KEY} under a model_arch condition"
+    notes = (f"{AUTOENABLE_PASS} at {os.path.basename(path)}:{function.lineno}, {pass_callers(path)}",
+             f"inlined: local names {', '.join(names)}; helpers {', '.join(dict.fromkeys(used)) or 'none'}")
+    return PassSites(tuple(sites), path, archs, constants, imports, notes)
+
+
+def pass_callers(overrides_path: str) -> str:
+    """Where arg_groups/ runs the pass (``run_post_process_pass(server_args, <pass>)``)."""
+    folder = os.path.dirname(overrides_path)
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                found += [f"{name}:{number}" for number, line in enumerate(handle, 1)
+                          if "run_post_process_pass(" in line and AUTOENABLE_PASS in line]
+    return f"run from {', '.join(found)}" if found else "no run_post_process_pass call for it found in arg_groups/"
+
+
+def platform_fact_majors(found: PassSites, flags: dict[str, frozenset[int]]) -> tuple[dict[str, frozenset[int]], str]:
+    """``get_platform()`` facts (``is_sm90``) as the majors of the probes they read (``is_sm90_supported``)."""
+    path = module_path(found.imports.get("get_platform", ""))
+    if path is None:
+        return {}, "get_platform's module not found"
+    probes = module_constants(parse_file(path)).get(PLATFORM_PROBES, {})
+    facts = {fact: flags[probe] for fact, probe in probes.items() if probe in flags} if isinstance(probes, dict) else {}
+    return facts, f"{path} {PLATFORM_PROBES}"
+
+
+def namespace_defaults() -> tuple[dict[str, Any], str]:
+    """Constant defaults of the fields of every namespace Struct in arg_groups/fields/; a name two
+    namespaces declare with different defaults is left out (unknown)."""
+    folder = os.path.dirname(sglang_file(f"{FIELDS_DIR}/__init__.py") or "")
+    defaults: dict[str, Any] = {}
+    clashes: set[str] = set()
+    for name in sorted(os.listdir(folder)) if folder else []:
+        if name.endswith(".py"):
+            for cls in (n for n in parse_file(os.path.join(folder, name)).body if isinstance(n, ast.ClassDef)):
+                for field, value in class_defaults(cls).items():
+                    clashes |= {field} if field in defaults and defaults[field] != value else set()
+                    defaults.setdefault(field, value)
+    return {k: v for k, v in defaults.items() if k not in clashes}, folder or f"no sglang/{FIELDS_DIR}"
+
+
+def static_pass(node: Node, found: PassSites, why: str) -> AutoEnable:
+    """The pass's conditions evaluated three-valued for each architecture they name."""
+    flags, utils_path = platform_flag_majors()
+    facts_majors, probes_at = platform_fact_majors(found, flags)
+    fields, fields_at = namespace_defaults()
+    fields.update(tp_size=node.world_size, nnodes=1)
+    base = PathFacts("", node.arch.major, {**flags, **facts_majors}, fields, found.constants)
+    archs, undecided, lines = judge_sites(found.sites, found.archs, base, "returns a backend: ")
+    how = (f"[{AUTOENABLE_PASS}, static: {why}; read {found.path}, not run; {'; '.join(found.notes)}; "
+           f"get_platform() facts as capability majors {used_flags(base.flags, found.sites)} (through {probes_at} "
+           f"from {utils_path}; CUDA-version floor not evaluated); view.* at the field defaults of {fields_at} with "
+           f"tp_size={node.world_size}, nnodes=1; model config beyond architectures unknown]")
+    return AutoEnable(tuple(archs), found.archs, tuple(undecided), "static", "\n".join(
+        [how, *(site.describe(os.path.basename(found.path)) for site in found.sites), *lines]))
+
+
+def pass_outcome(module: Any, cls: Any, arch: str, node: Node) -> tuple[bool | None, str]:
+    """Call the pass on a view of a default ServerArgs serving ``arch`` (None: it raised)."""
+    config = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[arch]))
+    try:
+        args = cls(model_path=f"stackforge-probe/{arch}", tp_size=node.world_size, nnodes=1)
+        view = module.ResolvedView(args, overlay=module._declaration_overlay(args))  # as run_post_process_pass
+        # SGLang's model_config_of imports ModelConfig (-> sgl_kernel, which needs a driver) even when
+        # it would hand back a memo: the pass's own name for it answers the stand-in config instead.
+        with sglang_warnings(logging.INFO) as logs, sf.patched(module, "model_config_of", lambda view: config):
+            declared = getattr(module, AUTOENABLE_PASS)(view)
+    except Exception as exc:  # noqa: BLE001 - e.g. MiMo reads model_config.dtype, which the stand-in lacks
+        return None, f"raised {sf.describe_exception(exc)}"
+    said = [m for m in logs if "allreduce fusion" in m.lower()]
+    return bool(declared), f"returned {declared!r}" + (f" (SGLang logged: {'; '.join(said)})" if said else "")
+
+
+def live_pass(torch: Any, node: Node, found: PassSites) -> AutoEnable | str:
+    """Call SGLang's pass for every architecture with its platform probes answering for the node
+    (``get_platform()`` itself is not replaced)."""
+    module, error = import_sglang(OVERRIDES_MODULE)
+    if module is None:
+        return f"{OVERRIDES_MODULE}: {error}"
+    server_args, error = import_sglang(SERVER_ARGS_MODULE)
+    utils, utils_error = import_sglang(SGLANG_UTILS)
+    missing = [n for n in (AUTOENABLE_PASS, "ResolvedView", "_declaration_overlay") if not hasattr(module, n)]
+    if server_args is None or utils is None or missing or not hasattr(server_args, "ServerArgs"):
+        return f"cannot run the pass: {error or utils_error or f'{OVERRIDES_MODULE} lacks {missing}'}"
+    outcomes: dict[str, tuple[bool | None, str]] = {}
+    with ExitStack() as stack:
+        stack.enter_context(emulated_node(torch, node, [module, utils]))
+        notes = stack.enter_context(target_device(torch, node))
+        stack.enter_context(platform_answers(utils, node))
+        for arch in found.archs:
+            outcomes[arch] = pass_outcome(module, server_args.ServerArgs, arch, node)
+    if all(on is None for on, _ in outcomes.values()):
+        return f"{AUTOENABLE_PASS} raised for every architecture: {next(iter(outcomes.values()))[1]}"
+    how = (f"[{AUTOENABLE_PASS}, live: {OVERRIDES_MODULE}.{AUTOENABLE_PASS}(view) called for each architecture; "
+           f"{found.notes[0]}; view = ResolvedView(ServerArgs(model_path=..., tp_size={node.world_size}, nnodes=1), "
+           f"overlay=_declaration_overlay(...)) as run_post_process_pass builds it, every other field at its default; "
+           f"{OVERRIDES_MODULE}.model_config_of replaced by one answering a config with hf_config.architectures="
+           f"[<arch>] only (SGLang's imports ModelConfig -> sgl_kernel, which needs a driver); get_platform() not "
+           f"replaced: its probes in {SGLANG_UTILS} read get_device_sm()={node.arch.sm}, is_cuda()=True; "
+           f"torch answering capability {node.arch.dotted}; {'; '.join(notes)}]")
+    return AutoEnable(tuple(a for a, (on, _) in outcomes.items() if on), found.archs,
+                      tuple(a for a, (on, _) in outcomes.items() if on is None), "live", "\n".join(
+                          [how, *(site.describe(os.path.basename(found.path)) for site in found.sites),
+                           *(f"{arch}: {text}" for arch, (_, text) in outcomes.items())]))
+
+
+def evaluate_pass(torch: Any, node: Node, no_server_args: str) -> AutoEnable | str:
+    """0.5.23+: live when overrides.py imports, static otherwise."""
+    found = pass_sites()
+    if isinstance(found, str):
+        return f"{no_server_args}; {found}"
+    result = live_pass(torch, node, found) if torch is not None else "torch is not importable"
+    if isinstance(result, AutoEnable):
+        return result
+    return static_pass(node, found, f"live run failed: {result}")
 
 
 def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
@@ -1035,7 +1326,7 @@ def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
     a string when this SGLang has no such auto-enable to evaluate."""
     found = autoenable_sites()
     if isinstance(found, str):
-        return found
+        return evaluate_pass(torch, node, found)
     sites, path = found
     result = live_autoenable(torch, node, sites, path) if torch is not None else "torch is not importable"
     if isinstance(result, AutoEnable):
