@@ -10,7 +10,6 @@ sweep up after an interrupted run.
 from __future__ import annotations
 
 import io
-import ipaddress
 import os
 import tarfile
 import threading
@@ -29,6 +28,7 @@ import requests.exceptions
 
 from stackforge import runner
 from stackforge.errors import CommandError, DockerUnavailableError, HostError
+from stackforge.registry import is_loopback_host
 
 #: Prefix of every label stackforge puts on images and containers.
 LABEL_PREFIX = "io.stackforge"
@@ -118,13 +118,8 @@ def engine_shares_host_files(url: str) -> bool:
     named pipe, or TCP to this machine's loopback. ``ssh://`` and TCP to another host do not."""
     if url.startswith(("unix://", "npipe://")):
         return True
-    host = urllib.parse.urlsplit(url.replace("tcp://", "http://", 1)).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    address = urllib.parse.urlsplit(url.replace("tcp://", "http://", 1)).netloc.rpartition("@")[2]
+    return is_loopback_host(address)
 
 
 def connect(*, timeout: float = 10.0, api_timeout: float = 120.0) -> docker.DockerClient:

@@ -729,7 +729,8 @@ def named_archs(sites: Sequence[FusionSite], constants: dict[str, Any] | None = 
                         compared = ast.List([ast.Constant(v) for v in constants[compared.id]], ast.Load())
                     values = compared.elts if isinstance(compared, (ast.List, ast.Tuple, ast.Set)) else [compared]
                     for value in values:
-                        if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value not in found:
+                        is_name = isinstance(value, ast.Constant) and isinstance(value.value, str)
+                        if is_name and value.value not in found:
                             found.append(value.value)
     return tuple(found)
 
