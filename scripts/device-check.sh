@@ -13,8 +13,13 @@
 #
 # Usage (from the repository root, on the GPU machine):
 #   scripts/device-check.sh [OUT_DIR]        # default: $OUT when set, else ./device-out
-# Optional wheels: put them in .whl/ (e.g. `pip download --no-deps flashinfer-python==X apache-tvm-ffi==Y`
-# for the box's Python) and they are installed into a private --target folder first.
+# Optional wheels: put them in .whl/ for the box's Python and they are installed into a private --target
+# folder first. For a box with Python 3.12 and torch but no FlashInfer (the lent H200 kind), from a
+# machine with PyPI:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 -d .whl flashinfer-python==0.6.6 apache-tvm-ffi==0.1.11
+# (7.8 MB + 2.7 MB; flashinfer-python 0.7.2 is 65 MB, over a 64 MiB transfer limit. The modules probed
+# here need none of its other dependencies beyond ninja, numpy, einops, tabulate, tqdm, nvidia-ml-py.)
 # Every result line (STACKFORGE_RESULT {...}) is kept in OUT_DIR/<check>.json, the full output in
 # OUT_DIR/<check>.log; the exit status is 0 when every check ran (pass, fail or skip alike).
 set -uo pipefail
