@@ -9,11 +9,10 @@ names the probe that said no and carries its evidence.
 from __future__ import annotations
 
 import json
-import os
-import stat
 
 from click.testing import CliRunner
 from matrix_fixtures import record
+from test_gpu_assignment import fake_smi
 
 from stackforge.bench import catalog as bench_catalog
 from stackforge.bench.run import BenchOptions, gate_on_probes, plan_bench
@@ -80,19 +79,10 @@ def test_records_of_other_stacks_targets_and_benches_do_not_count():
     assert gated["bench.allreduce.custom"].skip_reason.startswith("--from-probes: no probe result")
 
 
-def _fake_sm120_host(tmp_path, monkeypatch):
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    rows = "\n".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell, 590.48.01, 12.0" for i in range(8))
-    smi.write_text(f"#!/bin/sh\ncat <<'ROWS'\n{rows}\nROWS\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
-
-
 def test_cli_from_probes_writes_a_skip_record_with_the_probes_evidence(tmp_path, monkeypatch):
     """The whole command: probe records in a results folder, then a bench run that skips custom
     all-reduce with the probe's words (an sm_120 host is simulated by an nvidia-smi on PATH)."""
-    _fake_sm120_host(tmp_path, monkeypatch)
+    fake_smi(tmp_path, monkeypatch, [f"{i}, NVIDIA RTX PRO 6000 Blackwell, 590.48.01, 12.0" for i in range(8)])
     results = tmp_path / "results"
     probe_run = start_run(results, command=["stackforge", "probe"], matrix_source="default", run_id="20261129T000000Z-probe")
     write_record(probe_run, record(STACK_ID, "custom-allreduce", Status.FAIL, probe="runtime.sglang.custom-allreduce",

@@ -201,13 +201,13 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
     if gpus.skip_reason:
         return skip_record(stack, spec, ctx, gpus.skip_reason, image, "docker")
     timeout = timeout_for(spec, ctx)
-    with_gpus = gpus.docker_gpus() is not None
+    docker_gpus = gpus.docker_gpus()
     run = docker_engine.run_container(
         client, image.image_id, probe_argv(spec, ctx.target, python="python3", scripts_root=CONTAINER_SCRIPTS),
         timeout=timeout, mounts=[docker_engine.Bind(ctx.scripts_dir, CONTAINER_SCRIPTS, copy_to_remote=True)],
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **ctx.extra_env},
-        labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus=gpus.docker_gpus(),
-        ipc_mode="host" if with_gpus else None, shm_size="16g" if with_gpus else None,
+        labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus=docker_gpus,
+        ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
         log_path=log_path, tail_chars=16000)
     outcome, facts = outcome_from_ending(exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
                                          output=run.logs_tail, duration_s=run.duration_s, timeout_s=timeout)

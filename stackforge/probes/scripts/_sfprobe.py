@@ -783,27 +783,40 @@ def signal_name(exitcode: int | None) -> str:
 # Helpers for the runtime (GPU) probes; torch is passed in or imported lazily
 # --------------------------------------------------------------------------------------------
 
-def multi_gpu_preflight(backend: str, gpus: int, arch: Arch | None = None) -> tuple[str, str, Any]:
-    """("", "", torch) when a multi-rank run can go ahead, else (status, reason, torch).
-
-    With NCCL the first ``gpus`` visible devices must exist and, when ``arch`` is given, be of
-    the target's compute capability: a result measured on other GPUs says nothing about the target.
-    """
+def gpu_preflight(gpus: int, arch: Arch | None = None) -> tuple[str, str, Any]:
+    """("", "", torch) when the first ``gpus`` visible devices exist and, when ``arch`` is given, are
+    of the target's compute capability (a result measured on other GPUs says nothing about the
+    target); else (status, reason, torch)."""
     torch, error = try_import("torch")
     if torch is None:
         return "skip", f"torch is not importable: {error}", None
+    count = torch.cuda.device_count()
+    if count == 0:
+        return "skip", NO_GPU_REASON, torch
+    if count < gpus:
+        return "skip", f"needs {gpus} GPUs, {count} visible", torch
+    if arch is not None:
+        others = sorted({f"{major}.{minor}" for major, minor in
+                         (torch.cuda.get_device_capability(i) for i in range(gpus))} - {arch.dotted})
+        if others:
+            return "skip", (f"visible GPUs have compute capability {', '.join(others)}, the target is "
+                            f"{arch.dotted}: results here would not speak for it"), torch
+    return "", "", torch
+
+
+def multi_gpu_preflight(backend: str, gpus: int, arch: Arch | None = None) -> tuple[str, str, Any]:
+    """("", "", torch) when a multi-rank run can go ahead, else (status, reason, torch).
+
+    With NCCL the GPUs must pass :func:`gpu_preflight`; gloo needs only torch.
+    """
     if backend == "nccl":
-        count = torch.cuda.device_count()
-        if count == 0:
-            return "skip", NO_GPU_REASON, torch
-        if count < gpus:
-            return "skip", f"needs {gpus} GPUs, {count} visible", torch
-        if arch is not None:
-            others = sorted({f"{major}.{minor}" for major, minor in
-                             (torch.cuda.get_device_capability(i) for i in range(gpus))} - {arch.dotted})
-            if others:
-                return "skip", (f"visible GPUs have compute capability {', '.join(others)}, the target is "
-                                f"{arch.dotted}: results here would not speak for it"), torch
+        status, reason, torch = gpu_preflight(gpus, arch)
+        if status:
+            return status, reason, torch
+    else:
+        torch, error = try_import("torch")
+        if torch is None:
+            return "skip", f"torch is not importable: {error}", None
     if gpus < 2:
         return "skip", f"a collective across GPUs needs at least 2 ranks (--gpus {gpus})", torch
     return "", "", torch

@@ -32,20 +32,6 @@ TOLERANCE = 0.05
 DEVICE = "cuda"
 
 
-def single_gpu_preflight(arch: sf.Arch) -> tuple[str, str, Any]:
-    """("", "", torch) when GPU 0 is of the target arch, else (status, reason, torch)."""
-    torch, error = sf.try_import("torch")
-    if torch is None:
-        return "skip", f"torch is not importable: {error}", None
-    if torch.cuda.device_count() == 0:
-        return "skip", sf.NO_GPU_REASON, torch
-    major, minor = torch.cuda.get_device_capability(0)
-    if f"{major}.{minor}" != arch.dotted:
-        return "skip", (f"GPU 0 ({torch.cuda.get_device_name(0)}) has compute capability {major}.{minor}, "
-                        f"the target is {arch.dotted}: a result here would not speak for it"), torch
-    return "", "", torch
-
-
 def rmsnorm_check(torch: Any, flashinfer: Any) -> float:
     """flashinfer.norm.rmsnorm against x / rms(x) * w; returns the largest relative error."""
     generator = torch.Generator(device=DEVICE).manual_seed(7)
@@ -122,7 +108,7 @@ def build_and_run(torch: Any) -> tuple[str | None, list[dict[str, Any]], list[st
 def main(argv: Sequence[str]) -> None:
     parser = sf.common_parser(__doc__.splitlines()[0])
     args = parser.parse_args(argv)
-    status, reason, torch = single_gpu_preflight(args.arch)
+    status, reason, torch = sf.gpu_preflight(1, args.arch)
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
     if status:
         sf.emit(status, reason, facts=facts)
