@@ -51,7 +51,7 @@ PREDICTIONS = [
     ("A", STORY, "flashinfer-jit", "no-rule", ""),     # FI 0.6.3 auto-detects compute_120a with CUDA 12.8
     ("A", STORY, "torch-kernels", "no-rule", ""),      # cu128 has sm_120 SASS
     ("A", STORY, "kernel-arch-coverage", "no-rule", ""),
-    # B on the story box: FlashInfer 0.7.2 admits SM12x, but SGLang >= 0.5.15 rejects it itself.
+    # B on the story box: FlashInfer 0.7.2 admits SM12x, but SGLang >= 0.5.14 rejects it itself.
     ("B", STORY, "flashinfer-ar-fusion", "unavailable", "sglang-ar-fusion-rejects-sm12"),
     ("B", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
     ("B", STORY, "torch-symm-mem", "unavailable", ""),

@@ -98,7 +98,7 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "SGLang's CustomAllreduce gates (world size, more than two PCIe-only GPUs) for the target",
               Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "custom-allreduce")),
     ProbeSpec("gate.sglang.ar-fusion", "flashinfer-ar-fusion", "gate", "sglang_tables.py",
-              "SGLang's own FlashInfer allreduce-fusion arch gate (_resolve_backend, 0.5.15.post1+) and ServerArgs "
+              "SGLang's own FlashInfer allreduce-fusion arch gate (_resolve_backend, 0.5.14+) and ServerArgs "
               "turning the fusion on by itself (0.5.4.post2-0.5.7 on sm_12x), with FlashInfer's gate, for the target",
               Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "flashinfer-ar-fusion")),
     ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",

@@ -7,13 +7,13 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
   ``symm_mem.py`` for 0.5.3-0.5.5) looks the device's major capability and the world size up in
   ``TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES`` / ``SYMM_MEM_ALL_REDUCE_MAX_SIZES``
   (``all_reduce_utils.py``); later it also needs multicast (a runtime property).
-- custom all-reduce: ``CustomAllreduce.__init__`` (and from 0.5.15
+- custom all-reduce: ``CustomAllreduce.__init__`` (and from 0.5.10
   ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``): world size in
   ``_SUPPORTED_WORLD_SIZES``; ``world_size > 2 and not full_nvlink`` disables it; then a P2P check.
 - FlashInfer allreduce fusion, two questions:
 
   a. its arch gate ``_resolve_backend("auto")`` (``srt/layers/flashinfer_comm_fusion.py``, from
-     0.5.15.post1; older SGLang has none and FlashInfer's own gate decides);
+     0.5.14; older SGLang has none and FlashInfer's own gate decides);
   b. whether ServerArgs turns ``enable_flashinfer_allreduce_fusion`` on by itself: every
      ``self.enable_flashinfer_allreduce_fusion = True`` in ``srt/server_args.py`` is found, and the
      ServerArgs method holding it (``_handle_model_specific_adjustments``) is run for each model
@@ -283,7 +283,7 @@ def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes
 def no_fusion_gate(looked_for: str, method: str) -> sf.Verdict:
     """This SGLang has no arch gate of its own for FlashInfer allreduce fusion."""
     return sf.Verdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
-                      "it appeared in 0.5.15.post1); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
+                      "SGLang has one from 0.5.14); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
                       f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
 
 

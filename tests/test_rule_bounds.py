@@ -1,0 +1,50 @@
+"""Rule version bounds checked in the releases on both sides of them.
+
+Each row names a rule, the fact its bound is on, the last release outside the bound and the first
+release inside it, as read in the PyPI wheels of those releases (the rule's ``sources`` cite the file
+and line). Moving a bound by one release makes one of these rows fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stackforge.rules import load_rules
+
+# (rule id, fact, last release outside, first release inside, what the two wheels show)
+BOUNDS = [
+    ("sglang-ar-fusion-rejects-sm12", "sglang", "0.5.13.post1", "0.5.14",
+     "flashinfer_comm_fusion.py: no _resolve_backend in 0.5.13.post1; :47-51 raises 'requires SM90 or SM10X' in 0.5.14"),
+    ("sglang-torch-symm-mem-keyerror-sm12", "sglang", "0.5.14", "0.5.13.post1",
+     "torch_symm_mem.py: 0.5.13.post1:85 indexes MAX_SIZES[capability]; 0.5.14:78 uses .get()"),
+    ("sglang-torch-symm-mem-disabled-sm12", "sglang", "0.5.13.post1", "0.5.14",
+     "torch_symm_mem.py: 0.5.14:78-87 .get() then 'Device capability %s not supported'"),
+    ("sglang-cuda13-stack", "sglang", "0.5.10.post1", "0.5.11",
+     "METADATA: 0.5.10.post1 torch==2.9.1, cuda-python==12.9; 0.5.11 torch==2.11.0, cuda-python>=13.0"),
+]
+
+
+@pytest.fixture(scope="module")
+def rules_by_id():
+    return {rule.id: rule for rule in load_rules()}
+
+
+@pytest.mark.parametrize(("rule_id", "fact", "outside", "inside", "evidence"), BOUNDS,
+                         ids=[row[0] for row in BOUNDS])
+def test_bound_sits_between_the_releases_read(rules_by_id, rule_id, fact, outside, inside, evidence):
+    conditions = [c for c in rules_by_id[rule_id].conditions if c.fact == fact]
+    assert conditions, f"{rule_id} has no condition on {fact}"
+    assert all(c.holds(inside) for c in conditions), f"{rule_id} must cover {fact} {inside}: {evidence}"
+    assert not all(c.holds(outside) for c in conditions), f"{rule_id} must not cover {fact} {outside}: {evidence}"
+
+
+def test_symm_mem_rules_leave_no_sglang_release_between_them(rules_by_id):
+    """The crash rule and the clean-disable rule meet: every release from 0.5.3 on is covered by one."""
+    crash = rules_by_id["sglang-torch-symm-mem-keyerror-sm12"]
+    clean = rules_by_id["sglang-torch-symm-mem-disabled-sm12"]
+
+    def covers(rule, version):
+        return all(c.holds(version) for c in rule.conditions if c.fact == "sglang")
+
+    for version in ("0.5.3.post3", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.23"):
+        assert covers(crash, version) != covers(clean, version), version
