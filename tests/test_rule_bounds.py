@@ -48,3 +48,28 @@ def test_symm_mem_rules_leave_no_sglang_release_between_them(rules_by_id):
 
     for version in ("0.5.3.post3", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.23"):
         assert covers(crash, version) != covers(clean, version), version
+
+
+# FlashInfer's SM 12.x arch normalisation (compilation_context.py), read in the wheels of 0.6.6, 0.6.7,
+# 0.7.0.post1, 0.7.1, 0.7.2 and 0.7.4: SM 12.0 takes CUDA 12.8 from 0.7.1, SM 12.1 still needs 12.9.
+FLASHINFER_BOUNDS = [
+    ("flashinfer-sm120-needs-cuda129-nvcc", "0.6.6", "0.6.7"),
+    ("flashinfer-sm120-needs-cuda129-nvcc", "0.7.1", "0.7.0.post1"),
+    ("flashinfer-sm120-needs-cuda129-torch-fallback", "0.7.1", "0.7.0.post1"),
+    ("flashinfer-sm121-needs-cuda129-nvcc", "0.6.6", "0.6.7"),
+    ("flashinfer-sm121-needs-cuda129-torch-fallback", "0.6.6", "0.7.4"),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "outside", "inside"), FLASHINFER_BOUNDS,
+                         ids=[f"{r}-{o}-{i}" for r, o, i in FLASHINFER_BOUNDS])
+def test_flashinfer_arch_normalisation_bounds(rules_by_id, rule_id, outside, inside):
+    conditions = [c for c in rules_by_id[rule_id].conditions if c.fact == "flashinfer"]
+    assert all(c.holds(inside) for c in conditions)
+    assert not all(c.holds(outside) for c in conditions)
+
+
+def test_sm121_rules_still_cover_the_newest_release_read(rules_by_id):
+    """0.7.4 still raises 'SM 12.1+ requires CUDA >= 12.9' (compilation_context.py:105-107)."""
+    for rule_id in ("flashinfer-sm121-needs-cuda129-nvcc", "flashinfer-sm121-needs-cuda129-torch-fallback"):
+        assert all(c.holds("0.7.4") for c in rules_by_id[rule_id].conditions if c.fact == "flashinfer")
