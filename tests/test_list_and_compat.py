@@ -202,3 +202,23 @@ def test_knowledge_date_is_not_older_than_any_dated_source():
     cited = [datetime.date.fromisoformat(d) for path in COMPAT.rglob("*.yaml")
              for d in re.findall(r"\b(20\d\d-\d\d-\d\d)\b", path.read_text()) if path.name != "knowledge.yaml"]
     assert cited and max(cited) <= load_about(COMPAT / "knowledge.yaml").knowledge_date
+
+
+def test_deadends_plans_with_the_user_compat_data(tmp_path):
+    """The report commands (matrix, deadends, pick) plan through the same overlay as `plan`."""
+    from matrix_fixtures import record
+
+    from stackforge.results import finish_run, start_run, write_record
+
+    stack_id = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
+    run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id="20261130T000000Z-lab")
+    write_record(run_dir, record(stack_id, "flashinfer-jit", "pass", run_id="20261130T000000Z-lab",
+                                 target="lab-rtx-x4"))
+    finish_run(run_dir)
+    args = ["deadends", "--matrix", "default", "--target", "lab-rtx-x4", "--results", str(tmp_path / "results"),
+            "--format", "json"]
+    without = invoke(*args)
+    assert without.exit_code == 2 and "unknown target(s): lab-rtx-x4" in without.output
+    result = invoke("--compat", str(user_dir(tmp_path)), *args)
+    assert result.exit_code == 0, result.output
+    assert "team-sm120-no-nvfp4" in result.output
