@@ -13,14 +13,16 @@ import shutil
 import sys
 import tempfile
 import urllib.parse
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+import docker
 import requests
 
 from stackforge import docker_engine, runner
-from stackforge.doctor import (BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts)
+from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
 from stackforge.errors import StackforgeError
 from stackforge.probes.execute import HostGpus, detect_host_gpus
 
@@ -39,14 +41,15 @@ def gather(*, index_url: str | None = None, registry: str | None = None, ca_bund
         engine_and_gpus = pool.submit(_engine_and_gpus)
         buildx = pool.submit(buildx_facts)
         pip = pool.submit(pip_config)
-        config = pip.result()
-        indexes = pool.submit(index_facts, pip_indexes(index_url, config, environ), pip_ca(ca_bundle, config, environ))
         registry_future = pool.submit(registry_facts, registry) if registry else None
+        config = pip.result()
+        ca = pip_ca(ca_bundle, config, environ)
+        indexes = pool.submit(index_facts, pip_indexes(index_url, config, environ), ca)
         engine, gpus = engine_and_gpus.result()
         disks = (engine_disk(engine), disk_facts("working directory", cwd or Path.cwd()))
         return HostFacts(engine=engine, buildx=buildx.result(), disks=disks, gpus=gpus, machine=platform.machine(),
                          indexes=indexes.result(), registry=registry_future.result() if registry_future else None,
-                         ca=pip_ca(ca_bundle, config, environ))
+                         ca=ca)
 
 
 # --------------------------------------------------------------------------- engine, buildx, GPUs, disk
@@ -71,7 +74,7 @@ def engine_facts() -> tuple[EngineFacts, Any]:
         return EngineFacts(reachable=False, error=exc.message.split(": ", 1)[-1], **base), None
     try:
         version, info = client.version(), client.info()
-    except Exception as exc:   # the engine answered the ping, then not: report it, never crash doctor
+    except (docker.errors.DockerException, requests.RequestException) as exc:   # answered the ping, then not
         client.close()
         return EngineFacts(reachable=False, error=f"{type(exc).__name__}: {exc}"[:200], **base), None
     return EngineFacts(reachable=True, server_version=str(version.get("Version", "?")),
@@ -182,6 +185,10 @@ def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFact
                                       else f"folder {folder} does not exist"))
                 continue
             status, detail = check_package(Wanted("pip", "0", index.url), "3.12", session=session, cache=Path(cache))
+            if detail.startswith(("JSONDecodeError", "InvalidJSONError")):   # answered, in HTML (PEP 503) only
+                answered.append(IndexFacts(index.url, index.source, index.role, True, "answers in HTML only",
+                                           simple_json=False))
+                continue
             reachable = status is not Availability.UNREACHABLE
             answered.append(_with(index, reachable, "simple API answered" if reachable else detail))
     return tuple(answered)

@@ -8,8 +8,9 @@ the rows out within a terminal width.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from stackforge.model import Target
 from stackforge.probes.catalog import ProbeSpec

@@ -3,8 +3,12 @@ engine, an unreachable engine, and a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
+import threading
 import time
+from pathlib import Path
 
 from click.testing import CliRunner
 from test_gpu_assignment import MIXED_SMI, fake_smi
@@ -27,17 +31,17 @@ NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
 
 
 def healthy(**changes) -> HostFacts:
-    facts = dict(
-        engine=EngineFacts("unix:///var/run/docker.sock", False, True, server_version="27.3.1", api_version="1.47",
-                           platform="linux/amd64", data_root="/var/lib/docker", runtimes=("nvidia", "runc")),
-        buildx=BuildxFacts(True, "github.com/docker/buildx v0.17.1"),
-        disks=(DiskFacts("engine data root", "/var/lib/docker", 100 * GIB, 200 * GIB),
-               DiskFacts("working directory", "/work", 50 * GIB, 200 * GIB)),
-        gpus=TWO_RTX, machine="x86_64",
-        indexes=(IndexFacts("https://pypi.org/simple", "pip's default", reachable=True),),
-        ca=CaFacts("/etc/ssl/certs/ca-certificates.crt", "PIP_CERT", True))
-    facts.update(changes)
-    return HostFacts(**facts)
+    facts = {
+        "engine": EngineFacts("unix:///var/run/docker.sock", False, True, server_version="27.3.1",
+                              api_version="1.47", platform="linux/amd64", data_root="/var/lib/docker",
+                              runtimes=("nvidia", "runc")),
+        "buildx": BuildxFacts(True, "github.com/docker/buildx v0.17.1"),
+        "disks": (DiskFacts("engine data root", "/var/lib/docker", 100 * GIB, 200 * GIB),
+                  DiskFacts("working directory", "/work", 50 * GIB, 200 * GIB)),
+        "gpus": TWO_RTX, "machine": "x86_64",
+        "indexes": (IndexFacts("https://pypi.org/simple", "pip's default", reachable=True),),
+        "ca": CaFacts("/etc/ssl/certs/ca-certificates.crt", "PIP_CERT", True)}
+    return HostFacts(**{**facts, **changes})
 
 
 def statuses(report) -> dict[str, str]:
@@ -73,6 +77,12 @@ def test_optional_pieces_never_fail_the_exit_code():
     assert report.exit_code == 0
     gpus = next(c for c in report.checks if c.name == "gpus")
     assert gpus.summary.startswith("no GPU (gate tier only)")
+
+
+def test_an_html_only_index_warns():
+    html = IndexFacts("https://mirror/simple", "PIP_INDEX_URL", reachable=True, simple_json=False)
+    check = next(c for c in build_report(healthy(indexes=(html,)), TARGETS).checks if c.name == "index")
+    assert check.status is Status.WARN and "HTML only" in check.summary
 
 
 def test_low_disk_warns():
@@ -126,7 +136,7 @@ def run_doctor(*args: str):
 
 def test_doctor_against_the_real_engine(docker_client):
     result, _ = run_doctor()
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     engine = report["checks"][0]
     assert engine["status"] == "ok", result.output
     assert engine["facts"]["server_version"] == docker_client.version()["Version"]
@@ -139,7 +149,7 @@ def test_doctor_against_the_real_engine(docker_client):
 def test_doctor_with_the_engine_unreachable(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
     result, took = run_doctor()
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     engine = report["checks"][0]
     assert engine["status"] == "missing" and "/nonexistent" in engine["summary"]
     assert "scripts/setup-engine.sh" in engine["hint"]
@@ -158,7 +168,7 @@ def test_doctor_text_without_engine_names_the_hint(monkeypatch):
 def test_doctor_reads_the_gpus_from_nvidia_smi(tmp_path, monkeypatch):
     fake_smi(tmp_path, monkeypatch, MIXED_SMI)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")   # local GPUs: --local probes could use them
-    report = json.loads(run_doctor()[0].output)
+    report = json.loads(run_doctor()[0].stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["gpus"]["status"] == "ok"
     assert checks["gpus"]["facts"]["driver"] == "590.48.01"
@@ -172,7 +182,7 @@ def test_doctor_reads_the_gpus_from_nvidia_smi(tmp_path, monkeypatch):
 def test_doctor_without_nvidia_smi_says_gate_tier_only(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))   # no nvidia-smi (and no docker CLI)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
-    report = json.loads(run_doctor()[0].output)
+    report = json.loads(run_doctor()[0].stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["gpus"]["status"] == "missing"
     assert checks["gpus"]["summary"].startswith("no GPU (gate tier only)")
@@ -180,16 +190,43 @@ def test_doctor_without_nvidia_smi_says_gate_tier_only(tmp_path, monkeypatch):
 
 
 def test_doctor_checks_a_registry_that_does_not_answer():
-    report = json.loads(run_doctor("--registry", "127.0.0.1:1/stackforge")[0].output)
+    report = json.loads(run_doctor("--registry", "127.0.0.1:1/stackforge")[0].stdout)
     registry = next(c for c in report["checks"] if c["name"] == "registry")
     assert registry["status"] == "fail" and registry["facts"]["host"] == "127.0.0.1:1"
 
 
 def test_doctor_checks_the_index_it_is_given(tmp_path):
     missing = tmp_path / "no-such-index"
-    report = json.loads(run_doctor("--index-url", missing.as_uri())[0].output)
+    report = json.loads(run_doctor("--index-url", missing.as_uri())[0].stdout)
     index = next(c for c in report["checks"] if c["name"] == "index")
     assert index["status"] == "fail" and index["facts"]["source"] == "--index-url"
     (tmp_path / "simple").mkdir()
-    report = json.loads(run_doctor("--index-url", (tmp_path / "simple").as_uri())[0].output)
+    report = json.loads(run_doctor("--index-url", (tmp_path / "simple").as_uri())[0].stdout)
     assert next(c for c in report["checks"] if c["name"] == "index")["status"] == "ok"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:   # keep the CLI's captured stderr clean
+        pass
+
+
+def serve_index(folder: Path, page: str):
+    """A real HTTP index on loopback whose /simple/pip/ page is ``page``."""
+    (folder / "simple" / "pip").mkdir(parents=True)
+    (folder / "simple" / "pip" / "index.html").write_text(page)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=folder))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}/simple"
+
+
+def test_doctor_asks_a_real_index_over_http(tmp_path):
+    json_server, json_url = serve_index(tmp_path / "json", '{"meta": {"api-version": "1.1"}, "files": []}')
+    html_server, html_url = serve_index(tmp_path / "html", "<a href='pip-1.0.tar.gz'>pip-1.0.tar.gz</a>")
+    try:
+        for url, status in ((json_url, "ok"), (html_url, "warn")):
+            result = CliRunner().invoke(cli, ["doctor", "--json", "--index-url", url])
+            index = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "index")
+            assert (index["status"], index["facts"]["url"]) == (status, url), index
+    finally:
+        json_server.shutdown()
+        html_server.shutdown()
