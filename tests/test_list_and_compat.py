@@ -186,7 +186,9 @@ def test_version_prints_the_rule_count_and_knowledge_date():
     result = invoke("--version")
     assert result.exit_code == 0
     knowledge = load_knowledge()
-    assert f"knowledge base: {len(knowledge.rules)} rules, {len(knowledge.targets)} targets" in result.output
+    curated = sum(1 for r in knowledge.rules if r.origin.startswith("compat/rules/"))
+    assert (f"knowledge base: {len(knowledge.rules)} rules ({curated} in compat/rules, "
+            f"{len(knowledge.rules) - curated} from SGLang's pins), {len(knowledge.targets)} targets") in result.output
     assert f"checked {load_about().knowledge_date.isoformat()}" in result.output
 
 

@@ -74,7 +74,7 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, compat_dir: Path | None, show_version: bool) -> None:
     """stackforge: find a working CUDA x torch x FlashInfer x SGLang stack for your GPUs, by machine."""
-    from stackforge.cli.options import load_compat_overlay, version_text
+    from stackforge.cli._compat import load_compat_overlay, version_text
 
     # The overlay travels to each command as ctx.obj; commands pass it on explicitly.
     ctx.obj = load_compat_overlay(compat_dir) if compat_dir else None

@@ -114,7 +114,7 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
 
 def _plan_matrix(matrix: str | None, target: str | None) -> PlanView:
     """Plan a matrix with the shipped knowledge and read it back through its JSON form."""
-    from stackforge.cli.options import user_compat
+    from stackforge.cli._compat import user_compat
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
 

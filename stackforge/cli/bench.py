@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
-from stackforge.cli.options import shard_option, stack_selection, user_compat
+from stackforge.cli._compat import user_compat
+from stackforge.cli.options import shard_option, stack_selection
 from stackforge.errors import SpecError
 from stackforge.records import ResultRecord
 from stackforge.shard import select

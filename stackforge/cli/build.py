@@ -7,7 +7,8 @@ from typing import Callable
 
 import click
 
-from stackforge.cli.options import shard_option, stack_selection, user_compat
+from stackforge.cli._compat import user_compat
+from stackforge.cli.options import shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import BuildError, SpecError
 

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from stackforge.cli.options import user_compat
+from stackforge.cli._compat import user_compat
 
 
 @click.command(name="doctor")

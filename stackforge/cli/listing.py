@@ -7,7 +7,7 @@ import shutil
 
 import click
 
-from stackforge.cli.options import user_compat
+from stackforge.cli._compat import user_compat
 from stackforge.listing import KINDS
 
 

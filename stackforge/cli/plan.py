@@ -6,7 +6,8 @@ import json
 
 import click
 
-from stackforge.cli.options import stack_selection, user_compat
+from stackforge.cli._compat import user_compat
+from stackforge.cli.options import stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
 from stackforge.plan import Plan, plan_file

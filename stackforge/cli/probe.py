@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
-from stackforge.cli.options import shard_option, stack_selection, user_compat
+from stackforge.cli._compat import user_compat
+from stackforge.cli.options import shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.plan import plan_file
 from stackforge.records import ResultRecord
