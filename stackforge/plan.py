@@ -20,6 +20,7 @@ from stackforge.matrix import filter_stacks, load_matrix
 from stackforge.model import Matrix, Stack, Target
 from stackforge.records import Prediction, Verdict
 from stackforge.rules import (FEATURES, Condition, Effect, Evaluator, Finding, Rule, load_rules, load_targets)
+from stackforge.user_compat import UserCompat, merge_rules, merge_targets
 from stackforge.versions import parse_version, validate_specifier
 
 PLAN_SCHEMA = "stackforge.plan"
@@ -101,12 +102,16 @@ def _predict(feature: str, findings: tuple[Finding, ...]) -> Prediction:
 
 # --------------------------------------------------------------------------- knowledge
 
-def load_knowledge(compat_dir: Path | None = None) -> Knowledge:
-    """Rules, tables and targets from ``compat/`` (the shipped one by default)."""
+def load_knowledge(compat_dir: Path | None = None, user: UserCompat | None = None) -> Knowledge:
+    """Rules, tables and targets from ``compat/`` (the shipped one by default), with a user
+    directory's rules and targets on top when given (see :mod:`stackforge.user_compat`)."""
     rule_files = sorted((compat_dir / "rules").glob("*.yaml")) if compat_dir else None
     tables = load_tables(compat_dir / "tables.yaml" if compat_dir else None)
     targets = load_targets(compat_dir / "targets.yaml" if compat_dir else None)
-    return Knowledge(rules=load_rules(rule_files) + pin_rules(tables), tables=tables, targets=targets)
+    rules = load_rules(rule_files) + pin_rules(tables)
+    if user is not None:
+        rules, targets = merge_rules(rules, user.rules), merge_targets(targets, user.targets)
+    return Knowledge(rules=rules, tables=tables, targets=targets)
 
 
 def pin_rules(tables: Tables) -> tuple[Rule, ...]:
@@ -160,7 +165,7 @@ def resolve_targets(names: tuple[str, ...], knowledge: Knowledge) -> tuple[Targe
     unknown = [n for n in names if n not in knowledge.targets]
     if unknown:
         raise SpecError(f"unknown target(s): {', '.join(unknown)}; known: {', '.join(sorted(knowledge.targets))}",
-                        remedy="add a profile to compat/targets.yaml")
+                        remedy="add a profile to targets.yaml in a --compat DIR (or to compat/targets.yaml)")
     return tuple(knowledge.targets[n] for n in names)
 
 
@@ -177,6 +182,6 @@ def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...
     return Plan(matrix=matrix, targets=chosen, cells=tuple(cells))
 
 
-def plan_file(matrix_path: Path, **kwargs: Any) -> Plan:
-    """Load a matrix file and the shipped knowledge, then plan."""
-    return plan_matrix(load_matrix(matrix_path), load_knowledge(), **kwargs)
+def plan_file(matrix_path: Path, *, user_compat: UserCompat | None = None, **kwargs: Any) -> Plan:
+    """Load a matrix file and the shipped knowledge (with a user compat directory on top), then plan."""
+    return plan_matrix(load_matrix(matrix_path), load_knowledge(user=user_compat), **kwargs)

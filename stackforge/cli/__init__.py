@@ -9,6 +9,8 @@ code here, and only here.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+
 import click
 
 from stackforge import __version__
@@ -27,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deadends": ("deadends", "List every feature that fails on a target, with evidence."),
     "pick": ("pick", "Pick the best known-good image for a target by evidence."),
     "ci": ("ci", "Generate CI workflows for the nightly matrix."),
+    "doctor": ("doctor", "Check this host: engine, buildx, disk, GPUs, runnable targets, index, registry, CA bundle."),
+    "list": ("listing", "List the known targets, features, probes or rules."),
 }
 
 
@@ -59,10 +63,26 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in sorted(COMMANDS)])
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="stackforge")
-def cli() -> None:
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             invoke_without_command=True, no_args_is_help=True)
+@click.option("--compat", "compat_dir", envvar="STACKFORGE_COMPAT", metavar="DIR", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Extra rules (*.yaml, rules/*.yaml) and targets (targets.yaml) merged over the shipped "
+                   "compat data; a same id/name replaces the shipped one, with a notice. Env: STACKFORGE_COMPAT.")
+@click.option("--version", "show_version", is_flag=True,
+              help="Show the version, the number of rules and the knowledge base's date, and exit.")
+@click.pass_context
+def cli(ctx: click.Context, compat_dir: Path | None, show_version: bool) -> None:
     """stackforge: find a working CUDA x torch x FlashInfer x SGLang stack for your GPUs, by machine."""
+    from stackforge.cli._compat import load_compat_overlay, version_text
+
+    # The overlay travels to each command as ctx.obj; commands pass it on explicitly.
+    ctx.obj = load_compat_overlay(compat_dir) if compat_dir else None
+    if show_version:
+        click.echo(version_text(__version__, ctx.obj))
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        ctx.fail("Missing command.")
 
 
 def main(argv: list[str] | None = None) -> None:

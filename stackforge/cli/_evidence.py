@@ -114,10 +114,11 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
 
 def _plan_matrix(matrix: str | None, target: str | None) -> PlanView:
     """Plan a matrix with the shipped knowledge and read it back through its JSON form."""
+    from stackforge.cli._compat import user_compat
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
 
-    plan = plan_file(resolve_matrix_path(matrix), targets=(target,) if target else ())
+    plan = plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (), user_compat=user_compat())
     # Go through the JSON form so predictions are read exactly as from `stackforge plan --json`.
     return parse_plan(json.loads(json.dumps(plan.to_json())), path=str(matrix or "matrices/default.yaml"))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
+from stackforge.cli._compat import user_compat
 from stackforge.cli.options import shard_option, stack_selection
 from stackforge.errors import SpecError
 from stackforge.records import ResultRecord
@@ -73,7 +74,7 @@ def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_byte
     from stackforge.results import finish_run, start_run, write_record
 
     matrix_path = resolve_matrix_path(matrix)
-    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only)
+    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
     stacks = select(plan.kept_stacks(), shard)
     if local and len(stacks) != 1:
         raise SpecError(f"--local measures this machine's Python environment, which holds one stack; "

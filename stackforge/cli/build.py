@@ -7,6 +7,7 @@ from typing import Callable
 
 import click
 
+from stackforge.cli._compat import user_compat
 from stackforge.cli.options import shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import BuildError, SpecError
@@ -88,7 +89,8 @@ def selected_cells(matrix, cuda, targets, only, shard) -> list:
     from stackforge.plan import plan_file
     from stackforge.shard import select
 
-    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only)
+    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
+                     user_compat=user_compat())
     kept = plan.kept_stacks()
     if not kept:
         raise SpecError("no stack to build: the selection is empty or every stack was pruned",

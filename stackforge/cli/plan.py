@@ -6,6 +6,7 @@ import json
 
 import click
 
+from stackforge.cli._compat import user_compat
 from stackforge.cli.options import stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
@@ -24,7 +25,8 @@ from stackforge.render_text import explain_stack, plan_table
 def command(matrix: str | None, cuda: str | None, targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
             explain: str | None, preflight: bool, cache_dir: str | None) -> None:
     """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons."""
-    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only)
+    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
+                     user_compat=user_compat())
     checks = _preflight(plan, cache_dir) if preflight else None
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain)))

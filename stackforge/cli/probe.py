@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
+from stackforge.cli._compat import user_compat
 from stackforge.cli.options import shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.plan import plan_file
@@ -41,7 +42,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     from stackforge.results import finish_run, start_run, write_record
 
     matrix_path = resolve_matrix_path(matrix)
-    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only)
+    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
     stacks = select(plan.kept_stacks(), shard)
     jobs = plan_jobs(plan, select_specs(catalog(), tier=tier, features=features), stacks)
     client = None if local else connect_engine()

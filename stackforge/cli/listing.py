@@ -1,0 +1,43 @@
+"""``stackforge list targets|features|probes|rules``: what stackforge knows, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import click
+
+from stackforge.cli._compat import user_compat
+from stackforge.listing import KINDS
+
+
+@click.command(name="list")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("--json", "as_json", is_flag=True, help="Print versioned JSON (schema stackforge.list/1).")
+def command(kind: str, as_json: bool) -> None:
+    """List the known targets, features, probes or rules (with a --compat directory merged in).
+
+    \b
+    Examples:
+      stackforge list targets
+      stackforge --compat ./my-compat list rules --json
+    """
+    from stackforge import listing
+    from stackforge.plan import load_knowledge
+    from stackforge.probes.catalog import catalog
+    from stackforge.user_compat import load_about
+
+    knowledge = load_knowledge(user=user_compat())
+    if kind == "targets":
+        result = listing.list_targets(knowledge.targets)
+    elif kind == "features":
+        result = listing.list_features(load_about().features, catalog(), knowledge.rules)
+    elif kind == "probes":
+        result = listing.list_probes(catalog())
+    else:
+        result = listing.list_rules(knowledge.rules)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    else:
+        # shutil reads COLUMNS first, so a pipe or CI log gets the width it asks for.
+        click.echo(listing.fit_table(result.headers, result.rows, shutil.get_terminal_size().columns))

@@ -1,0 +1,216 @@
+"""Gathering the facts ``stackforge doctor`` judges: the edges (engine, tools, disk, network).
+
+Each gatherer is bounded by a timeout and never raises for what it finds missing: a missing engine,
+tool or GPU is a fact. They run in parallel so a host with a dead engine and an unreachable index
+still answers within a few seconds. :mod:`stackforge.doctor` judges the result.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import urllib.parse
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+
+from stackforge import docker_engine, runner
+from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
+from stackforge.errors import StackforgeError
+from stackforge.probes.execute import HostGpus, detect_host_gpus
+
+ENGINE_TIMEOUT_S = 5.0
+TOOL_TIMEOUT_S = 15.0
+REGISTRY_TIMEOUT = (5, 10)
+PYPI_SIMPLE = "https://pypi.org/simple"
+DOCKER_HUB_API = "registry-1.docker.io"   # where docker.io's registry API lives
+
+
+def gather(*, index_url: str | None = None, registry: str | None = None, ca_bundle: str | None = None,
+           cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> HostFacts:
+    """Every fact, gathered in parallel (each bounded by its own timeout)."""
+    environ = os.environ if environ is None else environ
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        engine_and_gpus = pool.submit(_engine_and_gpus)
+        buildx = pool.submit(buildx_facts)
+        pip = pool.submit(pip_config)
+        registry_future = pool.submit(registry_facts, registry) if registry else None
+        config = pip.result()
+        ca = pip_ca(ca_bundle, config, environ)
+        indexes = pool.submit(index_facts, pip_indexes(index_url, config, environ), ca)
+        engine, gpus = engine_and_gpus.result()
+        disks = (engine_disk(engine), disk_facts("working directory", cwd or Path.cwd()))
+        return HostFacts(engine=engine, buildx=buildx.result(), disks=disks, gpus=gpus, machine=platform.machine(),
+                         indexes=indexes.result(), registry=registry_future.result() if registry_future else None,
+                         ca=ca)
+
+
+# --------------------------------------------------------------------------- engine, buildx, GPUs, disk
+
+def _engine_and_gpus() -> tuple[EngineFacts, HostGpus]:
+    engine, client = engine_facts()
+    try:
+        return engine, detect_host_gpus(client)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def engine_facts() -> tuple[EngineFacts, Any]:
+    """The engine's version, data root and runtimes (and the client, for the GPU runtime check)."""
+    url = docker_engine.engine_url()
+    base = {"url": url, "docker_host_set": bool(os.environ.get("DOCKER_HOST")),
+            "local": docker_engine.engine_shares_host_files(url)}
+    try:
+        client = docker_engine.connect(timeout=ENGINE_TIMEOUT_S, api_timeout=ENGINE_TIMEOUT_S * 2)
+    except StackforgeError as exc:
+        return EngineFacts(reachable=False, error=exc.message.split(": ", 1)[-1], **base), None
+    try:
+        version, info = client.version(), client.info()
+    except (docker.errors.DockerException, requests.RequestException) as exc:   # answered the ping, then not
+        client.close()
+        return EngineFacts(reachable=False, error=f"{type(exc).__name__}: {exc}"[:200], **base), None
+    return EngineFacts(reachable=True, server_version=str(version.get("Version", "?")),
+                       api_version=str(version.get("ApiVersion", "?")),
+                       platform=f"{version.get('Os', '?')}/{version.get('Arch', '?')}",
+                       data_root=str(info.get("DockerRootDir", "")),
+                       runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())), **base), client
+
+
+def buildx_facts() -> BuildxFacts:
+    """``docker buildx version`` through the runner."""
+    if runner.which("docker") is None:
+        return BuildxFacts(docker_cli=False)
+    result = runner.run(["docker", "buildx", "version"], timeout=TOOL_TIMEOUT_S)
+    if not result.succeeded:
+        return BuildxFacts(docker_cli=True, error=f"{result.describe()}: {result.output_tail.strip()[-200:]}")
+    return BuildxFacts(docker_cli=True, version=result.output_tail.strip().splitlines()[-1].strip())
+
+
+def engine_disk(engine: EngineFacts) -> DiskFacts:
+    """Free space of the engine's data root, when the engine keeps it on this machine."""
+    if not engine.reachable:
+        return DiskFacts("engine data root", "", error="no engine")
+    if not engine.local:
+        return DiskFacts("engine data root", engine.data_root, error="the engine is on another machine")
+    return disk_facts("engine data root", Path(engine.data_root))
+
+
+def disk_facts(label: str, path: Path) -> DiskFacts:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError as exc:
+        return DiskFacts(label, str(path), error=exc.strerror or str(exc))
+    return DiskFacts(label, str(path), free_bytes=usage.free, total_bytes=usage.total)
+
+
+# --------------------------------------------------------------------------- pip's index and CA bundle
+
+def pip_config(python: str = sys.executable) -> dict[str, str]:
+    """``pip config list`` of the Python stackforge runs in (``{}`` when pip cannot say)."""
+    try:
+        result = runner.run([python, "-m", "pip", "config", "list"], timeout=TOOL_TIMEOUT_S,
+                            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except StackforgeError:
+        return {}
+    return parse_pip_config(result.output_tail) if result.succeeded else {}
+
+
+def parse_pip_config(text: str) -> dict[str, str]:
+    """``global.index-url='https://...'`` lines -> ``{"global.index-url": "https://..."}`` (pure)."""
+    config = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and "." in key and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            config[key.strip()] = value[1:-1]
+    return config
+
+
+def pip_setting(name: str, config: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The value pip would use for setting ``name`` (``index-url``) and where it comes from (pure):
+    the environment (``PIP_INDEX_URL``) beats the ``install`` section, which beats ``global``."""
+    env_name = "PIP_" + name.upper().replace("-", "_")
+    if environ.get(env_name):
+        return environ[env_name], env_name
+    for section in ("install", "global"):
+        key = f"{section}.{name}"
+        if config.get(key):
+            return config[key], f"pip config {key}"
+    return None
+
+
+def pip_indexes(index_url: str | None, config: Mapping[str, str], environ: Mapping[str, str]) -> tuple[IndexFacts, ...]:
+    """The index (``--index-url``, else pip's setting, else PyPI) and pip's extra indexes (pure)."""
+    if index_url:
+        main = IndexFacts(index_url, "--index-url")
+    else:
+        setting = pip_setting("index-url", config, environ)
+        main = IndexFacts(*setting) if setting else IndexFacts(PYPI_SIMPLE, "pip's default")
+    extras = pip_setting("extra-index-url", config, environ)
+    extra = tuple(IndexFacts(url, extras[1], role="extra index") for url in extras[0].split()) if extras else ()
+    return (main, *extra)
+
+
+def pip_ca(ca_bundle: str | None, config: Mapping[str, str], environ: Mapping[str, str]) -> CaFacts:
+    """The CA bundle pip uses: ``--ca-bundle``, else pip's ``cert`` setting, else REQUESTS_CA_BUNDLE
+    (pip's HTTP client honours it), else none (pip's default store). Only the path is kept."""
+    found = (ca_bundle, "--ca-bundle") if ca_bundle else (
+        pip_setting("cert", config, environ) or
+        ((environ["REQUESTS_CA_BUNDLE"], "REQUESTS_CA_BUNDLE") if environ.get("REQUESTS_CA_BUNDLE") else None))
+    if found is None:
+        return CaFacts()
+    return CaFacts(path=found[0], source=found[1], exists=Path(found[0]).is_file())
+
+
+def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFacts, ...]:
+    """Ask each index for a project page through preflight's client (PEP 691 simple JSON)."""
+    from stackforge.preflight import Availability, Wanted, check_package
+
+    session = requests.Session()
+    if ca.path and ca.exists:
+        session.verify = ca.path
+    answered = []
+    with tempfile.TemporaryDirectory(prefix="stackforge-doctor-") as cache:   # never a cached answer
+        for index in indexes:
+            if index.url.startswith("file://"):
+                folder = Path(urllib.parse.urlsplit(index.url).path)
+                answered.append(_with(index, folder.is_dir(), "a local folder" if folder.is_dir()
+                                      else f"folder {folder} does not exist"))
+                continue
+            status, detail = check_package(Wanted("pip", "0", index.url), "3.12", session=session, cache=Path(cache))
+            if detail.startswith(("JSONDecodeError", "InvalidJSONError")):   # answered, in HTML (PEP 503) only
+                answered.append(IndexFacts(index.url, index.source, index.role, True, "answers in HTML only",
+                                           simple_json=False))
+                continue
+            reachable = status is not Availability.UNREACHABLE
+            answered.append(_with(index, reachable, "simple API answered" if reachable else detail))
+    return tuple(answered)
+
+
+def _with(index: IndexFacts, reachable: bool, detail: str) -> IndexFacts:
+    return IndexFacts(index.url, index.source, index.role, reachable, detail)
+
+
+# --------------------------------------------------------------------------- registry
+
+def registry_facts(ref: str) -> RegistryFacts:
+    """GET the registry's ``/v2/`` (HTTP 200 or 401 both mean a registry answers)."""
+    from stackforge.registry import DOCKER_HUB, Repository
+
+    repository = Repository.parse(ref)
+    scheme = "http" if repository.loopback else "https"
+    host = DOCKER_HUB_API if repository.host == DOCKER_HUB else repository.host
+    url = f"{scheme}://{host}/v2/"
+    try:
+        response = requests.get(url, timeout=REGISTRY_TIMEOUT)
+    except requests.RequestException as exc:
+        return RegistryFacts(ref, repository.host, False, f"{type(exc).__name__}: {docker_engine._short_reason(exc)}")
+    answered = response.status_code in (200, 401)
+    return RegistryFacts(ref, repository.host, answered, f"GET {url}: HTTP {response.status_code}")
