@@ -216,7 +216,8 @@ def _cuda_image_version(cuda: str, tables: Tables) -> str:
 
 
 def _has_nvcc(stack: Stack) -> bool:
-    # 13.x toolkit wheels ship nvcc under nvidia/cu13/bin; 12.x wheels ship only ptxas (DESIGN.md).
+    # 13.x toolkit wheels ship nvcc under nvidia/cu13/bin; 12.x wheels ship only ptxas (the wheel
+    # file lists cited by compat/rules/cuda.yaml no-nvcc-no-codegen).
     if stack.flavour is Flavour.WHEELS:
         return parse_version(stack.cuda).major >= 13
     return stack.flavour is Flavour.DEVEL

@@ -444,3 +444,104 @@ def test_story_target_is_the_pcie_blackwell_box() -> None:
     assert (target["arch"], target["gpu_count"], target["interconnect"], target["multicast"]) == (
         "12.0", 8, "pcie", False
     )
+
+
+# ----------------------------------------------------------------------------- public sources
+#
+# A prediction shows its sources to whoever reads the matrix, so every source must be something
+# that reader can open: a public repository file, a PyPI release, an NVIDIA page, an issue, or a
+# file of this repository. Notes kept outside the repository (research write-ups, design notes, a
+# shared folder) are not: their markers below fail the check. A path into this repository that a
+# ref names must exist.
+
+REPO_ROOT = COMPAT_DIR.parent
+PRIVATE_MARKERS = re.compile(r"compat_facts|\bresearch\b|DESIGN\.md|shared/|/work/", re.IGNORECASE)
+REPO_PATH = re.compile(r"(?:^|[\s(\"'`])((?:compat|stackforge|tests|matrices|dockerfiles)/[\w./-]*\w)")
+
+# Data another branch is re-sourcing; each entry flips to an XPASS (a failure) once it is fixed,
+# and must then be removed from here.
+PENDING_PUBLIC_SOURCE = {
+    "rules/driver.yaml:driver-blackwell-570:sources[0]",
+    "tables.yaml:torch_variant_for_toolkit:source",
+    "tables.yaml:sglang_pins:source",
+}
+PENDING_PUBLIC_HEADER = {"rules/driver.yaml", "tables.yaml"}
+PENDING_REASON = "driver.yaml/tables.yaml cited by another branch"
+
+
+def _sourced_entries() -> list[tuple[str, dict[str, Any]]]:
+    """Every source in rules, tables and targets, named by file, entry and position."""
+    entries = [
+        (f"rules/{name}:{rule['id']}:sources[{index}]", source)
+        for name, rule in ALL_RULES
+        for index, source in enumerate(rule.get("sources", []))
+    ]
+    entries += [(f"tables.yaml:{name}:source", table["source"]) for name, table in _tables().items()]
+    entries += [
+        (f"targets.yaml:{name}:sources[{index}]", source)
+        for name, target in _targets().items()
+        for index, source in enumerate(target.get("sources", []))
+    ]
+    return entries
+
+
+def _pending(where: str, pending: set[str]) -> list[Any]:
+    return [pytest.mark.xfail(strict=True, reason=PENDING_REASON)] if where in pending else []
+
+
+SOURCE_PARAMS = [
+    pytest.param(source, id=where, marks=_pending(where, PENDING_PUBLIC_SOURCE))
+    for where, source in _sourced_entries()
+]
+DATA_FILES = sorted([COMPAT_DIR / "tables.yaml", COMPAT_DIR / "targets.yaml", *RULE_FILES])
+HEADER_PARAMS = [
+    pytest.param(path, id=str(path.relative_to(COMPAT_DIR)),
+                 marks=_pending(str(path.relative_to(COMPAT_DIR)), PENDING_PUBLIC_HEADER))
+    for path in DATA_FILES
+]
+
+
+def _private_or_missing(text: str) -> list[str]:
+    """What in `text` points at notes outside this repository or at a repository path that is absent."""
+    problems = [f"private notes {match.group(0)!r}" for match in PRIVATE_MARKERS.finditer(text)]
+    problems += [
+        f"missing repository path {match.group(1)!r}"
+        for match in REPO_PATH.finditer(text)
+        if not (REPO_ROOT / match.group(1)).exists()
+    ]
+    return problems
+
+
+@pytest.mark.parametrize("source", SOURCE_PARAMS)
+def test_source_is_public_or_in_this_repository(source: dict[str, Any]) -> None:
+    text = " ".join(str(source.get(key, "")) for key in ("ref", "url"))
+    assert not _private_or_missing(text), f"{_private_or_missing(text)} in {source}"
+
+
+@pytest.mark.parametrize("rule", RULE_PARAMS)
+def test_rule_text_names_no_private_notes(rule: dict[str, Any]) -> None:
+    text = " ".join(str(rule.get(key, "")) for key in ("reason", "remedy"))
+    assert not _private_or_missing(text), f"{rule['id']}: {_private_or_missing(text)}"
+
+
+@pytest.mark.parametrize("path", HEADER_PARAMS)
+def test_file_comments_name_no_private_notes(path: Path) -> None:
+    comments = [line for line in path.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith("#")]
+    problems = [(line, _private_or_missing(line)) for line in comments if _private_or_missing(line)]
+    assert not problems, f"{path.name}: {problems}"
+
+
+def test_compat_readme_names_no_private_notes() -> None:
+    text = (COMPAT_DIR / "README.md").read_text(encoding="utf-8")
+    assert not PRIVATE_MARKERS.search(text), PRIVATE_MARKERS.findall(text)
+
+
+def test_private_marker_check_catches_the_old_citations() -> None:
+    """The check itself: refs of the shapes it must reject are rejected, public ones pass."""
+    for bad in ("research compat_facts.md §2c", "shared/research/notes.md", "stackforge DESIGN.md 'Base flavours'",
+                "compat/rules/no-such-file.yaml"):
+        assert _private_or_missing(bad), bad
+    for good in ("PyPI sglang==0.5.14 wheel: sglang/srt/layers/flashinfer_comm_fusion.py:47-51",
+                 "NVIDIA/nccl#317", "compat/tables.yaml cuda_min_driver",
+                 "pytorch/test-infra tools/scripts/generate_binary_build_matrix.py@626d4e70"):
+        assert not _private_or_missing(good), good

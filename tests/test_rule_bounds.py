@@ -21,6 +21,8 @@ BOUNDS = [
      "torch_symm_mem.py: 0.5.14:78-87 .get() then 'Device capability %s not supported'"),
     ("sglang-cuda13-stack", "sglang", "0.5.10.post1", "0.5.11",
      "METADATA: 0.5.10.post1 torch==2.9.1, cuda-python==12.9; 0.5.11 torch==2.11.0, cuda-python>=13.0"),
+    ("flashinfer-cuda128-dropped", "flashinfer", "0.6.17", "0.6.18",
+     "METADATA:262 'Supported CUDA Versions': 0.6.17 '12.6, 12.8, 13.0, 13.1'; 0.6.18 '12.9, 13.0, and 13.4'"),
 ]
 
 
