@@ -223,9 +223,10 @@ def _sdist_fetch(lines: list[str]) -> Diagnosis | None:
             # pip prints the subprocess's output right after the "did not run successfully" line.
             inside = lines[index + 1:]
             end = next((i for i, text in enumerate(inside) if "[end of output]" in text), len(inside))
-            if any(_SDIST_FETCH_ERROR.search(text) for text in inside[:end]):
-                return Diagnosis(FailureKind.PERMANENT, _trim(line), Cause.SDIST_BUILD_FETCH,
-                                 REMEDIES[Cause.SDIST_BUILD_FETCH])
+            fetch = next((text for text in reversed(inside[:end]) if _SDIST_FETCH_ERROR.search(text)), None)
+            if fetch is not None:
+                return Diagnosis(FailureKind.PERMANENT, _trim(f"{line.lstrip('× ')} {fetch}"),
+                                 Cause.SDIST_BUILD_FETCH, REMEDIES[Cause.SDIST_BUILD_FETCH])
     return None
 
 
