@@ -126,12 +126,12 @@ def test_an_unknown_failure_keeps_its_last_error_line():
 # --------------------------------------------------------------------------- the record and the summary
 
 
-def _job(tmp_path: Path, retries: int = 0):
+def _job(tmp_path: Path, retries: int = 0, requirements: RequirementsLookup | None = None):
     from stackforge.build.scheduler import _Job, _Run
     stack, derived = small_cell()
     options = BuildOptions(out_dir=tmp_path, retries=retries, retry_backoff_s=0.0)
     run = _Run(client=None, options=options, builder="buildkit", named_contexts=True, asset_port=0, run_id="t",
-               cancel=Cancel(), board=Board([stack.id]), resolver=None, requirements=None, redact=())
+               cancel=Cancel(), board=Board([stack.id]), resolver=None, requirements=requirements, redact=())
     return _Job(run, stack, derived)
 
 
@@ -160,6 +160,27 @@ def test_the_summary_shows_the_cause_and_remedy(tmp_path):
     console.print(summary_table(BuildSummary((record,), "buildkit", 1.0)))
     text = console.export_text()
     assert "no-space: No space left on device (remedy: free disk space" in text
+
+
+def test_build_reports_dropped_dependency_layers_in_the_log_and_the_summary(tmp_path):
+    job = _job(tmp_path, requirements=RequirementsLookup(index_url=UNREACHABLE_INDEX))
+    declared, dropped = job.declared()
+    assert declared == () and dropped == ("flashinfer", "sglang")
+    assert len(job.run.warnings) == 1 and "Connection refused" in job.run.warnings[0]
+    assert f"render: warning: {job.run.warnings[0]}" in job.log_path.read_text()
+
+
+def test_build_cli_prints_the_summarys_warnings(monkeypatch, tmp_path):
+    def fake_build(cells, options, *, client, progress):
+        records = tuple(BuildRecord(stack_id=s.id, stack=s.to_json(), derived=d.to_json(), status=BuildStatus.BUILT)
+                        for s, d in cells)
+        return BuildSummary(records, "buildkit", 1.0, warnings=("no dependency layer for sglang==0.5.23 (why)",))
+
+    monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
+    monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
+    result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--no-progress", "--ca-bundle", "none"])
+    assert result.exit_code == 0, result.output
+    assert "stackforge: warning: no dependency layer for sglang==0.5.23 (why)" in result.stderr
 
 
 # --------------------------------------------------------------------------- the CA bundle default

@@ -62,6 +62,7 @@ class BuildSummary:
     builder: str
     duration_s: float
     interrupted: bool = False
+    warnings: tuple[str, ...] = ()   # one line each, e.g. dependency layers dropped (index unreachable)
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -93,6 +94,7 @@ class _Run:
     requirements: RequirementsLookup
     redact: tuple[str, ...]
     container_labels: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)   # appended by workers (list.append is atomic)
 
 
 def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker.DockerClient,
@@ -117,7 +119,8 @@ def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker
                    redact=_secrets_to_redact())
         run.container_labels = {docker_engine.RUN_LABEL: run.run_id, **dict(options.labels)}
         records, interrupted = _run_all(run, cells, progress)
-    summary = BuildSummary(tuple(records), builder, round(time.monotonic() - started, 2), interrupted)
+    summary = BuildSummary(tuple(records), builder, round(time.monotonic() - started, 2), interrupted,
+                           warnings=tuple(dict.fromkeys(run.warnings)))
     if progress:
         from rich.console import Console
         Console(stderr=True).print(summary_table(summary))
@@ -319,7 +322,9 @@ class _Job:
             return (), ()
         found, dropped = declared_for(self.stack, self.run.requirements, no_deps=frozenset(self.options.no_deps))
         if dropped:
-            self.log(f"[stackforge] render: warning: {dropped_warning(dropped, INLINE_DEPS_SUFFIX)}")
+            warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX)
+            self.log(f"[stackforge] render: warning: {warning}")
+            self.run.warnings.append(warning)
         return found, tuple(d.layer for d in dropped)
 
     def resume(self, rendered: Rendered) -> BuildRecord | None:

@@ -77,6 +77,8 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
                            verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers)
     click.echo(f"building {len(cells)} stack(s) -> {out_dir}; {ca.describe()}", err=True)
     summary = build_stacks(cells, options, client=connect(), progress=progress)
+    for warning in summary.warnings:
+        click.echo(f"stackforge: warning: {warning}", err=True)
     if not progress:
         for record in summary.records:
             click.echo(f"  {record.status.value:<11} {record.stack_id}  {record.image_tag or '-'}  {record.reason}")
