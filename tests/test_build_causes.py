@@ -358,3 +358,28 @@ def test_buildkit_failure_against_real_indexes_is_classified(docker_client, base
             pytest.skip("PyPI is reached without a re-signing proxy here: no TLS failure to classify")
         assert diagnosis.cause is cause, attempt.tail[-2000:]
         assert "No matching distribution found for torch==2.14.1" in attempt.tail
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_build_without_the_ca_records_tls_not_a_missing_package(docker_client, base_image, test_labels, tmp_path):
+    """The issue's case end to end (~30 s): the small stack built with --ca-bundle none behind this
+    machine's re-signing proxy. pip's last words are "No matching distribution found for ..." and
+    BuildKit's "failed to solve"; the record must say tls, with the remedy."""
+    from stackforge.build import Builder, build_stacks
+    from stackforge.docker_engine import buildx_available
+    from _build_helpers import WHEELHOUSE
+    if not buildx_available() or not Path(WHEELHOUSE).is_dir():
+        pytest.skip("needs docker buildx and the wheelhouse /opt/wheels")
+    options = BuildOptions(find_links=Path(WHEELHOUSE), ca_bundle=None, out_dir=tmp_path, builder=Builder.BUILDX,
+                           no_deps=frozenset({"sglang"}), labels=tuple(sorted(test_labels.items())), retries=0,
+                           verify=False, timeout_s=900)
+    record = build_stacks([small_cell()], options, client=docker_client).records[0]
+    log_text = Path(record.log_path).read_text()
+    if record.status.ok or "CERTIFICATE_VERIFY_FAILED" not in log_text:
+        pytest.skip("PyPI is reached without a re-signing proxy here: no TLS failure to classify")
+    assert "No matching distribution found for" in log_text and "failed to solve" in log_text
+    assert record.status is BuildStatus.FAILED and record.cause == "tls", record.reason
+    assert "tls: certificate verify failed: self-signed certificate in certificate chain" in record.reason
+    assert "(remedy: pass --ca-bundle PATH" in record.reason
+    assert "[stackforge] CA bundle: none" in log_text

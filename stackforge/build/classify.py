@@ -90,6 +90,8 @@ def _signature(cause: Cause, kind: FailureKind, *patterns: str) -> Signature:
 
 
 _P, _T = FailureKind.PERMANENT, FailureKind.TRANSIENT
+#: wheel-stub placeholder sdists (cuda-tile, some nvidia-* on PyPI) name themselves when their download fails.
+_WHEEL_STUB = _signature(Cause.SDIST_BUILD_FETCH, _P, r"The installation of \S+ for version \S+ failed\..*")
 
 #: Tried in this order; the first signature with a matching line decides (see the module docstring).
 SIGNATURES: tuple[Signature, ...] = (
@@ -98,7 +100,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # wheel-stub placeholders (cuda-tile, nvidia-* on PyPI) say so themselves; other sdists show a
     # network error between pip's "Preparing metadata / Building wheel ... did not run successfully"
     # and the end of that subprocess's output (see _sdist_fetch).
-    _signature(Cause.SDIST_BUILD_FETCH, _P, r"The installation of \S+ for version \S+ failed\..*"),
+    _WHEEL_STUB,
     _signature(Cause.TLS, _P,
                r"certificate verify failed: [^'\"()\]]+",
                r"x509: certificate signed by unknown authority.*",
@@ -193,8 +195,10 @@ def diagnose(log: str) -> Diagnosis:
     lines = [_strip_prefix(line) for line in log.splitlines() if line.strip()]
     sdist = _sdist_fetch(lines)
     for signature in SIGNATURES:
-        if signature.cause is Cause.SDIST_BUILD_FETCH and sdist is not None:
-            return sdist
+        if signature is _WHEEL_STUB:
+            if sdist is not None:   # wheel-stub's own words, or a download error inside any sdist build
+                return sdist
+            continue
         evidence = _first_match(lines, signature.patterns)
         if evidence:
             if signature.cause in _CONNECTION_CAUSES:
@@ -214,7 +218,7 @@ def last_error_line(tail: str) -> str:
 
 def _sdist_fetch(lines: list[str]) -> Diagnosis | None:
     """An sdist's build step failed and its own output shows a download error, or says it downloads."""
-    placeholder = _first_match(lines, SIGNATURES[1].patterns)
+    placeholder = _first_match(lines, _WHEEL_STUB.patterns)
     if placeholder:
         return Diagnosis(FailureKind.PERMANENT, placeholder, Cause.SDIST_BUILD_FETCH,
                          _remedy(Cause.SDIST_BUILD_FETCH, lines))
