@@ -30,6 +30,7 @@ class BuildOptions:
         index_url / extra_index_urls: pip indexes for everything except torch from its PyTorch index.
         find_links: a wheelhouse directory (pip ``--find-links``); torch comes from it when given.
         ca_bundle: a PEM bundle pip must trust (corporate TLS); passed as a build secret, never stored.
+            The CLI defaults it to the bundle pip on this host trusts (stackforge.build.trust).
         push: registry prefix to push images to (``registry.example.com/team``), or None.
         jobs: stacks built at the same time.
         resume: skip stacks whose record says built and whose image still exists with the same hash.

@@ -385,7 +385,8 @@ class _Job:
             self.fields.update(cause=diagnosis.cause.value)
             raise _Stop(BuildStatus.FAILED, f"build {result.ending}{extra}: {diagnosis.one_line()}")
         wait = self.options.retry_backoff_s * 2 ** (attempt - 1)
-        self.log(f"[stackforge] transient failure ({reason}); retry {attempt + 1} in {wait:.0f} s")
+        self.log(f"[stackforge] transient failure ({diagnosis.cause.value}: {reason}); "
+                 f"retry {attempt + 1} in {wait:.0f} s")
         self.run.board.update(self.stack.id, phase=f"retry {attempt + 1}")
         if self.run.cancel.wait(wait):
             raise _Stop(BuildStatus.INTERRUPTED, "interrupted while waiting to retry")
