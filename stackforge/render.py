@@ -59,6 +59,8 @@ STACK_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-
 #: Context files with the dependencies a layer's package declares (see RenderOptions.declared).
 DEPENDENCY_FILES = {"flashinfer": "requires/flashinfer.txt", "sglang": "requires/sglang.txt"}
 TEMPLATE = "Dockerfile.j2"
+#: Tag suffix of an image whose wanted dependency layers were dropped (RenderOptions.dropped_layers).
+INLINE_DEPS_SUFFIX = "-inline-deps"
 
 # Plain values only: versions, identifiers, image references, URLs, paths. The first character may
 # not be '-' (an option), and none of " ' ` $ \ ; & | < > ( ) { } * ? # or whitespace may appear.
@@ -85,6 +87,10 @@ class RenderOptions:
             :mod:`stackforge.build.requires`), keyed ``flashinfer`` / ``sglang``. When known, those
             dependencies get a layer of their own before the package, shared by releases that declare
             the same list; when not, the package brings them in its own layer.
+        dropped_layers: dependency layers that were wanted but whose list could not be had (the
+            index was unreachable or did not say). The Dockerfile then differs from one rendered with
+            the list, so the tag ends in :data:`INLINE_DEPS_SUFFIX` and a label names the layers:
+            the same inputs never change the tag without saying so.
     """
 
     buildkit: bool = True
@@ -97,6 +103,7 @@ class RenderOptions:
     asset_port: int = ASSET_PORT
     no_deps: frozenset[str] = frozenset()
     declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    dropped_layers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,7 @@ class Rendered:
         dockerfile: the Dockerfile text.
         files: other context files (name -> text), e.g. ``stack.json``.
         content_hash: sha256 (hex) over the Dockerfile and the context files.
-        tag: ``stackforge/<stack-id>:<hash12>``.
+        tag: ``stackforge/<stack-id>:<hash12>``, plus ``-inline-deps`` when dependency layers were dropped.
         labels: the labels the Dockerfile sets (sorted key/value pairs).
         base_image: the image the Dockerfile starts FROM.
         base_requested: the base the stack derives (differs when overridden or substituted).
@@ -171,9 +178,14 @@ def render_stack(stack: Stack, derived: Derived, options: RenderOptions = Render
     digest = content_hash({"dockerfile": dockerfile, "files": files}, length=64)
     return Rendered(
         stack_id=stack.id, dockerfile=dockerfile, files=files, content_hash=digest,
-        tag=f"stackforge/{image_repository(stack.id)}:{digest[:12]}", labels=tuple(variables["labels"]),
+        tag=f"stackforge/{image_repository(stack.id)}:{digest[:12]}{_tag_suffix(options)}",
+        labels=tuple(variables["labels"]),
         base_image=variables["base_image"], base_requested=derived.base_image,
         torch_source=variables["torch_source"], buildkit=options.buildkit, no_deps=options.no_deps)
+
+
+def _tag_suffix(options: RenderOptions) -> str:
+    return INLINE_DEPS_SUFFIX if options.dropped_layers else ""
 
 
 def write_context(rendered: Rendered, directory: Path) -> Path:
@@ -250,6 +262,10 @@ def _check_options(options: RenderOptions) -> None:
     unknown = set(options.no_deps) - NO_DEPS_LAYERS
     if unknown:
         raise SpecError(f"--no-deps applies to {', '.join(sorted(NO_DEPS_LAYERS))}, not {', '.join(sorted(unknown))}")
+    unknown = set(options.dropped_layers) - set(DEPENDENCY_FILES)
+    if unknown:
+        raise SpecError(f"only {', '.join(sorted(DEPENDENCY_FILES))} have dependency layers, not "
+                        f"{', '.join(sorted(unknown))}")
     for url in (options.index_url, *options.extra_index_urls):
         if url is not None:
             _check_index_url(url)
@@ -454,6 +470,8 @@ def _labels(stack: Stack, derived: Derived, options: RenderOptions, v: Mapping[s
         f"{p}.no-deps": ",".join(sorted(options.no_deps)) or "none",
         f"{p}.builder": "buildkit" if options.buildkit else "classic",
     }
+    if options.dropped_layers:
+        labels[f"{p}.dependency-layers.dropped"] = ",".join(sorted(options.dropped_layers))
     return sorted(labels.items())
 
 

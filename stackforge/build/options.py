@@ -30,6 +30,7 @@ class BuildOptions:
         index_url / extra_index_urls: pip indexes for everything except torch from its PyTorch index.
         find_links: a wheelhouse directory (pip ``--find-links``); torch comes from it when given.
         ca_bundle: a PEM bundle pip must trust (corporate TLS); passed as a build secret, never stored.
+            The CLI defaults it to the bundle pip on this host trusts (stackforge.build.trust).
         push: registry prefix to push images to (``registry.example.com/team``), or None.
         jobs: stacks built at the same time.
         resume: skip stacks whose record says built and whose image still exists with the same hash.
@@ -82,10 +83,12 @@ class BuildOptions:
 
     def render_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
                        declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
+                       dropped_layers: tuple[str, ...] = (),
                        wheelhouse_mount: bool = True) -> RenderOptions:
         """The render options for one stack under the chosen builder and resolved base image."""
         return RenderOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
                              extra_index_urls=tuple(self.extra_index_urls),
                              wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
                              ca_bundle=self.ca_bundle is not None,
-                             asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared)
+                             asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
+                             dropped_layers=dropped_layers)

@@ -73,6 +73,7 @@ class BuildRecord:
     status: BuildStatus
     reason: str = ""
     phase: str = ""                  # the phase that failed or was interrupted
+    cause: str = ""                  # a failed build's cause (stackforge.build.classify.Cause), else ""
     image_tag: str | None = None
     image_id: str | None = None
     body_image_id: str | None = None  # the builder's image, before the metadata step added labels

@@ -9,8 +9,9 @@ FlashInfer-only change costs one small layer.
 The lookup is an edge (network). It reads the index's JSON API (PEP 691), then the wheel's core
 metadata: the separate metadata file (PEP 658) when the index offers one, else just the METADATA member
 of the wheel through HTTP range requests (a few KB of a many-MB wheel, as pip's "fast-deps" does).
-It gives up quietly (returns None) when neither works; the build then installs the package with its
-dependencies in one layer.
+When neither works it says why (:class:`Declared`: not listed, or the index unreachable and the cause);
+the package then installs its dependencies in its own layer, and callers say so (see
+:func:`dropped_warning`): the Dockerfile, and so the image tag, differ from a render that had the list.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import io
 import threading
 import zipfile
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import requests
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from stackforge.build.classify import diagnose
 
 if TYPE_CHECKING:
     from stackforge.model import Stack
@@ -34,31 +38,69 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 _JSON = "application/vnd.pypi.simple.v1+json"
 
 
-def declared_requirements(package: str, version: str, *, index_url: str | None = None,
-                          ca_bundle: Path | None = None, timeout: float = 20.0) -> tuple[str, ...] | None:
-    """The ``Requires-Dist`` lines of ``package==version`` (raw, markers included), or None if unknown."""
+class LookupStatus(str, Enum):
+    """How a lookup of declared requirements ended."""
+
+    FOUND = "found"              # the index gave the release's Requires-Dist
+    NOT_LISTED = "not-listed"    # the index answered, but has no usable wheel or metadata for it
+    UNREACHABLE = "unreachable"  # the index could not be asked (TLS, DNS, refused, timeout...)
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What one lookup found: the ``Requires-Dist`` lines, or why there are none (one line)."""
+
+    status: LookupStatus
+    requirements: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def lookup_declared(package: str, version: str, *, index_url: str | None = None, ca_bundle: Path | None = None,
+                    timeout: float = 20.0) -> Declared:
+    """The ``Requires-Dist`` lines of ``package==version`` (raw, markers included), or why not."""
     verify: str | bool = str(ca_bundle) if ca_bundle else True
     base = (index_url or PYPI_SIMPLE).rstrip("/")
+    shown = _without_credentials(base)
     try:
         listing = requests.get(f"{base}/{canonicalize_name(package)}/", headers={"Accept": _JSON},
                                timeout=timeout, verify=verify)
-        if listing.status_code != 200 or "json" not in listing.headers.get("Content-Type", ""):
-            return None
+        if listing.status_code != 200:
+            return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} answered HTTP {listing.status_code}")
+        if "json" not in listing.headers.get("Content-Type", ""):
+            return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} offers no JSON listing (PEP 691)")
         wheel = _pick_wheel(listing.json().get("files", []), package, version)
         if wheel is None:
-            return None
+            return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} lists no Linux x86_64 wheel of it")
         url = str(wheel["url"]).split("#", 1)[0]
         if wheel.get("core-metadata") or wheel.get("data-dist-info-metadata"):
             response = requests.get(url + ".metadata", timeout=timeout, verify=verify)
             text = response.text if response.status_code == 200 else None
         else:
             text = _metadata_from_wheel(url, timeout=timeout, verify=verify)
-    except (requests.RequestException, ValueError, zipfile.BadZipFile, KeyError, OSError):
-        return None
+    except requests.RequestException as exc:
+        # The same words a failed build gets: tls, dns, proxy, unreachable... with the deciding line.
+        diagnosis = diagnose(f"{type(exc).__name__}: {exc}".replace(base, shown))
+        return Declared(LookupStatus.UNREACHABLE, reason=f"{shown}: {diagnosis.cause.value}: {diagnosis.line}")
+    except (ValueError, zipfile.BadZipFile, KeyError, OSError) as exc:
+        return Declared(LookupStatus.NOT_LISTED, reason=f"unreadable answer from {shown}: {type(exc).__name__}")
     if text is None:
-        return None
+        return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} gave no core metadata for the wheel")
     message = email.parser.Parser().parsestr(text, headersonly=True)
-    return tuple(message.get_all("Requires-Dist") or ())
+    return Declared(LookupStatus.FOUND, tuple(message.get_all("Requires-Dist") or ()))
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part: reasons are shown on the terminal and in logs."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
+def declared_requirements(package: str, version: str, *, index_url: str | None = None,
+                          ca_bundle: Path | None = None, timeout: float = 20.0) -> tuple[str, ...] | None:
+    """The ``Requires-Dist`` lines of ``package==version``, or None if unknown (see :func:`lookup_declared`)."""
+    found = lookup_declared(package, version, index_url=index_url, ca_bundle=ca_bundle, timeout=timeout)
+    return found.requirements if found.status is LookupStatus.FOUND else None
 
 
 def _pick_wheel(files: list[dict], package: str, version: str) -> dict | None:
@@ -136,19 +178,19 @@ class _RangeFile(io.RawIOBase):
 
 @dataclass
 class RequirementsLookup:
-    """Per-run cache of :func:`declared_requirements` (parallel builds ask once per release)."""
+    """Per-run cache of :func:`lookup_declared` (parallel builds ask once per release)."""
 
     index_url: str | None = None
     ca_bundle: Path | None = None
-    _cache: dict[tuple[str, str], tuple[str, ...] | None] = field(default_factory=dict)
+    _cache: dict[tuple[str, str], Declared] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, package: str, version: str) -> tuple[str, ...] | None:
+    def get(self, package: str, version: str) -> Declared:
         key = (package, version)
         with self._lock:
             if key not in self._cache:
-                self._cache[key] = declared_requirements(package, version, index_url=self.index_url,
-                                                         ca_bundle=self.ca_bundle)
+                self._cache[key] = lookup_declared(package, version, index_url=self.index_url,
+                                                   ca_bundle=self.ca_bundle)
             return self._cache[key]
 
 
@@ -156,20 +198,40 @@ class RequirementsLookup:
 DEPENDENCY_LAYER_PACKAGES = {"flashinfer": "flashinfer-python", "sglang": "sglang"}
 
 
+@dataclass(frozen=True, slots=True)
+class DroppedLayer:
+    """A dependency layer that was wanted but could not be had: its package brings its dependencies."""
+
+    layer: str
+    requirement: str        # package==version
+    reason: str
+
+
 def declared_for(stack: "Stack", lookup: RequirementsLookup, *, no_deps: frozenset[str],
-                 ) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]]:
-    """(layer -> declared requirements) for ``stack``'s dependency layers, and the packages not found.
+                 ) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[DroppedLayer, ...]]:
+    """(layer -> declared requirements) for ``stack``'s dependency layers, and the layers dropped.
 
     Layers installed ``--no-deps`` get none (their dependencies are deliberately left out).
     """
     versions = {"flashinfer": stack.flashinfer, "sglang": stack.sglang}
-    found, unknown = [], []
+    found, dropped = [], []
     for layer, package in DEPENDENCY_LAYER_PACKAGES.items():
         if layer in no_deps:
             continue
-        requirements = lookup.get(package, versions[layer])
-        if requirements is None:
-            unknown.append(f"{package}=={versions[layer]}")
+        declared = lookup.get(package, versions[layer])
+        if declared.status is LookupStatus.FOUND:
+            found.append((layer, declared.requirements))
         else:
-            found.append((layer, requirements))
-    return tuple(found), tuple(unknown)
+            dropped.append(DroppedLayer(layer, f"{package}=={versions[layer]}", declared.reason))
+    return tuple(found), tuple(dropped)
+
+
+def dropped_warning(dropped: tuple[DroppedLayer, ...], suffix: str) -> str:
+    """One line naming the dropped dependency layers and why (for stderr and the build log)."""
+    reasons = {d.reason for d in dropped}
+    if len(reasons) == 1:
+        named = f"{', '.join(d.requirement for d in dropped)} ({dropped[0].reason})"
+    else:
+        named = ", ".join(f"{d.requirement} ({d.reason})" for d in dropped)
+    return (f"no dependency layer for {named}; each installs its dependencies in its own layer, "
+            f"and the image tag ends in '{suffix}'")

@@ -42,14 +42,14 @@ from stackforge.build.options import Builder, BuildOptions
 from stackforge.build.progress import Board, ProgressView, summary_table
 from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, log_path, read_record,
                                       write_record)
-from stackforge.build.requires import RequirementsLookup, declared_for
+from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.build.verify import VerifyReport, label_check, verify_image
 from stackforge.derive import Derived
 from stackforge.errors import (HostError, Interrupted, RecordError, SpecError,
                                StackforgeError)
 from stackforge.model import Stack
 from stackforge.records import Status, utc_now
-from stackforge.render import ASSET_PORT, Rendered, render_stack, write_context
+from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
 
 Cell = tuple[Stack, Derived]
 
@@ -62,6 +62,7 @@ class BuildSummary:
     builder: str
     duration_s: float
     interrupted: bool = False
+    warnings: tuple[str, ...] = ()   # one line each, e.g. dependency layers dropped (index unreachable)
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -93,6 +94,7 @@ class _Run:
     requirements: RequirementsLookup
     redact: tuple[str, ...]
     container_labels: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)   # appended by workers (list.append is atomic)
 
 
 def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker.DockerClient,
@@ -117,7 +119,8 @@ def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker
                    redact=_secrets_to_redact())
         run.container_labels = {docker_engine.RUN_LABEL: run.run_id, **dict(options.labels)}
         records, interrupted = _run_all(run, cells, progress)
-    summary = BuildSummary(tuple(records), builder, round(time.monotonic() - started, 2), interrupted)
+    summary = BuildSummary(tuple(records), builder, round(time.monotonic() - started, 2), interrupted,
+                           warnings=tuple(dict.fromkeys(run.warnings)))
     if progress:
         from rich.console import Console
         Console(stderr=True).print(summary_table(summary))
@@ -228,6 +231,8 @@ class _Job:
         self.attempts = 0
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(f"[stackforge] {utc_now()} building {stack.id}\n", encoding="utf-8")
+        # The path only: the bundle itself never reaches a log.
+        self.log(f"[stackforge] CA bundle: {self.options.ca_bundle or 'none'}")
 
     # -- bookkeeping
 
@@ -301,24 +306,26 @@ class _Job:
 
     def render(self, base: BaseImage) -> Rendered:
         started = self.enter("render")
+        declared, dropped = self.declared()
         options = self.options.render_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
-                                              asset_port=self.run.asset_port, declared=self.declared(),
-                                              wheelhouse_mount=self.run.named_contexts)
+                                              asset_port=self.run.asset_port, declared=declared,
+                                              dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
         rendered = render_stack(self.stack, self.derived, options)
         write_context(rendered, Path(self.options.out_dir) / "contexts" / self.stack.id)
         self.fields.update(image_tag=rendered.tag, content_hash=rendered.content_hash, builder=self.run.builder)
         self.took("render", started)
         return rendered
 
-    def declared(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """What FlashInfer / SGLang declare they need, for their dependency layers (when the index says)."""
+    def declared(self) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]]:
+        """What FlashInfer / SGLang declare they need (when the index says), and the layers dropped."""
         if not self.options.dependency_layers:
-            return ()
-        found, unknown = declared_for(self.stack, self.run.requirements, no_deps=frozenset(self.options.no_deps))
-        for package in unknown:
-            self.log(f"[stackforge] render: the index does not say what {package} needs; "
-                     f"it brings its dependencies in its own layer")
-        return found
+            return (), ()
+        found, dropped = declared_for(self.stack, self.run.requirements, no_deps=frozenset(self.options.no_deps))
+        if dropped:
+            warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX)
+            self.log(f"[stackforge] render: warning: {warning}")
+            self.run.warnings.append(warning)
+        return found, tuple(d.layer for d in dropped)
 
     def resume(self, rendered: Rendered) -> BuildRecord | None:
         """--resume: the record says built and the image is still there with the same content hash."""
@@ -374,9 +381,12 @@ class _Job:
         reason = diagnosis.line or result.ending
         if not diagnosis.retryable or attempt > self.options.retries:
             extra = f" after {attempt} attempts" if attempt > 1 else ""
-            raise _Stop(BuildStatus.FAILED, f"build {result.ending}{extra}: {reason}")
+            # One line: the cause, the log line that decided it, and the remedy.
+            self.fields.update(cause=diagnosis.cause.value)
+            raise _Stop(BuildStatus.FAILED, f"build {result.ending}{extra}: {diagnosis.one_line()}")
         wait = self.options.retry_backoff_s * 2 ** (attempt - 1)
-        self.log(f"[stackforge] transient failure ({reason}); retry {attempt + 1} in {wait:.0f} s")
+        self.log(f"[stackforge] transient failure ({diagnosis.cause.value}: {reason}); "
+                 f"retry {attempt + 1} in {wait:.0f} s")
         self.run.board.update(self.stack.id, phase=f"retry {attempt + 1}")
         if self.run.cancel.wait(wait):
             raise _Stop(BuildStatus.INTERRUPTED, "interrupted while waiting to retry")

@@ -25,8 +25,10 @@ def image_options(func: F) -> F:
                      help="Additional pip index (repeatable)."),
         click.option("--find-links", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
                      help="Wheelhouse directory; torch is taken from it (air-gapped builds)."),
-        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-                     help="PEM bundle pip must trust; passed as a build secret, never stored in the image."),
+        click.option("--ca-bundle", metavar="PATH|none", default=None,
+                     help="PEM bundle pip must trust; passed as a build secret, never stored in the image. "
+                          "Default: the bundle pip on this host trusts (pip's global.cert, PIP_CERT, "
+                          "REQUESTS_CA_BUNDLE); 'none' builds without one."),
         click.option("--no-deps", "no_deps", multiple=True, type=click.Choice(["flashinfer", "kernel", "sglang"]),
                      help="Install this layer's package without its dependencies (labelled in the image)."),
         click.option("--dependency-layers/--no-dependency-layers", default=True, show_default=True,
@@ -68,13 +70,16 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to build", err=True)
         return
+    ca = ca_choice(ca_bundle)
     options = BuildOptions(base_image=base_image, index_url=index_url, extra_index_urls=tuple(extra_index_urls),
-                           find_links=find_links, ca_bundle=ca_bundle, push=push, jobs=jobs, resume=resume,
+                           find_links=find_links, ca_bundle=ca.path, push=push, jobs=jobs, resume=resume,
                            out_dir=out_dir, builder=Builder(builder), timeout_s=timeout_s,
                            no_deps=frozenset(no_deps), labels=_labels(labels), retries=retries,
                            verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers)
-    click.echo(f"building {len(cells)} stack(s) -> {out_dir}", err=True)
+    click.echo(f"building {len(cells)} stack(s) -> {out_dir}; {ca.describe()}", err=True)
     summary = build_stacks(cells, options, client=connect(), progress=progress)
+    for warning in summary.warnings:
+        click.echo(f"stackforge: warning: {warning}", err=True)
     if not progress:
         for record in summary.records:
             click.echo(f"  {record.status.value:<11} {record.stack_id}  {record.image_tag or '-'}  {record.reason}")
@@ -82,6 +87,14 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
         raise BuildError(f"{len(summary.failed)} of {len(summary.records)} stack(s) failed: "
                          f"{', '.join(summary.failed)}", failed=summary.failed,
                          remedy=f"see {out_dir}/logs/<stack-id>.log and {out_dir}/builds/<stack-id>.json")
+
+
+def ca_choice(ca_bundle: str | None):
+    """The CA bundle for ``--ca-bundle`` (default: pip's on this host; ``none``: no bundle)."""
+    import os
+
+    from stackforge.build.trust import resolve_ca_bundle
+    return resolve_ca_bundle(ca_bundle, os.environ)
 
 
 def selected_cells(matrix, cuda, targets, only, shard) -> list:

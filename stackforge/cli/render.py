@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli.build import image_options, selected_cells
+from stackforge.cli.build import ca_choice, image_options, selected_cells
 from stackforge.cli.options import shard_option, stack_selection
 
 
@@ -26,19 +26,31 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     """
     import dataclasses
 
-    from stackforge.build.requires import RequirementsLookup, declared_for
-    from stackforge.render import RenderOptions, render_stack, write_context
+    from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
+    from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack, write_context
 
+    # The same CA default as `build`: a bundle adds its secret mount to the Dockerfile, so render and
+    # build must agree on it for the tags to match.
+    ca = ca_choice(ca_bundle)
+    click.echo(ca.describe(), err=True)
     options = RenderOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
-                            ca_bundle=ca_bundle is not None, no_deps=frozenset(no_deps))
-    lookup = RequirementsLookup(index_url, ca_bundle)
+                            ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
+    lookup = RequirementsLookup(index_url, ca.path)
     cells = selected_cells(matrix, cuda, targets, only, shard)
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
+    warned: set[str] = set()
     for stack, derived in cells:
-        declared = declared_for(stack, lookup, no_deps=frozenset(no_deps))[0] if dependency_layers else ()
-        rendered = render_stack(stack, derived, dataclasses.replace(options, declared=declared))
+        declared, dropped = ((), ())
+        if dependency_layers:
+            declared, dropped = declared_for(stack, lookup, no_deps=frozenset(no_deps))
+        warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX) if dropped else ""
+        if warning and warning not in warned:   # stacks sharing a release share the warning
+            warned.add(warning)
+            click.echo(f"stackforge: warning: {warning}", err=True)
+        rendered = render_stack(stack, derived, dataclasses.replace(
+            options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
         folder = Path(out_dir) / stack.id
         write_context(rendered, folder)
         click.echo(f"{folder}  {rendered.tag}")
