@@ -52,7 +52,7 @@ ARCH = re.compile(r"^\d+\.\d+$")
 MINOR = re.compile(r"^\d+\.\d+$")
 
 REQUIRED_TABLES = {
-    "torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_min_driver",
+    "torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_driver_floor", "cuda_toolkit_driver",
     "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels",
 }
 TARGET_KEYS = {"gpu", "arch", "gpu_count", "interconnect", "multicast", "min_driver", "description", "sources"}
@@ -284,7 +284,7 @@ def test_tables_present_and_sourced() -> None:
         assert isinstance(table, dict), name
         _check_source(table.get("source"), f"tables.{name}.source")
         assert ("map" in table) != ("rows" in table), f"tables.{name}: exactly one of map / rows"
-        assert set(table) <= {"source", "note", "map", "rows"}, f"tables.{name}: unknown keys"
+        assert set(table) <= {"source", "note", "map", "rows", "reason"}, f"tables.{name}: unknown keys"
         if "note" in table:
             assert isinstance(table["note"], str)
 
@@ -315,11 +315,11 @@ def test_torch_arch_list_rows() -> None:
 
 def test_driver_and_image_tables() -> None:
     tables = _tables()
-    drivers = tables["cuda_min_driver"]["map"]
+    drivers = tables["cuda_toolkit_driver"]["map"]
     tags = tables["cuda_image_tags"]["map"]
     for toolkit, driver in drivers.items():
         assert MINOR.match(toolkit)
-        _check_version(driver, f"cuda_min_driver[{toolkit}]")
+        _check_version(driver, f"cuda_toolkit_driver[{toolkit}]")
         assert toolkit in tags, f"no image tag for toolkit {toolkit}"
     # Newer toolkits never need an older driver.
     ordered = sorted(drivers, key=Version)
@@ -412,7 +412,7 @@ def test_default_toolkits_are_covered_by_every_toolkit_table() -> None:
     tables = _tables()
     for toolkit in ("12.8", "13.0", "13.1"):
         assert toolkit in tables["torch_variant_for_toolkit"]["map"]
-        assert toolkit in tables["cuda_min_driver"]["map"]
+        assert toolkit in tables["cuda_toolkit_driver"]["map"]
         assert toolkit in tables["cuda_image_tags"]["map"]
         assert toolkit in tables["toolkit_wheels"]["map"]
 
