@@ -51,6 +51,11 @@ def load_matrix(path: Path) -> Matrix:
     includes = [_load_entry(e, what="include entry") for e in _entries(doc, "include")]
     combos, excluded = _expand(axes, excludes, includes)
     stacks = _to_stacks(combos, defaults, doc)
+    if not stacks:
+        raise SpecError("the matrix has no stacks: axes and include add no combination"
+                        + (f" ({excluded} excluded)" if excluded else ""), source=doc.source,
+                        line=doc.line_of("axes") if "axes" in doc else doc.line,
+                        remedy="give axes values, e.g. axes: {cuda: [\"13.1\"], ...}, or an include entry")
     return Matrix(name=str(doc.get("name", path.stem)), source=str(path), stacks=stacks,
                   targets=_load_targets(doc), excluded=excluded, description=str(doc.get("description", "")))
 
@@ -174,16 +179,30 @@ def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Sta
     return tuple(stacks.values())
 
 
-def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | None = None, only: tuple[str, ...] = ()) -> tuple[Stack, ...]:
-    """Select stacks by toolkit version (``--cuda 13.1``) and/or exact ids (``--only``)."""
+def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | tuple[str, ...] | None = None,
+                  only: tuple[str, ...] = ()) -> tuple[Stack, ...]:
+    """Select stacks by toolkit version(s) (``--cuda 13.1 --cuda 12.8``) and/or exact ids (``--only``).
+
+    Raises:
+        SpecError: a toolkit no stack has, or an unknown id; the message lists what the matrix has.
+    """
     selected = stacks
-    if cuda is not None:
-        wanted = parse_version(validate_version(cuda, what="--cuda"))
-        selected = tuple(s for s in selected if parse_version(s.cuda) == wanted)
+    wanted_cuda = (cuda,) if isinstance(cuda, str) else tuple(cuda or ())
+    if wanted_cuda:
+        wanted = {parse_version(validate_version(c, what="--cuda")) for c in wanted_cuda}
+        have = sorted({s.cuda for s in stacks}, key=parse_version)
+        missing = [c for c in wanted_cuda if not any(parse_version(h) == parse_version(c) for h in have)]
+        if missing:
+            raise SpecError(f"no stack of this matrix has CUDA {', '.join(missing)}; its stacks have CUDA "
+                            f"{', '.join(have) or '(none)'}", remedy="pick one of those, or add the version to the matrix")
+        selected = tuple(s for s in selected if parse_version(s.cuda) in wanted)
     if only:
         known = {s.id for s in stacks}
         unknown = [i for i in only if i not in known]
         if unknown:
             raise SpecError(f"unknown stack id(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         selected = tuple(s for s in selected if s.id in only)
+    if stacks and not selected:
+        raise SpecError(f"no stack matches both --cuda {', '.join(wanted_cuda)} and --only {', '.join(only)}",
+                        remedy="drop one of the filters")
     return selected

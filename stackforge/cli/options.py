@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from typing import Callable
 
 import click
@@ -15,8 +18,8 @@ def matrix_option(func: F) -> F:
 
 
 def cuda_option(func: F) -> F:
-    return click.option("--cuda", metavar="VERSION", default=None,
-                        help="Only stacks with this CUDA toolkit (e.g. 13.1).")(func)
+    return click.option("--cuda", metavar="VERSION", multiple=True,
+                        help="Only stacks with this CUDA toolkit (e.g. 13.1; repeatable: each one is kept).")(func)
 
 
 def target_option(func: F) -> F:
@@ -27,6 +30,16 @@ def target_option(func: F) -> F:
 def only_option(func: F) -> F:
     return click.option("--only", "only", metavar="STACK_ID", multiple=True,
                         help="Only this stack id (repeatable).")(func)
+
+
+def terminal_width() -> int | None:
+    """Width to fit text to: ``COLUMNS`` when set, else the terminal's; ``None`` (no limit) for a file or pipe."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def shard_option(func: F) -> F:
