@@ -118,12 +118,19 @@ def test_scope_without_plan_keeps_measured_stacks():
 # ----------------------------------------------------------------------------- conflicting options (#10)
 
 @pytest.mark.parametrize("args, words", [
-    (["--json", "--explain", WHEELS_131], "--json and --explain"),
-    (["--explain", WHEELS_131, "--preflight"], "--explain does not run the index preflight"),
-    (["--cache-dir", "/tmp/x"], "--cache-dir is only used by --preflight"),
+    (["plan", "--json", "--explain", WHEELS_131], "--json and --explain cannot be combined"),
+    (["plan", "--explain", WHEELS_131, "--preflight"], "--explain and --preflight cannot be combined"),
+    (["plan", "--cache-dir", "/tmp/x"], "--cache-dir is only used with --preflight"),
+    (["plan", "--explain", WHEELS_131, "--explain", "x"], "--explain was given 2 times; it takes one value"),
+    (["pick", "--target", "a", "--target", "b"], "--target was given 2 times"),
+    (["matrix", "diff", "--target", "a", "--target", "b", "x", "y"], "--target was given 2 times"),
+    (["pick", "--plan", "plan.json", "--no-plan"], "--no-plan and --plan cannot be combined"),
+    (["deadends", "--plan", "plan.json", "--matrix", "default"], "--plan and --matrix cannot be combined"),
+    (["probe", "--python", "/usr/bin/python3"], "--python is only used with --local"),
+    (["bench", "--local", "--builds", "out"], "--local and --builds cannot be combined"),
 ])
-def test_plan_conflicting_options_are_one_line_errors(args, words):
-    result = invoke("plan", *args)
+def test_conflicting_or_ignored_options_are_one_line_errors(args, words):
+    result = invoke(*args)
     assert result.exit_code == 2
     assert result.output.startswith(f"stackforge: error: {words}")
     assert len(result.output.strip().splitlines()) == 1

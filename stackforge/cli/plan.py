@@ -6,7 +6,7 @@ import json
 
 import click
 
-from stackforge.cli.options import stack_selection, terminal_width
+from stackforge.cli.options import refuse_together, refuse_unused, stack_selection, terminal_width
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
 from stackforge.plan import Plan, plan_file
@@ -42,14 +42,11 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
 
 def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None) -> None:
     """Options that one of the others would silently ignore are an error, not a surprise."""
-    if as_json and explain:
-        raise SpecError("--json and --explain are two different outputs; give one",
-                        remedy="the JSON holds every cell's findings: `plan --json --only STACK_ID`")
-    if explain and preflight:
-        raise SpecError("--explain does not run the index preflight; give --explain or --preflight",
-                        remedy="run `plan --preflight --only STACK_ID` for one stack's preflight")
-    if cache_dir and not preflight:
-        raise SpecError("--cache-dir is only used by --preflight", remedy="add --preflight or drop --cache-dir")
+    refuse_together("--json", "--explain", as_json and bool(explain),
+                    why="they are two outputs (the JSON holds every cell's findings; narrow it with --only)")
+    refuse_together("--explain", "--preflight", bool(explain) and preflight,
+                    why="--explain does not run the index preflight (narrow the preflight with --only)")
+    refuse_unused("--cache-dir", cache_dir is not None, needs="--preflight", present=preflight)
 
 
 def _find(plan: Plan, stack_id: str):
