@@ -187,4 +187,5 @@ def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...
 
 def plan_file(matrix_path: Path, **kwargs: Any) -> Plan:
     """Load a matrix file and the shipped knowledge, then plan."""
-    return plan_matrix(load_matrix(matrix_path), load_knowledge(), **kwargs)
+    knowledge = load_knowledge()
+    return plan_matrix(load_matrix(matrix_path, os_names=knowledge.tables.os_python), knowledge, **kwargs)
