@@ -182,3 +182,12 @@ def test_empty_axes_is_exit_2_with_file_and_line(tmp_path):
     result = invoke("plan", "--matrix", str(path))
     assert result.exit_code == 2
     assert "the matrix has no stacks" in result.output and "empty.yaml:4" in result.output
+
+
+def test_shipped_files_cite_only_matrices_that_exist():
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    cited = {(path.name, ref) for folder in ("matrices", "compat") for path in (root / folder).rglob("*.yaml")
+             for ref in re.findall(r"matrices/[\w.-]+\.yaml", path.read_text(encoding="utf-8"))}
+    assert [c for c in cited if not (root / c[1]).is_file()] == []
