@@ -38,7 +38,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from stackforge.derive import cell_driver_floor
+from stackforge.derive import DriverFloor, cell_driver_floor
 from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
@@ -46,7 +46,7 @@ from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, S
                                headline_value, image_reference, one_line, parse_plan, stack_order_key)
 
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
-           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
+           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json", "row_driver_floor",
            "shortfall_remedy"]
 
 EXIT_PICKED = 0
@@ -335,13 +335,19 @@ def _blocked_line(cell: Cell) -> str:
     return f"{cell.feature}: no evidence (never probed, no rule)"
 
 
-def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,
-                  target_min: str | None) -> Check:
-    # The same floor the plan shows (stackforge.derive.cell_driver_floor), from the plan JSON's facts.
+def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFloor:
+    """The driver floor the plan shows for this row (:func:`stackforge.derive.cell_driver_floor`), from the
+    plan JSON's facts: the CUDA family's floor, the target's ``min_driver``, ``requires: driver`` rules."""
     derived = row.derived or {}
     specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
-    floor = cell_driver_floor(derived.get("min_driver"), str(derived.get("min_driver_reason") or ""), target,
-                              target_min, specs)
+    return cell_driver_floor(derived.get("min_driver"), str(derived.get("min_driver_reason") or ""), target,
+                             target_min, specs)
+
+
+def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,
+                  target_min: str | None) -> Check:
+    floor = row_driver_floor(row, target, target_min)
+    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
     wanted = floor.text() if floor.version else ""
     because = f" ({'; '.join(floor.because)})" if floor.because else ""
     if host is None:

@@ -269,3 +269,13 @@ def test_markdown_notes_carry_whole_reasons_and_evidence_within_budget():
     text = render_md(build_matrix([record(CU131, "torch-symm-mem", "fail", reason=reason, evidence=evidence)],
                                   empty_plan(), TARGET))
     assert "END-OF-REASON" in text and "END-OF-EVIDENCE" in text and "…" not in text
+
+
+def test_html_shows_the_same_driver_floor_as_plan_and_pick():
+    from stackforge.report_html import render_html
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+    plan = parse_plan(plan_file(resolve_matrix_path(None)).to_json())
+    html = render_html(build_matrix([], plan, TARGET))
+    # CUDA 12.8 stack on the RTX PRO 6000 box: the target's own 570.26 lifts the 12.x floor of 525.
+    assert "driver ≥ 570.26" in html and "driver ≥ 580" in html and "driver ≥ 525" not in html
