@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from matrix_fixtures import CU128, CU131, DIGESTS, TARGET, plan_dict, record, seed_records
 from stackforge.cli import cli
 from stackforge.data import resolve_matrix_path
-from stackforge.plan import plan_file
 from stackforge.errors import NothingQualifiesError
 from stackforge.pick import pick
+from stackforge.plan import plan_file
 from stackforge.report import parse_plan
 from stackforge.results import finish_run, start_run, write_record
 

@@ -272,7 +272,6 @@ def test_markdown_notes_carry_whole_reasons_and_evidence_within_budget():
 
 
 def test_html_shows_the_same_driver_floor_as_plan_and_pick():
-    from stackforge.report_html import render_html
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
     plan = parse_plan(plan_file(resolve_matrix_path(None)).to_json())

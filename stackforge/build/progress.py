@@ -80,7 +80,7 @@ def progress_table(rows: list[Row], now: float) -> Table:
 _WIDE_EXTRA = 64
 
 
-def summary_table(summary: "BuildSummary", width: int | None = None) -> Table:
+def summary_table(summary: BuildSummary, width: int | None = None) -> Table:
     """The final table: status, image, size, time and the reason of every stack.
 
     Stack ids are never broken: where ``width`` (the console's) cannot hold an id beside the other
@@ -103,7 +103,7 @@ def summary_table(summary: "BuildSummary", width: int | None = None) -> Table:
     return table
 
 
-def _summary_blocks(summary: "BuildSummary", title: str) -> Table:
+def _summary_blocks(summary: BuildSummary, title: str) -> Table:
     """One row per stack in a single column: the id whole, then status, size, time, image and reason."""
     table = Table(title=title, show_lines=True)
     table.add_column("stack · status, size, time · image · reason / log", overflow="fold")
