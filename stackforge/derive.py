@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from stackforge.data import data_dir
@@ -213,7 +213,7 @@ class DriverFloor:
 
 
 def combine_driver_floor(parts: Iterable[tuple[str | None, str]]) -> DriverFloor:
-    """The highest version among ``(version, reason)`` parts; the reasons of the parts that reach it first.
+    """The highest version among ``(version, reason)`` parts, with every reason (those that reach it first).
 
     The plan (text, JSON) and ``pick`` both call this, so the floor they show and enforce is the same.
     """
@@ -238,7 +238,11 @@ def cell_driver_floor(stack_floor: str | None, stack_reason: str, target: str, t
 
 def spec_lower_bound(spec: str) -> str | None:
     """``">=570"`` -> ``"570"``: the lower bound a ``requires: driver`` specifier sets, if any."""
-    bounds = [s.version for s in SpecifierSet(spec) if s.operator in (">=", "==", "~=")]
+    try:
+        specifiers = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None    # plan JSON from elsewhere: an odd specifier sets no floor (pick still checks it)
+    bounds = [s.version for s in specifiers if s.operator in (">=", "==", "~=") and _is_version(s.version)]
     return max(bounds, key=Version) if bounds else None
 
 
