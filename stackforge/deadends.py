@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackforge.errors import SpecError
-from stackforge.report import (GLYPHS, CellStatus, Cell, MatrixReport, Row, Source, image_reference, one_line,
+from stackforge.report import (GLYPHS, CellStatus, Cell, MatrixReport, Row, Source, image_reference,
                                source_text, target_text)
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "Unblock", "find_dead_ends",
@@ -118,13 +118,13 @@ def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
         cell = row.cell(feature)
         if cell.source is Source.MEASURED and cell.status is CellStatus.PASS:
             tier = cell.tier.value if cell.tier else None
-            return Unblock(row.stack_id, "measured", tier, one_line(cell.reason))
+            return Unblock(row.stack_id, "measured", tier, _flat(cell.reason))
     for row in rows:
         cell = row.cell(feature)
         if row.plan_status == "kept" and cell.status in _MAYBE_ALIVE:
             detail = ("no rule blocks it; not measured yet" if cell.status is not CellStatus.HAZARD
                       else f"works with a hazard per rule {cell.prediction.rule if cell.prediction else ''}: "
-                           f"{one_line(cell.reason)}")
+                           f"{_flat(cell.reason)}")
             return Unblock(row.stack_id, "predicted", None, detail)
     return None
 
@@ -166,22 +166,29 @@ def _md(report: DeadEndReport) -> str:
         lines.append("No dead ends: every feature is measured or predicted to work on every kept stack.")
     for dead in report.dead_ends:
         head = dead.headline
-        lines.append(f"- [x] **{dead.feature}** — DEAD END on {len(dead.dead_on)} of {dead.stacks_total} "
-                     f"stacks ({one_line(head.reason, 160)})")
+        # A todo list: the box is ticked only once a stack is measured to pass (the way out is proven).
+        box = "x" if dead.unblocked_by is not None and dead.unblocked_by.basis == "measured" else " "
+        lines.append(f"- [{box}] **{dead.feature}** — DEAD END on {len(dead.dead_on)} of {dead.stacks_total} "
+                     f"stacks ({_flat(head.reason)})")
         for entry in dead.dead_on:
             glyph = GLYPHS[CellStatus(entry.status)]
-            text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {one_line(entry.reason, 200)}"
+            text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {_flat(entry.reason)}"
             if entry.evidence:
-                text += f" — evidence: `{one_line(entry.evidence.replace('`', chr(39)), 200)}`"
+                text += f" — evidence: `{_flat(entry.evidence.replace('`', chr(39)))}`"
             if entry.sources:
                 text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
             lines.append(text)
         lines.append(f"  - ➜ {_unblock_text(dead.unblocked_by)}")
     if report.pruned:
         lines += ["", "Stacks pruned by the plan (cannot be built or run as a whole):"]
-        lines += [f"- ⛔ `{stack}`: {'; '.join(one_line(r, 200) for r in reasons)}"
+        lines += [f"- ⛔ `{stack}`: {'; '.join(_flat(r) for r in reasons)}"
                   for stack, reasons in report.pruned]
     return "\n".join(lines) + "\n"
+
+
+def _flat(text: str) -> str:
+    """One line, whitespace collapsed, never cut: the list is read from files as much as from terminals."""
+    return " ".join(str(text).split())
 
 
 def _text(report: DeadEndReport) -> str:
@@ -190,9 +197,9 @@ def _text(report: DeadEndReport) -> str:
         lines.append("  none")
     for dead in report.dead_ends:
         lines.append(f"  {dead.feature} — DEAD END on {len(dead.dead_on)}/{dead.stacks_total} stacks "
-                     f"({one_line(dead.headline.reason, 120)}); {_unblock_text(dead.unblocked_by)}")
+                     f"({_flat(dead.headline.reason)}); {_unblock_text(dead.unblocked_by)}")
     for stack, reasons in report.pruned:
-        lines.append(f"  pruned: {stack}: {'; '.join(one_line(r, 160) for r in reasons)}")
+        lines.append(f"  pruned: {stack}: {'; '.join(_flat(r) for r in reasons)}")
     return "\n".join(lines) + "\n"
 
 

@@ -7,10 +7,12 @@ driver) is derived here from data, so the Dockerfile templates and the rules see
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from stackforge.data import data_dir
 from stackforge.errors import SpecError
@@ -40,7 +42,11 @@ class Derived:
         base_python: python3 version the base provides.
         toolkit_wheels: exact ``nvidia-*`` wheel pins for the wheels flavour (nvcc, nvvm, crt...).
         has_nvcc: whether the image will have nvcc (devel, or wheels with CUDA >= 13).
-        min_driver: lowest driver for the toolkit (GA, Linux x86_64).
+        min_driver: the stack's driver floor: the oldest driver that runs it through CUDA
+            minor-version compatibility (the higher of the toolkit's and the torch wheel's CUDA family).
+        min_driver_reason: why ``min_driver`` is that version (from ``cuda_driver_floor``).
+        toolkit_driver: the driver bundled with the toolkit's GA release (information only; needed just
+            for features outside minor-version compatibility), or ``None`` when not tabulated.
         expected_arch_list: TORCH_CUDA_ARCH_LIST the torch variant is known to be built with.
         sglang_pins: SGLang's own pins for this release (package -> requirement), if known.
     """
@@ -58,6 +64,8 @@ class Derived:
     toolkit_wheels: dict[str, str] = field(default_factory=dict)
     has_nvcc: bool = True
     min_driver: str | None = None
+    min_driver_reason: str = ""
+    toolkit_driver: str | None = None
     expected_arch_list: tuple[str, ...] = ()
     sglang_pins: dict[str, str] = field(default_factory=dict)
 
@@ -76,7 +84,9 @@ class Tables:
     torch_variant_for_toolkit: dict[str, str]
     torch_variants: tuple[tuple[SpecifierSet, tuple[str, ...], str], ...]   # (torch spec, variants, pypi default)
     torch_arch_list: tuple[tuple[SpecifierSet, str, tuple[str, ...]], ...]   # (torch spec, variant, archs)
-    cuda_min_driver: dict[str, str]
+    cuda_driver_floor: dict[str, str]          # CUDA major -> minor-version compatibility floor
+    cuda_driver_floor_reason: str              # template with {major} and {floor}
+    cuda_toolkit_driver: dict[str, str]        # toolkit minor -> driver bundled with its GA release
     cuda_image_tags: dict[str, str]
     os_python: dict[str, str]
     sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins
@@ -84,8 +94,8 @@ class Tables:
     sources: dict[str, tuple[Source, ...]]     # table name -> sources
 
 
-TABLE_NAMES = ("torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_min_driver",
-               "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels")
+TABLE_NAMES = ("torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_driver_floor",
+               "cuda_toolkit_driver", "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels")
 DEBIAN_CODENAMES = {"debian12": "bookworm", "debian13": "trixie"}
 
 
@@ -105,7 +115,9 @@ def load_tables(path: Path | None = None) -> Tables:
                              for r in _rows(parsed["torch_variants"])),
         torch_arch_list=tuple((_spec(r, "torch"), str(r["variant"]), tuple(str(r["archs"]).split(";")))
                               for r in _rows(parsed["torch_arch_list"])),
-        cuda_min_driver=_string_map(parsed["cuda_min_driver"]),
+        cuda_driver_floor=_string_map(parsed["cuda_driver_floor"], extra_keys={"reason"}),
+        cuda_driver_floor_reason=str(parsed["cuda_driver_floor"].get("reason", "CUDA {major}.x: driver >= {floor}")),
+        cuda_toolkit_driver=_string_map(parsed["cuda_toolkit_driver"]),
         cuda_image_tags=_string_map(parsed["cuda_image_tags"]),
         os_python=_string_map(parsed["os_python"]),
         sglang_pins={str(r["sglang"]): {k: str(v) for k, v in r.items() if k != "sglang"}
@@ -117,13 +129,13 @@ def load_tables(path: Path | None = None) -> Tables:
     )
 
 
-def _map(table: LineDict) -> LineDict:
-    check_keys(table, allowed={"source", "sources", "map", "note"}, what="table", required={"map"})
+def _map(table: LineDict, extra_keys: frozenset[str] | set[str] = frozenset()) -> LineDict:
+    check_keys(table, allowed={"source", "sources", "map", "note", *extra_keys}, what="table", required={"map"})
     return require_mapping(table["map"], what="table map", source=table.source)
 
 
-def _string_map(table: LineDict) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(table).items()}
+def _string_map(table: LineDict, extra_keys: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(table, extra_keys).items()}
 
 
 def _rows(table: LineDict) -> list[LineDict]:
@@ -151,9 +163,11 @@ def derive(stack: Stack, tables: Tables) -> Derived:
     variant = stack.torch_variant or _lookup(tables.torch_variant_for_toolkit, cuda_minor, "CUDA toolkit",
                                              "torch_variant_for_toolkit")
     pins = tables.sglang_pins.get(stack.sglang, {})
+    torch_cuda = variant_cuda(variant)
+    floor, floor_reason = driver_floor_for(stack.cuda, torch_cuda, tables)
     return Derived(
         torch_variant=variant,
-        torch_cuda=variant_cuda(variant),
+        torch_cuda=torch_cuda,
         torch_index_url=_torch_index(stack.torch, variant, tables),
         torch_requirement=f"torch=={stack.torch}",
         kernel_package=pins.get("kernel_package"),
@@ -164,10 +178,80 @@ def derive(stack: Stack, tables: Tables) -> Derived:
         base_python=tables.os_python.get(stack.os),
         toolkit_wheels=dict(tables.toolkit_wheels.get(cuda_minor, {})) if stack.flavour is Flavour.WHEELS else {},
         has_nvcc=_has_nvcc(stack),
-        min_driver=tables.cuda_min_driver.get(cuda_minor),
+        min_driver=floor,
+        min_driver_reason=floor_reason,
+        toolkit_driver=tables.cuda_toolkit_driver.get(cuda_minor),
         expected_arch_list=_arch_list(stack.torch, variant, tables),
         sglang_pins=pins,
     )
+
+
+def driver_floor_for(cuda: str, torch_cuda: str | None, tables: Tables) -> tuple[str | None, str]:
+    """The minor-version compatibility floor of the newest CUDA family the stack carries, and why."""
+    majors = sorted({parse_version(v).major for v in (cuda, torch_cuda) if v}, reverse=True)
+    for major in majors:
+        floor = tables.cuda_driver_floor.get(str(major))
+        if floor is not None:
+            what = f"toolkit {cuda}" + (f", torch wheel CUDA {torch_cuda}" if torch_cuda else "")
+            reason = tables.cuda_driver_floor_reason.format(major=major, floor=floor)
+            return floor, f"{reason} ({what})"
+    return None, ""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFloor:
+    """The one driver floor of a stack on a target: the highest of its parts, with every reason."""
+
+    version: str | None
+    because: tuple[str, ...]
+
+    def text(self) -> str:
+        return f">= {self.version}" if self.version else "unknown"
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "because": list(self.because)}
+
+
+def combine_driver_floor(parts: Iterable[tuple[str | None, str]]) -> DriverFloor:
+    """The highest version among ``(version, reason)`` parts, with every reason (those that reach it first).
+
+    The plan (text, JSON) and ``pick`` both call this, so the floor they show and enforce is the same.
+    """
+    known = [(v, r) for v, r in parts if v and _is_version(v)]
+    if not known:
+        return DriverFloor(None, ())
+    top = max(Version(v) for v, _ in known)
+    reaching = [f"{r} [>= {v}]" for v, r in known if Version(v) == top]
+    others = [f"{r} [>= {v}]" for v, r in known if Version(v) != top]
+    best = next(v for v, _ in known if Version(v) == top)
+    return DriverFloor(best, tuple(reaching + others))
+
+
+def cell_driver_floor(stack_floor: str | None, stack_reason: str, target: str, target_min: str | None,
+                      requires: Iterable[tuple[str, str]]) -> DriverFloor:
+    """A stack's floor on a target: its CUDA family's, the target's ``min_driver``, ``requires`` rules."""
+    parts = [(stack_floor, stack_reason or "CUDA minor-version compatibility"),
+             (target_min, f"target {target} hardware (min_driver)")]
+    parts += [(spec_lower_bound(spec), f"rule {rule}") for rule, spec in requires]
+    return combine_driver_floor(parts)
+
+
+def spec_lower_bound(spec: str) -> str | None:
+    """``">=570"`` -> ``"570"``: the lower bound a ``requires: driver`` specifier sets, if any."""
+    try:
+        specifiers = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None    # plan JSON from elsewhere: an odd specifier sets no floor (pick still checks it)
+    bounds = [s.version for s in specifiers if s.operator in (">=", "==", "~=") and _is_version(s.version)]
+    return max(bounds, key=Version) if bounds else None
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(str(text))
+    except InvalidVersion:
+        return False
+    return True
 
 
 def variant_cuda(variant: str) -> str | None:

@@ -21,13 +21,14 @@ combination. Every value is validated here, before it can reach a Dockerfile.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from stackforge.errors import SpecError
 from stackforge.model import FLASHINFER_ADDONS, Flavour, Matrix, Stack
 from stackforge.versions import parse_version, validate_identifier, validate_version
-from stackforge.yamlio import LineDict, check_keys, load_file, require_mapping
+from stackforge.yamlio import LineDict, check_keys, describe, load_file, require_mapping
 
 MATRIX_SCHEMA = 1
 VERSION_KEYS = ("cuda", "torch", "flashinfer", "sglang", "python", "kernel")
@@ -40,17 +41,29 @@ TOP_KEYS = frozenset({"schema", "name", "description", "targets", "defaults", "a
 Combo = dict[str, Any]
 
 
-def load_matrix(path: Path) -> Matrix:
-    """Load, validate and expand one matrix file. Raises SpecError with ``file:line`` on bad input."""
+def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
+    """Load, validate and expand one matrix file. Raises SpecError with ``file:line`` on bad input.
+
+    ``os_names``: the base OS names stackforge knows (``compat/tables.yaml`` os_python); when given,
+    any other ``os`` value is refused where it is written, with the valid names.
+    """
     doc = require_mapping(load_file(path), what="matrix file", source=str(path))
     check_keys(doc, allowed=TOP_KEYS, what="matrix file", required={"schema", "targets"})
     _check_schema(doc)
-    axes = _load_axes(doc.get("axes", _empty_like(doc)))
-    defaults = _load_entry(doc["defaults"], what="defaults") if "defaults" in doc else {}
+    if os_names:
+        _check_os_names(doc, frozenset(os_names))
+    axes = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
+    defaults = (_load_entry(doc["defaults"], what="defaults", source=doc.source, line=doc.line_of("defaults"))
+                if "defaults" in doc else {})
     excludes = [_load_entry(e, what="exclude entry") for e in _entries(doc, "exclude")]
     includes = [_load_entry(e, what="include entry") for e in _entries(doc, "include")]
     combos, excluded = _expand(axes, excludes, includes)
     stacks = _to_stacks(combos, defaults, doc)
+    if not stacks:
+        raise SpecError("the matrix has no stacks: axes and include add no combination"
+                        + (f" ({excluded} excluded)" if excluded else ""), source=doc.source,
+                        line=doc.line_of("axes") if "axes" in doc else doc.line,
+                        remedy="give axes values, e.g. axes: {cuda: [\"13.1\"], ...}, or an include entry")
     return Matrix(name=str(doc.get("name", path.stem)), source=str(path), stacks=stacks,
                   targets=_load_targets(doc), excluded=excluded, description=str(doc.get("description", "")))
 
@@ -60,6 +73,22 @@ def _empty_like(parent: LineDict) -> LineDict:
     empty = LineDict()
     empty.line, empty.lines, empty.source = parent.line, {}, parent.source
     return empty
+
+
+def _check_os_names(doc: LineDict, known: frozenset[str]) -> None:
+    """Every ``os`` value of axes, defaults, include and exclude must be a known base OS."""
+    places: list[tuple[Any, int]] = []
+    axes = doc.get("axes")
+    if isinstance(axes, LineDict) and isinstance(axes.get("os"), list):
+        places += [(v, axes["os"].line_of(i)) for i, v in enumerate(axes["os"])]
+    entries = [doc.get("defaults")] + [e for key in ("include", "exclude") if isinstance(doc.get(key), list)
+                                       for e in doc[key]]
+    places += [(e["os"], e.line_of("os")) for e in entries if isinstance(e, LineDict) and "os" in e]
+    for value, line in places:
+        if str(value) not in known:
+            raise SpecError(f"unknown os {repr(value) if isinstance(value, str) else f'({describe(value)})'}; "
+                            f"valid: {', '.join(sorted(known))}", source=doc.source, line=line,
+                            remedy="add the OS to compat/tables.yaml os_python (with a source) to use another")
 
 
 def _check_schema(doc: LineDict) -> None:
@@ -84,19 +113,20 @@ def _load_targets(doc: LineDict) -> tuple[str, ...]:
                  for i, t in enumerate(value))
 
 
-def _load_axes(axes: Any) -> dict[str, list[Any]]:
-    axes = require_mapping(axes, what="axes", source=getattr(axes, "source", ""))
+def _load_axes(axes: Any, *, source: str, line: int) -> dict[str, list[Any]]:
+    axes = require_mapping(axes, what="axes", source=source, line=line)
     check_keys(axes, allowed=STACK_KEYS, what="axes")
     loaded: dict[str, list[Any]] = {}
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
-            raise SpecError(f"axis {key!r} must be a non-empty list", source=axes.source, line=axes.line_of(key))
+            raise SpecError(f"axis {key!r} must be a non-empty list, got {describe(values)}", source=axes.source,
+                            line=axes.line_of(key))
         loaded[key] = [_value(key, v, source=axes.source, line=values.line_of(i)) for i, v in enumerate(values)]
     return loaded
 
 
-def _load_entry(entry: Any, *, what: str) -> Combo:
-    entry = require_mapping(entry, what=what, source=getattr(entry, "source", ""))
+def _load_entry(entry: Any, *, what: str, source: str = "", line: int | None = None) -> Combo:
+    entry = require_mapping(entry, what=what, source=getattr(entry, "source", source), line=line)
     check_keys(entry, allowed=STACK_KEYS, what=what)
     combo: Combo = {k: _value(k, v, source=entry.source, line=entry.line_of(k)) for k, v in entry.items()}
     combo["_line"] = entry.line
@@ -107,7 +137,7 @@ def _value(key: str, value: Any, *, source: str, line: int) -> Any:
     """Validate one axis value for its key; returns the normalised value."""
     if key in VERSION_KEYS:
         if value is None or isinstance(value, (bool, list, dict)):
-            raise SpecError(f"{key} must be a version string, got {value!r}", source=source, line=line)
+            raise SpecError(f"{key} must be a version string, got {describe(value)}", source=source, line=line)
         return validate_version(value, what=key, source=source, line=line)
     if key == "flavour":
         text = validate_identifier(value, what="flavour", source=source, line=line)
@@ -174,16 +204,30 @@ def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Sta
     return tuple(stacks.values())
 
 
-def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | None = None, only: tuple[str, ...] = ()) -> tuple[Stack, ...]:
-    """Select stacks by toolkit version (``--cuda 13.1``) and/or exact ids (``--only``)."""
+def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | tuple[str, ...] | None = None,
+                  only: tuple[str, ...] = ()) -> tuple[Stack, ...]:
+    """Select stacks by toolkit version(s) (``--cuda 13.1 --cuda 12.8``) and/or exact ids (``--only``).
+
+    Raises:
+        SpecError: a toolkit no stack has, or an unknown id; the message lists what the matrix has.
+    """
     selected = stacks
-    if cuda is not None:
-        wanted = parse_version(validate_version(cuda, what="--cuda"))
-        selected = tuple(s for s in selected if parse_version(s.cuda) == wanted)
+    wanted_cuda = (cuda,) if isinstance(cuda, str) else tuple(cuda or ())
+    if wanted_cuda:
+        wanted = {parse_version(validate_version(c, what="--cuda")) for c in wanted_cuda}
+        have = sorted({s.cuda for s in stacks}, key=parse_version)
+        missing = [c for c in wanted_cuda if not any(parse_version(h) == parse_version(c) for h in have)]
+        if missing:
+            raise SpecError(f"no stack of this matrix has CUDA {', '.join(missing)}; its stacks have CUDA "
+                            f"{', '.join(have) or '(none)'}", remedy="pick one of those, or add the version to the matrix")
+        selected = tuple(s for s in selected if parse_version(s.cuda) in wanted)
     if only:
         known = {s.id for s in stacks}
         unknown = [i for i in only if i not in known]
         if unknown:
             raise SpecError(f"unknown stack id(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         selected = tuple(s for s in selected if s.id in only)
+    if stacks and not selected:
+        raise SpecError(f"no stack matches both --cuda {', '.join(wanted_cuda)} and --only {', '.join(only)}",
+                        remedy="drop one of the filters")
     return selected

@@ -5,9 +5,10 @@ A stack qualifies when:
 * the plan did not prune it for the target;
 * every required feature is *measured* to pass (a ``gate``-tier pass counts, flagged "gate evidence
   only", when no runtime or bench result exists -- e.g. nightly CI without the GPU);
-* the driver, when given, is at least the stack's minimum (the plan's derived ``min_driver``, the
-  target's own ``min_driver``, and any ``requires: driver`` rule; compared as versions, so
-  ``"580.95.05" >= "580.65.06"``);
+* the driver, when given, meets the stack's driver floor, the one the plan shows: the highest of
+  the CUDA family's minor-version compatibility floor (the plan's derived ``min_driver``), the
+  target's own ``min_driver`` and any ``requires: driver`` rule (compared as versions, so
+  ``"580.95.05" >= "580"``); the driver bundled with the toolkit release is not required;
 * an image that was actually probed exists (the records' provenance).
 
 Among the qualifiers, measured evidence beats gate-only evidence, then the best metric wins
@@ -37,13 +38,15 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from stackforge.derive import DriverFloor, cell_driver_floor
 from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.records import ResultRecord, Status, Tier
+from stackforge.versions import validate_version
 from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
                                headline_value, image_reference, one_line, parse_plan, stack_order_key)
 
-__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick",
-           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
+__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
+           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json", "row_driver_floor",
            "shortfall_remedy"]
 
 EXIT_PICKED = 0
@@ -94,6 +97,45 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class Scope:
+    """Which stacks may be picked: some toolkits (``--cuda``), some ids (``--only``), the plan's stacks.
+
+    ``plan_only`` holds when the user handed over a plan or matrix: a stack the plan does not
+    contain (measured by an older run, say) is then not a candidate at all.
+    """
+
+    cuda: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    plan_only: bool = False
+
+    def select(self, rows: Sequence[Row]) -> tuple[Row, ...]:
+        """The rows in scope. Raises SpecError for an id or toolkit that no stack has (listing those known)."""
+        chosen = tuple(rows)
+        if self.plan_only:
+            chosen = tuple(r for r in chosen if r.plan_status != "unplanned")
+        if self.cuda:
+            chosen = self._by_cuda(chosen)
+        if self.only:
+            known = sorted(r.stack_id for r in chosen)
+            unknown = [i for i in self.only if i not in known]
+            if unknown:
+                raise SpecError(f"unknown stack id(s) for --only: {', '.join(unknown)}; valid: "
+                                f"{', '.join(known) or '(none)'}",
+                                remedy="copy an id from `stackforge plan` or `stackforge matrix`")
+            chosen = tuple(r for r in chosen if r.stack_id in self.only)
+        return chosen
+
+    def _by_cuda(self, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+        wanted = {_loose_version(validate_version(c, what="--cuda")) for c in self.cuda}
+        have = {_loose_version(str(r.stack.get("cuda"))): str(r.stack.get("cuda")) for r in rows}
+        missing = [c for c in self.cuda if _loose_version(c) not in have]
+        if missing:
+            raise SpecError(f"no stack with CUDA {', '.join(missing)} for this pick; the stacks have CUDA "
+                            f"{', '.join(sorted(set(have.values()), key=_loose_version)) or '(none)'}")
+        return tuple(r for r in rows if _loose_version(str(r.stack.get("cuda"))) in wanted)
+
+
+@dataclass(frozen=True, slots=True)
 class Pick:
     """The chosen image and why."""
 
@@ -128,7 +170,8 @@ class Pick:
 
 
 def pick(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
-         require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput") -> Pick:
+         require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput", *,
+         scope: Scope | None = None) -> Pick:
     """Pick the best image for ``target`` by evidence.
 
     Args:
@@ -139,13 +182,14 @@ def pick(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], ta
         require: features that must work.
         driver: the host's driver version (``"580.95.05"``), or None to skip the driver check.
         optimize: ``"throughput"`` or ``"newest"``.
+        scope: which stacks may be picked at all (toolkits, stack ids, the plan's stacks only).
 
     Raises:
         NothingQualifiesError: no stack qualifies; the message names the closest stack and what blocks
             it, and ``exc.shortfall`` holds the candidates (closest first).
         SpecError: an unknown feature, target, optimize value or a driver that is not a version.
     """
-    candidates = evaluate_candidates(records, plan, target, require, driver, optimize)
+    candidates = evaluate_candidates(records, plan, target, require, driver, optimize, scope=scope)
     chosen = choose(candidates, target, optimize)
     if chosen is None:
         error = NothingQualifiesError(explain_shortfall(candidates, target, require, driver),
@@ -172,8 +216,8 @@ def shortfall_remedy(target: str) -> str:
 
 def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
                         require: Sequence[str] = (), driver: str | None = None,
-                        optimize: str = "throughput") -> tuple[Candidate, ...]:
-    """Judge every stack known for ``target`` (in version order) against the requirements."""
+                        optimize: str = "throughput", *, scope: Scope | None = None) -> tuple[Candidate, ...]:
+    """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements."""
     if optimize not in OPTIMIZE:
         raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
     host_driver = _driver_version(driver)
@@ -184,7 +228,8 @@ def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mappin
         raise SpecError(f"unknown feature(s) for target {target}: {', '.join(unknown)}; "
                         f"known: {', '.join(report.features) or '(none)'}")
     target_min = report.target_info.get("min_driver")
-    return tuple(_candidate(row, tuple(require), driver, host_driver, target_min) for row in report.rows)
+    rows = (scope or Scope()).select(report.rows)
+    return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)
 
 
 def closest_first(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
@@ -234,11 +279,11 @@ def pick_to_json(result: Pick | None, candidates: Sequence[Candidate], target: s
 # ---------------------------------------------------------------------------------------------- internals
 
 
-def _candidate(row: Row, require: tuple[str, ...], driver: str | None, host_driver: Version | None,
-               target_min: str | None) -> Candidate:
+def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | None,
+               host_driver: Version | None, target_min: str | None) -> Candidate:
     checks = [_plan_check(row)]
     checks += [_feature_check(row.cell(feature)) for feature in require]
-    checks.append(_driver_check(row, driver, host_driver, target_min))
+    checks.append(_driver_check(row, target, driver, host_driver, target_min))
     evidence = [r for f in require for r in row.cell(f).records if r.outcome.status is not Status.SKIP]
     image, pinned, warnings = _image(evidence or list(row.records))
     pinning = "pinned by digest" if pinned else "not pinned"
@@ -290,18 +335,29 @@ def _blocked_line(cell: Cell) -> str:
     return f"{cell.feature}: no evidence (never probed, no rule)"
 
 
-def _driver_check(row: Row, driver: str | None, host: Version | None, target_min: str | None) -> Check:
-    minimums = [m for m in ((row.derived or {}).get("min_driver"), target_min) if m]
-    specs = [str(f.requires["driver"]) for f in row.findings if f.requires and f.requires.get("driver")]
-    needed = max(minimums, key=_loose_version) if minimums else None
-    wanted = " and ".join(([f">= {needed}"] if needed else []) + specs) or ""
+def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFloor:
+    """The driver floor the plan shows for this row (:func:`stackforge.derive.cell_driver_floor`), from the
+    plan JSON's facts: the CUDA family's floor, the target's ``min_driver``, ``requires: driver`` rules."""
+    derived = row.derived or {}
+    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
+    return cell_driver_floor(derived.get("min_driver"), str(derived.get("min_driver_reason") or ""), target,
+                             target_min, specs)
+
+
+def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,
+                  target_min: str | None) -> Check:
+    floor = row_driver_floor(row, target, target_min)
+    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
+    wanted = floor.text() if floor.version else ""
+    because = f" ({'; '.join(floor.because)})" if floor.because else ""
     if host is None:
-        return Check("driver", True, f"driver not checked (pass --driver; this stack needs {wanted})"
+        return Check("driver", True, f"driver not checked (pass --driver; this stack needs {wanted}{because})"
                      if wanted else "driver not checked (no minimum known for this stack)")
-    too_old = needed is not None and host < _loose_version(needed)
-    unmet = [s for s in specs if not _spec_allows(s, host)]
+    too_old = floor.version is not None and host < _loose_version(floor.version)
+    unmet = [s for _, s in specs if not _spec_allows(s, host)]
     if too_old or unmet:
-        return Check("driver", False, f"driver {driver} is too old: this stack needs {wanted}")
+        needs = " and ".join(([wanted] if wanted else []) + unmet)
+        return Check("driver", False, f"driver {driver} is too old: this stack needs {needs}{because}")
     return Check("driver", True, f"driver {driver} meets {wanted}" if wanted
                  else f"driver {driver} (no minimum known for this stack)")
 

@@ -14,7 +14,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from stackforge.data import display_path
-from stackforge.derive import Derived, Tables, derive, load_tables
+from stackforge.derive import Derived, DriverFloor, Tables, cell_driver_floor, derive, load_tables
 from stackforge.errors import SpecError
 from stackforge.matrix import filter_stacks, load_matrix
 from stackforge.model import Matrix, Stack, Target
@@ -53,6 +53,13 @@ class Cell:
     def status(self) -> str:
         return "pruned" if self.pruned else "kept"
 
+    def driver_floor(self) -> DriverFloor:
+        """The one driver floor of this cell (CUDA family, target hardware, ``requires`` rules)."""
+        requires = [(f.rule.id, str(f.rule.requires["driver"])) for f in self.findings
+                    if f.rule.requires and f.rule.requires.get("driver")]
+        return cell_driver_floor(self.derived.min_driver, self.derived.min_driver_reason, self.target.name,
+                                 self.target.min_driver, requires)
+
     def predictions(self) -> tuple[Prediction, ...]:
         """One prediction per feature: unavailable beats hazard; no rule means unknown until probed."""
         return tuple(_predict(feature, self.findings) for feature in FEATURES)
@@ -60,6 +67,7 @@ class Cell:
     def to_json(self) -> dict[str, Any]:
         return {"stack_id": self.stack.id, "stack": self.stack.to_json(), "target": self.target.name,
                 "status": self.status, "derived": self.derived.to_json(),
+                "driver_floor": self.driver_floor().to_json(),
                 "findings": [f.to_json() for f in self.findings],
                 "predictions": [p.to_json() for p in self.predictions()]}
 
@@ -169,9 +177,9 @@ def resolve_targets(names: tuple[str, ...], knowledge: Knowledge) -> tuple[Targe
     return tuple(knowledge.targets[n] for n in names)
 
 
-def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...] = (), cuda: str | None = None,
-                only: tuple[str, ...] = ()) -> Plan:
-    """Expand and judge a matrix (optionally for other targets, one toolkit, or some stack ids)."""
+def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...] = (),
+                cuda: str | tuple[str, ...] | None = None, only: tuple[str, ...] = ()) -> Plan:
+    """Expand and judge a matrix (optionally for other targets, some toolkits, or some stack ids)."""
     chosen = resolve_targets(targets or matrix.targets, knowledge)
     stacks = filter_stacks(matrix.stacks, cuda=cuda, only=only)
     evaluator = Evaluator(knowledge.rules)
@@ -184,4 +192,5 @@ def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...
 
 def plan_file(matrix_path: Path, *, user_compat: UserCompat | None = None, **kwargs: Any) -> Plan:
     """Load a matrix file and the shipped knowledge (with a user compat directory on top), then plan."""
-    return plan_matrix(load_matrix(matrix_path), load_knowledge(user=user_compat), **kwargs)
+    knowledge = load_knowledge(user=user_compat)
+    return plan_matrix(load_matrix(matrix_path, os_names=knowledge.tables.os_python), knowledge, **kwargs)

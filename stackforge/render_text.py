@@ -6,13 +6,7 @@ from stackforge.data import display_path
 from stackforge.model import Stack
 from stackforge.plan import Cell, Plan
 from stackforge.records import Verdict
-
-
-def _table(rows: list[list[str]], headers: list[str]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*headers).rstrip(), fmt.format(*("-" * w for w in widths)).rstrip(),
-            *(fmt.format(*r).rstrip() for r in rows)]
+from stackforge.textfit import fit_table, wrap_line, wrap_text
 
 
 def _torch_source(cell: Cell) -> str:
@@ -22,40 +16,48 @@ def _torch_source(cell: Cell) -> str:
 
 
 def _dead_ends(cell: Cell) -> str:
-    marks = {Verdict.UNAVAILABLE: "x", Verdict.HAZARD: "!"}
-    items = [f"{marks[p.verdict]}{p.feature}" for p in cell.predictions() if p.verdict in marks]
-    return " ".join(items) or "-"
+    groups = []
+    for verdict, word in ((Verdict.UNAVAILABLE, "unavailable"), (Verdict.HAZARD, "hazard")):
+        features = [p.feature for p in cell.predictions() if p.verdict is verdict]
+        if features:
+            groups.append(f"{word}: {', '.join(features)}")
+    return "; ".join(groups) or "-"
 
 
-def plan_table(plan: Plan) -> str:
-    """The plan as tables: kept cells (with predicted dead ends), pruned cells (with rule, reason, source)."""
+def plan_table(plan: Plan, width: int | None = None) -> str:
+    """The plan as tables: kept cells (with predicted dead ends), pruned cells (with rule, reason, source).
+
+    ``width`` is the terminal's: cells wrap (stack ids stay whole); ``None`` keeps every row on one line.
+    Nothing is cut off either way.
+    """
     kept = [c for c in plan.cells if not c.pruned]
     pruned = [c for c in plan.cells if c.pruned]
     targets = ", ".join(f"{t.name} ({t.sm}, {t.gpu_count}x {t.interconnect.value})" for t in plan.targets)
-    lines = [f"matrix {plan.matrix.name} ({display_path(plan.matrix.source)}): {len(plan.cells)} cell(s) for {targets}",
+    lines = [*wrap_line(f"matrix {plan.matrix.name} ({display_path(plan.matrix.source)}): {len(plan.cells)} "
+                        f"cell(s) for {targets}", width),
              f"  {len(kept)} kept, {len(pruned)} pruned by rules, {plan.matrix.excluded} excluded by the matrix file",
-             "", "KEPT (x = predicted unavailable, ! = hazard; predictions come from rules, not measurements)"]
-    lines += _table([[c.stack.id, c.target.name, c.derived.base_image, _torch_source(c), c.derived.min_driver or "?",
-                      _dead_ends(c)] for c in kept] or [["(none)", "", "", "", "", ""]],
-                    ["stack", "target", "base image", "torch from", "driver>=", "predicted"])
+             "", *wrap_line("KEPT (predicted: features rules say are unavailable or a hazard; predictions come from "
+                            "rules, not measurements; driver: the minimum driver, --explain says why)", width)]
+    lines += fit_table([[c.stack.id, c.target.name, c.derived.base_image, _torch_source(c),
+                         c.driver_floor().text(), _dead_ends(c)] for c in kept] or [["(none)", "", "", "", "", ""]],
+                       ["stack", "target", "base image", "torch from", "driver", "predicted"], width)
     if pruned:
-        lines += ["", "PRUNED (first rule shown; --explain STACK_ID lists all)"]
-        lines += _table([_pruned_row(c) for c in pruned], ["stack", "target", "rule", "reason", "source"])
+        lines += ["", *wrap_line("PRUNED (first rule shown; --explain STACK_ID lists all)", width)]
+        lines += fit_table([_pruned_row(c) for c in pruned], ["stack", "target", "rule", "reason", "source"], width)
     return "\n".join(lines)
 
 
 def _pruned_row(cell: Cell) -> list[str]:
     rule = next(f.rule for f in cell.findings if f.rule.effect.value == "incompatible")
     source = rule.sources[0].ref if rule.sources else ""
-    return [cell.stack.id, cell.target.name, rule.id, _clip(rule.reason, 90), _clip(source, 60)]
+    return [cell.stack.id, cell.target.name, rule.id, rule.reason, source]
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def explain_stack(plan: Plan, stack: Stack, width: int | None = None) -> str:
+    """Every rule that fired for one stack, per target, with reason, remedy and sources.
 
-
-def explain_stack(plan: Plan, stack: Stack) -> str:
-    """Every rule that fired for one stack, per target, with reason, remedy and sources."""
+    ``width`` wraps long lines at word boundaries (ids and URLs stay whole); ``None`` does not wrap.
+    """
     lines = [f"stack {stack.id}"]
     for cell in plan.cells_for(stack):
         derived = cell.derived
@@ -65,7 +67,7 @@ def explain_stack(plan: Plan, stack: Stack) -> str:
                   f"  expected archs  {';'.join(derived.expected_arch_list) or 'unknown'}",
                   f"  kernel package  {derived.kernel_package or '-'}=={derived.kernel_version or '-'}",
                   f"  nvcc in image   {'yes' if derived.has_nvcc else 'no'}",
-                  f"  driver >=       {derived.min_driver or 'unknown'}"]
+                  *_driver_lines(cell)]
         if not cell.findings:
             lines.append("  no rule fired")
         for finding in cell.findings:
@@ -81,4 +83,16 @@ def explain_stack(plan: Plan, stack: Stack) -> str:
             lines += [f"      source: {s.ref}" + (f" <{s.url}>" if s.url else "") + f" [{s.confidence}]"
                       for s in rule.sources]
             lines.append(f"      defined at {rule.origin}")
-    return "\n".join(lines)
+    return wrap_text("\n".join(lines), width)
+
+
+def _driver_lines(cell: Cell) -> list[str]:
+    """The one driver floor and every reason for it; the toolkit's bundled driver only as information."""
+    floor = cell.driver_floor()
+    lines = [f"  driver          {floor.text()}"]
+    lines += [f"    because       {reason}" for reason in floor.because]
+    toolkit = cell.derived.toolkit_driver
+    if toolkit:
+        lines.append(f"  toolkit driver  {toolkit} (bundled with CUDA {cell.stack.cuda}; not required: "
+                     "only features outside minor-version compatibility need it)")
+    return lines

@@ -719,7 +719,8 @@ def render_csv(report: MatrixReport) -> str:
 MD_BUDGET = 60_000
 # Ever more compact footnotes, tried in order until the comment fits: (notes on passing cells,
 # evidence characters, notes on measured cells at all).
-_MD_LEVELS = ((True, 240, True), (False, 240, True), (False, 80, True), (False, 0, False))
+# The first level cuts nothing (``None``: full evidence); the file is shortened only past the budget.
+_MD_LEVELS = ((True, None, True), (True, 240, True), (False, 240, True), (False, 80, True), (False, 0, False))
 _TRIMMED_NOTE = ("*Evidence notes were shortened to fit a PR comment; the HTML and JSON reports carry "
                  "the full evidence of every cell.*")
 
@@ -740,7 +741,7 @@ def render_md(report: MatrixReport, *, budget: int = MD_BUDGET) -> str:
     return text
 
 
-def _render_md(report: MatrixReport, *, pass_notes: bool, evidence_chars: int, measured_notes: bool,
+def _render_md(report: MatrixReport, *, pass_notes: bool, evidence_chars: int | None, measured_notes: bool,
                trimmed: bool) -> str:
     notes = _Footnotes()
     lines = [f"### stackforge matrix · {_md_escape(target_text(report))}", ""]
@@ -771,7 +772,7 @@ def _provenance_line(report: MatrixReport) -> str:
     return " · ".join(parts)
 
 
-def _md_row(row: Row, notes: _Footnotes, evidence_chars: int, *, pass_notes: bool,
+def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
             measured_notes: bool) -> str:
     stack = f"`{row.stack_id}`"
     if row.plan_status == "pruned":
@@ -791,7 +792,7 @@ def _md_row(row: Row, notes: _Footnotes, evidence_chars: int, *, pass_notes: boo
     return f"| {stack} | " + " | ".join(cells) + " |"
 
 
-def _cell_note(row: Row, cell: Cell, evidence_chars: int) -> str:
+def _cell_note(row: Row, cell: Cell, evidence_chars: int | None) -> str:
     """Footnote text of a cell; cells predicted by the same rule share one note."""
     if cell.source is Source.NONE:
         return ""
@@ -803,13 +804,13 @@ def _cell_note(row: Row, cell: Cell, evidence_chars: int) -> str:
     text = f"`{row.stack_id}` · `{cell.feature}`: {GLYPHS[cell.status]} {cell.status.value}"
     if decisive is not None:
         text += f" ({decisive.tier.value} probe `{decisive.probe}`)"
-    text += f": {one_line(cell.reason)}"
-    if cell.evidence and evidence_chars:
+    text += f": {_flat(cell.reason)}"
+    if cell.evidence and evidence_chars != 0:
         text += f" — evidence: `{_md_code(cell.evidence, evidence_chars)}`"
     if cell.metric is not None:
         text += f" — {cell.metric.name} = {cell.metric.value:g} {cell.metric.unit}".rstrip()
     if cell.contradicted:
-        text += f" — {CONTRADICTED_GLYPH} {one_line(cell.contradicted)}"
+        text += f" — {CONTRADICTED_GLYPH} {_flat(cell.contradicted)}"
     elif cell.unpredicted:
         text += " — no rule predicts this failure"
     if decisive is not None:
@@ -819,12 +820,12 @@ def _cell_note(row: Row, cell: Cell, evidence_chars: int) -> str:
 
 
 def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, remedy: str,
-               sources: Sequence[Mapping[str, str]], evidence_chars: int) -> str:
-    text = f"rule `{rule}` predicts `{feature}` {verdict}: {one_line(reason)}"
-    if error and evidence_chars:
+               sources: Sequence[Mapping[str, str]], evidence_chars: int | None) -> str:
+    text = f"rule `{rule}` predicts `{feature}` {verdict}: {_flat(reason)}"
+    if error and evidence_chars != 0:
         text += f" — error: `{_md_code(error, evidence_chars)}`"
     if remedy:
-        text += f" — remedy: {one_line(remedy)}"
+        text += f" — remedy: {_flat(remedy)}"
     if sources:
         text += " — sources: " + ", ".join(_md_source(s) for s in sources)
     return _md_escape(text)
@@ -833,7 +834,7 @@ def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, r
 def _pruned_note(row: Row) -> str:
     parts = []
     for finding in row.pruned_by:
-        part = f"pruned by rule `{finding.rule}`: {one_line(finding.reason)}"
+        part = f"pruned by rule `{finding.rule}`: {_flat(finding.reason)}"
         if finding.sources:
             part += " — sources: " + ", ".join(_md_source(s) for s in finding.sources)
         parts.append(part)
@@ -859,7 +860,7 @@ def _md_contradictions(report: MatrixReport) -> list[str]:
     if not found:
         return []
     lines = [f"**{CONTRADICTED_GLYPH} Rules contradicted by measurement** (review these rules):", ""]
-    lines += [f"- `{row.stack_id}` · `{cell.feature}`: {_md_escape(one_line(cell.contradicted))}"
+    lines += [f"- `{row.stack_id}` · `{cell.feature}`: {_md_escape(_flat(cell.contradicted))}"
               for row, cell in found]
     return lines + [""]
 
@@ -869,9 +870,15 @@ def _md_escape(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _md_code(text: str, limit: int) -> str:
-    """Text inside a code span: one line, no backticks, bounded."""
-    return one_line(str(text).replace("`", "'"), limit)
+def _md_code(text: str, limit: int | None) -> str:
+    """Text inside a code span: one line, no backticks, bounded by ``limit`` (``None``: whole)."""
+    flat = str(text).replace("`", "'")
+    return _flat(flat) if limit is None else one_line(flat, limit)
+
+
+def _flat(text: str) -> str:
+    """One line, whitespace collapsed, nothing cut (the markdown is a file; the budget levels shorten it)."""
+    return " ".join(str(text).split())
 
 
 class _Footnotes:

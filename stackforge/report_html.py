@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
+from stackforge.pick import row_driver_floor
 from stackforge.records import ResultRecord
 from stackforge.report import (CONTRADICTED_GLYPH, GLYPHS, HOW_LABELS, LEGEND, Cell, CellStatus,
                                MatrixReport, Row, Source, cell_summary, header_summary, image_display,
@@ -189,28 +190,31 @@ def _legend() -> str:
 def _table(report: MatrixReport) -> str:
     heads = ['<th data-key="stack" scope="col">stack</th>']
     heads += [f'<th data-key="{escape(f)}" scope="col">{escape(f)}</th>' for f in report.features]
-    rows = [_row(row, index) for index, row in enumerate(report.rows)]
+    target_min = report.target_info.get("min_driver")
+    rows = [_row(row, index, report.target, target_min) for index, row in enumerate(report.rows)]
     return ('<table id="matrix"><thead><tr>' + "".join(heads) + "</tr></thead><tbody>\n"
             + "\n".join(rows) + "\n</tbody></table>")
 
 
-def _row(row: Row, index: int) -> str:
+def _row(row: Row, index: int, target: str, target_min: str | None) -> str:
     values = [str(v) for v in row.stack.values() if isinstance(v, (str, int, float)) and v != ""]
     reasons = dict.fromkeys(c.reason for c in row.cells if c.reason)      # a pruned row repeats one reason
     search = " ".join([row.stack_id, row.plan_status, *values,
                        *(f"{c.feature}={c.status.value} {c.how}" for c in row.cells), *reasons]).lower()
     cells = "".join(_cell(cell) for cell in row.cells)
     return (f'<tr class="{escape(row.plan_status)}" data-order="{index}" data-search="{escape(search)}">'
-            f'<th scope="row" data-rank="{index}" data-metric="0">{_stack_head(row)}</th>{cells}</tr>')
+            f'<th scope="row" data-rank="{index}" data-metric="0">{_stack_head(row, target, target_min)}</th>{cells}</tr>')
 
 
-def _stack_head(row: Row) -> str:
+def _stack_head(row: Row, target: str, target_min: str | None) -> str:
     stack = row.stack
     versions = " · ".join(f"{k} {stack[k]}" for k in ("cuda", "torch", "flashinfer", "sglang", "python")
                           if stack.get(k))
     extra = [f"flavour {stack['flavour']}"] if stack.get("flavour") else []
-    if row.derived and row.derived.get("min_driver"):
-        extra.append(f"driver ≥ {row.derived['min_driver']}")
+    floor = row_driver_floor(row, target, target_min) if row.derived else None
+    if floor is not None and floor.version:
+        # The same floor as `plan` and `pick --driver` (not the toolkit's bundled driver).
+        extra.append(f"driver ≥ {floor.version}")
     parts = [f'<span class="stack-id">{escape(row.stack_id)}</span>',
              f'<div class="stack-meta">{escape(versions)}</div>']
     if extra:

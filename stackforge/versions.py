@@ -23,7 +23,11 @@ _SAFE_SPECIFIER = re.compile(r"[0-9A-Za-z.,*<>=!~ +_-]{1,200}")
 
 
 def _show(value: object) -> str:
-    """repr() keeps hostile values (newlines, quotes) visible and on one line."""
+    """repr() keeps hostile values (newlines, quotes) visible and on one line; empty or structured
+    YAML values are named in words (``nothing``, ``a list``), never by a Python type or repr."""
+    if value is None or isinstance(value, (list, dict, bool)):
+        from stackforge.yamlio import describe
+        return f"({describe(value)})"
     return repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
 
 

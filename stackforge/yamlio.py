@@ -98,10 +98,26 @@ def load_file(path: Path) -> Any:
     return load_text(text, source=str(path))
 
 
+def describe(value: Any) -> str:
+    """What a YAML value is, in the words of someone who wrote the file (never a Python type name)."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'} (a yes/no value)"
+    if isinstance(value, dict):
+        return "a mapping" if value else "an empty mapping"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    text = str(value)
+    return f"the text {text!r}" if len(text) <= 60 else f"the text {text[:57]!r}..."
+
+
 def require_mapping(value: Any, *, what: str, source: str, line: int | None = None) -> LineDict:
     """Check that ``value`` is a mapping (as loaded by this module)."""
     if not isinstance(value, LineDict):
-        raise SpecError(f"{what} must be a mapping, got {type(value).__name__}", source=source,
+        raise SpecError(f"{what} must be a mapping (key: value lines), got {describe(value)}", source=source,
                         line=getattr(value, "line", line))
     return value
 

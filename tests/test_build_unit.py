@@ -299,3 +299,18 @@ def test_declared_requirements_of_a_real_release():
     assert declared is not None and "torch" in declared
     assert any(line.startswith("nvidia-cutlass-dsl") for line in declared)
     assert declared_requirements("flashinfer-python", "0.0.0.99") is None
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_summary_table_keeps_stack_ids_whole_at_any_width(width):
+    long_id = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
+    summary = BuildSummary((make_record(stack_id=long_id),
+                            make_record(stack_id="cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312", status=BuildStatus.FAILED,
+                                        reason="pip could not resolve flashinfer-python==0.6.3 " * 3)),
+                           builder="buildkit", duration_s=3.0)
+    console = Console(record=True, width=width)
+    console.print(summary_table(summary, console.width))
+    text = console.export_text()
+    assert long_id in text and "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312" in text     # each id on one line
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text and text.count("pip could not resolve") == 3               # reasons wrap, never cut

@@ -52,7 +52,7 @@ ARCH = re.compile(r"^\d+\.\d+$")
 MINOR = re.compile(r"^\d+\.\d+$")
 
 REQUIRED_TABLES = {
-    "torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_min_driver",
+    "torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_driver_floor", "cuda_toolkit_driver",
     "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels",
 }
 TARGET_KEYS = {"gpu", "arch", "gpu_count", "interconnect", "multicast", "min_driver", "description", "sources"}
@@ -284,7 +284,7 @@ def test_tables_present_and_sourced() -> None:
         assert isinstance(table, dict), name
         _check_source(table.get("source"), f"tables.{name}.source")
         assert ("map" in table) != ("rows" in table), f"tables.{name}: exactly one of map / rows"
-        assert set(table) <= {"source", "note", "map", "rows"}, f"tables.{name}: unknown keys"
+        assert set(table) <= {"source", "note", "map", "rows", "reason"}, f"tables.{name}: unknown keys"
         if "note" in table:
             assert isinstance(table["note"], str)
 
@@ -315,11 +315,11 @@ def test_torch_arch_list_rows() -> None:
 
 def test_driver_and_image_tables() -> None:
     tables = _tables()
-    drivers = tables["cuda_min_driver"]["map"]
+    drivers = tables["cuda_toolkit_driver"]["map"]
     tags = tables["cuda_image_tags"]["map"]
     for toolkit, driver in drivers.items():
         assert MINOR.match(toolkit)
-        _check_version(driver, f"cuda_min_driver[{toolkit}]")
+        _check_version(driver, f"cuda_toolkit_driver[{toolkit}]")
         assert toolkit in tags, f"no image tag for toolkit {toolkit}"
     # Newer toolkits never need an older driver.
     ordered = sorted(drivers, key=Version)
@@ -412,7 +412,7 @@ def test_default_toolkits_are_covered_by_every_toolkit_table() -> None:
     tables = _tables()
     for toolkit in ("12.8", "13.0", "13.1"):
         assert toolkit in tables["torch_variant_for_toolkit"]["map"]
-        assert toolkit in tables["cuda_min_driver"]["map"]
+        assert toolkit in tables["cuda_toolkit_driver"]["map"]
         assert toolkit in tables["cuda_image_tags"]["map"]
         assert toolkit in tables["toolkit_wheels"]["map"]
 
@@ -460,13 +460,6 @@ REPO_PATH = re.compile(r"(?:^|[\s(\"'`])((?:compat|stackforge|tests|matrices|doc
 
 # Data another branch is re-sourcing; each entry flips to an XPASS (a failure) once it is fixed,
 # and must then be removed from here.
-PENDING_PUBLIC_SOURCE = {
-    "rules/driver.yaml:driver-blackwell-570:sources[0]",
-    "tables.yaml:torch_variant_for_toolkit:source",
-    "tables.yaml:sglang_pins:source",
-}
-PENDING_PUBLIC_HEADER = {"rules/driver.yaml", "tables.yaml"}
-PENDING_REASON = "driver.yaml/tables.yaml cited by another branch"
 
 
 def _sourced_entries() -> list[tuple[str, dict[str, Any]]]:
@@ -485,20 +478,9 @@ def _sourced_entries() -> list[tuple[str, dict[str, Any]]]:
     return entries
 
 
-def _pending(where: str, pending: set[str]) -> list[Any]:
-    return [pytest.mark.xfail(strict=True, reason=PENDING_REASON)] if where in pending else []
-
-
-SOURCE_PARAMS = [
-    pytest.param(source, id=where, marks=_pending(where, PENDING_PUBLIC_SOURCE))
-    for where, source in _sourced_entries()
-]
+SOURCE_PARAMS = [pytest.param(source, id=where) for where, source in _sourced_entries()]
 DATA_FILES = sorted([COMPAT_DIR / "tables.yaml", COMPAT_DIR / "targets.yaml", *RULE_FILES])
-HEADER_PARAMS = [
-    pytest.param(path, id=str(path.relative_to(COMPAT_DIR)),
-                 marks=_pending(str(path.relative_to(COMPAT_DIR)), PENDING_PUBLIC_HEADER))
-    for path in DATA_FILES
-]
+HEADER_PARAMS = [pytest.param(path, id=str(path.relative_to(COMPAT_DIR))) for path in DATA_FILES]
 
 
 def _private_or_missing(text: str) -> list[str]:
@@ -542,6 +524,6 @@ def test_private_marker_check_catches_the_old_citations() -> None:
                 "compat/rules/no-such-file.yaml"):
         assert _private_or_missing(bad), bad
     for good in ("PyPI sglang==0.5.14 wheel: sglang/srt/layers/flashinfer_comm_fusion.py:47-51",
-                 "NVIDIA/nccl#317", "compat/tables.yaml cuda_min_driver",
+                 "NVIDIA/nccl#317", "compat/tables.yaml cuda_toolkit_driver",
                  "pytorch/test-infra tools/scripts/generate_binary_build_matrix.py@626d4e70"):
         assert not _private_or_missing(good), good

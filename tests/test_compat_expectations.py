@@ -73,10 +73,10 @@ PREDICTIONS = [
 FIRED = [
     # All of a feature's reasons are kept, not only the one the prediction shows.
     ("A", STORY, {"sglang-torch-symm-mem-keyerror-sm12", "torch-symm-mem-needs-multicast",
-                  "driver-cuda12-minor-compat-floor", "driver-blackwell-570"},
+                  "driver-blackwell-570"},
      {"sglang-torch-symm-mem-disabled-sm12", "flashinfer-sm120-needs-cuda129-nvcc"}),
     ("B", STORY, {"sglang-torch-symm-mem-disabled-sm12", "torch-symm-mem-needs-multicast",
-                  "driver-cuda13-minor-compat-floor", "driver-torch-cu13-floor"},
+                  "driver-blackwell-570"},
      {"flashinfer-ar-fusion-sm12-gate", "sglang-torch-symm-mem-keyerror-sm12", "sglang-cuda13-stack"}),
 ]
 

@@ -61,3 +61,18 @@ def test_no_dead_ends():
     dead = find_dead_ends(report)
     assert dead.dead_ends == ()
     assert "No dead ends" in render_deadends(dead, "md")
+
+
+def test_open_dead_ends_are_unchecked_boxes_and_reasons_are_never_cut(dead):
+    text = render_deadends(dead, "md")
+    # Measured to pass on a later stack: done. Nothing unblocks it, or only a prediction does: still open.
+    assert "- [x] **flashinfer-ar-fusion**" in text
+    assert "- [ ] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in text
+    assert "- [ ] **nccl-graph-tree**" in text
+    long_reason = "SymmetricMemory refused: " + "sm_120 is not in the arch table; " * 20 + "END-OF-REASON"
+    records = [record(CU131, "torch-symm-mem", "fail", reason=long_reason, evidence="x " * 400 + "END-OF-EVIDENCE")]
+    report = find_dead_ends(build_matrix(records, empty_plan(), TARGET))
+    for fmt in ("md", "text"):
+        out = render_deadends(report, fmt)
+        assert "END-OF-REASON" in out and "…" not in out
+    assert "END-OF-EVIDENCE" in render_deadends(report, "md")

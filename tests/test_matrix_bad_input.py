@@ -129,3 +129,36 @@ def test_incomplete_include_names_its_line(tmp_path):
     text = "schema: 1\ntargets: [t]\ninclude:\n  - {cuda: '13.1', torch: '2.14.1'}\n"
     with pytest.raises(SpecError, match=r"m.yaml:4: a matrix cell lacks flashinfer, python, sglang"):
         load_matrix(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("text, line", [
+    (GOOD + "defaults: {os: ubuntu24.4}\n", 9),
+    (GOOD + "  os: [ubuntu24.04, ubuntu24.4]\n", 9),
+    (GOOD + "include:\n  - {cuda: '13.1', os: ubuntu24.4}\n", 10),
+])
+def test_unknown_os_is_refused_where_it_is_written(tmp_path, text, line):
+    # 'ubuntu24.4' used to render FROM nvidia/cuda:13.1.0-devel-ubuntu24.4.
+    path = write(tmp_path, text)
+    result = run_plan(path)
+    assert result.exit_code == 2
+    assert result.output == (f"stackforge: error: {path}:{line}: unknown os 'ubuntu24.4'; valid: debian12, debian13, "
+                             "ubuntu22.04, ubuntu24.04 (hint: add the OS to compat/tables.yaml os_python (with a "
+                             "source) to use another)\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    (GOOD.replace('cuda: ["13.1"]', "cuda: [null]"), "cuda must be a version string, got nothing"),
+    (GOOD.replace('torch: ["2.14.1"]', "torch: []"), "axis 'torch' must be a non-empty list, got an empty list"),
+    (GOOD + "defaults: [python, os]\n", "defaults must be a mapping (key: value lines), got a list"),
+    (GOOD + "defaults:\n", "defaults must be a mapping (key: value lines), got nothing"),
+    (GOOD.replace('python: ["3.11"]', "python: ['3.11']\n  os: [[ubuntu]]"), "unknown os (a list); valid: debian12"),
+    (GOOD.replace('python: ["3.11"]', "python: ['3.11']\n  flavour: [[devel]]"),
+     "flavour (a list) is not a plain identifier"),
+])
+def test_messages_name_values_in_user_words(tmp_path, text, words):
+    path = write(tmp_path, text)
+    result = run_plan(path)
+    assert result.exit_code == 2
+    assert words in result.output and f"{path}:" in result.output
+    for leak in ("NoneType", "LineList", "LineDict", "None", "[]"):
+        assert leak not in result.output.split(": error: ", 1)[1]

@@ -91,7 +91,7 @@ def test_bad_plan_file_is_a_one_line_error(workspace):
 def test_deadends_command(workspace):
     result = invoke("deadends", "--plan", "plan.json")
     assert result.exit_code == 0
-    assert "- [x] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in result.stdout
+    assert "- [ ] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in result.stdout   # open: nothing unblocks it
     data = json.loads(invoke("deadends", "--plan", "plan.json", "--format", "json").stdout)
     assert [d["feature"] for d in data["dead_ends"]] == ["flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
                                                           "nccl-graph-tree"]

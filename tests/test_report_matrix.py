@@ -196,7 +196,7 @@ def test_markdown_survives_hostile_evidence():
     row = next(line for line in text.splitlines() if line.startswith(f"| `{CU128}`"))
     assert row.count("|") - row.count("\\|") == 3
     note = next(line for line in text.splitlines() if line.startswith("[^1]:"))
-    assert "`x'y'\\|z" in note and len(note) < 800
+    assert "`x'y'\\|z" in note and note.count("x'y'\\|z") == 200        # the whole evidence: files are never cut
 
 
 # ---------------------------------------------------------------------------------------------- json / csv
@@ -261,3 +261,20 @@ def test_html_cells_carry_status_evidence_and_sort_keys(report):
     assert "No supported CUDA architectures found for major versions [12]" in text
     assert 'class="cell st-pass src-measured contradicted"' in text
     assert re.search(r'data-rank="0" data-metric="112.0"', text)
+
+
+def test_markdown_notes_carry_whole_reasons_and_evidence_within_budget():
+    reason = "rendezvous refused: " + "SM120 is not in the arch table; " * 15 + "END-OF-REASON"
+    evidence = "RuntimeError: " + "frame " * 120 + "END-OF-EVIDENCE"
+    text = render_md(build_matrix([record(CU131, "torch-symm-mem", "fail", reason=reason, evidence=evidence)],
+                                  empty_plan(), TARGET))
+    assert "END-OF-REASON" in text and "END-OF-EVIDENCE" in text and "…" not in text
+
+
+def test_html_shows_the_same_driver_floor_as_plan_and_pick():
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+    plan = parse_plan(plan_file(resolve_matrix_path(None)).to_json())
+    html = render_html(build_matrix([], plan, TARGET))
+    # CUDA 12.8 stack on the RTX PRO 6000 box: the target's own 570.26 lifts the 12.x floor of 525.
+    assert "driver ≥ 570.26" in html and "driver ≥ 580" in html and "driver ≥ 525" not in html

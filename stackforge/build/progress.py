@@ -76,22 +76,62 @@ def progress_table(rows: list[Row], now: float) -> Table:
     return table
 
 
-def summary_table(summary: "BuildSummary") -> Table:
-    """The final table: status, image, size, time and the reason of every stack."""
+#: Room the status, image, size, time and reason columns need beside a whole stack id to stay readable.
+_WIDE_EXTRA = 64
+
+
+def summary_table(summary: BuildSummary, width: int | None = None) -> Table:
+    """The final table: status, image, size, time and the reason of every stack.
+
+    Stack ids are never broken: where ``width`` (the console's) cannot hold an id beside the other
+    columns, each stack becomes one block (its id whole on the first line, the rest below it).
+    Reasons and log paths wrap; nothing is cut.
+    """
     counts = ", ".join(f"{summary.count(s)} {s.value}" for s in BuildStatus if summary.count(s))
-    table = Table(title=f"build summary ({summary.builder}, {summary.duration_s:.0f} s): {counts}")
-    for column in ("stack", "status", "image", "size", "time", "reason / log"):
+    title = f"build summary ({summary.builder}, {summary.duration_s:.0f} s): {counts}"
+    longest = max((len(r.stack_id) for r in summary.records), default=0)
+    if width is not None and width < longest + _WIDE_EXTRA:
+        return _summary_blocks(summary, title)
+    table = Table(title=title)
+    table.add_column("stack", no_wrap=True, min_width=longest)
+    for column in ("status", "image", "size", "time", "reason / log"):
         table.add_column(column, overflow="fold")
     for record in summary.records:
         style = _STYLE.get(record.status.value, "")
-        size = f"{record.image_size / 1e9:.2f} GB" if record.image_size else "-"
-        seconds = sum(record.durations.values())
-        note = record.reason or ("base: " + record.base.note if record.base and record.base.note else "")
-        if record.status is BuildStatus.FAILED and record.log_path:
-            note = f"{note} (log: {record.log_path})"
-        table.add_row(record.stack_id, f"[{style}]{record.status.value}[/]", record.image_tag or "-", size,
-                      f"{seconds:.0f} s", note)
+        table.add_row(record.stack_id, f"[{style}]{record.status.value}[/]", record.image_tag or "-",
+                      _size(record), _seconds(record), _note(record))
     return table
+
+
+def _summary_blocks(summary: BuildSummary, title: str) -> Table:
+    """One row per stack in a single column: the id whole, then status, size, time, image and reason."""
+    table = Table(title=title, show_lines=True)
+    table.add_column("stack · status, size, time · image · reason / log", overflow="fold")
+    for record in summary.records:
+        style = _STYLE.get(record.status.value, "")
+        status = f"[{style}]{record.status.value}[/]" if style else record.status.value
+        lines = [record.stack_id, f"  {status} · {_size(record)} · {_seconds(record)}"]
+        if record.image_tag:
+            lines.append(f"  image: {record.image_tag}")
+        if _note(record):
+            lines.append(f"  {_note(record)}")
+        table.add_row("\n".join(lines))
+    return table
+
+
+def _size(record) -> str:
+    return f"{record.image_size / 1e9:.2f} GB" if record.image_size else "-"
+
+
+def _seconds(record) -> str:
+    return f"{sum(record.durations.values()):.0f} s"
+
+
+def _note(record) -> str:
+    note = record.reason or ("base: " + record.base.note if record.base and record.base.note else "")
+    if record.status is BuildStatus.FAILED and record.log_path:
+        note = f"{note} (log: {record.log_path})"
+    return note
 
 
 class ProgressView:

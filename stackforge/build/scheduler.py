@@ -123,7 +123,8 @@ def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker
                            warnings=tuple(dict.fromkeys(run.warnings)))
     if progress:
         from rich.console import Console
-        Console(stderr=True).print(summary_table(summary))
+        console = Console(stderr=True)
+        console.print(summary_table(summary, console.width))
     if interrupted:
         counts = ", ".join(f"{summary.count(s)} {s.value}" for s in BuildStatus if summary.count(s))
         raise Interrupted(f"build interrupted ({counts}); finished records are in {Path(options.out_dir) / 'builds'}")

@@ -46,6 +46,13 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"stackforge.cli.{COMMANDS[cmd_name][0]}")
         return module.command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            from stackforge.cli.options import refuse_repeated_options
+            refuse_repeated_options(command, rest)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context):
         # The one place where errors become exit codes (also under click's CliRunner).
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli.options import refuse_together
 from stackforge.errors import RecordError, StackforgeError
 from stackforge.records import ResultRecord
 from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
@@ -61,6 +62,10 @@ def evidence_options(func: F) -> F:
 def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None, matrix: str | None,
                   no_plan: bool, target: str | None, skip_bad: bool) -> Evidence:
     """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target."""
+    refuse_together("--plan", "--matrix", plan_path is not None and matrix is not None,
+                    why="both say where the predictions come from")
+    for option, given in (("--plan", plan_path is not None), ("--matrix", matrix is not None)):
+        refuse_together("--no-plan", option, no_plan and given, why="--no-plan drops the predictions")
     loaded = load_results(results, runs=runs)
     check_problems(loaded, skip_bad)
     plan = _plan(loaded, plan_path=plan_path, matrix=matrix, no_plan=no_plan, target=target)

@@ -9,7 +9,7 @@ import click
 
 from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import shard_option, stack_selection
+from stackforge.cli.options import refuse_together, refuse_unused, shard_option, stack_selection
 from stackforge.errors import SpecError
 from stackforge.records import ResultRecord
 from stackforge.shard import select
@@ -51,6 +51,9 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
     """Measure all-reduce bandwidth, GEMM TFLOP/s and serving throughput for every kept stack x target."""
     from stackforge.bench.catalog import catalog, select_benches
 
+    refuse_unused("--python", python is not None, needs="--local", present=local)
+    refuse_together("--local", "--builds", local and builds_dir is not None,
+                    why="--local measures this machine's Python, not the images of a build folder")
     if list_only:
         for spec in catalog():
             click.echo(f"{spec.id:<32} {spec.feature:<22} {spec.description}")

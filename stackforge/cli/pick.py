@@ -13,8 +13,9 @@ from pathlib import Path
 import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn
+from stackforge.cli.options import cuda_option, only_option
 from stackforge.errors import NothingQualifiesError
-from stackforge.pick import (OPTIMIZE, Candidate, choose, closest_first, evaluate_candidates,
+from stackforge.pick import (OPTIMIZE, Candidate, Scope, choose, closest_first, evaluate_candidates,
                              explain_shortfall, pick_to_json, shortfall_remedy)
 
 
@@ -24,18 +25,22 @@ from stackforge.pick import (OPTIMIZE, Candidate, choose, closest_first, evaluat
               help="A feature that must work (repeatable or comma-separated), e.g. flashinfer-ar-fusion.")
 @click.option("--driver", metavar="VERSION", default=None,
               help="The host's NVIDIA driver (e.g. 580.95.05); stacks needing a newer one are excluded.")
+@cuda_option
+@only_option
 @click.option("--optimize", type=click.Choice(OPTIMIZE), default="throughput", show_default=True,
               help="throughput: serving output throughput, else all-reduce busbw, else GEMM TFLOP/s; "
                    "newest: the newest qualifying stack.")
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool,
-            target: str | None, skip_bad: bool, require: tuple[str, ...], driver: str | None, optimize: str,
-            fmt: str) -> None:
+            target: str | None, skip_bad: bool, require: tuple[str, ...], driver: str | None,
+            cuda: tuple[str, ...], only: tuple[str, ...], optimize: str, fmt: str) -> None:
     """Print the image (repo@digest) that meets the requirements with the best evidence, and why.
 
     \b
     Exit codes: 0 picked (measured evidence) · 5 picked on gate evidence only ·
                 4 nothing qualifies (closest stack and its blockers on stderr) · 2 bad input
+    Given --plan or --matrix, only the stacks of that plan are candidates.
+
     \b
     Example:
       stackforge pick --target rtx-pro-6000-x8-pcie --require flashinfer-ar-fusion --driver 580.95.05
@@ -43,8 +48,9 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                              target=target, skip_bad=skip_bad)
     features = tuple(dict.fromkeys(f.strip() for item in require for f in item.split(",") if f.strip()))
+    scope = Scope(cuda=cuda, only=only, plan_only=plan_path is not None or matrix is not None)
     candidates = evaluate_candidates(evidence.records, evidence.plan, evidence.target, features, driver,
-                                     optimize)
+                                     optimize, scope=scope)
     chosen = choose(candidates, evidence.target, optimize)
     if fmt == "json":
         click.echo(json.dumps(pick_to_json(chosen, candidates, evidence.target, features, driver), indent=2,

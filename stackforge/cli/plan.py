@@ -7,7 +7,7 @@ import json
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import stack_selection
+from stackforge.cli.options import refuse_together, refuse_unused, stack_selection, terminal_width
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
 from stackforge.plan import Plan, plan_file
@@ -22,23 +22,33 @@ from stackforge.render_text import explain_stack, plan_table
               help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
-def command(matrix: str | None, cuda: str | None, targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
-            explain: str | None, preflight: bool, cache_dir: str | None) -> None:
+def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...],
+            as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None) -> None:
     """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons."""
+    _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, cache_dir=cache_dir)
     plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
                      user_compat=user_compat())
     checks = _preflight(plan, cache_dir) if preflight else None
     if explain:
-        click.echo(explain_stack(plan, _find(plan, explain)))
+        click.echo(explain_stack(plan, _find(plan, explain), terminal_width()))
     elif as_json:
         payload = plan.to_json()
         if checks is not None:
             payload["preflight"] = checks.to_json()
         click.echo(json.dumps(payload, indent=2, sort_keys=False))
     else:
-        click.echo(plan_table(plan))
+        click.echo(plan_table(plan, terminal_width()))
         if checks is not None:
             click.echo(checks.render())
+
+
+def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None) -> None:
+    """Options that one of the others would silently ignore are an error, not a surprise."""
+    refuse_together("--json", "--explain", as_json and bool(explain),
+                    why="they are two outputs (the JSON holds every cell's findings; narrow it with --only)")
+    refuse_together("--explain", "--preflight", bool(explain) and preflight,
+                    why="--explain does not run the index preflight (narrow the preflight with --only)")
+    refuse_unused("--cache-dir", cache_dir is not None, needs="--preflight", present=preflight)
 
 
 def _find(plan: Plan, stack_id: str):

@@ -9,7 +9,7 @@ import click
 
 from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import shard_option, stack_selection
+from stackforge.cli.options import refuse_together, refuse_unused, shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.plan import plan_file
 from stackforge.records import ResultRecord
@@ -41,6 +41,9 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     from stackforge.probes.execute import detect_host_gpus
     from stackforge.results import finish_run, start_run, write_record
 
+    refuse_unused("--python", python is not None, needs="--local", present=local)
+    refuse_together("--local", "--builds", local and builds_dir is not None,
+                    why="--local probes this machine's Python, not the images of a build folder")
     matrix_path = resolve_matrix_path(matrix)
     plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
     stacks = select(plan.kept_stacks(), shard)
