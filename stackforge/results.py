@@ -26,7 +26,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -138,15 +137,20 @@ def describe_problems(problems: Sequence[RecordError], source: str = "") -> str:
 # ---------------------------------------------------------------------------------------------- writing
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` so that readers only ever see the old or the complete new file.
 
     The temporary file lives in the same folder (``os.replace`` is only atomic within one file
-    system) and its name starts with ``.`` so the loader never mistakes it for a record.
+    system) and its name starts with ``.`` so the loader never mistakes it for a record. It is
+    created with mode 0666 and the process umask applies, as for any file ``open()`` creates
+    (``tempfile.mkstemp`` would make every result 0600 whatever the umask); ``mode`` sets an
+    exact mode instead (a build context file that ``COPY`` must keep readable).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, tmp_name = _create_temporary(path)
     try:
+        if mode is not None:
+            os.fchmod(handle, mode)
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
             tmp.write(text)
             tmp.flush()
@@ -155,6 +159,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created ``.<name>.<random>.tmp`` beside ``path``: (descriptor, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        candidate = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(candidate, flags, 0o666), candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def record_path(run_dir: Path, key: tuple[str, str, str]) -> Path:
