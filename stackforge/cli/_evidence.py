@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli.options import out_path_error
 from stackforge.errors import RecordError, StackforgeError
 from stackforge.records import ResultRecord
 from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
@@ -88,7 +89,10 @@ def write_output(text: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    atomic_write_text(out, text)
+    try:
+        atomic_write_text(out, text)
+    except OSError as exc:
+        raise out_path_error("--out", out, exc) from None
     click.echo(f"wrote {out}", err=True)
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli.options import check_out_path, out_path_error
 from stackforge.errors import SpecError
+from stackforge.results import atomic_write_text
 
 
 @click.group(name="ci")
@@ -45,6 +47,8 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
                             workflow_path=out if out != "-" else ".github/workflows/stackforge-nightly.yml",
                             **{key: value for key, value in given.items() if value is not None})
+    if out != "-" and not check:
+        check_out_path(Path(out))
     text = render_workflow(config)
     if out == "-":
         click.echo(text, nl=False)
@@ -55,8 +59,10 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
             sys.exit(1)
         click.echo(f"{out} is up to date")
     else:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text, encoding="utf-8")
+        try:
+            atomic_write_text(Path(out), text)
+        except OSError as exc:
+            raise out_path_error("--out", Path(out), exc) from None
         click.echo(f"wrote {out}")
         if gpu_labels:
             click.echo("note: for actionlint, declare the self-hosted runner labels in "

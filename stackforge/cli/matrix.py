@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn, write_output
+from stackforge.cli.options import out_file_option
 from stackforge.diff import FORMATS as DIFF_FORMATS
 from stackforge.diff import diff_snapshots, load_snapshot, render_diff
 from stackforge.report import FORMATS, build_matrix, render
@@ -17,8 +18,7 @@ from stackforge.report import FORMATS, build_matrix, render
 @click.option("--feature", "features", metavar="NAME", multiple=True,
               help="Only these feature columns, in this order (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write here (atomically) instead of printing.")
+@out_file_option
 @click.pass_context
 def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path: Path | None,
             matrix: str | None, no_plan: bool, target: str | None, skip_bad: bool, features: tuple[str, ...],
@@ -45,7 +45,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
 @click.argument("b", type=click.Path(path_type=Path))
 @click.option("--target", "target", metavar="NAME", default=None, help="Only this target's cells.")
 @click.option("--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@out_file_option
 @click.option("--skip-bad", is_flag=True, help="Ignore unusable record files (with a warning).")
 @click.option("--fail-on", "fail_on", type=click.Choice(("regression", "change", "never")),
               default="regression", show_default=True,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Callable
 
 import click
+
+from stackforge.errors import SpecError
 
 F = Callable[..., object]
 
@@ -40,3 +44,49 @@ def stack_selection(func: F) -> F:
     for decorator in (only_option, target_option, cuda_option, matrix_option):
         func = decorator(func)
     return func
+
+
+def check_out_path(path: Path, *, option: str = "--out", folder: bool = False) -> Path:
+    """Refuse, before any work, an output path that cannot be created (one line, exit 2).
+
+    ``folder``: the path is a folder to create files in (``render``, ``results merge``), else a file
+    written atomically beside its siblings (so its folder must be writable too).
+
+    Raises:
+        SpecError: an existing ancestor is a file, a folder on the way is not writable, or the path
+            is a folder where a file is wanted (or the other way round).
+    """
+    what = "a folder" if folder else "a file"
+    if path.exists() and path.is_dir() != folder:
+        raise _out_error(option, path, f"it exists and is not {what}")
+    ancestor = path if folder and path.exists() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise _out_error(option, path, f"{ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise _out_error(option, path, f"{ancestor} is not writable")
+    return path
+
+
+def out_path_error(option: str, path: Path, exc: OSError) -> SpecError:
+    """A write that failed after the checks (disk full, a race): the same one-line error."""
+    return _out_error(option, path, exc.strerror or type(exc).__name__)
+
+
+def _out_error(option: str, path: Path, why: str) -> SpecError:
+    return SpecError(f"{option} {path}: cannot write there: {why}",
+                     remedy=f"choose an {option} whose folder exists or can be created")
+
+
+def out_file_option(func: F) -> F:
+    """--out FILE: write the output there (atomically) instead of printing; checked before any work."""
+    def checked(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        return None if value is None else check_out_path(value)
+    return click.option("--out", type=click.Path(path_type=Path), default=None, callback=checked,
+                        help="Write here (atomically) instead of printing.")(func)
+
+
+def out_folder_checked(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """Click callback for an --out that names a folder: :func:`check_out_path` before any work."""
+    return check_out_path(value, folder=True)
