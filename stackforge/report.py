@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.errors import RecordError, SpecError
 from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
+from stackforge.rules import FEATURES
 
 __all__ = [
     "DEAD_STATUSES",
@@ -400,7 +401,8 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     """
     mine = [r for r in records if r.target == target]
     plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
-    columns = tuple(features) or _features(mine, plan_cells.values())
+    present = _features(mine, plan_cells.values())
+    columns = _check_features(features, present) or present
     stacks = _stacks(mine, plan_cells)
     grouped: dict[tuple[str, str], list[ResultRecord]] = {}
     for record in mine:
@@ -410,6 +412,19 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
                         features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
                         runs=tuple(runs))
+
+
+def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
+    """``wanted`` when every name is a feature (the rules' vocabulary, or one the results measured).
+
+    Raises:
+        SpecError: a name no rule and no record knows; a typo would otherwise be a silent empty column.
+    """
+    known = tuple(dict.fromkeys((*FEATURES, *present)))
+    unknown = [f for f in wanted if f not in known]
+    if unknown:
+        raise SpecError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(wanted)
 
 
 def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,

@@ -9,7 +9,7 @@ import click
 from stackforge.cli._evidence import evidence_options, load_evidence, warn, write_output
 from stackforge.cli.options import out_file_option
 from stackforge.diff import FORMATS as DIFF_FORMATS
-from stackforge.diff import diff_snapshots, load_snapshot, render_diff
+from stackforge.diff import check_target, diff_snapshots, load_snapshot, render_diff
 from stackforge.report import FORMATS, build_matrix, render
 
 
@@ -59,8 +59,10 @@ def diff_command(a: Path, b: Path, target: str | None, fmt: str, out: Path | Non
     \b
     Exit codes: 0 nothing to report · 1 regression (or change, with --fail-on change) · 2 bad input
     """
-    diff = diff_snapshots(load_snapshot(a, target=target, skip_bad=skip_bad, warn=warn),
-                          load_snapshot(b, target=target, skip_bad=skip_bad, warn=warn))
+    before = load_snapshot(a, target=target, skip_bad=skip_bad, warn=warn)
+    after = load_snapshot(b, target=target, skip_bad=skip_bad, warn=warn)
+    check_target(target, before, after)
+    diff = diff_snapshots(before, after)
     write_output(render_diff(diff, fmt), out)
     failed = {"regression": bool(diff.regressions), "change": diff.changed, "never": False}[fail_on]
     if failed:
