@@ -46,6 +46,7 @@ __all__ = [
     "MATRIX_SCHEMA",
     "MATRIX_SCHEMA_VERSION",
     "PLAN_SCHEMA",
+    "PREDICTIONS_ONLY",
     "Cell",
     "CellStatus",
     "Finding",
@@ -112,6 +113,8 @@ GLYPHS: dict[CellStatus, str] = {
     CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
 }
 CONTRADICTED_GLYPH = "‼️"
+#: How every report without a single probe result for its target says so.
+PREDICTIONS_ONLY = "predictions only — no probe results"
 
 LEGEND: dict[str, str] = {
     "pass": "measured: works", "fail": "measured: does not work", "crash": "measured: died by a signal",
@@ -353,6 +356,8 @@ class MatrixReport:
     matrix_name: str = ""
     matrix_source: str = ""
     runs: tuple[str, ...] = ()
+    #: no probe result for this target: every cell is a rule's prediction (or untested)
+    predictions_only: bool = False
 
     def row(self, stack_id: str) -> Row:
         for row in self.rows:
@@ -411,7 +416,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
     return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
                         features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
-                        runs=tuple(runs))
+                        runs=tuple(runs), predictions_only=not mine and bool(plan_cells))
 
 
 def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
@@ -640,8 +645,9 @@ def header_summary(report: MatrixReport) -> str:
     text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
             f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
             f"{sources.count(Source.NONE)} untested cells")
-    return text + (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
-                   if contradicted else "")
+    text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
+             if contradicted else "")
+    return f"{PREDICTIONS_ONLY} · {text}" if report.predictions_only else text
 
 
 def target_text(report: MatrixReport) -> str:
@@ -665,6 +671,7 @@ def report_to_json(report: MatrixReport) -> dict[str, Any]:
     return {"schema": MATRIX_SCHEMA, "schema_version": MATRIX_SCHEMA_VERSION,
             "matrix": {"name": report.matrix_name, "source": report.matrix_source},
             "target": report.target_info | {"name": report.target}, "runs": list(report.runs),
+            "predictions_only": report.predictions_only,
             "features": list(report.features), "legend": dict(LEGEND),
             "rows": [_row_json(row) for row in report.rows]}
 

@@ -39,7 +39,7 @@ from stackforge.records import ResultRecord, utc_now
 
 __all__ = [
     "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "atomic_write_text",
-    "describe_problems", "finish_run", "load_results", "merge_records", "merge_runs", "new_run_id",
+    "describe_problems", "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -256,6 +256,14 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
         problems.extend(run_problems)
     return LoadedResults(records=merge_records(*groups), runs=tuple(sorted(infos, key=lambda i: i.run_id)),
                          problems=tuple(problems), source=str(path))
+
+
+def holds_results(path: Path) -> bool:
+    """Whether ``path`` is a run folder or a results folder with at least one run (nothing is read)."""
+    if not path.is_dir():
+        return False
+    return _looks_like_run(path) or any(p.is_dir() and not p.name.startswith((".", "_")) and _looks_like_run(p)
+                                        for p in path.iterdir())
 
 
 def result_schema() -> dict[str, Any]:

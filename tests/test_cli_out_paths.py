@@ -31,7 +31,7 @@ COMMANDS = {
     "matrix": ["matrix", "--plan", "plan.json"],
     "deadends": ["deadends", "--plan", "plan.json"],
     "matrix diff": ["matrix", "diff", "results/run-a", "results/run-a"],
-    "ci github": ["ci", "github"],
+    "ci github": ["ci", "github", "--matrix", "default"],
     "render": ["render", "--cuda", "13.1"],
     "results merge": ["results", "merge", "results/run-a"],
 }
