@@ -33,6 +33,20 @@ def only_option(func: F) -> F:
                         help="Only this stack id (repeatable).")(func)
 
 
+def index_options(func: F) -> F:
+    """--index-url, --extra-index-url, --find-links: where pip looks (``build``, ``render``, ``plan --preflight``)."""
+    options = [
+        click.option("--index-url", metavar="URL", default=None, help="pip index for everything but torch."),
+        click.option("--extra-index-url", "extra_index_urls", metavar="URL", multiple=True,
+                     help="Additional pip index (repeatable)."),
+        click.option("--find-links", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                     help="Wheelhouse directory; torch is taken from it (air-gapped builds)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def shard_option(func: F) -> F:
     """--shard K/N, arriving as a :class:`stackforge.shard.Shard` (or None)."""
     from stackforge.shard import click_shard_option

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import click
 
-from stackforge.cli.options import stack_selection
+from stackforge.cli.options import index_options, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
 from stackforge.plan import Plan, plan_file
@@ -21,11 +23,19 @@ from stackforge.render_text import explain_stack, plan_table
               help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
+@index_options
 def command(matrix: str | None, cuda: str | None, targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
-            explain: str | None, preflight: bool, cache_dir: str | None) -> None:
-    """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons."""
+            explain: str | None, preflight: bool, cache_dir: str | None, index_url: str | None,
+            extra_index_urls: tuple[str, ...], find_links: Path | None) -> None:
+    """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons.
+
+    \b
+    --preflight asks the indexes pip would ask (--index-url, --extra-index-url, --find-links, else
+    pip's configuration: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, `pip config` files) and
+    exits 1 when a pinned file is missing or an index is unreachable.
+    """
     plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only)
-    checks = _preflight(plan, cache_dir) if preflight else None
+    checks = _preflight(plan, cache_dir, index_url, extra_index_urls, find_links) if preflight else None
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain)))
     elif as_json:
@@ -37,6 +47,8 @@ def command(matrix: str | None, cuda: str | None, targets: tuple[str, ...], only
         click.echo(plan_table(plan))
         if checks is not None:
             click.echo(checks.render())
+    if checks is not None and not checks.ok:
+        raise click.exceptions.Exit(1)
 
 
 def _find(plan: Plan, stack_id: str):
@@ -47,6 +59,10 @@ def _find(plan: Plan, stack_id: str):
     raise SpecError(f"unknown stack id {stack_id!r}; known: {', '.join(known)}")
 
 
-def _preflight(plan: Plan, cache_dir: str | None):
-    from stackforge.preflight import run_preflight
-    return run_preflight(plan, cache_dir=cache_dir)
+def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+               find_links: Path | None):
+    from stackforge.preflight import index_config, read_pip_settings, run_preflight
+    indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
+                           find_links=[str(find_links)] if find_links else [], pip_settings=read_pip_settings(),
+                           env=os.environ)
+    return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)
