@@ -124,7 +124,8 @@ class WorkflowConfig:
         if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
             raise SpecError(f"--cron {self.cron!r} is not five cron fields separated by single spaces")
         _check(_RUNNER_LABEL, self.runner, "--runner", "a runner label such as ubuntu-latest")
-        _check(_INSTALL_SPEC, self.install, "--install", "a pip requirement such as git+https://github.com/<owner>/stackforge@v0.1.0, or .")
+        _check(_INSTALL_SPEC, self.install, "--install",
+               "a pip requirement such as git+https://github.com/<owner>/stackforge@v0.1.0, or .")
         _check(_PYTHON, self.python, "--python", "a version such as 3.12")
         _check(_OUT_PATH, self.workflow_path, "--out", f"a path such as {DEFAULT_WORKFLOW_PATH}")
 

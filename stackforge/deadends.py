@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackforge.errors import SpecError
-from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellStatus, Cell, MatrixReport, Row, Source, image_reference, one_line,
-                               source_text, target_text)
+from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellStatus, Cell, MatrixReport, Row, Source,
+                               image_reference, one_line, source_text, target_text)
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "Unblock", "find_dead_ends",
            "render_deadends"]
