@@ -56,6 +56,9 @@ DEFAULT_CRON = "17 3 * * *"
 DEFAULT_RUNNER = "ubuntu-latest"
 DEFAULT_PYTHON = "3.12"
 DEFAULT_WORKFLOW_PATH = ".github/workflows/stackforge-nightly.yml"
+#: The workflow's own checkout: stackforge's repository or a fork of it. PyPI's "stackforge" is another
+#: project; elsewhere pass --install git+https://<host>/<owner>/stackforge@<tag>.
+DEFAULT_INSTALL = "."
 #: Used when no --registry is given: the repository's own GitHub Container Registry package.
 GHCR_OF_REPOSITORY = "ghcr.io/${{ github.repository }}"
 #: Secrets a non-GHCR registry login reads (documented in docs/scale-out.md).
@@ -89,7 +92,8 @@ class WorkflowConfig:
         shards: how many shards build, gate, runtime and bench jobs split the matrix into.
         cron: when the nightly run starts (UTC, five fields).
         runner: label of the CPU runners (GitHub-hosted by default).
-        install: what ``pip install`` installs on the runners (``.`` for stackforge's own repository).
+        install: what ``pip install`` installs on the runners: ``.`` (the default) is the workflow's own
+            checkout, i.e. stackforge's repository or a fork; a ``git+https://...@<tag>`` URL elsewhere.
         python: Python version set up on the runners.
         workflow_path: where the file goes; its name is how the report job finds the previous run.
     """
@@ -100,7 +104,7 @@ class WorkflowConfig:
     shards: int = DEFAULT_SHARDS
     cron: str = DEFAULT_CRON
     runner: str = DEFAULT_RUNNER
-    install: str = f"stackforge=={__version__}"
+    install: str = DEFAULT_INSTALL
     python: str = DEFAULT_PYTHON
     workflow_path: str = DEFAULT_WORKFLOW_PATH
 
@@ -120,7 +124,8 @@ class WorkflowConfig:
         if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
             raise SpecError(f"--cron {self.cron!r} is not five cron fields separated by single spaces")
         _check(_RUNNER_LABEL, self.runner, "--runner", "a runner label such as ubuntu-latest")
-        _check(_INSTALL_SPEC, self.install, "--install", "a pip requirement such as stackforge==0.1.0, or .")
+        _check(_INSTALL_SPEC, self.install, "--install",
+               "a pip requirement such as git+https://github.com/<owner>/stackforge@v0.1.0, or .")
         _check(_PYTHON, self.python, "--python", "a version such as 3.12")
         _check(_OUT_PATH, self.workflow_path, "--out", f"a path such as {DEFAULT_WORKFLOW_PATH}")
 
@@ -304,6 +309,8 @@ def _gpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> d
     }
 
 
+# One matrix per target of the plan (``stackforge matrix`` needs --target when a run holds several):
+# site/<target>/{matrix.json,matrix.md,index.html}, and site/index.html linking them.
 _MERGE_AND_RENDER = """\
 shopt -s nullglob
 shards=(shards/*/)
@@ -315,10 +322,17 @@ stackforge results merge "${shards[@]}" --out merged --run-id "nightly-${GITHUB_
 run="merged/nightly-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}"
 mkdir -p site
 cp -r "$run" site/results
-stackforge matrix --results "$run" --format json --out site/matrix.json
-stackforge matrix --results "$run" --format md --out site/matrix.md
-stackforge matrix --results "$run" --format html --out site/index.html
-cat site/matrix.md >> "$GITHUB_STEP_SUMMARY"
+python -c 'import json, sys; print("\\n".join(json.load(sys.stdin)["targets"]))' < plan.json > site/targets.txt
+{ echo '<!DOCTYPE html><html><head><meta charset="utf-8"><title>stackforge matrix</title></head><body><ul>'
+  while read -r target; do echo "<li><a href='$target/'>$target</a></li>"; done < site/targets.txt
+  echo '</ul></body></html>'; } > site/index.html
+while read -r target; do
+  matrix=(stackforge matrix --results "$run" --plan plan.json --target "$target")
+  "${matrix[@]}" --format json --out "site/$target/matrix.json"
+  "${matrix[@]}" --format md --out "site/$target/matrix.md"
+  "${matrix[@]}" --format html --out "site/$target/index.html"
+  cat "site/$target/matrix.md" >> "$GITHUB_STEP_SUMMARY"
+done < site/targets.txt
 """
 
 # The baseline is the newest earlier run of this workflow on this branch that left a matrix behind
@@ -335,13 +349,21 @@ done
 echo "No earlier run left a matrix: nothing to compare with."
 """
 
+# Every target's matrix against the same target's matrix of the previous run; the worst exit code
+# of the diffs (1 regression, 2 unusable input) is the step's status.
 _DIFF = """\
 status=0
-if [ -f previous/matrix.json ]; then
-  stackforge matrix diff previous/matrix.json site/matrix.json > site/diff.md || status=$?
-else
-  echo "First run: no previous matrix to compare with." > site/diff.md
-fi
+: > site/diff.md
+while read -r target; do
+  echo "### $target" >> site/diff.md
+  if [ -f "previous/$target/matrix.json" ]; then
+    rc=0
+    stackforge matrix diff "previous/$target/matrix.json" "site/$target/matrix.json" >> site/diff.md || rc=$?
+    if [ "$rc" -gt "$status" ]; then status=$rc; fi
+  else
+    echo "No previous matrix for $target: nothing to compare with." >> site/diff.md
+  fi
+done < site/targets.txt
 { echo "## Changes since the previous run"; cat site/diff.md; } >> "$GITHUB_STEP_SUMMARY"
 echo "status=$status" >> "$GITHUB_OUTPUT"
 """
@@ -359,6 +381,8 @@ def _report_job(config: WorkflowConfig, needs: list[str]) -> dict[str, Any]:
         "outputs": {"diff-status": "${{ steps.diff.outputs.status }}"},
         "steps": [
             *_prepare(config),
+            {"name": "Download the plan", "uses": ACTIONS["download-artifact"],
+             "with": {"name": "plan", "path": "."}},
             {"name": "Download every shard's results", "uses": ACTIONS["download-artifact"],
              "with": {"pattern": "results-*", "path": "shards"}},
             {"name": "Merge and render", "run": _MERGE_AND_RENDER},

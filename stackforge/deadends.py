@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackforge.errors import SpecError
-from stackforge.report import (GLYPHS, CellStatus, Cell, MatrixReport, Row, Source, image_reference,
-                               source_text, target_text)
+from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellStatus, Cell, MatrixReport, Row, Source,
+                               image_reference, source_text, target_text)
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "Unblock", "find_dead_ends",
            "render_deadends"]
@@ -78,6 +78,7 @@ class DeadEndReport:
     target_label: str
     dead_ends: tuple[DeadEnd, ...]
     pruned: tuple[tuple[str, tuple[str, ...]], ...]    # (stack_id, ("rule: reason", ...))
+    predictions_only: bool = False                      # no probe results: every dead end is predicted
 
     def features(self) -> tuple[str, ...]:
         return tuple(d.feature for d in self.dead_ends)
@@ -96,7 +97,7 @@ def find_dead_ends(report: MatrixReport) -> DeadEndReport:
     pruned = tuple((row.stack_id, tuple(f"{f.rule}: {f.reason}" for f in row.pruned_by))
                    for row in report.rows if row.plan_status == "pruned")
     return DeadEndReport(target=report.target, target_label=target_text(report), dead_ends=tuple(dead_ends),
-                         pruned=pruned)
+                         pruned=pruned, predictions_only=report.predictions_only)
 
 
 def _dead_stack(row: Row, cell: Cell) -> DeadStack:
@@ -162,6 +163,8 @@ def _unblock_text(unblock: Unblock | None) -> str:
 
 def _md(report: DeadEndReport) -> str:
     lines = [f"### Dead ends on {report.target_label}", ""]
+    if report.predictions_only:
+        lines += [f"*{PREDICTIONS_ONLY}: every dead end below is a rule's prediction, not yet measured.*", ""]
     if not report.dead_ends:
         lines.append("No dead ends: every feature is measured or predicted to work on every kept stack.")
     for dead in report.dead_ends:
@@ -193,6 +196,8 @@ def _flat(text: str) -> str:
 
 def _text(report: DeadEndReport) -> str:
     lines = [f"Dead ends on {report.target_label}:"]
+    if report.predictions_only:
+        lines.append(f"  ({PREDICTIONS_ONLY}: every dead end below is a rule's prediction)")
     if not report.dead_ends:
         lines.append("  none")
     for dead in report.dead_ends:
@@ -205,6 +210,7 @@ def _text(report: DeadEndReport) -> str:
 
 def _json(report: DeadEndReport) -> dict[str, Any]:
     return {"schema": DEADENDS_SCHEMA, "schema_version": DEADENDS_SCHEMA_VERSION, "target": report.target,
+            "predictions_only": report.predictions_only,
             "dead_ends": [{"feature": d.feature, "stacks_total": d.stacks_total,
                            "dead_on": [_entry_json(e) for e in d.dead_on],
                            "unblocked_by": None if d.unblocked_by is None else {

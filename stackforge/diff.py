@@ -38,7 +38,7 @@ from stackforge.report import MATRIX_SCHEMA, MATRIX_SCHEMA_VERSION, decide_cell,
 from stackforge.results import LoadedResults, load_results
 
 __all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "CellState", "MatrixDiff", "MetricChange",
-           "MetricStats", "Snapshot", "StatusChange", "diff_snapshots", "load_snapshot", "metric_stats",
+           "MetricStats", "Snapshot", "StatusChange", "check_target", "diff_snapshots", "load_snapshot", "metric_stats",
            "render_diff", "snapshot_from_matrix_json", "snapshot_from_records"]
 
 NOISE_K = 1.0
@@ -99,6 +99,8 @@ class Snapshot:
     label: str
     cells: dict[CellKey, CellState]
     metrics: dict[MetricKey, MetricStats]
+    #: every target the input holds, before any --target filter (to tell a typo from an empty target)
+    targets: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,7 @@ def snapshot_from_records(records: Sequence[ResultRecord], label: str, *,
     for record in chosen:
         for name, stats in _flatten_metrics(record.outcome.metrics):
             metrics[(record.target, record.stack_id, record.probe, name)] = stats
-    return Snapshot(label=label, cells=cells, metrics=metrics)
+    return Snapshot(label=label, cells=cells, metrics=metrics, targets=frozenset(r.target for r in records))
 
 
 def snapshot_from_matrix_json(data: Any, label: str, *, target: str | None = None) -> Snapshot:
@@ -183,7 +185,7 @@ def snapshot_from_matrix_json(data: Any, label: str, *, target: str | None = Non
                           remedy="upgrade stackforge")
     name = str((data.get("target") or {}).get("name", ""))
     if target is not None and name != target:
-        return Snapshot(label=label, cells={}, metrics={})
+        return Snapshot(label=label, cells={}, metrics={}, targets=frozenset({name}))
     cells: dict[CellKey, CellState] = {}
     metrics: dict[MetricKey, MetricStats] = {}
     try:
@@ -196,7 +198,21 @@ def snapshot_from_matrix_json(data: Any, label: str, *, target: str | None = Non
                         metrics[(name, row["stack_id"], measurement["probe"], metric)] = stats
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecordError(f"malformed matrix JSON: {type(exc).__name__}: {exc}", path=label) from None
-    return Snapshot(label=label, cells=cells, metrics=metrics)
+    return Snapshot(label=label, cells=cells, metrics=metrics, targets=frozenset({name}))
+
+
+def check_target(target: str | None, *snapshots: Snapshot) -> None:
+    """Refuse a ``--target`` that none of the inputs holds: a typo must not read as "no regressions".
+
+    Raises:
+        SpecError: the target is in none of ``snapshots`` (the message lists the ones there are).
+    """
+    known = sorted(set().union(*(s.targets for s in snapshots)))
+    if target is not None and target not in known:
+        inputs = " or ".join(s.label for s in snapshots)
+        raise SpecError(f"unknown target {target!r}: no cells for it in {inputs}; "
+                        f"targets there: {', '.join(known) or '(none)'}",
+                        remedy="pass one of those to --target, or leave it out to compare every target")
 
 
 def load_snapshot(path: Path, *, target: str | None = None, skip_bad: bool = False,

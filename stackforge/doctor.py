@@ -83,7 +83,6 @@ class IndexFacts:
     role: str = "index"  # index | extra index
     reachable: bool | None = None   # None: not asked
     detail: str = ""
-    simple_json: bool = True        # answers the PEP 691 JSON API that `plan --preflight` uses
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,11 +256,8 @@ def targets_check(gpus: HostGpus, targets: dict[str, Target], machine: str) -> C
 
 def index_check(index: IndexFacts) -> Check:
     facts = {"url": index.url, "source": index.source, "role": index.role, "reachable": index.reachable,
-             "simple_json": index.simple_json, "detail": index.detail}
+             "detail": index.detail}
     name = "index" if index.role == "index" else "extra index"
-    if index.reachable and not index.simple_json:
-        return Check(name, Status.WARN, f"{index.url} answers in HTML only ({index.source}): pip can use it, "
-                     "`plan --preflight` cannot (it asks the PEP 691 JSON API)", facts)
     if index.reachable:
         return Check(name, Status.OK, f"{index.url} answers ({index.source})", facts)
     return Check(name, Status.FAIL, f"{index.url} does not answer ({index.source}): {index.detail}", facts,

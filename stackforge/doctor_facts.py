@@ -185,10 +185,6 @@ def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFact
                                       else f"folder {folder} does not exist"))
                 continue
             status, detail = check_package(Wanted("pip", "0", index.url), "3.12", session=session, cache=Path(cache))
-            if detail.startswith(("JSONDecodeError", "InvalidJSONError")):   # answered, in HTML (PEP 503) only
-                answered.append(IndexFacts(index.url, index.source, index.role, True, "answers in HTML only",
-                                           simple_json=False))
-                continue
             reachable = status is not Availability.UNREACHABLE
             answered.append(_with(index, reachable, "simple API answered" if reachable else detail))
     return tuple(answered)

@@ -24,7 +24,9 @@ Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pi
  5    picked, but at least one requirement rests on gate evidence only (the image
       reference is still printed; treat as "probably works, not yet run on the GPU")
  4    nothing qualifies (:class:`~stackforge.errors.NothingQualifiesError`: the
-      closest stack and what blocks it)
+      closest stack and what blocks it). Also with predictions only (no probe
+      results at all): a prediction is never known-good, so no image is printed;
+      the stacks the rules allow are named as the ones to build and probe
  2    bad input (unknown feature or target, bad driver string, unusable records)
 ====  ==========================================================================
 """
@@ -46,12 +48,14 @@ from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, S
                                headline_value, image_reference, one_line, parse_plan, stack_order_key)
 
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
-           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json", "row_driver_floor",
-           "shortfall_remedy"]
+           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
+           "predicted_to_qualify", "predictions_only_shortfall", "row_driver_floor", "shortfall_remedy"]
 
 EXIT_PICKED = 0
 EXIT_GATE_ONLY = 5
 OPTIMIZE = ("throughput", "newest")
+#: Unmeasured cell statuses that leave a feature possible: no rule says it is unavailable.
+_NOT_RULED_OUT = frozenset({CellStatus.UNTESTED, CellStatus.HAZARD, CellStatus.REQUIRES})
 #: What ``optimize="throughput"`` compares, most relevant first: (label, metric names as the bench
 #: scripts write them). A stack with a serving number outranks one with only a bandwidth number.
 THROUGHPUT_METRICS = (("output_throughput", ("output_throughput", "output_tok_s")),
@@ -67,6 +71,7 @@ class Check:
     met: bool
     line: str
     gate_only: bool = False
+    unmeasured: bool = False   # not met only because nothing measured it (no rule rules it out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +237,29 @@ def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mappin
     return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)
 
 
+def predicted_to_qualify(candidates: Sequence[Candidate]) -> tuple[str, ...]:
+    """Stacks, newest first, that only lack measurements: the rules rule out none of the requirements.
+
+    What ``pick`` names when there are predictions only: candidates to build and probe, never an image.
+    """
+    newest_first = sorted(candidates, key=lambda c: c.order_key, reverse=True)
+    return tuple(c.stack_id for c in newest_first if all(check.unmeasured for check in c.blockers))
+
+
+def predictions_only_shortfall(candidates: Sequence[Candidate], target: str) -> NothingQualifiesError:
+    """Why ``pick`` prints no image when there are no probe results at all (exit 4, never 0 or 5)."""
+    hopeful = predicted_to_qualify(candidates)
+    head = f"no image qualifies for target {target}: predictions only — no probe results, so no image is known-good"
+    if not hopeful:
+        return NothingQualifiesError(f"{head}; the rules, the plan or the driver rule out every stack",
+                                     remedy=shortfall_remedy(target))
+    more = " ..." if len(hopeful) > 3 else ""
+    return NothingQualifiesError(f"{head}; the rules allow {len(hopeful)} stack(s), newest first: "
+                                 f"{', '.join(hopeful[:3])}{more}",
+                                 remedy="build and probe those (stackforge build / probe --only STACK_ID), "
+                                        "then pick again")
+
+
 def closest_first(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
     """Candidates by fewest blockers, the newer stack first among equals."""
     newest_first = sorted(candidates, key=lambda c: c.order_key, reverse=True)
@@ -288,7 +316,7 @@ def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | No
     image, pinned, warnings = _image(evidence or list(row.records))
     pinning = "pinned by digest" if pinned else "not pinned"
     checks.append(Check("image", bool(image), f"image {image} ({pinning})" if image
-                        else "no image: this stack was never probed on this target"))
+                        else "no image: this stack was never probed on this target", unmeasured=not image))
     metric, rank = _throughput(row.records)
     return Candidate(stack_id=row.stack_id, stack=row.stack, image=image, pinned=pinned, checks=tuple(checks),
                      metric=metric, metric_rank=rank, warnings=warnings,
@@ -316,7 +344,8 @@ def _feature_check(cell: Cell) -> Check:
         if cell.contradicted:
             line += " — note: contradicts a rule's prediction"
         return Check(cell.feature, True, line, gate_only=gate_only)
-    return Check(cell.feature, False, _blocked_line(cell))
+    unmeasured = cell.source is not Source.MEASURED and cell.status in _NOT_RULED_OUT
+    return Check(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
 
 
 def _blocked_line(cell: Cell) -> str:

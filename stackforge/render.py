@@ -15,9 +15,7 @@ text.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ from stackforge.data import data_dir
 from stackforge.derive import Derived
 from stackforge.errors import SpecError, UnsafeValueError
 from stackforge.model import Flavour, Stack, content_hash
+from stackforge.results import atomic_write_text
 from stackforge.versions import parse_version
 
 #: Schema of the ``io.stackforge.*`` label set (bump when keys change meaning).
@@ -520,13 +519,4 @@ def _environment() -> jinja2.Environment:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)   # COPY keeps the mode: readable by any user of the image
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text, mode=0o644)   # COPY keeps the mode: readable by any user of the image

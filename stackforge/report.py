@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.errors import RecordError, SpecError
 from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
+from stackforge.rules import FEATURES
 
 __all__ = [
     "DEAD_STATUSES",
@@ -45,6 +46,7 @@ __all__ = [
     "MATRIX_SCHEMA",
     "MATRIX_SCHEMA_VERSION",
     "PLAN_SCHEMA",
+    "PREDICTIONS_ONLY",
     "Cell",
     "CellStatus",
     "Finding",
@@ -111,6 +113,8 @@ GLYPHS: dict[CellStatus, str] = {
     CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
 }
 CONTRADICTED_GLYPH = "‼️"
+#: How every report without a single probe result for its target says so.
+PREDICTIONS_ONLY = "predictions only — no probe results"
 
 LEGEND: dict[str, str] = {
     "pass": "measured: works", "fail": "measured: does not work", "crash": "measured: died by a signal",
@@ -352,6 +356,8 @@ class MatrixReport:
     matrix_name: str = ""
     matrix_source: str = ""
     runs: tuple[str, ...] = ()
+    #: no probe result for this target: every cell is a rule's prediction (or untested)
+    predictions_only: bool = False
 
     def row(self, stack_id: str) -> Row:
         for row in self.rows:
@@ -400,7 +406,8 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     """
     mine = [r for r in records if r.target == target]
     plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
-    columns = tuple(features) or _features(mine, plan_cells.values())
+    present = _features(mine, plan_cells.values())
+    columns = _check_features(features, present) or present
     stacks = _stacks(mine, plan_cells)
     grouped: dict[tuple[str, str], list[ResultRecord]] = {}
     for record in mine:
@@ -409,7 +416,20 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
     return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
                         features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
-                        runs=tuple(runs))
+                        runs=tuple(runs), predictions_only=not mine and bool(plan_cells))
+
+
+def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
+    """``wanted`` when every name is a feature (the rules' vocabulary, or one the results measured).
+
+    Raises:
+        SpecError: a name no rule and no record knows; a typo would otherwise be a silent empty column.
+    """
+    known = tuple(dict.fromkeys((*FEATURES, *present)))
+    unknown = [f for f in wanted if f not in known]
+    if unknown:
+        raise SpecError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(wanted)
 
 
 def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
@@ -625,8 +645,9 @@ def header_summary(report: MatrixReport) -> str:
     text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
             f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
             f"{sources.count(Source.NONE)} untested cells")
-    return text + (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
-                   if contradicted else "")
+    text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
+             if contradicted else "")
+    return f"{PREDICTIONS_ONLY} · {text}" if report.predictions_only else text
 
 
 def target_text(report: MatrixReport) -> str:
@@ -650,6 +671,7 @@ def report_to_json(report: MatrixReport) -> dict[str, Any]:
     return {"schema": MATRIX_SCHEMA, "schema_version": MATRIX_SCHEMA_VERSION,
             "matrix": {"name": report.matrix_name, "source": report.matrix_source},
             "target": report.target_info | {"name": report.target}, "runs": list(report.runs),
+            "predictions_only": report.predictions_only,
             "features": list(report.features), "legend": dict(LEGEND),
             "rows": [_row_json(row) for row in report.rows]}
 

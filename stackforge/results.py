@@ -26,7 +26,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,7 +39,7 @@ from stackforge.records import ResultRecord, utc_now
 
 __all__ = [
     "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "atomic_write_text",
-    "describe_problems", "finish_run", "load_results", "merge_records", "merge_runs", "new_run_id",
+    "describe_problems", "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -138,15 +137,20 @@ def describe_problems(problems: Sequence[RecordError], source: str = "") -> str:
 # ---------------------------------------------------------------------------------------------- writing
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` so that readers only ever see the old or the complete new file.
 
     The temporary file lives in the same folder (``os.replace`` is only atomic within one file
-    system) and its name starts with ``.`` so the loader never mistakes it for a record.
+    system) and its name starts with ``.`` so the loader never mistakes it for a record. It is
+    created with mode 0666 and the process umask applies, as for any file ``open()`` creates
+    (``tempfile.mkstemp`` would make every result 0600 whatever the umask); ``mode`` sets an
+    exact mode instead (a build context file that ``COPY`` must keep readable).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, tmp_name = _create_temporary(path)
     try:
+        if mode is not None:
+            os.fchmod(handle, mode)
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
             tmp.write(text)
             tmp.flush()
@@ -155,6 +159,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created ``.<name>.<random>.tmp`` beside ``path``: (descriptor, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        candidate = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(candidate, flags, 0o666), candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def record_path(run_dir: Path, key: tuple[str, str, str]) -> Path:
@@ -240,6 +256,14 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
         problems.extend(run_problems)
     return LoadedResults(records=merge_records(*groups), runs=tuple(sorted(infos, key=lambda i: i.run_id)),
                          problems=tuple(problems), source=str(path))
+
+
+def holds_results(path: Path) -> bool:
+    """Whether ``path`` is a run folder or a results folder with at least one run (nothing is read)."""
+    if not path.is_dir():
+        return False
+    return _looks_like_run(path) or any(p.is_dir() and not p.name.startswith((".", "_")) and _looks_like_run(p)
+                                        for p in path.iterdir())
 
 
 def result_schema() -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from matrix_fixtures import record
 from stackforge.ci_github import (
     ACTIONS,
     CiMatrix,
@@ -25,6 +26,7 @@ from stackforge.ci_github import (
 )
 from stackforge.cli import cli
 from stackforge.errors import SpecError, UnsafeValueError
+from stackforge.results import finish_run, start_run, write_record
 from stackforge.shard import Shard, select
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,7 +173,8 @@ def test_report_merges_diffs_and_publishes_and_verdict_fails_on_regressions() ->
     data = _loaded(CONFIGS["ghcr-one-gpu"])
     report = data["jobs"]["report"]
     scripts = "\n".join(s.get("run", "") for s in report["steps"])
-    assert "stackforge results merge" in scripts and "stackforge matrix diff previous/matrix.json" in scripts
+    assert "stackforge results merge" in scripts
+    assert 'stackforge matrix diff "previous/$target/matrix.json" "site/$target/matrix.json"' in scripts
     assert report["permissions"] == {"contents": "read", "actions": "read"}
     uses = [s.get("uses") for s in report["steps"]]
     assert ACTIONS["download-artifact"] in uses and ACTIONS["upload-pages-artifact"] in uses
@@ -262,6 +265,69 @@ def test_ci_shards_command_reports_a_bad_plan_file_as_a_one_line_error(tmp_path:
     assert "not JSON" in result.stderr
 
 
+# ------------------------------------------------------------------------------ the report job, run
+
+
+TWO_TARGETS = ("rtx-pro-6000-x8-pcie", "h200-x8-nvswitch")
+
+
+def _report_workspace(tmp_path: Path) -> Path:
+    """What the report job finds: plan.json of a two-target matrix, and two shards of gate results."""
+    matrix = tmp_path / "two.yaml"
+    matrix.write_text(f"schema: 1\ntargets: [{', '.join(TWO_TARGETS)}]\n"
+                      "axes: {cuda: ['13.1'], torch: ['2.14.1'], flashinfer: ['0.7.2'], sglang: ['0.5.23'],"
+                      " python: ['3.12']}\n", encoding="utf-8")
+    planned = CliRunner().invoke(cli, ["plan", "--matrix", str(matrix), "--json"])
+    assert planned.exit_code == 0, planned.output
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "plan.json").write_text(planned.stdout, encoding="utf-8")
+    stack_id = json.loads(planned.stdout)["cells"][0]["stack_id"]
+    for shard, target in enumerate(TWO_TARGETS, start=1):
+        run_dir = start_run(work / "shards" / f"results-gate-{shard}-of-2", command=["stackforge", "probe"],
+                            run_id=f"gate-{shard}")
+        write_record(run_dir, record(stack_id, "flashinfer-jit", "pass", tier="gate", target=target,
+                                     run_id=f"gate-{shard}"))
+        finish_run(run_dir)
+    return work
+
+
+def _run_step(work: Path, script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # The job's own bash script, as the runner would run it (bash -e, the venv's stackforge on PATH).
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env, text=True,
+                          capture_output=True, timeout=300, check=False)
+
+
+def test_report_job_renders_and_diffs_every_target_of_a_two_target_matrix(tmp_path: Path) -> None:
+    """The report job's scripts, run for real: one matrix per target, and the diff gate works for each."""
+    work = _report_workspace(tmp_path)
+    steps = {s.get("name"): s for s in workflow(CONFIGS["ghcr-one-gpu"])["jobs"]["report"]["steps"]}
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GITHUB_RUN_ID": "7", "GITHUB_RUN_ATTEMPT": "1",
+           "GITHUB_STEP_SUMMARY": str(work / "summary.md"), "GITHUB_OUTPUT": str(work / "output.txt")}
+    rendered = _run_step(work, steps["Merge and render"]["run"], env)
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    for target in TWO_TARGETS:
+        data = json.loads((work / "site" / target / "matrix.json").read_text(encoding="utf-8"))
+        assert data["target"]["name"] == target and data["rows"]
+        assert (work / "site" / target / "index.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    index = (work / "site" / "index.html").read_text(encoding="utf-8")
+    assert all(f"href='{target}/'" in index for target in TWO_TARGETS)
+
+    # A first run has no previous matrix: status 0. Then the same run as "previous", with one target's
+    # passing cell turned into a failure in today's matrix: the diff step must report it (status 1).
+    diffed = _run_step(work, steps["Diff against the previous run"]["run"], env)
+    assert diffed.returncode == 0, diffed.stderr
+    assert (work / "output.txt").read_text(encoding="utf-8").splitlines()[-1] == "status=0"
+    shutil.copytree(work / "site", work / "previous")
+    today = work / "site" / TWO_TARGETS[1] / "matrix.json"
+    today.write_text(today.read_text(encoding="utf-8").replace('"status": "pass"', '"status": "fail"'),
+                     encoding="utf-8")
+    diffed = _run_step(work, steps["Diff against the previous run"]["run"], env)
+    assert diffed.returncode == 0, diffed.stderr
+    assert (work / "output.txt").read_text(encoding="utf-8").splitlines()[-1] == "status=1"
+    assert "1 regression" in (work / "site" / "diff.md").read_text(encoding="utf-8")
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
@@ -289,6 +355,28 @@ def test_github_command_rejects_bad_options_with_a_one_line_error() -> None:
     result = CliRunner().invoke(cli, ["ci", "github", "--gpu-label", "blackwell", "--out", "-"])
     assert result.exit_code == 2
     assert "--gpu-label 'blackwell'" in result.stderr
+
+
+def test_github_command_refuses_a_matrix_file_that_is_not_there(tmp_path: Path) -> None:
+    out = tmp_path / "nightly.yml"
+    result = CliRunner().invoke(cli, ["ci", "github", "--matrix", "nosuch.yaml", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("stackforge: error: --matrix nosuch.yaml: no such file")
+    assert not out.exists()
+
+
+def test_default_install_is_this_project_not_the_pypi_namesake() -> None:
+    """PyPI's "stackforge" is a different project: the default installs the workflow's own checkout."""
+    config = WorkflowConfig()
+    assert config.install == "."
+    install = next(s for _, s in _steps(_loaded(config)) if s.get("name") == "Install stackforge")
+    assert "python -m pip install '.'" in install["run"] and "stackforge==" not in render_workflow(config)
+    named = CliRunner().invoke(cli, ["ci", "github", "--install", "stackforge==0.1.0", "--out", "-"])
+    assert named.exit_code == 0 and "is not this one" in named.stderr
+    git = CliRunner().invoke(cli, ["ci", "github", "--install", "git+https://github.com/acme/stackforge@v0.1.0",
+                                   "--out", "-"])
+    assert git.exit_code == 0 and git.stderr == ""
+    assert "pip install 'git+https://github.com/acme/stackforge@v0.1.0'" in git.stdout
 
 
 def test_committed_nightly_workflow_is_the_generators_output() -> None:

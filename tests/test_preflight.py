@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import socket
 import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from stackforge.preflight import Availability, Wanted, check_package, classify_files, run_preflight
+from stackforge.cli import cli
+from stackforge.preflight import (Availability, IndexConfig, Source, Wanted, check_package, classify_files,
+                                  find_package, index_config, parse_pip_config_list, run_preflight)
 from stackforge.plan import load_knowledge, plan_matrix
 from stackforge.matrix import load_matrix
 
@@ -89,16 +93,172 @@ def test_unreachable_index_is_reported_and_the_rest_goes_on(index_url, tmp_path)
         is Availability.AVAILABLE
 
 
-def test_run_preflight_over_a_plan(tmp_path, monkeypatch, index_url):
+def test_run_preflight_over_a_plan(tmp_path, index_url):
     url, _ = index_url
-    monkeypatch.setattr("stackforge.preflight.PYPI_SIMPLE", url)
     path = tmp_path / "m.yaml"
     path.write_text("schema: 1\ntargets: [h200-x8-nvswitch]\n"
                     "axes: {cuda: ['13.1'], torch: ['2.14.1'], flashinfer: ['0.7.2'], sglang: ['0.5.23'],"
                     " python: ['3.11'], flavour: [wheels], os: [debian12]}\n")
-    report = run_preflight(plan_matrix(load_matrix(path), load_knowledge(COMPAT)), cache_dir=str(tmp_path / "c"))
+    report = run_preflight(plan_matrix(load_matrix(path), load_knowledge(COMPAT)), cache_dir=str(tmp_path / "c"),
+                           indexes=IndexConfig(index_url=url))
     statuses = {c.package: c.status for c in report.checks}
     assert statuses["torch"] is Availability.AVAILABLE
     assert statuses["flashinfer-python"] is Availability.MISSING
     assert not report.ok
     assert "PREFLIGHT" in report.render()
+
+
+# ------------------------------------------------------------------------- pip's index configuration
+
+
+def test_pip_config_list_is_read_with_pips_precedence():
+    text = ("global.index-url='https://global/simple'\n"
+            "install.index-url='https://install/simple'\n"
+            "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'\n"
+            ":env:.find-links='/opt/wheels'\n"
+            "global.find-links='/elsewhere'\n"
+            "not a setting line\n")
+    assert parse_pip_config_list(text) == {"index-url": "https://install/simple",
+                                           "extra-index-url": "file:///opt/a/simple file:///opt/b/simple",
+                                           "find-links": "/opt/wheels"}
+
+
+def test_index_config_command_line_then_environment_then_files():
+    files = {"index-url": "https://files/simple", "extra-index-url": "https://x/simple", "cert": "/ca.pem"}
+    assert index_config(pip_settings=files).index_url == "https://files/simple"
+    from_env = index_config(pip_settings=files, env={"PIP_INDEX_URL": "https://env/simple",
+                                                     "PIP_FIND_LINKS": "/w1 /w2", "HOME": "/root"})
+    assert (from_env.index_url, from_env.find_links, from_env.cert) == ("https://env/simple", ("/w1", "/w2"),
+                                                                        "/ca.pem")
+    given = index_config(index_url="https://cli/simple", extra_index_urls=["https://y/simple"],
+                         pip_settings=files, env={"PIP_INDEX_URL": "https://env/simple"})
+    # --index-url replaces the configured index; --extra-index-url adds to the configured ones (as in pip).
+    assert given.index_url == "https://cli/simple"
+    assert given.extra_index_urls == ("https://x/simple", "https://y/simple")
+    assert index_config().index_url == "https://pypi.org/simple"
+    assert index_config(env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/w"}).sources("pypi") == (
+        Source("/w", index=False),)
+
+
+class _HtmlIndex(http.server.BaseHTTPRequestHandler):
+    """A PEP 503 mirror: HTML only, whatever the client asks for (as many mirrors are)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        name = self.path.strip("/").split("/")[-1]
+        if name not in FILES:
+            self.send_response(404)
+            self.end_headers()
+            return
+        links = "".join(f'<a href="../../files/{f}#sha256=00">{f}</a><br>' for f in FILES[name])
+        body = f"<!DOCTYPE html><html><body>{links}</body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_an_html_only_mirror_is_read(tmp_path):
+    import requests
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlIndex)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        mirror = IndexConfig(index_url=f"http://127.0.0.1:{server.server_address[1]}/simple")
+        status, detail, where = find_package(Wanted("torch", "2.14.1", "pypi"), "3.11", session=requests.Session(),
+                                             cache=tmp_path, indexes=mirror)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status is Availability.AVAILABLE and detail.startswith("torch-2.14.1-cp311")
+    assert where == mirror.index_url
+
+
+def _file_index(root: Path, files: dict[str, list[str]]) -> str:
+    """A PEP 503 index on disk, laid out like /opt/pypi/simple: <project>/index.html linking ../../files/."""
+    (root / "files").mkdir(parents=True)
+    for project, names in files.items():
+        (root / "simple" / project).mkdir(parents=True)
+        links = "".join(f'<a href="../../files/{n}#sha256=00">{n}</a>\n' for n in names)
+        (root / "simple" / project / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+        for name in names:
+            (root / "files" / name).write_bytes(b"")
+    return (root / "simple").as_uri()
+
+
+def test_file_indexes_and_find_links_folders_are_read(tmp_path):
+    import requests
+    session = requests.Session()
+    index = _file_index(tmp_path / "mirror", {"torch": FILES["torch"]})
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "sglang-0.5.23-py3-none-any.whl").write_bytes(b"")
+    (wheels / "other-0.5.23-py3-none-any.whl").write_bytes(b"")
+    config = IndexConfig(index_url=index, find_links=(str(wheels),))
+
+    def look(package, version):
+        return find_package(Wanted(package, version, "pypi"), "3.11", session=session, cache=tmp_path / "c",
+                            indexes=config)
+
+    assert look("torch", "2.14.1")[:1] == (Availability.AVAILABLE,) and look("torch", "2.14.1")[2] == index
+    assert look("sglang", "0.5.23") == (Availability.AVAILABLE, "sglang-0.5.23-py3-none-any.whl", str(wheels))
+    assert look("other", "9.9")[0] is Availability.MISSING        # a find-links file of another version
+    assert look("flashinfer-python", "0.7.2")[0] is Availability.MISSING
+    gone = IndexConfig(index_url=(tmp_path / "nowhere" / "simple").as_uri())
+    assert find_package(Wanted("torch", "2.14.1", "pypi"), "3.11", session=session, cache=tmp_path / "c",
+                        indexes=gone)[0] is Availability.UNREACHABLE
+
+
+# ------------------------------------------------------------------------------ plan --preflight (CLI)
+
+
+STACK_FILES = {"torch": ["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"],
+               "flashinfer-python": ["flashinfer_python-0.7.2-py3-none-any.whl"],
+               "sglang": ["sglang-0.5.23-py3-none-any.whl"],
+               "sglang-kernel": ["sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl"]}
+
+
+@pytest.fixture
+def preflight_cli(tmp_path, monkeypatch):
+    """A one-stack matrix, and pip's configuration reduced to what each test sets (no config files)."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("schema: 1\ntargets: [rtx-pro-6000-x8-pcie]\naxes: {cuda: ['13.1'], torch: ['2.14.1'], "
+                      "flashinfer: ['0.7.2'], sglang: ['0.5.23'], python: ['3.12']}\n")
+
+    def invoke(*args: str):
+        return CliRunner().invoke(cli, ["plan", "--matrix", str(matrix), "--preflight", "--cache-dir",
+                                        str(tmp_path / "cache"), *args])
+    return invoke
+
+
+def test_preflight_passes_against_the_mirror_pip_is_configured_with(preflight_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", _file_index(tmp_path / "mirror", STACK_FILES))
+    result = preflight_cli()
+    assert result.exit_code == 0, result.output
+    preflight_lines = [line.split()[0] for line in result.stdout.partition("PREFLIGHT")[2].splitlines()[1:] if line]
+    assert preflight_lines == ["available"] * len(STACK_FILES), result.stdout
+
+
+def test_preflight_exits_1_when_a_pinned_file_is_missing(preflight_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", _file_index(tmp_path / "mirror", {**STACK_FILES, "sglang": []}))
+    result = preflight_cli()
+    assert result.exit_code == 1, result.output
+    assert "missing" in result.stdout and "sglang==0.5.23" in result.stdout
+    assert "preflight failed: 1 missing, 0 unreachable" in result.stdout
+    as_json = preflight_cli("--json")
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["preflight"]["ok"] is False
+
+
+def test_preflight_exits_1_when_the_index_is_unreachable_and_index_url_overrides_pip(preflight_cli, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
+    result = preflight_cli()
+    assert result.exit_code == 1, result.output
+    assert result.stdout.count("unreachable ") == len(STACK_FILES)
+    mirror = _file_index(tmp_path / "mirror", STACK_FILES)
+    assert preflight_cli("--index-url", mirror).exit_code == 0

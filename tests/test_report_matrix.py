@@ -204,7 +204,8 @@ def test_markdown_survives_hostile_evidence():
 
 def test_json_envelope(report):
     data = json.loads(render_json(report))
-    assert set(data) == {"schema", "schema_version", "matrix", "target", "runs", "features", "legend", "rows"}
+    assert set(data) == {"schema", "schema_version", "matrix", "target", "runs", "predictions_only", "features",
+                         "legend", "rows"}
     assert (data["schema"], data["schema_version"]) == (MATRIX_SCHEMA, 1)
     assert data["target"]["name"] == TARGET and data["target"]["arch"] == "12.0"
     assert data["features"] == list(FEATURES)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from matrix_fixtures import CU128, CU131, TARGET, record, seed_records
+from stackforge.build.records import BuildRecord, BuildStatus
+from stackforge.build.records import write_record as write_build_record
 from stackforge.errors import RecordError
 from stackforge.records import RESULT_SCHEMA_VERSION, Outcome, ResultRecord
 from stackforge.results import (RUN_FILE, RunInfo, atomic_write_text, finish_run, load_results, merge_records,
@@ -102,6 +104,33 @@ def test_failed_write_keeps_the_old_file_and_cleans_up(tmp_path, monkeypatch):
         atomic_write_text(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test, and put the old one back."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_honour_the_umask(tmp_path, umask, mask, mode):
+    """Records, run.json and --out files get 0666 minus the umask, like any file open() creates."""
+    umask(mask)
+    run_dir = make_run(tmp_path / "results", seed_records()[:1])
+    out = tmp_path / "matrix.md"
+    atomic_write_text(out, "text")
+    build = write_build_record(BuildRecord(stack_id=CU131, stack={}, derived={}, status=BuildStatus.BUILT),
+                               tmp_path / "out")
+    written = [run_dir / RUN_FILE, next(run_dir.glob("*/*/*.json")), out, build]
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(mode) for p in written}
+
+
+def test_an_explicit_mode_wins_over_the_umask(tmp_path, umask):
+    umask(0o077)
+    atomic_write_text(tmp_path / "Dockerfile", "FROM x\n", mode=0o644)
+    assert (tmp_path / "Dockerfile").stat().st_mode & 0o777 == 0o644
 
 
 # ---------------------------------------------------------------------------------------------- concurrency

@@ -10,14 +10,13 @@ half-written record behind.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from stackforge.errors import RecordError
+from stackforge.results import atomic_write_text
 
 BUILD_SCHEMA = "stackforge.build"
 BUILD_SCHEMA_VERSION = 1
@@ -132,17 +131,7 @@ def log_path(out_dir: Path, stack_id: str) -> Path:
 def write_record(record: BuildRecord, out_dir: Path) -> Path:
     """Write ``record`` atomically: a reader sees the old record or the new one, never a mix."""
     path = record_path(out_dir, record.stack_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(record.dumps())
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, record.dumps())
     return path
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli.options import refuse_together
+from stackforge.cli.options import out_path_error, refuse_together
 from stackforge.errors import RecordError, StackforgeError
 from stackforge.records import ResultRecord
 from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
-from stackforge.results import LoadedResults, atomic_write_text, describe_problems, load_results
+from stackforge.results import (LoadedResults, atomic_write_text, describe_problems, holds_results,
+                                load_results)
 
 F = Callable[..., object]
 
@@ -30,6 +31,8 @@ class Evidence:
     plan: PlanView
     target: str
     runs: tuple[str, ...]
+    #: no probe results at all: every cell is a prediction (reports and pick say so)
+    predictions_only: bool = False
 
 
 def evidence_options(func: F) -> F:
@@ -61,17 +64,28 @@ def evidence_options(func: F) -> F:
 
 def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None, matrix: str | None,
                   no_plan: bool, target: str | None, skip_bad: bool) -> Evidence:
-    """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target."""
+    """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target.
+
+    Without any results (no folder, or no run in it) the plan alone is the evidence: predictions
+    are what a user wants first, before anything is built. ``--run`` and ``--no-plan`` still need
+    results, since there would be nothing to show.
+    """
     refuse_together("--plan", "--matrix", plan_path is not None and matrix is not None,
                     why="both say where the predictions come from")
     for option, given in (("--plan", plan_path is not None), ("--matrix", matrix is not None)):
         refuse_together("--no-plan", option, no_plan and given, why="--no-plan drops the predictions")
-    loaded = load_results(results, runs=runs)
+    predictions_only = not runs and not no_plan and not holds_results(results)
+    loaded = LoadedResults(records=(), source=str(results)) if predictions_only else load_results(results, runs=runs)
     check_problems(loaded, skip_bad)
-    plan = _plan(loaded, plan_path=plan_path, matrix=matrix, no_plan=no_plan, target=target)
+    plan = _plan(loaded, plan_path=plan_path, matrix=matrix, no_plan=no_plan, target=target,
+                 strict=predictions_only)
     chosen = choose_target(loaded.records, plan, target)
+    if predictions_only:
+        warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
+             "(run `stackforge probe` to measure)")
     runs = tuple(info.run_id for info in loaded.runs)
-    return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs)
+    return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
+                    predictions_only=predictions_only)
 
 
 def check_problems(loaded: LoadedResults, skip_bad: bool) -> None:
@@ -93,12 +107,15 @@ def write_output(text: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    atomic_write_text(out, text)
+    try:
+        atomic_write_text(out, text)
+    except OSError as exc:
+        raise out_path_error("--out", out, exc) from None
     click.echo(f"wrote {out}", err=True)
 
 
 def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, no_plan: bool,
-          target: str | None) -> PlanView:
+          target: str | None, strict: bool = False) -> PlanView:
     if no_plan:
         return empty_plan()
     if plan_path is not None:
@@ -110,8 +127,8 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
     try:
         return _plan_matrix(chosen, target)
     except StackforgeError as exc:
-        if matrix is not None:
-            raise   # asked for explicitly: its errors are the user's to see
+        if matrix is not None or strict:
+            raise   # asked for explicitly, or the only evidence there is: its errors are the user's to see
         warn(f"no predictions: planning the default matrix failed ({exc.one_line()}); showing measured "
              "cells only (pass --plan or --matrix)")
         return empty_plan()

@@ -8,7 +8,7 @@ from typing import Callable
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import shard_option, stack_selection
+from stackforge.cli.options import index_options, shard_option, stack_selection
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import BuildError, SpecError
 
@@ -20,11 +20,7 @@ def image_options(func: F) -> F:
     options = [
         click.option("--base-image", metavar="REF", default=None,
                      help="FROM image for every stack instead of the derived one."),
-        click.option("--index-url", metavar="URL", default=None, help="pip index for everything but torch."),
-        click.option("--extra-index-url", "extra_index_urls", metavar="URL", multiple=True,
-                     help="Additional pip index (repeatable)."),
-        click.option("--find-links", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-                     help="Wheelhouse directory; torch is taken from it (air-gapped builds)."),
+        index_options,
         click.option("--ca-bundle", metavar="PATH|none", default=None,
                      help="PEM bundle pip must trust; passed as a build secret, never stored in the image. "
                           "Default: the bundle pip on this host trusts (pip's global.cert, PIP_CERT, "

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import click
 
+from stackforge.cli.options import check_out_path, out_path_error
 from stackforge.errors import SpecError
+from stackforge.results import atomic_write_text
 
 
 @click.group(name="ci")
@@ -29,7 +32,8 @@ def command() -> None:
               help="Nightly schedule, UTC (default: 17 3 * * *).")
 @click.option("--runner", default=None, metavar="LABEL", help="CPU runner label (default: ubuntu-latest).")
 @click.option("--install", default=None, metavar="SPEC",
-              help="What runners pip-install (default: this stackforge version; '.' in stackforge's repo).")
+              help="What runners pip-install (default: '.', the workflow's own checkout of stackforge; "
+                   "elsewhere e.g. git+https://github.com/<owner>/stackforge@<tag>).")
 @click.option("--python", default=None, metavar="VERSION", help="Python on the runners (default: 3.12).")
 @click.option("--out", "out", default=".github/workflows/stackforge-nightly.yml", show_default=True,
               metavar="PATH", help="Where to write the workflow; '-' prints it.")
@@ -40,11 +44,25 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
     """Generate a sharded nightly workflow: build and gate on CPU runners, runtime probes and benchmarks
     on self-hosted GPU runners per arch, then merge, diff against the last run, and publish."""
     from stackforge.ci_github import WorkflowConfig, render_workflow
+    from stackforge.data import resolve_matrix_path
+    from stackforge.matrix import load_matrix
 
     given = {"cron": cron, "runner": runner, "install": install, "python": python}
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
                             workflow_path=out if out != "-" else ".github/workflows/stackforge-nightly.yml",
                             **{key: value for key, value in given.items() if value is not None})
+    if out != "-" and not check:
+        check_out_path(Path(out))
+    # The runners plan this file from the repository root: it must exist (and load) there, now.
+    matrix_path = resolve_matrix_path(config.matrix)
+    if not matrix_path.is_file():
+        raise SpecError(f"--matrix {config.matrix}: no such file here (the workflow plans it from the "
+                        "repository root)", remedy="run from the repository root and pass a path relative to "
+                        "it, or a shipped matrix name such as default")
+    load_matrix(matrix_path)
+    if re.fullmatch(r"stackforge\s*([=<>!~].*)?", config.install, flags=re.IGNORECASE):
+        click.echo("stackforge: warning: --install names the PyPI project 'stackforge', which is not this "
+                   "one; use '.' in a checkout of it or git+https://<host>/<owner>/stackforge@<tag>", err=True)
     text = render_workflow(config)
     if out == "-":
         click.echo(text, nl=False)
@@ -55,8 +73,10 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
             sys.exit(1)
         click.echo(f"{out} is up to date")
     else:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text, encoding="utf-8")
+        try:
+            atomic_write_text(Path(out), text)
+        except OSError as exc:
+            raise out_path_error("--out", Path(out), exc) from None
         click.echo(f"wrote {out}")
         if gpu_labels:
             click.echo("note: for actionlint, declare the self-hosted runner labels in "

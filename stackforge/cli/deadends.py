@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, write_output
+from stackforge.cli.options import out_file_option
 from stackforge.deadends import FORMATS, find_dead_ends, render_deadends
 from stackforge.report import build_matrix
 
@@ -14,8 +15,7 @@ from stackforge.report import build_matrix
 @click.command(name="deadends")
 @evidence_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write here (atomically) instead of printing.")
+@out_file_option
 def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool,
             target: str | None, skip_bad: bool, fmt: str, out: Path | None) -> None:
     """List each dead feature (measured fail/crash/timeout, or predicted unavailable), why, and the first

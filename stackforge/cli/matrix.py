@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn, write_output
+from stackforge.cli.options import out_file_option
 from stackforge.diff import FORMATS as DIFF_FORMATS
-from stackforge.diff import diff_snapshots, load_snapshot, render_diff
+from stackforge.diff import check_target, diff_snapshots, load_snapshot, render_diff
 from stackforge.report import FORMATS, build_matrix, render
 
 
@@ -17,8 +18,7 @@ from stackforge.report import FORMATS, build_matrix, render
 @click.option("--feature", "features", metavar="NAME", multiple=True,
               help="Only these feature columns, in this order (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write here (atomically) instead of printing.")
+@out_file_option
 @click.pass_context
 def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path: Path | None,
             matrix: str | None, no_plan: bool, target: str | None, skip_bad: bool, features: tuple[str, ...],
@@ -45,7 +45,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
 @click.argument("b", type=click.Path(path_type=Path))
 @click.option("--target", "target", metavar="NAME", default=None, help="Only this target's cells.")
 @click.option("--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@out_file_option
 @click.option("--skip-bad", is_flag=True, help="Ignore unusable record files (with a warning).")
 @click.option("--fail-on", "fail_on", type=click.Choice(("regression", "change", "never")),
               default="regression", show_default=True,
@@ -59,8 +59,10 @@ def diff_command(a: Path, b: Path, target: str | None, fmt: str, out: Path | Non
     \b
     Exit codes: 0 nothing to report · 1 regression (or change, with --fail-on change) · 2 bad input
     """
-    diff = diff_snapshots(load_snapshot(a, target=target, skip_bad=skip_bad, warn=warn),
-                          load_snapshot(b, target=target, skip_bad=skip_bad, warn=warn))
+    before = load_snapshot(a, target=target, skip_bad=skip_bad, warn=warn)
+    after = load_snapshot(b, target=target, skip_bad=skip_bad, warn=warn)
+    check_target(target, before, after)
+    diff = diff_snapshots(before, after)
     write_output(render_diff(diff, fmt), out)
     failed = {"regression": bool(diff.regressions), "change": diff.changed, "never": False}[fail_on]
     if failed:

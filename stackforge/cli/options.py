@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Callable
 
 import click
@@ -43,6 +44,20 @@ def terminal_width() -> int | None:
     if sys.stdout.isatty():
         return shutil.get_terminal_size().columns
     return None
+
+
+def index_options(func: F) -> F:
+    """--index-url, --extra-index-url, --find-links: where pip looks (``build``, ``render``, ``plan --preflight``)."""
+    options = [
+        click.option("--index-url", metavar="URL", default=None, help="pip index for everything but torch."),
+        click.option("--extra-index-url", "extra_index_urls", metavar="URL", multiple=True,
+                     help="Additional pip index (repeatable)."),
+        click.option("--find-links", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                     help="Wheelhouse directory; torch is taken from it (air-gapped builds)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 def shard_option(func: F) -> F:
@@ -99,3 +114,49 @@ def refuse_together(first: str, second: str, both: bool, *, why: str) -> None:
     """Two options of which one would silently win over the other."""
     if both:
         raise SpecError(f"{first} and {second} cannot be combined: {why}", remedy=f"give {first} or {second}")
+
+
+def check_out_path(path: Path, *, option: str = "--out", folder: bool = False) -> Path:
+    """Refuse, before any work, an output path that cannot be created (one line, exit 2).
+
+    ``folder``: the path is a folder to create files in (``render``, ``results merge``), else a file
+    written atomically beside its siblings (so its folder must be writable too).
+
+    Raises:
+        SpecError: an existing ancestor is a file, a folder on the way is not writable, or the path
+            is a folder where a file is wanted (or the other way round).
+    """
+    what = "a folder" if folder else "a file"
+    if path.exists() and path.is_dir() != folder:
+        raise _out_error(option, path, f"it exists and is not {what}")
+    ancestor = path if folder and path.exists() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise _out_error(option, path, f"{ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise _out_error(option, path, f"{ancestor} is not writable")
+    return path
+
+
+def out_path_error(option: str, path: Path, exc: OSError) -> SpecError:
+    """A write that failed after the checks (disk full, a race): the same one-line error."""
+    return _out_error(option, path, exc.strerror or type(exc).__name__)
+
+
+def _out_error(option: str, path: Path, why: str) -> SpecError:
+    return SpecError(f"{option} {path}: cannot write there: {why}",
+                     remedy=f"choose an {option} whose folder exists or can be created")
+
+
+def out_file_option(func: F) -> F:
+    """--out FILE: write the output there (atomically) instead of printing; checked before any work."""
+    def checked(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        return None if value is None else check_out_path(value)
+    return click.option("--out", type=click.Path(path_type=Path), default=None, callback=checked,
+                        help="Write here (atomically) instead of printing.")(func)
+
+
+def out_folder_checked(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """Click callback for an --out that names a folder: :func:`check_out_path` before any work."""
+    return check_out_path(value, folder=True)

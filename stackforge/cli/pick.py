@@ -2,7 +2,8 @@
 
 stdout carries only the image reference (``IMAGE=$(stackforge pick ...)`` works); the reasons go
 to stderr. Exit codes (see :mod:`stackforge.pick`): 0 picked on measured evidence, 5 picked on gate
-evidence only (the reference is still printed), 4 nothing qualifies, 2 bad input.
+evidence only (the reference is still printed), 4 nothing qualifies (also: predictions only, no probe
+results; no image is printed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from stackforge.cli._evidence import evidence_options, load_evidence, warn
 from stackforge.cli.options import cuda_option, only_option
 from stackforge.errors import NothingQualifiesError
 from stackforge.pick import (OPTIMIZE, Candidate, Scope, choose, closest_first, evaluate_candidates,
-                             explain_shortfall, pick_to_json, shortfall_remedy)
+                             explain_shortfall, pick_to_json, predictions_only_shortfall, shortfall_remedy)
 
 
 @click.command(name="pick")
@@ -38,7 +39,8 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
 
     \b
     Exit codes: 0 picked (measured evidence) · 5 picked on gate evidence only ·
-                4 nothing qualifies (closest stack and its blockers on stderr) · 2 bad input
+                4 nothing qualifies (closest stack and its blockers on stderr; also with predictions
+                only, no probe results: the stacks the rules allow are named) · 2 bad input
     Given --plan or --matrix, only the stacks of that plan are candidates.
 
     \b
@@ -53,11 +55,14 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
                                      optimize, scope=scope)
     chosen = choose(candidates, evidence.target, optimize)
     if fmt == "json":
-        click.echo(json.dumps(pick_to_json(chosen, candidates, evidence.target, features, driver), indent=2,
-                              ensure_ascii=False))
+        payload = pick_to_json(chosen, candidates, evidence.target, features, driver)
+        payload["predictions_only"] = evidence.predictions_only
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
     if chosen is None:
         if fmt == "text":
             _explain(candidates, evidence.target, features, driver)
+        if evidence.predictions_only:   # no image from a prediction, ever: exit 4, never 0 or 5
+            raise predictions_only_shortfall(candidates, evidence.target)
         raise NothingQualifiesError(_short(candidates, evidence.target, fmt),
                                     remedy=shortfall_remedy(evidence.target))
     if fmt == "text":

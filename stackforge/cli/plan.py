@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import refuse_together, refuse_unused, stack_selection, terminal_width
+from stackforge.cli.options import index_options, refuse_together, refuse_unused, stack_selection, terminal_width
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import SpecError
 from stackforge.plan import Plan, plan_file
@@ -22,13 +24,22 @@ from stackforge.render_text import explain_stack, plan_table
               help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
-def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...],
-            as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None) -> None:
-    """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons."""
-    _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, cache_dir=cache_dir)
+@index_options
+def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
+            explain: str | None, preflight: bool, cache_dir: str | None, index_url: str | None,
+            extra_index_urls: tuple[str, ...], find_links: Path | None) -> None:
+    """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons.
+
+    \b
+    --preflight asks the indexes pip would ask (--index-url, --extra-index-url, --find-links, else
+    pip's configuration: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, `pip config` files) and
+    exits 1 when a pinned file is missing or an index is unreachable.
+    """
+    _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, cache_dir=cache_dir,
+                      index_given=bool(index_url or extra_index_urls or find_links))
     plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
                      user_compat=user_compat())
-    checks = _preflight(plan, cache_dir) if preflight else None
+    checks = _preflight(plan, cache_dir, index_url, extra_index_urls, find_links) if preflight else None
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain), terminal_width()))
     elif as_json:
@@ -40,15 +51,19 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
         click.echo(plan_table(plan, terminal_width()))
         if checks is not None:
             click.echo(checks.render())
+    if checks is not None and not checks.ok:
+        raise click.exceptions.Exit(1)
 
 
-def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None) -> None:
+def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None,
+                      index_given: bool) -> None:
     """Options that one of the others would silently ignore are an error, not a surprise."""
     refuse_together("--json", "--explain", as_json and bool(explain),
                     why="they are two outputs (the JSON holds every cell's findings; narrow it with --only)")
     refuse_together("--explain", "--preflight", bool(explain) and preflight,
                     why="--explain does not run the index preflight (narrow the preflight with --only)")
     refuse_unused("--cache-dir", cache_dir is not None, needs="--preflight", present=preflight)
+    refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--preflight", present=preflight)
 
 
 def _find(plan: Plan, stack_id: str):
@@ -59,6 +74,10 @@ def _find(plan: Plan, stack_id: str):
     raise SpecError(f"unknown stack id {stack_id!r}; known: {', '.join(known)}")
 
 
-def _preflight(plan: Plan, cache_dir: str | None):
-    from stackforge.preflight import run_preflight
-    return run_preflight(plan, cache_dir=cache_dir)
+def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+               find_links: Path | None):
+    from stackforge.preflight import index_config, read_pip_settings, run_preflight
+    indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
+                           find_links=[str(find_links)] if find_links else [], pip_settings=read_pip_settings(),
+                           env=os.environ)
+    return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)

@@ -7,15 +7,16 @@ from pathlib import Path
 import click
 
 from stackforge.cli.build import ca_choice, image_options, selected_cells
-from stackforge.cli.options import shard_option, stack_selection
+from stackforge.cli.options import out_folder_checked, shard_option, stack_selection
 
 
 @click.command(name="render")
 @stack_selection
 @shard_option
 @image_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/contexts"),
-              show_default=True, help="One sub-folder per stack id is written here.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("out/contexts"),
+              show_default=True, callback=out_folder_checked,
+              help="One sub-folder per stack id is written here.")
 @click.option("--builder", type=click.Choice(["buildkit", "classic"]), default="buildkit", show_default=True,
               help="Render for BuildKit (RUN --mount) or for the classic builder.")
 def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,

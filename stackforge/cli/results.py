@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._evidence import check_problems
+from stackforge.cli.options import out_folder_checked
 from stackforge.results import load_results, merge_runs
 
 
@@ -19,8 +20,8 @@ def command() -> None:
 @command.command(name="merge")
 @click.argument("sources", nargs=-1, required=True,
                 type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--out", "--into", "out", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("results"), show_default=True,
+@click.option("--out", "--into", "out", type=click.Path(path_type=Path), default=Path("results"),
+              show_default=True, callback=out_folder_checked,
               help="Results folder that receives the merged run (<out>/<run-id>/).")
 @click.option("--run-id", default=None, help="Id of the merged run (default: a new id ending in -merged).")
 @click.option("--skip-bad", is_flag=True,

@@ -10,10 +10,11 @@ from stackforge.ci_github import WorkflowConfig, render_workflow
 GOLDEN = Path(__file__).resolve().parent / "workflows" / "stackforge-nightly.yml"
 
 # Two GPU arch labels, a non-GHCR registry (secret-based login) and three shards: every branch of the
-# generator shows up in this one file. The install spec is explicit so a version bump changes nothing.
+# generator shows up in this one file. The install spec is explicit (a tag of the git repository) so a
+# version bump changes nothing.
 GOLDEN_CONFIG = WorkflowConfig(matrix="matrices/default.yaml", gpu_labels=("sm_120", "sm_90"),
                                registry="registry.example.com/ml/stackforge", shards=3,
-                               install="stackforge==0.1.0")
+                               install="git+https://github.com/acme/stackforge@v0.1.0")
 
 
 def test_nightly_workflow_matches_golden_file(check_golden: Callable[[Path, str], None]) -> None:
