@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import tarfile
 import threading
@@ -61,6 +62,8 @@ _SIGNAL_EXIT_BASE = 128
 _MAX_SIGNAL = 64
 # Slice length of a container wait when a cancel flag must be watched.
 _CANCEL_POLL_S = 1.0
+# RFC 3339 with nanoseconds, as the engine writes times: seconds, fraction, zone.
+_ENGINE_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,9 +573,9 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
     # The log stream ends when the container stops; give a slow engine a moment to flush it.
     follower.join(timeout=max(grace, 10.0))
     state = _state(client, container, missing_ok=ending == "cancelled")
-    if ending == "exited":
-        _refuse_engine_stop(client, container, state, image)
     exit_code = int(state.get("ExitCode", -1))
+    if ending == "exited" and exit_code != 0:
+        _refuse_engine_stop(client, container, state, image)
     result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
                           signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,
                           oom_killed=bool(state.get("OOMKilled", False)), cancelled=ending == "cancelled")
@@ -642,14 +645,23 @@ def _refuse_engine_stop(client: docker.DockerClient, container: Any, state: Mapp
     signal; its program then dies by SIGTERM like a real crash would. The engine logs a ``kill`` event
     for every signal it sends, and none for a program that died on its own, so asking for those
     events tells the two apart. An engine that no longer answers raises the connection error, which
-    :func:`run_container` turns into DockerUnavailableError.
+    :func:`run_container` turns into DockerUnavailableError; one that cannot list events (an API
+    error) leaves the ending as observed.
     """
-    started, finished = _engine_time(state.get("StartedAt")), _engine_time(state.get("FinishedAt"))
-    if started is None or finished is None:
+    started = _engine_time(state.get("StartedAt"))
+    if started is None:
         return
-    # Both bounds are the engine's own clock, and `until` is already past: the call returns at once.
-    events = client.api.events(since=started, until=finished,
-                               filters={"container": container.id, "event": "kill"}, decode=True)
+    try:
+        # Both bounds on the engine's own clock. `until` is the engine's present, not FinishedAt: the
+        # engine logs the kill event just after sending the signal, possibly after the exit. A bound
+        # in the engine's past also makes the call return at once instead of waiting for new events.
+        now = _engine_time(client.info().get("SystemTime")) or _engine_time(state.get("FinishedAt"))
+        if now is None:
+            return
+        events = list(client.api.events(since=started, until=now,
+                                        filters={"container": container.id, "event": "kill"}, decode=True))
+    except docker.errors.APIError:
+        return
     signals = [str((event.get("Actor") or {}).get("Attributes", {}).get("signal", "?")) for event in events]
     if signals:
         names = ", ".join(runner.signal_name(int(s)) if s.isdigit() else s for s in signals)
@@ -660,14 +672,13 @@ def _refuse_engine_stop(client: docker.DockerClient, container: Any, state: Mapp
 
 
 def _engine_time(value: Any) -> float | None:
-    """An engine timestamp (``2026-12-01T03:49:09.620525497Z``) as Unix seconds; None when unset."""
-    if not isinstance(value, str) or value.startswith("0001-"):
+    """An engine timestamp (``2026-12-01T03:49:09.620525497Z``, or with an offset) as Unix seconds;
+    None when unset or unreadable. Nanoseconds are kept as far as a float holds them."""
+    match = _ENGINE_TIME.fullmatch(value) if isinstance(value, str) else None
+    if match is None or value.startswith("0001-"):
         return None
-    head, _, fraction = value.rstrip("Z").partition(".")
-    try:
-        moment = datetime.fromisoformat(head).replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
+    seconds, fraction, zone = match.groups()
+    moment = datetime.fromisoformat(seconds + ("+00:00" if zone == "Z" else zone))
     return moment.timestamp() + float(f"0.{fraction or '0'}")
 
 

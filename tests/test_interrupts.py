@@ -11,6 +11,8 @@
 * A dockerd of the test's own (own data root, socket, exec root; the shared engine is never
   touched) is stopped while a probe runs in it: a one-line error and exit 3, no record for the cut
   probe; once that engine is back, the next run removes the container the dead run left.
+* ``docker stop`` of a running container from outside: :func:`run_container` raises
+  ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending.
 * Reaping: a container whose owner process is dead is removed; one of a live process, one of
   another host and one without owner labels are left alone.
 """
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +38,7 @@ import pytest
 
 from _session import session_labels
 from stackforge import docker_engine
+from stackforge.errors import ContainerStoppedByEngine
 from stackforge.plan import plan_file
 from stackforge.probes.campaign import STACK_ID_LABEL
 from stackforge.records import ResultRecord
@@ -263,6 +267,23 @@ def test_sighup_stops_a_build_and_records_it_interrupted(docker_client, base_ima
     assert not [pid for pid in below if alive(pid)], "the buildx process must be stopped"
     record = read_record(out, stack.id)
     assert record is not None and record.status is BuildStatus.INTERRUPTED, record
+
+
+def test_a_container_stopped_from_outside_is_no_result(docker_client, base_image, test_labels):
+    marker = {**test_labels, "io.stackforge.test.stopped-outside": os.urandom(4).hex()}
+    selector = "io.stackforge.test.stopped-outside=" + marker["io.stackforge.test.stopped-outside"]
+
+    def stop_from_outside() -> None:
+        wait_for(lambda: docker_client.containers.list(filters={"label": selector}), "the container", timeout=60)
+        subprocess.run(["docker", "stop", "-t", "1", *[c.id for c in docker_client.containers.list(
+            filters={"label": selector})]], check=True, capture_output=True)
+
+    stopper = threading.Thread(target=stop_from_outside)
+    stopper.start()
+    with pytest.raises(ContainerStoppedByEngine, match=r"stopped container .* from outside \(SIGTERM\)"):
+        docker_engine.run_container(docker_client, base_image, ["sleep", "60"], timeout=120, labels=marker)
+    stopper.join()
+    assert docker_client.containers.list(all=True, filters={"label": selector}) == []
 
 
 # ------------------------------------------------------------------------------------- reaping
