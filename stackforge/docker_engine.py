@@ -119,7 +119,7 @@ class ContainerRun:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """The process that created a container, as its labels name it (see :func:`owner_labels`)."""
+    """The process that created a container, as its labels name it (see :func:`this_process`)."""
 
     host: str
     pid: int

@@ -13,6 +13,8 @@
   probe; once that engine is back, the next run removes the container the dead run left.
 * ``docker stop`` of a running container from outside: :func:`run_container` raises
   ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending.
+* SIGTERM / SIGHUP inside :func:`runner.signals_as_interrupts` raise Terminated once; a signal
+  inherited as ignored (``nohup``) stays ignored.
 * Reaping: a container whose owner process is dead is removed; one of a live process, one of
   another host and one without owner labels are left alone.
 """
@@ -38,12 +40,11 @@ import pytest
 
 from _session import session_labels
 from stackforge import docker_engine
-from stackforge.errors import ContainerStoppedByEngine
+from stackforge import runner
+from stackforge.errors import ContainerStoppedByEngine, Terminated
 from stackforge.plan import plan_file
 from stackforge.probes.campaign import STACK_ID_LABEL
 from stackforge.records import ResultRecord
-
-pytestmark = [pytest.mark.docker]
 
 MATRIX = """\
 schema: 1
@@ -158,6 +159,7 @@ def assert_cut_probe_left_no_trace(results: Path) -> None:
     assert not list(results.glob("*/*/*/.*.tmp")), "no half-written record may be left"
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_signal_stops_a_probe_run_and_records_only_what_finished(docker_client, base_image, matrix, tmp_path,
                                                                  signum, code):
@@ -205,6 +207,7 @@ def test_sighup_stops_local_probe_processes(matrix, tmp_path):
     assert_cut_probe_left_no_trace(results)
 
 
+@pytest.mark.docker
 def test_sigterm_stops_a_bench_run_without_a_record(docker_client, base_image, matrix, tmp_path):
     image = sleepy_image(docker_client, base_image, stack_id(matrix))
     results = tmp_path / "results"
@@ -234,6 +237,7 @@ include:
 """
 
 
+@pytest.mark.docker
 @pytest.mark.slow
 def test_sighup_stops_a_build_and_records_it_interrupted(docker_client, base_image, tmp_path):
     from _build_helpers import SYSTEM_CA, WHEELHOUSE
@@ -269,6 +273,7 @@ def test_sighup_stops_a_build_and_records_it_interrupted(docker_client, base_ima
     assert record is not None and record.status is BuildStatus.INTERRUPTED, record
 
 
+@pytest.mark.docker
 def test_a_container_stopped_from_outside_is_no_result(docker_client, base_image, test_labels):
     marker = {**test_labels, "io.stackforge.test.stopped-outside": os.urandom(4).hex()}
     selector = "io.stackforge.test.stopped-outside=" + marker["io.stackforge.test.stopped-outside"]
@@ -295,6 +300,7 @@ def dead_pid() -> int:
     return process.pid
 
 
+@pytest.mark.docker
 def test_reap_removes_containers_of_dead_runs_only(docker_client, base_image):
     here = docker_engine.this_process()
     owners = {
@@ -317,6 +323,29 @@ def test_reap_removes_containers_of_dead_runs_only(docker_client, base_image):
     finally:
         for container in made.values():
             docker_engine._remove_quietly(container)
+
+
+def test_sigterm_and_sighup_raise_terminated_once():
+    previous = signal.getsignal(signal.SIGTERM)
+    with runner.signals_as_interrupts():
+        with pytest.raises(Terminated) as raised:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)   # the handler runs at the next bytecode; never reached
+        assert raised.value.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGHUP)   # the second one must not cut the cleanup short
+        time.sleep(0.1)
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_an_ignored_sighup_stays_ignored():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with runner.signals_as_interrupts():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.1)
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_pid_reuse_counts_as_gone():
@@ -389,6 +418,7 @@ def own_engine(docker_client, base_image) -> Iterator[OwnEngine]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.docker
 def test_engine_stopping_mid_probe_exits_3_and_the_next_run_reaps(own_engine, matrix, tmp_path):
     client = own_engine.client()
     image = sleepy_image(client, docker_engine_base(client), stack_id(matrix))

@@ -162,7 +162,7 @@ def _run_all(run: _Run, cells: Sequence[Cell], progress: bool) -> tuple[list[Bui
         signum = interrupt_signal(exc)
         run.cancel.cancel()
         _wait_all(futures, results, view)   # workers return quickly once cancelled
-        docker_engine.remove_labelled(run.client, f"{docker_engine.RUN_LABEL}={run.run_id}")
+        docker_engine.remove_run_containers(run.client, run.run_id)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if view:
