@@ -37,10 +37,9 @@ from pathlib import Path
 
 import docker
 import pytest
-
 from _session import session_labels
-from stackforge import docker_engine
-from stackforge import runner
+
+from stackforge import docker_engine, runner
 from stackforge.errors import ContainerStoppedByEngine, Terminated
 from stackforge.plan import plan_file
 from stackforge.probes.campaign import STACK_ID_LABEL
@@ -64,6 +63,10 @@ case "$1" in *kernel_cubins.py|*allreduce_sweep.py) exec sleep 600;; esac
 exec /usr/bin/python3 "$@"
 """
 REPO = Path(__file__).resolve().parent.parent
+#: ``python -m stackforge`` with Ctrl-C's KeyboardInterrupt back in place: a test session started in
+#: the background inherits SIGINT ignored, and Python then leaves it ignored.
+WITH_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'stackforge'; runpy.run_module('stackforge', run_name='__main__')")
 
 
 def stack_id(matrix: Path) -> str:
@@ -97,12 +100,10 @@ def sleepy_image(client: docker.DockerClient, base: str, stack: str) -> str:
 
 def start_probe(matrix: Path, results: Path, *extra: str, env: dict[str, str] | None = None,
                 features: tuple[str, ...] = FEATURES) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "stackforge", "probe", "--matrix", str(matrix), *features, "-j", "2",
+    argv = [sys.executable, "-c", WITH_CTRL_C, "probe", "--matrix", str(matrix), *features, "-j", "2",
             "--timeout", "300", "--results", str(results), *extra]
-    # SIGINT back to its default: a test run started in the background inherits it ignored.
     return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def records(results: Path) -> dict[str, ResultRecord]:
@@ -192,8 +193,10 @@ def test_sighup_stops_local_probe_processes(matrix, tmp_path):
     process = start_probe(matrix, results, "--local", "--python", str(python))
     try:
         wait_for(lambda: FINISHED_PROBE in records(results) or process.poll() is not None, "the finished probe")
-        sleeping = lambda: [p for p in descendants(process.pid)  # noqa: E731
-                            if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")]
+
+        def sleeping() -> list[int]:
+            return [p for p in descendants(process.pid) if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")]
+
         wait_for(lambda: sleeping() or process.poll() is not None, "the sleeping probe process")
         assert process.poll() is None, process.communicate()
         below = descendants(process.pid)
@@ -241,6 +244,7 @@ include:
 @pytest.mark.slow
 def test_sighup_stops_a_build_and_records_it_interrupted(docker_client, base_image, tmp_path):
     from _build_helpers import SYSTEM_CA, WHEELHOUSE
+
     from stackforge.build.records import BuildStatus, read_record
     if not docker_engine.buildx_available():
         pytest.skip("docker buildx is not installed")
@@ -370,12 +374,13 @@ class OwnEngine:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        log = open(self.root / "dockerd.log", "a")
-        self.process = subprocess.Popen(
-            ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "-H", self.url, "--pidfile", str(self.root / "docker.pid"), "--bridge=none", "--iptables=false",
-             "--ip-masq=false", "--containerd-namespace", "sftest", "--containerd-plugins-namespace", "sftest-plugins"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.root / "dockerd.log", "a") as log:   # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(
+                ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                 "-H", self.url, "--pidfile", str(self.root / "docker.pid"), "--bridge=none", "--iptables=false",
+                 "--ip-masq=false", "--containerd-namespace", "sftest",
+                 "--containerd-plugins-namespace", "sftest-plugins"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(lambda: self.answers() or self.process.poll() is not None, "the test's own dockerd", timeout=60)
         assert self.process.poll() is None, (self.root / "dockerd.log").read_text()[-2000:]
 
@@ -408,13 +413,13 @@ def own_engine(docker_client, base_image) -> Iterator[OwnEngine]:
         engine.start()
         saved = subprocess.Popen(["docker", "save", base_image], stdout=subprocess.PIPE)
         loaded = subprocess.run(["docker", "-H", engine.url, "load"], stdin=saved.stdout, capture_output=True,
-                                timeout=300)
+                                timeout=300, check=False)
         saved.wait(timeout=60)
         assert loaded.returncode == 0, loaded.stderr
         yield engine
     finally:
         engine.stop()
-        subprocess.run(["umount", "-R", str(root / "data")], capture_output=True)
+        subprocess.run(["umount", "-R", str(root / "data")], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 
