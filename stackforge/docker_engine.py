@@ -324,12 +324,20 @@ def process_identity(pid: int) -> str:
     """``"<pid namespace>:<start time>"`` of a process on this host; "" when /proc cannot tell."""
     try:
         namespace = os.readlink(f"/proc/{pid}/ns/pid")
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
-    # Field 22 (starttime) counts from the end of the command name, which may contain spaces.
-    fields = stat.rpartition(")")[2].split()
+    fields = _stat_fields(pid)
     return f"{namespace}:{fields[19]}" if len(fields) > 19 else ""
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from field 3 (state) on; empty when the process or /proc is missing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    # The command name (field 2) is in parentheses and may itself contain spaces and parentheses.
+    return stat.rpartition(")")[2].split()
 
 
 def owner_is_gone(owner: Owner, here: Owner) -> bool:
@@ -349,6 +357,8 @@ def owner_is_gone(owner: Owner, here: Owner) -> bool:
         return True
     except PermissionError:
         pass  # alive, owned by another user
+    if _stat_fields(owner.pid)[:1] in (["Z"], ["X"]):
+        return True   # killed, and only waiting for its parent to collect the exit status
     current = process_identity(owner.pid)
     return bool(owner.identity and current and current != owner.identity)
 

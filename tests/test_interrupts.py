@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -359,6 +360,22 @@ def test_pid_reuse_counts_as_gone():
     assert docker_engine.owner_is_gone(docker_engine.Owner(here.host, here.pid, f"{namespace}:1"), here)
     other_namespace = docker_engine.Owner(here.host, dead_pid(), "pid:[1]:1")
     assert not docker_engine.owner_is_gone(other_namespace, here)
+
+
+def test_a_killed_owner_not_yet_collected_counts_as_gone():
+    # A stackforge killed by SIGKILL stays a zombie until its parent collects it (or forever, under
+    # an init that does not): its containers are orphans all the same.
+    zombie = subprocess.Popen(["sleep", "60"])
+    try:
+        owner = docker_engine.Owner(socket.gethostname(), zombie.pid, docker_engine.process_identity(zombie.pid))
+        assert not docker_engine.owner_is_gone(owner, docker_engine.this_process())
+        os.kill(zombie.pid, signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z",
+                 "the zombie", timeout=10)
+        assert docker_engine.owner_is_gone(owner, docker_engine.this_process())
+    finally:
+        zombie.kill()
+        zombie.wait()
 
 
 # ------------------------------------------------------------------------------- a dying engine
