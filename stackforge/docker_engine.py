@@ -309,7 +309,8 @@ def remove_run_containers(client: docker.DockerClient, run_id: str) -> None:
     :func:`reap_orphans` removes what is left once the engine is back.
     """
     try:
-        for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+        for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"},
+                                                ignore_removed=True):
             _remove_quietly(container)
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         pass
@@ -371,7 +372,9 @@ def reap_orphans(client: docker.DockerClient) -> Orphans:
     other hosts and those without owner labels are left alone.
     """
     here = this_process()
-    found = client.containers.list(all=True, filters={"label": [MANAGED_LABEL, f"{HOST_LABEL}={here.host}"]})
+    # ignore_removed: other runs remove their containers while this lists them.
+    found = client.containers.list(all=True, filters={"label": [MANAGED_LABEL, f"{HOST_LABEL}={here.host}"]},
+                                   ignore_removed=True)
     orphans = []
     for container in found:
         owner = Owner.from_labels(container.labels or {})

@@ -5,7 +5,8 @@
   containers are gone, no process of the run is left, the finished record is intact, and the probe
   that was cut short has no record at all (above all, no ``crash``).
 * The same with ``--local``: the probe processes stackforge started are stopped too.
-* ``stackforge bench`` under SIGTERM: exit 143, its container removed, no record for the cut bench.
+* ``stackforge bench`` under SIGTERM (exit 143), or with its container stopped from outside (exit 3):
+  its container removed, no record for the cut bench.
 * ``stackforge build`` (BuildKit) under SIGHUP while pip runs: exit 129, the buildx process stopped,
   the stack's record says ``interrupted``.
 * A dockerd of the test's own (own data root, socket, exec root; the shared engine is never
@@ -150,7 +151,7 @@ def alive(pid: int) -> bool:
 
 
 def run_containers(client: docker.DockerClient, image_id: str) -> list:
-    return client.containers.list(all=True, filters={"ancestor": image_id})
+    return client.containers.list(all=True, filters={"ancestor": image_id}, ignore_removed=True)
 
 
 def assert_cut_probe_left_no_trace(results: Path) -> None:
@@ -212,7 +213,9 @@ def test_sighup_stops_local_probe_processes(matrix, tmp_path):
 
 
 @pytest.mark.docker
-def test_sigterm_stops_a_bench_run_without_a_record(docker_client, base_image, matrix, tmp_path):
+@pytest.mark.parametrize("how, code", [("sigterm", 143), ("docker-stop", 3)])
+def test_a_bench_cut_short_is_not_recorded(docker_client, base_image, matrix, tmp_path, how, code):
+    """SIGTERM to stackforge, or `docker stop` of its container from outside: no record either way."""
     image = sleepy_image(docker_client, base_image, stack_id(matrix))
     results = tmp_path / "results"
     argv = [sys.executable, "-m", "stackforge", "bench", "--matrix", str(matrix), "--bench", "bench.allreduce.gloo",
@@ -222,14 +225,20 @@ def test_sigterm_stops_a_bench_run_without_a_record(docker_client, base_image, m
         wait_for(lambda: any(c.status == "running" for c in run_containers(docker_client, image))
                  or process.poll() is not None, "the sleeping bench's container")
         assert process.poll() is None, process.communicate()
-        process.send_signal(signal.SIGTERM)
+        if how == "sigterm":
+            process.send_signal(signal.SIGTERM)
+        else:
+            subprocess.run(["docker", "stop", "-t", "1", *[c.id for c in run_containers(docker_client, image)]],
+                           check=True, capture_output=True)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     assert records(results) == {}, "the cut bench must not be recorded"
     assert run_containers(docker_client, image) == []
-    assert process.returncode == 143, (out, err)
+    assert process.returncode == code, (out, err)
+    if how == "docker-stop":
+        assert "stopped container" in err and "from outside (SIGTERM)" in err, err
 
 
 BUILD_MATRIX = """\
@@ -321,7 +330,8 @@ def test_reap_removes_containers_of_dead_runs_only(docker_client, base_image):
         base_image, ["true"], labels={**session_labels(), docker_engine.MANAGED_LABEL: "true"})
     try:
         orphans = docker_engine.reap_orphans(docker_client)
-        left = {c.id for c in docker_client.containers.list(all=True, filters={"label": docker_engine.MANAGED_LABEL})}
+        left = {c.id for c in docker_client.containers.list(all=True, filters={"label": docker_engine.MANAGED_LABEL},
+                                                             sparse=True)}
         assert made["dead"].id not in left and made["dead"].id in orphans.containers
         assert "test-reap-dead" in orphans.runs and "test-reap-dead" in orphans.describe()
         assert {made[name].id for name in ("live", "other-host", "no-owner")} <= left
