@@ -446,8 +446,15 @@ def own_engine(docker_client, base_image) -> Iterator[OwnEngine]:
         yield engine
     finally:
         engine.stop()
-        subprocess.run(["umount", "-R", str(root / "data")], capture_output=True, check=False)
+        unmount_below(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def unmount_below(root: Path) -> None:
+    """Unmount what dockerd left mounted under ``root`` (its network namespace file, for one), deepest first."""
+    points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 @pytest.mark.docker
