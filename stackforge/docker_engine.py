@@ -5,12 +5,20 @@ in :mod:`stackforge.runner`). Every container stackforge starts goes through :fu
 which guarantees a timeout, labels that identify it, host networking, and removal afterwards, even on
 Ctrl-C. Everything that can be cleaned up carries :data:`MANAGED_LABEL`, so :func:`remove_labelled` can
 sweep up after an interrupted run.
+
+A run that could not clean up (stackforge killed by SIGKILL, the engine restarted under it) leaves
+containers behind; each names its owner process (:data:`HOST_LABEL`, :data:`PID_LABEL`,
+:data:`PROCESS_LABEL`), and :func:`reap_orphans` removes those whose owner is gone at the start of the
+next run. A container the engine itself stopped (shutdown, ``docker stop`` from outside) raises
+:class:`~stackforge.errors.ContainerStoppedByEngine` instead of reporting an ending its program chose.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
+import socket
 import tarfile
 import threading
 import time
@@ -18,6 +26,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -27,7 +36,7 @@ import docker.types
 import requests.exceptions
 
 from stackforge import runner
-from stackforge.errors import CommandError, DockerUnavailableError, HostError
+from stackforge.errors import CommandError, ContainerStoppedByEngine, DockerUnavailableError, HostError
 from stackforge.registry import is_loopback_host
 
 #: Prefix of every label stackforge puts on images and containers.
@@ -38,6 +47,12 @@ MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 RUN_LABEL = f"{LABEL_PREFIX}.run"
 #: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
 TEST_LABEL = f"{LABEL_PREFIX}.test"
+#: The owner of a container: the host name, the process id and that process's identity (its pid
+#: namespace and start time, so that a reused pid or a process in another namespace is not mistaken
+#: for the owner). Set on every container by :func:`run_container`; read by :func:`reap_orphans`.
+HOST_LABEL = f"{LABEL_PREFIX}.host"
+PID_LABEL = f"{LABEL_PREFIX}.pid"
+PROCESS_LABEL = f"{LABEL_PREFIX}.process"
 
 #: Where docker-py and the CLI look when DOCKER_HOST is unset.
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -47,6 +62,8 @@ _SIGNAL_EXIT_BASE = 128
 _MAX_SIGNAL = 64
 # Slice length of a container wait when a cancel flag must be watched.
 _CANCEL_POLL_S = 1.0
+# RFC 3339 with nanoseconds, as the engine writes times: seconds, fraction, zone.
+_ENGINE_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +115,39 @@ class ContainerRun:
         ending = runner.describe_ending(self.exit_code, self.signal, self.timed_out, self.duration_s,
                                         self.cancelled)
         return f"{ending} (out of memory)" if self.oom_killed else ending
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The process that created a container, as its labels name it (see :func:`this_process`)."""
+
+    host: str
+    pid: int
+    identity: str = ""   # "<pid namespace>:<start time>" on Linux, "" where /proc is missing
+
+    def labels(self) -> dict[str, str]:
+        return {HOST_LABEL: self.host, PID_LABEL: str(self.pid), PROCESS_LABEL: self.identity}
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> Owner | None:
+        """The owner named by a container's labels; None when they name none (older stackforge)."""
+        pid = labels.get(PID_LABEL, "")
+        if not labels.get(HOST_LABEL) or not pid.isdigit():
+            return None
+        return cls(labels[HOST_LABEL], int(pid), labels.get(PROCESS_LABEL, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Orphans:
+    """What :func:`reap_orphans` removed: container ids and the runs they belonged to."""
+
+    containers: tuple[str, ...]
+    runs: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line for the terminal, e.g. ``removed 4 container(s) left by run(s) R (owner process gone)``."""
+        return (f"removed {len(self.containers)} container(s) left by run(s) {', '.join(self.runs) or '?'} "
+                f"whose stackforge process is gone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +302,89 @@ def remove_labelled(client: docker.DockerClient, label_selector: str) -> Removed
     return Removed(tuple(c.id for c in containers), _remove_images(client, label_selector))
 
 
+def remove_run_containers(client: docker.DockerClient, run_id: str) -> None:
+    """Best effort: force-remove the containers of one run while it is being interrupted.
+
+    An engine that stopped answering is not an error here: the error that ends the run says so, and
+    :func:`reap_orphans` removes what is left once the engine is back.
+    """
+    try:
+        for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"},
+                                                ignore_removed=True):
+            _remove_quietly(container)
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        pass
+
+
+def this_process() -> Owner:
+    """The :class:`Owner` labels of containers started by this process."""
+    return Owner(socket.gethostname(), os.getpid(), process_identity(os.getpid()))
+
+
+def process_identity(pid: int) -> str:
+    """``"<pid namespace>:<start time>"`` of a process on this host; "" when /proc cannot tell."""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+    fields = _stat_fields(pid)
+    return f"{namespace}:{fields[19]}" if len(fields) > 19 else ""
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from field 3 (state) on; empty when the process or /proc is missing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    # The command name (field 2) is in parentheses and may itself contain spaces and parentheses.
+    return stat.rpartition(")")[2].split()
+
+
+def owner_is_gone(owner: Owner, here: Owner) -> bool:
+    """True only when ``owner`` surely ran on this host and is no longer alive.
+
+    Containers of other hosts, of another pid namespace and of live processes are never judged
+    gone; a pid that is alive but now belongs to a process started later (pid reuse) is.
+    """
+    if owner.host != here.host:
+        return False
+    namespace = here.identity.rpartition(":")[0]
+    if owner.identity and namespace and owner.identity.rpartition(":")[0] != namespace:
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, owned by another user
+    if _stat_fields(owner.pid)[:1] in (["Z"], ["X"]):
+        return True   # killed, and only waiting for its parent to collect the exit status
+    current = process_identity(owner.pid)
+    return bool(owner.identity and current and current != owner.identity)
+
+
+def reap_orphans(client: docker.DockerClient) -> Orphans:
+    """Remove the containers of stackforge runs on this host whose process is gone.
+
+    Such containers outlive a run that could not clean up: stackforge killed by SIGKILL, or the
+    engine stopped under it (the engine keeps the stopped containers). Containers of live runs, of
+    other hosts and those without owner labels are left alone.
+    """
+    here = this_process()
+    # ignore_removed: other runs remove their containers while this lists them.
+    found = client.containers.list(all=True, filters={"label": [MANAGED_LABEL, f"{HOST_LABEL}={here.host}"]},
+                                   ignore_removed=True)
+    orphans = []
+    for container in found:
+        owner = Owner.from_labels(container.labels or {})
+        if owner is not None and owner_is_gone(owner, here):
+            _remove_quietly(container)
+            orphans.append(container)
+    runs = sorted({(c.labels or {}).get(RUN_LABEL, "?") for c in orphans})
+    return Orphans(tuple(c.id for c in orphans), tuple(runs))
+
+
 def buildx_available(*, timeout: float = 30.0) -> bool:
     """True when ``docker buildx version`` works (the CLI plugin is installed and runs)."""
     if runner.which("docker") is None:
@@ -391,7 +524,7 @@ def _create_args(image: str, command: Sequence[str], *, mounts: Sequence[Bind] |
     args: dict[str, Any] = {
         "image": image,
         "command": list(command),
-        "labels": {**(labels or {}), MANAGED_LABEL: "true"},
+        "labels": {**(labels or {}), MANAGED_LABEL: "true", **this_process().labels()},
         "environment": dict(env or {}),
         "mounts": _docker_mounts(mounts),
         "network_mode": network_mode,
@@ -440,13 +573,22 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
     follower = threading.Thread(target=_follow_logs, args=(container, capture), daemon=True)
     follower.start()
     ending = _wait_for_exit(container, timeout, cancel)
+    if ending in ("exited", "removed") and cancel is not None and cancel.is_set():
+        # The run is being interrupted: its own cleanup may have removed this container just now.
+        ending = "cancelled"
+    if ending == "removed":
+        raise ContainerStoppedByEngine(f"container {container.id[:12]} of {image} was removed from outside "
+                                       f"while it ran; its ending is not a result",
+                                       remedy="leave the io.stackforge.managed containers of a running run alone")
     if ending != "exited":
-        container.stop(timeout=max(1, round(grace)))  # SIGTERM, then SIGKILL after the grace period
+        _stop_quietly(container, grace)
     duration = time.monotonic() - started
     # The log stream ends when the container stops; give a slow engine a moment to flush it.
     follower.join(timeout=max(grace, 10.0))
-    state = _state(client, container)
+    state = _state(client, container, missing_ok=ending == "cancelled")
     exit_code = int(state.get("ExitCode", -1))
+    if ending == "exited" and exit_code != 0:
+        _refuse_engine_stop(client, container, state, image)
     result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
                           signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,
                           oom_killed=bool(state.get("OOMKilled", False)), cancelled=ending == "cancelled")
@@ -455,7 +597,7 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
 
 
 def _wait_for_exit(container: Any, timeout: float, cancel: runner.CancelFlag | None) -> str:
-    """Wait for the container; returns ``exited``, ``timeout`` or ``cancelled``."""
+    """Wait for the container; returns ``exited``, ``timeout``, ``cancelled`` or ``removed`` (gone)."""
     deadline = time.monotonic() + timeout
     while True:
         if cancel is not None and cancel.is_set():
@@ -467,10 +609,15 @@ def _wait_for_exit(container: Any, timeout: float, cancel: runner.CancelFlag | N
             # With a cancel flag, wait in short slices so that a cancel is seen within a second.
             container.wait(timeout=remaining if cancel is None else min(remaining, _CANCEL_POLL_S))
             return "exited"
+        except docker.errors.NotFound:
+            return "removed"
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             # docker-py reports the wait deadline as a read timeout on the HTTP request. A dropped
             # connection looks similar, so ask the engine (this raises if the engine is really gone).
-            container.reload()
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return "removed"
             if container.status not in ("running", "restarting", "created"):
                 return "exited"
 
@@ -486,9 +633,66 @@ def _follow_logs(container: Any, capture: runner.OutputCapture) -> None:
         capture.finish()
 
 
-def _state(client: docker.DockerClient, container: Any) -> dict[str, Any]:
-    state: dict[str, Any] = client.api.inspect_container(container.id)["State"]
+def _state(client: docker.DockerClient, container: Any, *, missing_ok: bool = False) -> dict[str, Any]:
+    try:
+        state: dict[str, Any] = client.api.inspect_container(container.id)["State"]
+    except docker.errors.NotFound:
+        if not missing_ok:
+            raise
+        return {}
     return state
+
+
+def _stop_quietly(container: Any, grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace``; a container already removed is fine."""
+    try:
+        container.stop(timeout=max(1, round(grace)))
+    except docker.errors.NotFound:
+        pass
+
+
+def _refuse_engine_stop(client: docker.DockerClient, container: Any, state: Mapping[str, Any], image: str) -> None:
+    """Raise when the engine, not the container's program, ended a container stackforge did not stop.
+
+    An engine shutting down (or ``docker stop`` / ``docker kill`` from outside) sends the container a
+    signal; its program then dies by SIGTERM like a real crash would. The engine logs a ``kill`` event
+    for every signal it sends, and none for a program that died on its own, so asking for those
+    events tells the two apart. An engine that no longer answers raises the connection error, which
+    :func:`run_container` turns into DockerUnavailableError; one that cannot list events (an API
+    error) leaves the ending as observed.
+    """
+    started = _engine_time(state.get("StartedAt"))
+    if started is None:
+        return
+    try:
+        # Both bounds on the engine's own clock. `until` is the engine's present, not FinishedAt: the
+        # engine logs the kill event just after sending the signal, possibly after the exit. A bound
+        # in the engine's past also makes the call return at once instead of waiting for new events.
+        now = _engine_time(client.info().get("SystemTime")) or _engine_time(state.get("FinishedAt"))
+        if now is None:
+            return
+        events = list(client.api.events(since=started, until=now,
+                                        filters={"container": container.id, "event": "kill"}, decode=True))
+    except docker.errors.APIError:
+        return
+    signals = [str((event.get("Actor") or {}).get("Attributes", {}).get("signal", "?")) for event in events]
+    if signals:
+        names = ", ".join(runner.signal_name(int(s)) if s.isdigit() else s for s in signals)
+        raise ContainerStoppedByEngine(
+            f"the Docker engine stopped container {container.id[:12]} of {image} from outside ({names}): "
+            f"engine shutdown, `docker stop` or `docker kill`; its ending is not a result",
+            remedy="check the engine (`docker info`) and run again")
+
+
+def _engine_time(value: Any) -> float | None:
+    """An engine timestamp (``2026-12-01T03:49:09.620525497Z``, or with an offset) as Unix seconds;
+    None when unset or unreadable. Nanoseconds are kept as far as a float holds them."""
+    match = _ENGINE_TIME.fullmatch(value) if isinstance(value, str) else None
+    if match is None or value.startswith("0001-"):
+        return None
+    seconds, fraction, zone = match.groups()
+    moment = datetime.fromisoformat(seconds + ("+00:00" if zone == "Z" else zone))
+    return moment.timestamp() + float(f"0.{fraction or '0'}")
 
 
 def _remove_quietly(container: Any) -> None:

@@ -6,6 +6,8 @@ context needed to act on them; only the CLI turns them into one-line messages an
 
 from __future__ import annotations
 
+import signal as _signal
+
 
 class StackforgeError(Exception):
     """Root of all stackforge errors.
@@ -67,6 +69,15 @@ class DockerUnavailableError(StackforgeError):
     exit_code = 3
 
 
+class ContainerStoppedByEngine(DockerUnavailableError):
+    """The engine itself stopped a container (engine shutdown, ``docker stop``/``kill`` from outside).
+
+    The program in the container did not decide how it ended, so its ending is no measurement.
+    """
+
+    code = "docker.stopped"
+
+
 class HostError(StackforgeError):
     """A host tool or facility is missing (buildx, debootstrap, nvidia runtime...)."""
 
@@ -120,7 +131,33 @@ class NothingQualifiesError(StackforgeError):
 
 
 class Interrupted(StackforgeError):
-    """The user pressed Ctrl-C; finished work was kept."""
+    """The run was interrupted (Ctrl-C, SIGTERM, SIGHUP); finished work was kept.
+
+    ``signum`` is the signal that interrupted it; the exit status is 128 + signum (130 for Ctrl-C).
+    """
 
     code = "interrupted"
-    exit_code = 130
+    exit_code = 128 + _signal.SIGINT
+
+    def __init__(self, message: str, *, signum: int = _signal.SIGINT, remedy: str = "") -> None:
+        super().__init__(message, remedy=remedy)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like the KeyboardInterrupt of Ctrl-C.
+
+    A KeyboardInterrupt on purpose, not a StackforgeError: every ``except KeyboardInterrupt`` cleanup
+    path (stop process groups, remove the run's containers, keep finished records) then serves these
+    signals too, and ``except Exception`` never swallows it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupt_signal(exc: BaseException) -> int:
+    """The signal behind an interruption: a :class:`Terminated`'s or :class:`Interrupted`'s, else SIGINT."""
+    return int(getattr(exc, "signum", _signal.SIGINT))

@@ -15,6 +15,9 @@ Every external command (``docker buildx build``, ``debootstrap``, ``tar``, ``umo
 * a ``cancel`` flag (e.g. a :class:`threading.Event`) set by another thread stops the command the
   same way: worker threads cannot see Ctrl-C, so the thread that does sets the flag.
 
+:func:`signals_as_interrupts` makes SIGTERM and SIGHUP take the Ctrl-C path as well (the CLI wraps
+every command in it), so ``timeout``, ``kill`` or a closed terminal clean up like Ctrl-C does.
+
 Containers are the other half of the choke point; they live in :mod:`stackforge.docker_engine`
 (:func:`stackforge.docker_engine.run_container`) and follow the same rules.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 import os
 import shlex
 import shutil
@@ -30,15 +34,17 @@ import signal as signal_module
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from stackforge.errors import CommandError, CommandTimeout, HostError
+from stackforge.errors import CommandError, CommandTimeout, HostError, Terminated
 
 #: Seconds between SIGTERM and SIGKILL when a command has to be stopped.
 DEFAULT_KILL_GRACE_S = 5.0
+#: Signals turned into :class:`~stackforge.errors.Terminated` by :func:`signals_as_interrupts`.
+INTERRUPT_SIGNALS = (signal_module.SIGTERM, signal_module.SIGHUP)
 #: Text put in place of every redacted secret.
 REDACTED = "***"
 # Read output in bounded chunks so one endless line (a progress bar using \r) cannot exhaust memory.
@@ -105,6 +111,35 @@ def signal_name(number: int) -> str:
         return signal_module.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+@contextlib.contextmanager
+def signals_as_interrupts(signals: Sequence[signal_module.Signals] = INTERRUPT_SIGNALS) -> Iterator[None]:
+    """Within the block, SIGTERM / SIGHUP raise :class:`~stackforge.errors.Terminated` in the main thread.
+
+    Terminated is a KeyboardInterrupt, so the code that cleans up after Ctrl-C (stop process groups,
+    remove the run's containers, keep finished records) runs for these signals too. Only the first
+    such signal raises: a second one (``timeout`` and service managers repeat theirs) must not cut
+    that cleanup short. A signal the process inherited as ignored (``nohup`` ignores SIGHUP) stays
+    ignored. Outside the main thread Python cannot install handlers; nothing changes then.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise Terminated(signum)
+
+    previous = {sig: signal_module.signal(sig, interrupt) for sig in signals
+                if signal_module.getsignal(sig) is not signal_module.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal_module.signal(sig, handler)
 
 
 def which(program: str) -> str | None:

@@ -178,6 +178,7 @@ def test_build_cli_prints_the_summarys_warnings(monkeypatch, tmp_path):
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
     monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans", lambda client: stackforge.docker_engine.Orphans((), ()))
     result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--no-progress", "--ca-bundle", "none"])
     assert result.exit_code == 0, result.output
     assert "stackforge: warning: no dependency layer for sglang==0.5.23 (why)" in result.stderr
@@ -238,6 +239,7 @@ def captured(monkeypatch):
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
     monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans", lambda client: stackforge.docker_engine.Orphans((), ()))
     return seen
 
 

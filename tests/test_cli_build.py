@@ -52,6 +52,8 @@ def captured(monkeypatch):
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
     monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans",
+                        lambda client: stackforge.docker_engine.Orphans((), ()))
     return seen
 
 

@@ -11,8 +11,9 @@
 
 Stacks never stop each other: a failure is that stack's status (with the deciding log line), and the
 run goes on. Each stack gets one log (``<out>/logs/<id>.log``) and one record
-(``<out>/builds/<id>.json``, written atomically). Ctrl-C stops running build processes, removes this
-run's containers, keeps finished records, and raises :class:`~stackforge.errors.Interrupted`.
+(``<out>/builds/<id>.json``, written atomically). Ctrl-C (or SIGTERM / SIGHUP, which the CLI turns
+into the same interruption) stops running build processes, removes this run's containers, keeps
+finished records, and raises :class:`~stackforge.errors.Interrupted` carrying the signal.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from stackforge.build.requires import RequirementsLookup, declared_for, dropped_
 from stackforge.build.verify import VerifyReport, label_check, verify_image
 from stackforge.derive import Derived
 from stackforge.errors import (HostError, Interrupted, RecordError, SpecError,
-                               StackforgeError)
+                               StackforgeError, interrupt_signal)
 from stackforge.model import Stack
 from stackforge.records import Status, utc_now
 from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
@@ -118,7 +119,8 @@ def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker
                    requirements=RequirementsLookup(options.index_url, options.ca_bundle),
                    redact=_secrets_to_redact())
         run.container_labels = {docker_engine.RUN_LABEL: run.run_id, **dict(options.labels)}
-        records, interrupted = _run_all(run, cells, progress)
+        records, signum = _run_all(run, cells, progress)
+    interrupted = signum is not None
     summary = BuildSummary(tuple(records), builder, round(time.monotonic() - started, 2), interrupted,
                            warnings=tuple(dict.fromkeys(run.warnings)))
     if progress:
@@ -127,7 +129,8 @@ def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker
         console.print(summary_table(summary, console.width))
     if interrupted:
         counts = ", ".join(f"{summary.count(s)} {s.value}" for s in BuildStatus if summary.count(s))
-        raise Interrupted(f"build interrupted ({counts}); finished records are in {Path(options.out_dir) / 'builds'}")
+        raise Interrupted(f"build interrupted ({counts}); finished records are in {Path(options.out_dir) / 'builds'}",
+                          signum=signum)
     return summary
 
 
@@ -145,28 +148,31 @@ def choose_builder(wanted: Builder) -> str:
 # ------------------------------------------------------------------------------------------ the run
 
 
-def _run_all(run: _Run, cells: Sequence[Cell], progress: bool) -> tuple[list[BuildRecord], bool]:
-    """Run the workers; on Ctrl-C stop them and tidy up. Returns (records in input order, interrupted)."""
+def _run_all(run: _Run, cells: Sequence[Cell], progress: bool) -> tuple[list[BuildRecord], int | None]:
+    """Run the workers; on Ctrl-C stop them and tidy up.
+
+    Returns (records in input order, the interrupting signal or None when the run was not interrupted).
+    """
     results: dict[str, BuildRecord] = {}
     view = ProgressView(run.board) if progress else None
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=run.options.jobs, thread_name_prefix="sf-build")
     futures = {pool.submit(_build_one, run, stack, derived): stack for stack, derived in cells}
-    interrupted = False
+    signum = None
     try:
         if view:
             view.start()
         _wait_all(futures, results, view)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
         run.cancel.cancel()
         _wait_all(futures, results, view)   # workers return quickly once cancelled
-        docker_engine.remove_labelled(run.client, f"{docker_engine.RUN_LABEL}={run.run_id}")
+        docker_engine.remove_run_containers(run.client, run.run_id)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if view:
             view.stop()
     ordered = [results.get(s.id) or _not_started(s, d) for s, d in cells]
-    return ordered, interrupted
+    return ordered, signum
 
 
 def _wait_all(futures: dict[concurrent.futures.Future[BuildRecord], Stack], results: dict[str, BuildRecord],

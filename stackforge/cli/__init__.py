@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from stackforge import __version__
-from stackforge.errors import StackforgeError
+from stackforge.errors import StackforgeError, interrupt_signal
+from stackforge.runner import signal_name, signals_as_interrupts
 
 # command name -> (module under stackforge.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,15 +55,18 @@ class LazyGroup(click.Group):
         return name, command, rest
 
     def invoke(self, ctx: click.Context):
-        # The one place where errors become exit codes (also under click's CliRunner).
+        # The one place where errors become exit codes (also under click's CliRunner). SIGTERM and
+        # SIGHUP interrupt like Ctrl-C; an interruption exits 128 + its signal (130, 143, 129).
         try:
-            return super().invoke(ctx)
+            with signals_as_interrupts():
+                return super().invoke(ctx)
         except StackforgeError as exc:
             click.echo(f"stackforge: error: {exc.one_line()}", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("stackforge: interrupted; finished work was kept", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as exc:
+            signum = interrupt_signal(exc)
+            click.echo(f"stackforge: interrupted by {signal_name(signum)}; finished work was kept", err=True)
+            ctx.exit(128 + signum)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Help lists commands from the table, without importing every module.

@@ -6,9 +6,16 @@ from stackforge.records import ResultRecord, Status
 
 
 def connect_engine():
-    """A Docker client (imported late: ``--local`` runs never need the SDK)."""
-    from stackforge.docker_engine import connect
-    return connect()
+    """A Docker client (imported late: ``--local`` runs never need the SDK), after removing the
+    containers that runs which died on this host left behind (one notice line on stderr)."""
+    import click
+
+    from stackforge.docker_engine import connect, reap_orphans
+    client = connect()
+    orphans = reap_orphans(client)
+    if orphans.containers:
+        click.echo(f"stackforge: {orphans.describe()}", err=True)
+    return client
 
 
 def summary_line(records: list[ResultRecord]) -> str:

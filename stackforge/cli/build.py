@@ -60,7 +60,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
             labels, progress) -> None:
     """Build the images of every kept stack of a matrix; one log and one record per stack."""
     from stackforge.build import Builder, BuildOptions, build_stacks
-    from stackforge.docker_engine import connect
+    from stackforge.cli._runs import connect_engine
 
     cells = selected_cells(matrix, cuda, targets, only, shard)
     if not cells:
@@ -73,7 +73,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
                            no_deps=frozenset(no_deps), labels=_labels(labels), retries=retries,
                            verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers)
     click.echo(f"building {len(cells)} stack(s) -> {out_dir}; {ca.describe()}", err=True)
-    summary = build_stacks(cells, options, client=connect(), progress=progress)
+    summary = build_stacks(cells, options, client=connect_engine(), progress=progress)
     for warning in summary.warnings:
         click.echo(f"stackforge: warning: {warning}", err=True)
     if not progress:

@@ -1,19 +1,22 @@
 """A probe campaign: every (stack, target, probe) job of a plan, run with bounded parallelism.
 
 Continue-on-error: one probe's failure, hang or crash never stops the others. Records are written
-one by one as they finish (atomically), so Ctrl-C keeps everything that completed; every
-container of the run carries the run label and is removed, also on Ctrl-C.
+one by one as they finish (atomically), so Ctrl-C (or SIGTERM / SIGHUP) keeps everything that
+completed; every container of the run carries the run label and is removed, also then. The probes
+the interruption cut short are not recorded: their ending was not the software's answer. An engine
+that goes away ends the run the same way, with its error.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackforge.errors import ProbeError, SpecError
+from stackforge.errors import Interrupted, ProbeError, SpecError
 from stackforge.model import Stack, Target
 from stackforge.plan import Plan
 from stackforge.probes.execute import (
@@ -120,6 +123,10 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
 
     ``images`` maps stack ids to images to use; other stacks' images come from ``builds_dir`` records
     or, by default, from the local images' stack-id labels.
+
+    When the calling thread is interrupted (KeyboardInterrupt, which SIGTERM / SIGHUP become too) or a
+    probe raises (the engine went away), the running probes are stopped, the run's containers removed,
+    and the exception re-raised; probes stopped that way write no record.
     """
     if client is None and local_python is None:
         raise ProbeError("probes need a Docker client or --local")
@@ -129,16 +136,26 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
             if job.stack.id not in images:
                 images[job.stack.id] = stack_image(client, job.stack, builds_dir)
 
-    def one(job: ProbeJob) -> ResultRecord:
+    # Worker threads never see a signal: the calling thread sets this flag for them.
+    cancel = threading.Event()
+
+    def one(job: ProbeJob) -> ResultRecord | None:
         ctx = ProbeContext(run_id=run_id, target=job.target, host_gpus=host_gpus, timeout_s=timeout_s,
                            **({"scripts_dir": scripts_dir} if scripts_dir else {}))
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
-        if client is None:
-            record = run_locally(job.stack, job.spec, ctx, python=local_python or "python3", log_path=log)
-        elif images[job.stack.id] is None:
-            record = missing_image_record(job, ctx)
-        else:
-            record = run_in_container(client, images[job.stack.id], job.stack, job.spec, ctx, log_path=log)
+        try:
+            if client is None:
+                record = run_locally(job.stack, job.spec, ctx, python=local_python or "python3", log_path=log,
+                                     cancel=cancel)
+            elif images[job.stack.id] is None:
+                record = missing_image_record(job, ctx)
+            else:
+                record = run_in_container(client, images[job.stack.id], job.stack, job.spec, ctx, log_path=log,
+                                          cancel=cancel)
+        except Interrupted:
+            return None
+        if cancel.is_set():
+            return None   # ended while the run was being interrupted: its ending may be the cleanup's doing
         write(record)
         on_done(record)
         return record
@@ -148,13 +165,17 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
     try:
         futures = [pool.submit(one, job) for job in jobs]
         for future in concurrent.futures.as_completed(futures):
-            records.append(future.result())
-    except KeyboardInterrupt:
-        # Stop what is running now: removing the run's containers releases the waiting threads.
+            record = future.result()
+            if record is not None:
+                records.append(record)
+    except BaseException:
+        # Flag first, then remove the containers: a worker released by the removal sees the flag and
+        # writes nothing, instead of recording the SIGKILL of the removal as a crash.
+        cancel.set()
+        pool.shutdown(wait=False, cancel_futures=True)
         if client is not None:
-            from stackforge.docker_engine import RUN_LABEL, remove_labelled
-            pool.shutdown(wait=False, cancel_futures=True)
-            remove_labelled(client, f"{RUN_LABEL}={run_id}")
+            from stackforge.docker_engine import remove_run_containers
+            remove_run_containers(client, run_id)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

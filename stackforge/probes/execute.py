@@ -4,6 +4,10 @@ The probe scripts (``stackforge/probes/scripts``) are mounted read-only into the
 time, never baked into images. Each runs in its own process with a hard timeout; a hang becomes
 ``timeout``, a death by signal becomes ``crash`` (with the signal and the log tail as evidence),
 and a script that prints no result line becomes ``error``. Every container is removed afterwards.
+
+Only the software under test decides a result: a probe cut short by its run's interruption (the
+``cancel`` flag) raises :class:`~stackforge.errors.Interrupted`, and one whose container the engine
+stopped raises :class:`~stackforge.errors.ContainerStoppedByEngine`; neither becomes a record.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stackforge import runner
+from stackforge.errors import Interrupted
 from stackforge.model import Stack, Target
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
 
@@ -192,9 +197,20 @@ def make_record(stack: Stack, spec: Any, ctx: ProbeContext, outcome: Outcome, pr
                         provenance=provenance, kind="probe", created_at=utc_now())
 
 
+def cut_short(stack: Stack, spec: Any, ctx: ProbeContext) -> Interrupted:
+    """The error for a probe its run's interruption stopped: nothing was measured, so no record."""
+    return Interrupted(f"probe {spec.id} on {stack.id} for {ctx.target.name} was cut short by the run's "
+                       f"interruption; not recorded")
+
+
 def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx: ProbeContext,
-                     *, log_path: Path | None = None) -> ResultRecord:
-    """Run one probe in a fresh container of ``image`` (always removed afterwards)."""
+                     *, log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
+    """Run one probe in a fresh container of ``image`` (always removed afterwards).
+
+    Raises:
+        Interrupted: ``cancel`` was set while the probe ran (the run is being interrupted).
+        ContainerStoppedByEngine / DockerUnavailableError: the engine stopped the container or went away.
+    """
     from stackforge import docker_engine
 
     gpus = gpus_for(spec, ctx)
@@ -208,15 +224,21 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **ctx.extra_env},
         labels={docker_engine.RUN_LABEL: ctx.run_id}, gpus=docker_gpus,
         ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
-        log_path=log_path, tail_chars=16000)
+        log_path=log_path, tail_chars=16000, cancel=cancel)
+    if run.cancelled:
+        raise cut_short(stack, spec, ctx)
     outcome, facts = outcome_from_ending(exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
                                          output=run.logs_tail, duration_s=run.duration_s, timeout_s=timeout)
     return make_record(stack, spec, ctx, outcome, provenance_from_facts(facts, image, ctx.host_gpus, "docker"))
 
 
 def run_locally(stack: Stack, spec: Any, ctx: ProbeContext, *, python: str = sys.executable,
-                log_path: Path | None = None) -> ResultRecord:
-    """Run one probe in this machine's Python environment (bare-metal boxes: ``--local``)."""
+                log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
+    """Run one probe in this machine's Python environment (bare-metal boxes: ``--local``).
+
+    Raises:
+        Interrupted: ``cancel`` was set while the probe ran (the run is being interrupted).
+    """
     gpus = gpus_for(spec, ctx)
     if gpus.skip_reason:
         return skip_record(stack, spec, ctx, gpus.skip_reason, None, "local")
@@ -225,7 +247,9 @@ def run_locally(stack: Stack, spec: Any, ctx: ProbeContext, *, python: str = sys
     result = runner.run(probe_argv(spec, ctx.target, python=python, scripts_root=str(ctx.scripts_dir)),
                         timeout=timeout, env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                                               **gpus.environment(), **ctx.extra_env},
-                        log_path=log_path, tail_chars=16000)
+                        log_path=log_path, tail_chars=16000, cancel=cancel)
+    if result.cancelled:
+        raise cut_short(stack, spec, ctx)
     outcome, facts = outcome_from_ending(exit_code=result.returncode, timed_out=result.timed_out,
                                          signal=result.signal, output=result.output_tail,
                                          duration_s=result.duration_s, timeout_s=timeout)
