@@ -98,7 +98,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
+def pytest_terminal_summary(terminalreporter, exitstatus: int,
+                            config: pytest.Config) -> Generator[None, None, None]:
     # Outermost wrapper: this runs after pytest's own short summary, just before its final line.
     result = yield
     groups = group_skips(terminalreporter.stats.get("skipped", []))

@@ -133,8 +133,8 @@ def test_sizes_plan_and_nccl_environment():
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_nccl_sweep_on_gpus(mode):
     require_host_gpus(1)
-    payload, _ = run_script(torch_python(), "allreduce_sweep", "--backend", "nccl", "--mode", mode, "--min-bytes", "1024",
-                            "--max-bytes", str(1 << 22), "--factor", "16", timeout=900)
+    payload, _ = run_script(torch_python(), "allreduce_sweep", "--backend", "nccl", "--mode", mode,
+                            "--min-bytes", "1024", "--max-bytes", str(1 << 22), "--factor", "16", timeout=900)
     if payload["status"] == "skip":
         pytest.skip(payload["reason"])
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]

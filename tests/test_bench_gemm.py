@@ -69,7 +69,7 @@ def test_gpu_gemm_bf16_and_fp8():
     require_host_gpus(1)
     python = torch_python()
     if not _cuda_visible(python):   # GPUs here, but this torch does not see them: a setup problem
-        pytest.skip(f"the torch at {python} sees no CUDA GPU (set STACKFORGE_TEST_TORCH_PYTHON to a CUDA torch)")
+        pytest.skip(f"the torch at {python} sees no CUDA GPU (STACKFORGE_TEST_TORCH_PYTHON: a CUDA torch)")
     payload, _ = run_script(python, "gemm", "--m", "1,128,4096", "--shapes", "8b.qkv,70b.down", "--repeats", "3",
                             timeout=900)
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]

@@ -45,8 +45,9 @@ def _run_sample(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     report = tmp_path / "skips.tsv"
     env = {**os.environ, "PYTHONPATH": str(TESTS), "STACKFORGE_SKIP_REPORT": str(report)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False)
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+                          check=False)
     return done, report
 
 
