@@ -3,7 +3,7 @@
 # (no extras), then `stackforge build` of one small real stack, verification included, run by that
 # venv's own `stackforge`. A runtime dependency missing from pyproject.toml's core dependencies fails
 # here, where the test venv (installed with the test extra) would hide it. scripts/test.sh runs this
-# after the engine and the base image are ready; about a minute with warm caches, two or three cold.
+# after the engine and the base image are ready (25-35 s with warm caches).
 #
 # The stack is tests/_build_helpers.py's small one as a matrix file can say it: torch 2.13.0+cpu from
 # the wheelhouse, the CUDA 13.0 toolkit wheels (a real nvcc to verify), FlashInfer 0.6.6 with its
