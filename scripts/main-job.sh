@@ -41,5 +41,7 @@ status=0
 after=$(docker_bytes)
 say "build took $(( $(date +%s) - build_started )) s; the whole job $(( $(date +%s) - started )) s"
 say "disk used by the engine grew by $(( (after - before) / 1024 / 1024 )) MiB"
-docker image ls --filter label=io.stackforge.managed --format '  {{.Repository}}:{{.Tag}}  {{.Size}}'
+# Built images carry their stack's facts as labels (io.stackforge.managed marks only containers).
+say "CUDA 13.1 images on this engine:"
+docker image ls --filter label=io.stackforge.cuda=13.1 --format '  {{.Repository}}:{{.Tag}}  {{.Size}}'
 exit "$status"

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The test command (README): prepare the machine, install stackforge, build the base image, run the tests.
-# .ci/run calls this script.
+# The test command (README): prepare the machine, install stackforge, build the base image, check the
+# README's install line with one small real build, run the tests. .ci/run calls this script.
+#
+# It installs what the tests need on a fresh machine: the engine and buildx, Chromium, Debian's
+# docker-registry (registry hand-off tests), a venv with the CPU torch wheel from the wheelhouse
+# (gloo all-reduce and GEMM bench tests; STACKFORGE_TEST_TORCH_PYTHON names another). On a machine
+# without GPU the only skips allowed are GPU-only ones (tests/_skips.py): any other skip fails the run.
 #
 # For a Debian bookworm machine without GPU and without a container registry (PyPI and Debian's archive
 # reachable), run from anywhere as root (or with passwordless sudo):  scripts/test.sh
@@ -11,11 +16,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 readonly TEST_TIMEOUT="${STACKFORGE_CI_TEST_TIMEOUT:-80m}"
 readonly VENV=".venv"
+readonly CACHE=".cache"   # ignored by git: the torch venv and the skip report live here
+readonly WHEELHOUSE="${STACKFORGE_WHEELHOUSE:-/opt/wheels}"
+readonly TORCH_VERSION="2.13.0+cpu"
+readonly TORCH_VENV="$CACHE/test-torch-venv"
+readonly SKIP_REPORT="$CACHE/skips.tsv"
 
 say() { printf 'ci: %s\n' "$*"; }
 die() { printf 'ci: error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 seconds_since() { echo $(( $(date +%s) - $1 )); }
+apt_install() {
+  # A fresh machine may have no package lists yet: update once, then try again.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 \
+    || { as_root apt-get update -qq >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; } \
+    || die "apt-get install $* failed"
+}
 
 step_engine() {
   as_root scripts/setup-engine.sh
@@ -25,9 +41,46 @@ step_browser() {
   # The HTML matrix is checked in headless Chromium (Debian's package; no browser download).
   if ! command -v chromium >/dev/null 2>&1; then
     say "installing chromium (browser test of the HTML matrix)"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
-      || die "apt-get install chromium failed"
+    apt_install chromium
   fi
+}
+
+step_registry() {
+  # The registry hand-off tests start a throw-away registry on 127.0.0.1 (tests/registry_fixture.py).
+  if ! command -v docker-registry >/dev/null 2>&1; then
+    say "installing docker-registry (the registry hand-off tests run their own on 127.0.0.1)"
+    apt_install docker-registry
+  fi
+  # The package also installs a service on :5000; the tests need only the program, and this machine
+  # is meant to have no registry running.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+    as_root systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  fi
+  say "docker-registry: $(command -v docker-registry)"
+}
+
+step_torch_venv() {
+  # The gloo all-reduce and GEMM bench tests run the bench scripts in an interpreter with torch: the
+  # CPU wheel from the wheelhouse (a CUDA torch is gigabytes; these tests run on the CPU), in a venv
+  # under this checkout's ignored .cache/.
+  local started; started=$(date +%s)
+  if [[ -n "${STACKFORGE_TEST_TORCH_PYTHON:-}" ]]; then
+    "$STACKFORGE_TEST_TORCH_PYTHON" -c "import torch" 2>/dev/null \
+      || die "STACKFORGE_TEST_TORCH_PYTHON=$STACKFORGE_TEST_TORCH_PYTHON cannot import torch"
+    say "torch for the bench tests: $STACKFORGE_TEST_TORCH_PYTHON (given)"
+    return
+  fi
+  local python="$TORCH_VENV/bin/python"
+  if ! "$python" -c "import sys, torch; sys.exit(torch.__version__ != '$TORCH_VERSION')" 2>/dev/null; then
+    rm -rf "$TORCH_VENV"
+    python3 -m venv "$TORCH_VENV"
+    "$python" -m pip install --disable-pip-version-check --find-links "$WHEELHOUSE" "torch==$TORCH_VERSION" \
+      >"$CACHE/test-torch-venv.log" 2>&1 \
+      || { tail -n 30 "$CACHE/test-torch-venv.log" >&2; die "pip install torch==$TORCH_VERSION (wheelhouse $WHEELHOUSE) into $TORCH_VENV failed"; }
+  fi
+  STACKFORGE_TEST_TORCH_PYTHON="$PWD/$python"
+  export STACKFORGE_TEST_TORCH_PYTHON
+  say "torch for the bench tests: $STACKFORGE_TEST_TORCH_PYTHON (torch $TORCH_VERSION) in $(seconds_since "$started") s"
 }
 
 step_venv() {
@@ -51,19 +104,25 @@ step_venv() {
 
 step_base_image() {
   local started; started=$(date +%s)
-  # The lead wires `stackforge bootstrap-base`; until then the module entry point does the same work.
-  if "$VENV/bin/stackforge" bootstrap-base --help >/dev/null 2>&1; then
-    as_root "$VENV/bin/stackforge" bootstrap-base
-  else
-    as_root "$VENV/bin/python" -m stackforge.bootstrap
-  fi
+  as_root "$VENV/bin/stackforge" bootstrap-base
   say "base image: ready in $(seconds_since "$started") s"
+}
+
+step_readme_install() {
+  # What the main job does: the README's plain `pip install .` in a fresh venv, then a real build with
+  # verification (one small stack); the test venv has the test extra and would hide a missing dependency.
+  local started; started=$(date +%s)
+  STACKFORGE_WHEELHOUSE="$WHEELHOUSE" bash scripts/readme-install-check.sh || die "the README's install path failed"
+  say "README install line + one verified build: passed in $(seconds_since "$started") s"
 }
 
 step_tests() {
   local started; started=$(date +%s)
   local status=0
-  timeout --signal=TERM --kill-after=60 "$TEST_TIMEOUT" "$VENV/bin/python" -m pytest -q "$@" || status=$?
+  rm -f "$SKIP_REPORT"
+  # The tests' conftest prints the skips by reason at the end and writes them to the report.
+  STACKFORGE_SKIP_REPORT="$PWD/$SKIP_REPORT" \
+    timeout --signal=TERM --kill-after=60 "$TEST_TIMEOUT" "$VENV/bin/python" -m pytest -q "$@" || status=$?
   say "tests: pytest exited with status $status after $(seconds_since "$started") s"
   case "$status" in
     0) ;;
@@ -71,14 +130,32 @@ step_tests() {
     124) die "pytest ran past $TEST_TIMEOUT and was stopped" ;;
     *) exit "$status" ;;
   esac
+  check_skips
+}
+
+check_skips() {
+  # GPU-only skips (raised with tests/_skips.py skip_gpu_only / require_host_gpus) are the only ones a
+  # machine of this kind may have; any other skip is a feature that did not run, so the run fails.
+  [[ -f "$SKIP_REPORT" ]] || die "pytest wrote no skip report ($SKIP_REPORT)"
+  local others
+  others=$(grep -v -c $'^gpu-only\t' "$SKIP_REPORT" || true)
+  if [[ "$others" -gt 0 ]]; then
+    grep -v $'^gpu-only\t' "$SKIP_REPORT" | sed 's/^/ci:   /' >&2
+    die "$others skip reason(s) above are not GPU-only: this machine lacks what those tests need"
+  fi
+  say "skips: $(awk -F '\t' '{n += $2} END {print n + 0}' "$SKIP_REPORT") GPU-only, none other"
 }
 
 main() {
   local started; started=$(date +%s)
+  mkdir -p "$CACHE"
   step_engine
   step_browser
+  step_registry
   step_venv
+  step_torch_venv
   step_base_image
+  step_readme_install
   step_tests "$@"
   say "passed in $(seconds_since "$started") s"
 }

@@ -7,6 +7,8 @@
 * ``test_labels``: put these on every image and container a test creates. Everything carrying this
   session's label is removed when the session ends, so a failing test leaves nothing behind, and
   concurrent sessions on the same engine never remove each other's objects.
+
+Skips are classified (GPU-only or not) and counted by reason at the end of the run: see _skips.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import docker
 import pytest
 
 from _session import SESSION_ID, TEST_SESSION_LABEL
+from _skips import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F401  (hooks, found by name)
 from stackforge import bootstrap, docker_engine, runner
 from stackforge.errors import DockerUnavailableError
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from _bench_helpers import REPO, load_script, python_without_torch, run_script, torch_python
+from _skips import require_host_gpus, skip_gpu_only
 
 from stackforge.bench.metrics import algbw_gbps, busbw_factor
 
@@ -106,7 +107,7 @@ def test_without_torch_it_skips_with_the_reason():
 def test_gpu_backends_skip_on_a_cpu_torch(python, backend):
     payload, _ = run_script(python, "allreduce_sweep", "--backend", backend, timeout=120)
     if payload["status"] != "skip":  # this interpreter's torch sees a GPU: not the case under test
-        pytest.skip(f"a GPU is visible here ({payload['reason']})")
+        skip_gpu_only(f"a GPU is visible here ({payload['reason']})")
     assert "no CUDA device visible" in payload["reason"]
 
 
@@ -130,9 +131,10 @@ def test_sizes_plan_and_nccl_environment():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["eager", "graph"])
-def test_nccl_sweep_on_gpus(python, mode):
-    payload, _ = run_script(python, "allreduce_sweep", "--backend", "nccl", "--mode", mode, "--min-bytes", "1024",
-                            "--max-bytes", str(1 << 22), "--factor", "16", timeout=900)
+def test_nccl_sweep_on_gpus(mode):
+    require_host_gpus(1)
+    payload, _ = run_script(torch_python(), "allreduce_sweep", "--backend", "nccl", "--mode", mode,
+                            "--min-bytes", "1024", "--max-bytes", str(1 << 22), "--factor", "16", timeout=900)
     if payload["status"] == "skip":
         pytest.skip(payload["reason"])
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]

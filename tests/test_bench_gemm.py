@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from _bench_helpers import load_script, python_without_torch, run_script, torch_python
+from _skips import require_host_gpus, skip_gpu_only
 
 from stackforge.bench.metrics import tflops
 
@@ -22,7 +23,7 @@ def _cuda_visible(python: str) -> bool:
 
 def test_without_a_gpu_it_skips_with_the_reason(python):
     if _cuda_visible(python):
-        pytest.skip("a GPU is visible: the no-GPU path is not reachable here")
+        skip_gpu_only("a GPU is visible: the no-GPU path is not reachable here")
     payload, _ = run_script(python, "gemm", timeout=120)
     assert payload["status"] == "skip"
     assert "no CUDA device visible" in payload["reason"]
@@ -35,7 +36,7 @@ def test_without_torch_it_skips():
 
 def test_cpu_harness_mode_measures_and_checks(python):
     if _cuda_visible(python):
-        pytest.skip("a GPU is visible: gemm.py measures the GPU, not the CPU mode")
+        skip_gpu_only("a GPU is visible: gemm.py measures the GPU, not the CPU mode")
     payload, _ = run_script(python, "gemm", "--allow-cpu", "--m", "1,16", "--iters", "3", "--repeats", "3",
                             "--warmup", "1", timeout=300)
     assert payload["status"] == "pass", payload["reason"]
@@ -64,9 +65,11 @@ def test_serving_shapes_and_tensor_parallel_split():
 
 
 @pytest.mark.gpu
-def test_gpu_gemm_bf16_and_fp8(python):
-    if not _cuda_visible(python):
-        pytest.skip("needs a CUDA GPU visible to torch")
+def test_gpu_gemm_bf16_and_fp8():
+    require_host_gpus(1)
+    python = torch_python()
+    if not _cuda_visible(python):   # GPUs here, but this torch does not see them: a setup problem
+        pytest.skip(f"the torch at {python} sees no CUDA GPU (STACKFORGE_TEST_TORCH_PYTHON: a CUDA torch)")
     payload, _ = run_script(python, "gemm", "--m", "1,128,4096", "--shapes", "8b.qkv,70b.down", "--repeats", "3",
                             timeout=900)
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]

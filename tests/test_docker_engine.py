@@ -13,6 +13,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from _skips import skip_gpu_only
 
 from stackforge import docker_engine
 from stackforge.docker_engine import MANAGED_LABEL, RUN_LABEL, TEST_LABEL, Bind
@@ -261,7 +262,7 @@ def test_gpu_request_without_gpu_runtime_is_a_host_error(docker_client: docker.D
                                                          run_labels: dict[str, str]) -> None:
     runtimes = docker_client.info().get("Runtimes", {})
     if "nvidia" in runtimes or docker_client.info().get("CDISpecDirs"):
-        pytest.skip("this engine has a GPU runtime; the no-GPU error path cannot be exercised")
+        skip_gpu_only("this engine has a GPU runtime; the no-GPU error path cannot be exercised")
     with pytest.raises(HostError, match="cannot give GPUs"):
         docker_engine.run_container(docker_client, base_image, ["true"], timeout=30, labels=run_labels,
                                     gpus="all")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import _probe_venvs as venvs
 import pytest
+from _skips import require_host_gpus, skip_gpu_only
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "stackforge" / "probes" / "scripts"
@@ -690,7 +691,7 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
 def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
     result = run_script(torch_python, script, "--arch", "12.0", "--gpus", "8", "--interconnect", "pcie", *args)
     if result["facts"].get("cuda_device_count"):
-        pytest.skip("a GPU is visible here")
+        skip_gpu_only("a GPU is visible here")
     assert result["status"] == "skip"
     assert result["reason"] == NO_GPU
 
@@ -711,6 +712,7 @@ def test_rank_harness_detects_hangs_crashes_and_failures(bare_python, mode, reas
 @pytest.mark.gpu
 def test_nccl_graph_on_gpus():
     """On a machine with 2+ GPUs and a CUDA torch in this interpreter: the real NCCL path."""
+    require_host_gpus(2)
     try:
         import torch
     except ImportError:

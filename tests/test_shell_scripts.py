@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _skips import skip_gpu_only
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted([*REPO.glob("scripts/*.sh"), REPO / ".ci" / "run"])
@@ -33,6 +34,6 @@ def test_device_check_without_a_gpu_says_so_and_exits_2(tmp_path):
                           capture_output=True, text=True, timeout=300, check=False,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     if done.returncode == 0:
-        pytest.skip("a GPU is visible here")
+        skip_gpu_only("a GPU is visible here")
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().startswith("device-check: no CUDA device visible"), done.stderr

@@ -124,7 +124,7 @@ def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived:
     Raises:
         BuildError: the container could not be started at all.
     """
-    import testinfra  # the optional 'verify' extra; imported here so the rest works without it
+    import testinfra  # imported here: it loads pytest, which the commands that do not verify never need
 
     started = time.monotonic()
     with running_container(client, image, labels=labels or {}) as container_id:
