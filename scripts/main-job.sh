@@ -27,17 +27,12 @@ say "stackforge $("$VENV/bin/stackforge" --version | awk '{print $NF}') installe
 # The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
 as_root "$VENV/bin/stackforge" bootstrap-base
 
-# pip inside the build must trust what pip here trusts (a corporate proxy re-signing TLS, say):
-# the bundle goes in as a BuildKit secret, never into a layer.
-ca_args=()
-ca="$("$VENV/bin/python" -m pip config get global.cert 2>/dev/null || true)"
-ca="${ca:-${PIP_CERT:-${REQUESTS_CA_BUNDLE:-}}}"
-[[ -n "$ca" && -f "$ca" ]] && ca_args=(--ca-bundle "$ca")
-
 before=$(docker_bytes)
 build_started=$(date +%s)
 status=0
-"$VENV/bin/stackforge" build --cuda 13.1 "${ca_args[@]}" "$@" || status=$?
+# build trusts the CA bundle pip here trusts (a proxy re-signing TLS, say) by itself: it goes in as a
+# BuildKit secret, never into a layer; the first line of its output names the path.
+"$VENV/bin/stackforge" build --cuda 13.1 "$@" || status=$?
 after=$(docker_bytes)
 say "build took $(( $(date +%s) - build_started )) s; the whole job $(( $(date +%s) - started )) s"
 say "disk used by the engine grew by $(( (after - before) / 1024 / 1024 )) MiB"

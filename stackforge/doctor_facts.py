@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import urllib.parse
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ import requests
 from stackforge import docker_engine, runner
 from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
 from stackforge.errors import StackforgeError
+from stackforge.pip_config import PipConfig, PipSetting, read_pip_config
 from stackforge.probes.execute import HostGpus, detect_host_gpus
 
 ENGINE_TIMEOUT_S = 5.0
@@ -40,7 +40,7 @@ def gather(*, index_url: str | None = None, registry: str | None = None, ca_bund
     with ThreadPoolExecutor(max_workers=4) as pool:
         engine_and_gpus = pool.submit(_engine_and_gpus)
         buildx = pool.submit(buildx_facts)
-        pip = pool.submit(pip_config)
+        pip = pool.submit(read_pip_config, timeout=TOOL_TIMEOUT_S)
         registry_future = pool.submit(registry_facts, registry) if registry else None
         config = pip.result()
         ca = pip_ca(ca_bundle, config, environ)
@@ -113,60 +113,31 @@ def disk_facts(label: str, path: Path) -> DiskFacts:
 
 # --------------------------------------------------------------------------- pip's index and CA bundle
 
-def pip_config(python: str = sys.executable) -> dict[str, str]:
-    """``pip config list`` of the Python stackforge runs in (``{}`` when pip cannot say)."""
-    try:
-        result = runner.run([python, "-m", "pip", "config", "list"], timeout=TOOL_TIMEOUT_S,
-                            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
-    except StackforgeError:
-        return {}
-    return parse_pip_config(result.output_tail) if result.succeeded else {}
-
-
-def parse_pip_config(text: str) -> dict[str, str]:
-    """``global.index-url='https://...'`` lines -> ``{"global.index-url": "https://..."}`` (pure)."""
-    config = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and "." in key and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            config[key.strip()] = value[1:-1]
-    return config
-
-
-def pip_setting(name: str, config: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """The value pip would use for setting ``name`` (``index-url``) and where it comes from (pure):
-    the environment (``PIP_INDEX_URL``) beats the ``install`` section, which beats ``global``."""
-    env_name = "PIP_" + name.upper().replace("-", "_")
-    if environ.get(env_name):
-        return environ[env_name], env_name
-    for section in ("install", "global"):
-        key = f"{section}.{name}"
-        if config.get(key):
-            return config[key], f"pip config {key}"
-    return None
-
-
-def pip_indexes(index_url: str | None, config: Mapping[str, str], environ: Mapping[str, str]) -> tuple[IndexFacts, ...]:
+def pip_indexes(index_url: str | None, config: PipConfig, environ: Mapping[str, str]) -> tuple[IndexFacts, ...]:
     """The index (``--index-url``, else pip's setting, else PyPI) and pip's extra indexes (pure)."""
     if index_url:
         main = IndexFacts(index_url, "--index-url")
     else:
-        setting = pip_setting("index-url", config, environ)
-        main = IndexFacts(*setting) if setting else IndexFacts(PYPI_SIMPLE, "pip's default")
-    extras = pip_setting("extra-index-url", config, environ)
-    extra = tuple(IndexFacts(url, extras[1], role="extra index") for url in extras[0].split()) if extras else ()
+        setting = config.setting("index-url", environ)
+        main = IndexFacts(setting.value, setting.origin) if setting else IndexFacts(PYPI_SIMPLE, "pip's default")
+    extras = config.setting("extra-index-url", environ)
+    extra = tuple(IndexFacts(url, extras.origin, role="extra index") for url in extras.value.split()) if extras else ()
     return (main, *extra)
 
 
-def pip_ca(ca_bundle: str | None, config: Mapping[str, str], environ: Mapping[str, str]) -> CaFacts:
+def pip_ca(ca_bundle: str | None, config: PipConfig, environ: Mapping[str, str]) -> CaFacts:
     """The CA bundle pip uses: ``--ca-bundle``, else pip's ``cert`` setting, else REQUESTS_CA_BUNDLE
     (pip's HTTP client honours it), else none (pip's default store). Only the path is kept."""
     found = (ca_bundle, "--ca-bundle") if ca_bundle else (
-        pip_setting("cert", config, environ) or
+        _pair(config.setting("cert", environ)) or
         ((environ["REQUESTS_CA_BUNDLE"], "REQUESTS_CA_BUNDLE") if environ.get("REQUESTS_CA_BUNDLE") else None))
     if found is None:
         return CaFacts()
     return CaFacts(path=found[0], source=found[1], exists=Path(found[0]).is_file())
+
+
+def _pair(setting: PipSetting | None) -> tuple[str, str] | None:
+    return (setting.value, setting.origin) if setting else None
 
 
 def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFacts, ...]:

@@ -17,7 +17,6 @@ import hashlib
 import html.parser
 import json
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import requests
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
 
+from stackforge.pip_config import PipConfig
 from stackforge.plan import Cell, Plan
 from stackforge.versions import compact
 
@@ -38,7 +38,6 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # JSON when the index speaks it, else the PEP 503 HTML page every index serves.
 ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-PIP_CONFIG_TIMEOUT_S = 30.0
 CACHE_TTL_S = 24 * 3600
 TIMEOUT = (5, 20)   # connect, read: an unreachable index must answer fast
 
@@ -89,7 +88,7 @@ class IndexConfig:
 
 
 def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                 find_links: Sequence[str] = (), pip_settings: Mapping[str, str] | None = None,
+                 find_links: Sequence[str] = (), pip_config: PipConfig | None = None,
                  env: Mapping[str, str] | None = None) -> IndexConfig:
     """The locations pip would ask: command-line values first, then pip's environment and config files.
 
@@ -97,13 +96,10 @@ def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str
     ``--find-links`` add to the configured ones.
 
     Args:
-        pip_settings: ``pip config list`` as parsed by :func:`parse_pip_config_list` (files and env).
+        pip_config: pip's configuration (:func:`stackforge.pip_config.read_pip_config`).
         env: the environment (``PIP_INDEX_URL``...); read directly too, in case pip could not be asked.
     """
-    settings = dict(pip_settings or {})
-    for name, value in (env or {}).items():
-        if name.startswith("PIP_") and value:
-            settings[name[4:].lower().replace("_", "-")] = value     # the environment wins, as in pip
+    settings = (pip_config or PipConfig()).values(env)
     configured_index = settings.get("index-url", PYPI_SIMPLE)
     no_index = settings.get("no-index", "").lower() in ("1", "true", "yes", "on")
     return IndexConfig(index_url=None if no_index and not index_url else (index_url or configured_index),
@@ -111,34 +107,6 @@ def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str
                                                              *extra_index_urls])),
                        find_links=tuple(dict.fromkeys([*settings.get("find-links", "").split(), *find_links])),
                        cert=settings.get("cert") or None)
-
-
-def parse_pip_config_list(text: str) -> dict[str, str]:
-    """``pip config list`` output (``global.index-url='https://m/simple'``) as {option: value}.
-
-    pip's own precedence across sections: the environment (``:env:``) over ``install`` over ``global``.
-    """
-    rank = {":env:": 3, "install": 2, "global": 1}
-    best: dict[str, tuple[int, str]] = {}
-    for line in text.splitlines():
-        key, sep, raw = line.partition("=")
-        section, dot, option = key.strip().rpartition(".")
-        if not sep or not dot or section not in rank:
-            continue
-        value = raw.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        if option not in best or rank[section] > best[option][0]:
-            best[option] = (rank[section], value)
-    return {option: value for option, (_, value) in best.items()}
-
-
-def read_pip_settings() -> dict[str, str]:
-    """pip's configuration on this machine (files and environment), or {} when pip cannot be asked."""
-    from stackforge.runner import run
-
-    result = run([sys.executable, "-m", "pip", "config", "list"], timeout=PIP_CONFIG_TIMEOUT_S)
-    return parse_pip_config_list(result.output_tail) if result.succeeded else {}
 
 
 @dataclass(frozen=True, slots=True)

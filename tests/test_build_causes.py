@@ -23,7 +23,8 @@ from stackforge.build.classify import Cause, FailureKind, diagnose
 from stackforge.build.progress import Board, summary_table
 from stackforge.build.requires import (LookupStatus, RequirementsLookup, declared_for, dropped_warning,
                                        lookup_declared)
-from stackforge.build.trust import CaSource, choose_ca_bundle, global_cert, pip_config_cert
+from stackforge.build.trust import CaSource, choose_ca_bundle
+from stackforge.pip_config import PipSetting, parse_pip_config_list, read_pip_config
 from stackforge.cli import cli
 from stackforge.errors import SpecError
 from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack
@@ -191,39 +192,51 @@ def test_an_explicit_bundle_wins_and_none_disables(tmp_path):
     bundle = tmp_path / "corp.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     environ = {"PIP_CERT": SYSTEM_CA}
-    assert choose_ca_bundle(str(bundle), pip_cert=SYSTEM_CA, environ=environ).path == bundle
-    disabled = choose_ca_bundle("none", pip_cert=SYSTEM_CA, environ=environ)
+    pip_cert = PipSetting(SYSTEM_CA, "PIP_CERT")
+    assert choose_ca_bundle(str(bundle), pip_cert=pip_cert, environ=environ).path == bundle
+    disabled = choose_ca_bundle("none", pip_cert=pip_cert, environ=environ)
     assert disabled.path is None and disabled.source is CaSource.DISABLED
     with pytest.raises(SpecError, match="no such file"):
         choose_ca_bundle(str(tmp_path / "missing.pem"), pip_cert=None, environ={})
 
 
-def test_the_default_follows_pip_config_then_pip_cert_then_requests(tmp_path):
+def test_the_default_follows_pips_cert_then_requests(tmp_path):
     first, second, third = (tmp_path / name for name in ("a.pem", "b.pem", "c.pem"))
     for path in (first, second, third):
         path.write_text("pem")
-    environ = {"PIP_CERT": str(second), "REQUESTS_CA_BUNDLE": str(third)}
-    assert choose_ca_bundle(None, pip_cert=str(first), environ=environ).source is CaSource.PIP_CONFIG
-    assert choose_ca_bundle(None, pip_cert=None, environ=environ).path == second
-    assert choose_ca_bundle(None, pip_cert=str(tmp_path / "gone.pem"), environ={"REQUESTS_CA_BUNDLE": str(third)}
+    config = parse_pip_config_list(f"global.cert='{first}'\n")
+    environ = {"REQUESTS_CA_BUNDLE": str(third)}
+    from_files = choose_ca_bundle(None, pip_cert=config.setting("cert", environ), environ=environ)
+    assert (from_files.path, from_files.source) == (first, CaSource.PIP_CONFIG)
+    environ["PIP_CERT"] = str(second)   # pip reads PIP_CERT before its files
+    from_env = choose_ca_bundle(None, pip_cert=config.setting("cert", environ), environ=environ)
+    assert (from_env.path, from_env.source) == (second, CaSource.PIP_CERT)
+    gone = PipSetting(str(tmp_path / "gone.pem"), "pip config global.cert")
+    assert choose_ca_bundle(None, pip_cert=gone, environ={"REQUESTS_CA_BUNDLE": str(third)}
                             ).source is CaSource.REQUESTS_CA_BUNDLE
     nothing = choose_ca_bundle(None, pip_cert=None, environ={})
     assert nothing.path is None and nothing.describe() == "CA bundle: none (none configured)"
 
 
-def test_global_cert_is_read_from_pip_config_list_output():
-    listing = ("global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
-               ":env:.cert='/elsewhere.pem'\nglobal.find-links='/opt/wheels'\n")
-    assert global_cert(listing) == "/etc/ssl/certs/ca-certificates.crt"
-    assert global_cert(":env:.cert='/elsewhere.pem'\n") is None
+def test_pip_config_list_output_follows_pips_precedence():
+    listing = ("global.cert='/etc/ssl/certs/ca-certificates.crt'\nglobal.index-url='https://global/simple'\n"
+               "install.index-url='https://install/simple'\n:env:.cert='/elsewhere.pem'\n"
+               "global.find-links='/opt/wheels'\nglobal.extra-index-url=''\n")
+    config = parse_pip_config_list(listing)
+    assert config.setting("cert") == PipSetting("/elsewhere.pem", "PIP_CERT")
+    assert config.setting("index-url") == PipSetting("https://install/simple", "pip config install.index-url")
+    assert config.setting("index-url", {"PIP_INDEX_URL": "https://env/simple"}).origin == "PIP_INDEX_URL"
+    assert config.setting("extra-index-url") is None   # an empty value is no setting
+    assert parse_pip_config_list("global.cert='/a.pem'\n").setting("cert").origin == "pip config global.cert"
 
 
-def test_pip_config_cert_asks_the_real_pip(tmp_path, monkeypatch):
+def test_read_pip_config_asks_the_real_pip(tmp_path, monkeypatch):
     """PIP_CONFIG_FILE is the highest-precedence config file; pip itself says what it holds."""
     config = tmp_path / "pip.conf"
     config.write_text(f"[global]\ncert = {tmp_path / 'corp.pem'}\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
-    assert pip_config_cert() == str(tmp_path / "corp.pem")
+    monkeypatch.delenv("PIP_CERT", raising=False)
+    assert read_pip_config().setting("cert") == PipSetting(str(tmp_path / "corp.pem"), "pip config global.cert")
 
 
 @pytest.fixture
@@ -249,10 +262,11 @@ def test_build_uses_pips_bundle_by_default_and_says_which(captured, tmp_path, mo
     config = tmp_path / "pip.conf"
     config.write_text(f"[global]\ncert = {bundle}\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    monkeypatch.delenv("PIP_CERT", raising=False)      # it would win over the file, as in pip
     result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path / "out"), "--no-progress", "--cuda", "13.1"])
     assert result.exit_code == 0, result.output
     assert captured["options"].ca_bundle == bundle
-    assert f"CA bundle: {bundle} (from pip config global.cert)" in result.stderr
+    assert f"CA bundle: {bundle} (from pip config cert)" in result.stderr
     assert "BEGIN CERTIFICATE" not in result.output
 
 

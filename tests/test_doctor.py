@@ -16,7 +16,8 @@ from test_gpu_assignment import MIXED_SMI, fake_smi
 from stackforge.cli import cli
 from stackforge.doctor import (BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts,
                                Status, build_report, runnable_targets)
-from stackforge.doctor_facts import parse_pip_config, pip_ca, pip_indexes, pip_setting
+from stackforge.doctor_facts import pip_ca, pip_indexes
+from stackforge.pip_config import PipConfig, PipSetting, parse_pip_config_list
 from stackforge.model import Interconnect, Target
 from stackforge.probes.execute import HostGpu, HostGpus
 
@@ -104,20 +105,23 @@ def test_runnable_targets_match_arch_and_count():
 
 
 def test_pip_settings_follow_pips_precedence():
-    config = parse_pip_config("global.index-url='https://global/simple'\ninstall.index-url='https://install/simple'\n"
-                              "global.extra-index-url='file:///a https://b/simple'\n:env:.cert='/x.pem'\n"
-                              "global.cert='/etc/ssl/certs/ca-certificates.crt'\n")
-    assert pip_setting("index-url", config, {}) == ("https://install/simple", "pip config install.index-url")
-    assert pip_setting("index-url", config, {"PIP_INDEX_URL": "https://env/simple"}) == (
+    config = parse_pip_config_list("global.index-url='https://global/simple'\n"
+                                   "install.index-url='https://install/simple'\n"
+                                   "global.extra-index-url='file:///a https://b/simple'\n:env:.cert='/x.pem'\n"
+                                   "global.cert='/etc/ssl/certs/ca-certificates.crt'\n")
+    assert config.setting("index-url", {}) == PipSetting("https://install/simple", "pip config install.index-url")
+    assert config.setting("index-url", {"PIP_INDEX_URL": "https://env/simple"}) == PipSetting(
         "https://env/simple", "PIP_INDEX_URL")
     indexes = pip_indexes(None, config, {})
     assert [(i.url, i.role) for i in indexes] == [("https://install/simple", "index"), ("file:///a", "extra index"),
                                                   ("https://b/simple", "extra index")]
     assert pip_indexes("https://cli/simple", config, {})[0].source == "--index-url"
-    assert pip_indexes(None, {}, {})[0].url == "https://pypi.org/simple"
-    assert pip_ca(None, config, {}).path == "/etc/ssl/certs/ca-certificates.crt"
-    assert pip_ca(None, {}, {"REQUESTS_CA_BUNDLE": "/r.pem"}).source == "REQUESTS_CA_BUNDLE"
-    assert pip_ca(None, {}, {}).path == ""
+    assert pip_indexes(None, PipConfig(), {})[0].url == "https://pypi.org/simple"
+    assert pip_ca(None, config, {}).path == "/x.pem"                     # PIP_CERT (:env:) before the files
+    files_only = parse_pip_config_list("global.cert='/etc/ssl/certs/ca-certificates.crt'\n")
+    assert pip_ca(None, files_only, {}).path == "/etc/ssl/certs/ca-certificates.crt"
+    assert pip_ca(None, PipConfig(), {"REQUESTS_CA_BUNDLE": "/r.pem"}).source == "REQUESTS_CA_BUNDLE"
+    assert pip_ca(None, PipConfig(), {}).path == ""
 
 
 # --------------------------------------------------------------------------- the real command

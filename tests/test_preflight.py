@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from stackforge.cli import cli
 from stackforge.preflight import (Availability, IndexConfig, Source, Wanted, check_package, classify_files,
-                                  find_package, index_config, parse_pip_config_list, run_preflight)
+                                  find_package, index_config, run_preflight)
+from stackforge.pip_config import parse_pip_config_list
 from stackforge.plan import load_knowledge, plan_matrix
 from stackforge.matrix import load_matrix
 
@@ -118,20 +119,21 @@ def test_pip_config_list_is_read_with_pips_precedence():
             ":env:.find-links='/opt/wheels'\n"
             "global.find-links='/elsewhere'\n"
             "not a setting line\n")
-    assert parse_pip_config_list(text) == {"index-url": "https://install/simple",
-                                           "extra-index-url": "file:///opt/a/simple file:///opt/b/simple",
-                                           "find-links": "/opt/wheels"}
+    assert parse_pip_config_list(text).values() == {"index-url": "https://install/simple",
+                                                    "extra-index-url": "file:///opt/a/simple file:///opt/b/simple",
+                                                    "find-links": "/opt/wheels"}
 
 
 def test_index_config_command_line_then_environment_then_files():
-    files = {"index-url": "https://files/simple", "extra-index-url": "https://x/simple", "cert": "/ca.pem"}
-    assert index_config(pip_settings=files).index_url == "https://files/simple"
-    from_env = index_config(pip_settings=files, env={"PIP_INDEX_URL": "https://env/simple",
+    files = parse_pip_config_list("global.index-url='https://files/simple'\nglobal.extra-index-url='https://x/simple'\n"
+                                  "global.cert='/ca.pem'\n")
+    assert index_config(pip_config=files).index_url == "https://files/simple"
+    from_env = index_config(pip_config=files, env={"PIP_INDEX_URL": "https://env/simple",
                                                      "PIP_FIND_LINKS": "/w1 /w2", "HOME": "/root"})
     assert (from_env.index_url, from_env.find_links, from_env.cert) == ("https://env/simple", ("/w1", "/w2"),
                                                                         "/ca.pem")
     given = index_config(index_url="https://cli/simple", extra_index_urls=["https://y/simple"],
-                         pip_settings=files, env={"PIP_INDEX_URL": "https://env/simple"})
+                         pip_config=files, env={"PIP_INDEX_URL": "https://env/simple"})
     # --index-url replaces the configured index; --extra-index-url adds to the configured ones (as in pip).
     assert given.index_url == "https://cli/simple"
     assert given.extra_index_urls == ("https://x/simple", "https://y/simple")

@@ -58,7 +58,7 @@ REMEDIES: dict[Cause, str] = {
                              "with --extra-index-url (pip then takes its wheel directly) or put the wheel in "
                              "--find-links",
     Cause.TLS: "pass --ca-bundle PATH with the CA that signs the index's certificate (by default build uses the "
-               "bundle pip on this host trusts: pip's global.cert, PIP_CERT, REQUESTS_CA_BUNDLE)",
+               "bundle pip on this host trusts: PIP_CERT, pip's cert setting, REQUESTS_CA_BUNDLE)",
     Cause.PROXY: "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY where stackforge runs (the build gets the same values)",
     Cause.DNS: "the build cannot resolve the index's host name: check DNS on the engine's host (builds use the "
                "host network) or pass --index-url a mirror it can resolve",

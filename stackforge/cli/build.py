@@ -23,7 +23,7 @@ def image_options(func: F) -> F:
         index_options,
         click.option("--ca-bundle", metavar="PATH|none", default=None,
                      help="PEM bundle pip must trust; passed as a build secret, never stored in the image. "
-                          "Default: the bundle pip on this host trusts (pip's global.cert, PIP_CERT, "
+                          "Default: the bundle pip on this host trusts (PIP_CERT, pip's cert setting, "
                           "REQUESTS_CA_BUNDLE); 'none' builds without one."),
         click.option("--no-deps", "no_deps", multiple=True, type=click.Choice(["flashinfer", "kernel", "sglang"]),
                      help="Install this layer's package without its dependencies (labelled in the image)."),

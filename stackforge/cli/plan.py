@@ -76,8 +76,9 @@ def _find(plan: Plan, stack_id: str):
 
 def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
                find_links: Path | None):
-    from stackforge.preflight import index_config, read_pip_settings, run_preflight
+    from stackforge.pip_config import read_pip_config
+    from stackforge.preflight import index_config, run_preflight
     indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
-                           find_links=[str(find_links)] if find_links else [], pip_settings=read_pip_settings(),
+                           find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
                            env=os.environ)
     return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)

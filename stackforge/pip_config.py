@@ -1,0 +1,85 @@
+"""What pip on this host is configured with (index, extra indexes, find-links, CA bundle), read in one place.
+
+pip is asked (``python -m pip config list``) rather than its files parsed: pip layers several files
+(``/etc/xdg/pip/pip.conf``, ``/etc/pip.conf``, the virtual environment's ``pip.conf``,
+``~/.config/pip/pip.conf``, the legacy ``~/.pip/pip.conf``, ``PIP_CONFIG_FILE``, which may be
+``os.devnull`` to mean "none"), honours ``XDG_CONFIG_DIRS``, and has changed that list across
+releases. ``pip config list`` prints the merged result, one ``section.option='value'`` line per key,
+with the ``PIP_*`` environment as the ``:env:`` section. ``pip config get`` is no substitute: without
+``--global``/``--user``/``--site`` it reads only the user (or site) file, so a bundle set in
+/etc/pip.conf is "No such key" to it.
+
+Precedence is pip's own: the environment (``PIP_CERT``) over the ``install`` section over ``global``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from stackforge import runner
+from stackforge.errors import StackforgeError
+
+PIP_CONFIG_TIMEOUT_S = 60.0
+_SECTION_RANK = {"global": 1, "install": 2, ":env:": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class PipSetting:
+    """One option's value and where pip got it (``PIP_INDEX_URL``, ``pip config global.cert``)."""
+
+    value: str
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class PipConfig:
+    """pip's merged configuration: option name (``index-url``, ``cert``) -> the value pip uses."""
+
+    settings: Mapping[str, PipSetting] = field(default_factory=dict)
+
+    def setting(self, option: str, environ: Mapping[str, str] | None = None) -> PipSetting | None:
+        """The value pip would use for ``option``; ``environ``'s ``PIP_<OPTION>`` wins, as in pip."""
+        env_name = "PIP_" + option.upper().replace("-", "_")
+        if environ and environ.get(env_name):
+            return PipSetting(environ[env_name], env_name)
+        return self.settings.get(option)
+
+    def values(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Every option pip would use, as plain values (``environ``'s ``PIP_*`` on top)."""
+        merged = {option: setting.value for option, setting in self.settings.items()}
+        for name, value in (environ or {}).items():
+            if name.startswith("PIP_") and value:
+                merged[name[4:].lower().replace("_", "-")] = value
+        return merged
+
+
+def parse_pip_config_list(text: str) -> PipConfig:
+    """The output of ``pip config list`` as a :class:`PipConfig` (pure)."""
+    best: dict[str, tuple[int, PipSetting]] = {}
+    for line in text.splitlines():
+        key, sep, raw = line.strip().partition("=")
+        section, dot, option = key.strip().rpartition(".")
+        if not sep or not dot or section not in _SECTION_RANK:
+            continue
+        value = raw.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if not value:
+            continue
+        origin = "PIP_" + option.upper().replace("-", "_") if section == ":env:" else f"pip config {section}.{option}"
+        rank = _SECTION_RANK[section]
+        if option not in best or rank > best[option][0]:
+            best[option] = (rank, PipSetting(value, origin))
+    return PipConfig({option: setting for option, (_, setting) in best.items()})
+
+
+def read_pip_config(python: str = sys.executable, *, timeout: float = PIP_CONFIG_TIMEOUT_S) -> PipConfig:
+    """pip's configuration for ``python``'s pip; empty when pip cannot be asked (no pip, pip failed)."""
+    try:
+        result = runner.run([python, "-m", "pip", "config", "list"], timeout=timeout,
+                            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except StackforgeError:
+        return PipConfig()
+    return parse_pip_config_list(result.output_tail) if result.succeeded else PipConfig()
