@@ -32,8 +32,10 @@ trap cleanup EXIT
 # 1. The README's line, word for word but for where the venv lives. Its output goes to a log: pip
 #    is chatty, and the log's tail is what matters when it fails.
 started=$(date +%s)
-python3 -m venv "$work/.venv" && "$work/.venv/bin/pip" install . >"$work/pip.log" 2>&1 \
-  || { tail -n 30 "$work/pip.log" >&2; die "the README's install line failed (python3 -m venv X && X/bin/pip install .)"; }
+if ! { python3 -m venv "$work/.venv" && "$work/.venv/bin/pip" install . >"$work/pip.log" 2>&1; }; then
+  tail -n 30 "$work/pip.log" >&2
+  die "the README's install line failed (python3 -m venv X && X/bin/pip install .)"
+fi
 stackforge="$work/.venv/bin/stackforge"
 say "python3 -m venv + pip install . in $(seconds_since "$started") s: $("$stackforge" --version)"
 

@@ -7,6 +7,9 @@ and tiers; the plan dict has the shape of ``stackforge plan --json``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 from stackforge.records import Outcome, Prediction, Provenance, ResultRecord, Status, Tier, Verdict
@@ -159,3 +162,16 @@ def seed_records() -> list[ResultRecord]:
         record(CU131, "serve", "pass", tier="bench", probe="serve-bench", reason="served 5 rounds",
                metrics=serve_metrics(112.0)),
     ]
+
+
+def seed_workspace(folder: Path) -> Path:
+    """``folder`` with ``results/`` holding one finished run (``run-a``) of the seed records and the
+    seed plan as ``plan.json``: what the matrix, deadends and pick commands read."""
+    from stackforge.results import finish_run, start_run, write_record
+
+    run_dir = start_run(folder / "results", command=["stackforge", "probe"], run_id="run-a")
+    for rec in seed_records():
+        write_record(run_dir, dataclasses.replace(rec, run_id="run-a"))
+    finish_run(run_dir)
+    (folder / "plan.json").write_text(json.dumps(plan_dict()))
+    return folder

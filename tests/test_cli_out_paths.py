@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 
 import pytest
 from click.testing import CliRunner
 
-from matrix_fixtures import plan_dict, seed_records
+from matrix_fixtures import seed_workspace
 from stackforge.cli import cli
-from stackforge.results import finish_run, start_run, write_record
 
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
     """Results of one run, the plan as JSON, and a regular file where a folder would have to be."""
     monkeypatch.chdir(tmp_path)
-    run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id="run-a")
-    for rec in seed_records():
-        write_record(run_dir, dataclasses.replace(rec, run_id="run-a"))
-    finish_run(run_dir)
-    (tmp_path / "plan.json").write_text(json.dumps(plan_dict()))
+    seed_workspace(tmp_path)
     (tmp_path / "a-file").write_text("not a folder\n")
     return tmp_path
 

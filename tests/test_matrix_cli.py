@@ -9,21 +9,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, plan_dict, record, seed_records
+from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, record, seed_records, seed_workspace
 from stackforge.cli import cli
 from stackforge.records import RESULT_SCHEMA_VERSION
-from stackforge.results import finish_run, load_results, start_run, write_record
+from stackforge.results import load_results, start_run, write_record
 
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
     """A results folder with one run of the seed records, and the plan as JSON."""
     monkeypatch.chdir(tmp_path)
-    run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id="run-a")
-    for rec in seed_records():
-        write_record(run_dir, dataclasses.replace(rec, run_id="run-a"))
-    finish_run(run_dir)
-    (tmp_path / "plan.json").write_text(json.dumps(plan_dict()))
+    seed_workspace(tmp_path)
     return tmp_path
 
 

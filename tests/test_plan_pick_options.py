@@ -5,20 +5,18 @@ Through the real CLI entry point (click's CliRunner) on the shipped compat data 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 from click.testing import CliRunner
 
-from matrix_fixtures import CU128, CU131, DIGESTS, TARGET, plan_dict, record, seed_records
+from matrix_fixtures import CU128, CU131, DIGESTS, TARGET, plan_dict, record, seed_records, seed_workspace
 from stackforge.cli import cli
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import NothingQualifiesError
 from stackforge.pick import pick
 from stackforge.plan import plan_file
 from stackforge.report import parse_plan
-from stackforge.results import finish_run, start_run, write_record
 
 WHEELS_131 = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 
@@ -31,11 +29,7 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 def workspace(tmp_path, monkeypatch):
     """A results folder with one run of the seed records, and the seed plan as JSON."""
     monkeypatch.chdir(tmp_path)
-    run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id="run-a")
-    for rec in seed_records():
-        write_record(run_dir, dataclasses.replace(rec, run_id="run-a"))
-    finish_run(run_dir)
-    (tmp_path / "plan.json").write_text(json.dumps(plan_dict()))
+    seed_workspace(tmp_path)
     return tmp_path
 
 
