@@ -458,6 +458,7 @@ REPO_ROOT = COMPAT_DIR.parent
 PRIVATE_MARKERS = re.compile(r"compat_facts|\bresearch\b|DESIGN\.md|shared/|/work/", re.IGNORECASE)
 REPO_PATH = re.compile(r"(?:^|[\s(\"'`])((?:compat|stackforge|tests|matrices|dockerfiles)/[\w./-]*\w)")
 
+
 def _sourced_entries() -> list[tuple[str, dict[str, Any]]]:
     """Every source in rules, tables and targets, named by file, entry and position."""
     entries = [
