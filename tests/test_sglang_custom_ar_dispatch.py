@@ -11,6 +11,7 @@ GPU), and against the real SGLang 0.5.9 dispatcher in its venv.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import textwrap
@@ -85,3 +86,86 @@ def test_real_sglang_059_dispatcher_picks_custom_allreduce_on_cuda(fi063_python)
     done = subprocess.run([str(fi063_python), "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["CustomAllreduce", sf.SGLANG_CUSTOM_AR_MODULE]
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang's own P2P check, which a probe must skip the way a server does
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def sglang0523_python() -> Path:
+    """SGLang 0.5.23 with what importing its custom all-reduce modules needs (CPU torch)."""
+    import _probe_venvs as venvs
+    return venvs.build_venv("sgl-0.5.23-custom-ar", [
+        *venvs.torch_steps(), ["--no-deps", "sglang==0.5.23"], list(venvs.SGLANG_0523_IMPORT_DEPS)])
+
+
+# Two CPU ranks on gloo drive SGLang's constructor in a server's call order. What needs a GPU is
+# stood in for: a CUDA build (``_is_cuda``), the kernel library being present
+# (``ops.IS_CUSTOM_AR_AVAILABLE``) and NVML's full-NVLink answer. Everything else, the P2P check
+# included, is SGLang's code; the constructor then stops at the first call into the CUDA kernel
+# library (``ops.meta_size``), which is where a CPU machine has to stop.
+TWO_RANKS = textwrap.dedent("""
+    import importlib, os, sys, traceback
+    sys.path.insert(0, {scripts!r})
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    import _sfprobe as sf
+
+    def rank_main(rank, port, skip, out_dir):
+        said = open(os.path.join(out_dir, f"rank{{rank}}.txt"), "w")  # one file a rank: no interleaving
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
+        group = dist.new_group(backend="gloo")
+        utils = importlib.import_module(sf.SGLANG_CUSTOM_AR_UTILS_MODULE)
+        if skip:
+            print("p2p_check", sf.skip_sglang_p2p_check().split(",")[0], file=said)
+        custom_ar = importlib.import_module(sf.SGLANG_CUSTOM_AR_MODULE)
+        for module in (utils, custom_ar):
+            module._is_cuda = True
+            if hasattr(module, "is_full_nvlink"):
+                module.is_full_nvlink = lambda ids, world_size: True
+        custom_ar.ops.IS_CUSTOM_AR_AVAILABLE = True
+        try:
+            chosen, _ = sf.sglang_custom_allreduce_class(group, torch.device("cuda", rank))
+            chosen(group=group, device=torch.device("cuda", rank))
+            print("constructed", file=said)
+        except BaseException as exc:
+            frames = [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
+            print("stopped", type(exc).__name__, "in", frames[-1], "|", str(exc).splitlines()[0], file=said)
+        said.close()
+        os._exit(0)
+
+    if __name__ == "__main__":
+        mp.spawn(rank_main, args=(int(sys.argv[1]), sys.argv[2] == "skip", sys.argv[3]), nprocs=2)
+""").format(scripts=str(SCRIPTS))
+
+
+def two_ranks(python: Path, skip: str, tmp_path: Path) -> list[list[str]]:
+    """What each rank said, one list of lines a rank."""
+    out_dir = tmp_path / skip
+    out_dir.mkdir()
+    script = tmp_path / "two_ranks.py"
+    script.write_text(TWO_RANKS)
+    # The legacy class: 0.5.23's CustomAllReduceV2 gate runs the same P2P check after reading the
+    # device capability, which a CPU torch cannot answer.
+    env = {**os.environ, "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "0", "HOME": str(tmp_path)}
+    done = subprocess.run([str(python), str(script), str(sf.free_tcp_port()), skip, str(out_dir)],
+                          capture_output=True,
+                          text=True, timeout=600, check=False, env=env)
+    assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-3000:]
+    return [(out_dir / f"rank{rank}.txt").read_text().splitlines() for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("release, crash", [
+    ("0.5.9", "stopped AssertionError in get_world_group | world group is not initialized"),
+    ("0.5.23", "stopped RuntimeError in _read | parallel name 'world_group' has not been written"),
+])
+def test_sglang_p2p_check_crashes_without_its_world_group_and_the_skip_gets_past_it(
+        release, crash, request, tmp_path):
+    python = request.getfixturevalue("fi063_python" if release == "0.5.9" else "sglang0523_python")
+    for said in two_ranks(python, "check", tmp_path):
+        assert len(said) == 1 and said[0].startswith(crash), said
+    past_the_check = ("stopped AttributeError in __init__ | module "
+                      "'sglang.srt.distributed.device_communicators.custom_all_reduce_ops' has no attribute 'meta_size'")
+    for said in two_ranks(python, "skip", tmp_path):
+        assert said == ["p2p_check skipped", past_the_check], said

@@ -195,6 +195,7 @@ class CustomAllreduceBackend(TorchDistBackend):
         records = _capture_logs(logging.getLogger("sglang"))
         cpu_group = dist.new_group(backend="gloo")  # SGLang asserts a non-NCCL group for its IPC setup
         try:
+            self.p2p_check = sf.skip_sglang_p2p_check()  # as a server does; SGLang's own check needs its world group
             chosen, self.class_name = sf.sglang_custom_allreduce_class(cpu_group, self.device)
         except Exception as exc:  # ImportError, or sglang failing at import time
             raise Unavailable(f"cannot import SGLang's custom all-reduce: {type(exc).__name__}: {exc}") from None

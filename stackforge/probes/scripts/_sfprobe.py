@@ -863,6 +863,31 @@ def check_allreduce_sum(tensor: Any, world_size: int, where: str) -> float:
 # --------------------------------------------------------------------------------------------
 
 SGLANG_CUSTOM_AR_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
+SGLANG_CUSTOM_AR_UTILS_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce_utils"
+SGLANG_P2P_CHECK_SKIPPED = "skipped, as an SGLang server does without --enable-p2p-check"
+
+
+def skip_sglang_p2p_check() -> str:
+    """Skip SGLang's own P2P test the way a server does, before its custom all-reduce is constructed;
+    returns what the record says about the check.
+
+    SGLang's ``gpu_p2p_access_check`` asks ``get_world_group()`` for the local rank and a barrier,
+    state that only SGLang's own distributed bootstrap creates (0.5.9: "world group is not
+    initialized"; 0.5.23 through ``get_parallel().world_group``); a probe that builds its own process
+    groups crashes in it. A server never runs it either: unless ``--enable-p2p-check``, it calls
+    ``monkey_patch_p2p_access_check()`` first (0.5.9 ``ModelRunner.init_torch_distributed``, 0.5.23
+    ``distributed/bootstrap.py``). SGLang's own function is used, then the name is rebound in
+    ``custom_all_reduce`` too, because 0.5.9 imports ``gpu_p2p_access_check`` by name there and an
+    import that happened first would keep the unpatched check. The copy that really crosses the
+    link is the p2p probe's business.
+    """
+    utils = importlib.import_module("sglang.srt.utils")
+    utils.monkey_patch_p2p_access_check()
+    patched_check = importlib.import_module(SGLANG_CUSTOM_AR_UTILS_MODULE).gpu_p2p_access_check
+    custom_ar = importlib.import_module(SGLANG_CUSTOM_AR_MODULE)
+    if hasattr(custom_ar, "gpu_p2p_access_check"):
+        custom_ar.gpu_p2p_access_check = patched_check
+    return SGLANG_P2P_CHECK_SKIPPED
 
 
 def sglang_custom_allreduce_class(group: Any, device: Any) -> tuple[Any, str]:

@@ -5,7 +5,8 @@ attaches ``CustomAllreduce`` to a CPU group), record its row of the P2P access m
 (``torch.cuda.can_device_access_peer``), construct the class SGLang's own dispatcher picks
 (``dispatch_custom_allreduce``: ``CustomAllReduceV2`` on full-NVLink CUDA groups in 0.5.23, else
 ``CustomAllreduce``; see ``_sfprobe.sglang_custom_allreduce_class``) with its own gates (world size,
-NVLink via NVML, its P2P test) and, when it stays enabled, compare
+NVLink via NVML; its P2P test is skipped as a server skips it without ``--enable-p2p-check``, see
+``_sfprobe.skip_sglang_p2p_check``) and, when it stays enabled, compare
 ``custom_all_reduce`` with NCCL's ``all_reduce`` for several sizes: results (bf16 tolerance) and
 median latency of each.
 """
@@ -35,6 +36,7 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     with reporter.phase("construct") as data:
         said = LogCollector()
         logging.getLogger("sglang").addHandler(said)
+        data["p2p_check"] = sf.skip_sglang_p2p_check()
         chosen, data["class"] = sf.sglang_custom_allreduce_class(cpu_group, device)
         communicator = chosen(group=cpu_group, device=device)
         data["disabled"] = bool(communicator.disabled)
@@ -109,6 +111,7 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     metrics: dict[str, Any] = {"p2p_matrix": [rows[r] for r in sorted(rows)],
                                "disabled": any(e.data.get("disabled") for e in constructed) if constructed else None,
                                "sglang_class": constructed[0].data.get("class") if constructed else None,
+                               "sglang_p2p_check": constructed[0].data.get("p2p_check") if constructed else None,
                                "sglang_said": next((e.data["sglang_said"] for e in constructed
                                                     if e.data.get("sglang_said")), "")}
     for numel in SIZES:
