@@ -681,6 +681,7 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
 @pytest.mark.parametrize("script,args", [
     ("nccl_graph.py", ("--algo", "tree")),
     ("nccl_graph.py", ("--algo", "ring")),
+    ("nccl_graph.py", ("--algo", "tree", "--variant", "global")),
     ("symm_mem.py", ()),
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
@@ -732,3 +733,85 @@ def test_misbehaving_probes_behave_badly(bare_python):
                              timeout=60)
     assert crashed.returncode == -11
     assert "segv probe: line 1" in crashed.stdout
+
+
+# --------------------------------------------------------------------------------------------- NCCL Tree, global
+
+NCCL_LOG = Path(__file__).resolve().parent / "data" / "nccl" / "global_tree_allgather.txt"
+
+
+def nccl_graph_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import nccl_graph
+    finally:
+        sys.path.pop(0)
+    return nccl_graph
+
+
+def nccl_log_lines() -> list[str]:
+    return [line for line in NCCL_LOG.read_text().splitlines() if not line.startswith("#")]
+
+
+def test_nccl_refusal_is_read_from_the_nccl_log_and_from_torchs_error():
+    nccl_graph = nccl_graph_module()
+    sf = nccl_graph.sf
+    warn, _, torch_error = nccl_log_lines()[0], nccl_log_lines()[1], "\n".join(nccl_log_lines()[2:])
+    words = "no algorithm/protocol available for function AllGather with datatype ncclInt8. NCCL_ALGO was set to Tree."
+    for text in (warn, torch_error, sf.one_line(torch_error)):
+        assert nccl_graph.nccl_refusal(text) == {"words": words, "function": "AllGather", "datatype": "ncclInt8",
+                                                 "NCCL_ALGO": "Tree"}
+    # releases before 2.19 say "No algorithm/protocol ..." and may have no NCCL_ALGO tail
+    older = nccl_graph.nccl_refusal("NCCL WARN No algorithm/protocol available for function Broadcast with datatype "
+                                    "ncclInt8")
+    assert older is not None and older["function"] == "Broadcast" and older["NCCL_ALGO"] == ""
+    assert nccl_graph.nccl_refusal("ncclInvalidUsage: Duplicate GPU detected") is None
+
+
+def test_nccl_global_tree_verdict_quotes_nccl_per_collective():
+    """Ranks that met the refusal in all_gather, reduce_scatter and broadcast (the error torch raises,
+    as the rank harness reports it) and passed all_reduce: a fail with NCCL's words per collective."""
+    nccl_graph = nccl_graph_module()
+    sf = nccl_graph.sf
+    error = sf.describe_exception(RuntimeError("\n".join(nccl_log_lines()[2:])))
+    events = [sf.RankEvent(rank, "init", "ok") for rank in (0, 1)]
+    for rank in (0, 1):
+        events.append(sf.RankEvent(rank, "all_reduce", "ok", data={"graph_us": 20.0 + rank}))
+        for name, function in (("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter"),
+                               ("broadcast", "Broadcast")):
+            events.append(sf.RankEvent(rank, name, "check-fail", sf.one_line(error.replace("AllGather", function))))
+    outcome = sf.RanksOutcome(tuple(events), (0, 0), None, ())
+    metrics: dict = {}
+    verdict = nccl_graph.global_verdict("nccl", "nccl all 4, 2 ranks, NCCL_ALGO=Tree", metrics, outcome)
+    assert verdict.status == "fail"
+    assert metrics["collectives"] == {
+        "all_reduce": "pass (graph_us 21.0)",
+        **{name: f"NCCL: no algorithm/protocol available for function {function} with datatype ncclInt8. "
+                 "NCCL_ALGO was set to Tree."
+           for name, function in (("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter"),
+                                  ("broadcast", "Broadcast"))}}
+    assert verdict.reason.startswith("nccl all 4, 2 ranks, NCCL_ALGO=Tree: 3 of 4 collectives failed: "
+                                     "all_reduce: pass")
+    assert "broadcast: NCCL: no algorithm/protocol available for function Broadcast" in verdict.reason
+
+
+def test_nccl_algo_the_image_sets_is_kept_and_reported():
+    nccl_graph = nccl_graph_module()
+    assert nccl_graph.nccl_algo_setting("per-collective", "tree", {}) == ("allreduce:tree", "probe")
+    assert nccl_graph.nccl_algo_setting("global", "tree", {}) == ("Tree", "probe")
+    assert nccl_graph.nccl_algo_setting("global", "tree", {"NCCL_ALGO": "Ring"}) == ("Ring", "image")
+    assert nccl_graph.nccl_algo_setting("per-collective", "tree", {"NCCL_ALGO": "allreduce:ring"}) == \
+        ("allreduce:ring", "image")
+
+
+def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
+    result = run_script(torch_python, "nccl_graph.py", "--backend", "gloo", "--gpus", "2", "--variant", "global",
+                        "--phase-timeout", "60", env={"NCCL_ALGO": "Ring"}, timeout=180)
+    assert result["status"] == "pass", result
+    metrics = result["metrics"]
+    assert metrics["NCCL_ALGO"] == "Ring" and metrics["NCCL_ALGO_source"] == "image"
+    assert "NCCL_ALGO=Ring (set by the image)" in result["reason"]
+    assert set(metrics["collectives"]) == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
+    assert metrics["collectives"]["reduce_scatter"] == "skipped: gloo has no reduce_scatter"
+    for name in ("all_reduce", "all_gather", "broadcast"):
+        assert metrics["collectives"][name].startswith("pass (eager_us "), metrics

@@ -111,6 +111,10 @@ _CATALOG: tuple[ProbeSpec, ...] = (
     ProbeSpec("runtime.nccl.graph-tree", "nccl-graph-tree", "runtime", "nccl_graph.py",
               "NCCL all_reduce with NCCL_ALGO=allreduce:tree, eager and replayed from a CUDA graph, N ranks",
               _RUNTIME, 900.0, ("--algo", "tree", "--backend", "nccl")),
+    ProbeSpec("runtime.nccl.global-tree", "nccl-global-tree", "runtime", "nccl_graph.py",
+              "NCCL with a global NCCL_ALGO=Tree: all_reduce, all_gather, reduce_scatter, broadcast, each eager "
+              "and replayed from a CUDA graph, N ranks; NCCL's own words for each collective it refuses",
+              _RUNTIME, 900.0, ("--algo", "tree", "--variant", "global", "--backend", "nccl")),
     ProbeSpec("runtime.nccl.graph-ring", "nccl-graph-ring", "runtime", "nccl_graph.py",
               "NCCL all_reduce with NCCL_ALGO=allreduce:ring, eager and replayed from a CUDA graph, N ranks",
               _RUNTIME, 900.0, ("--algo", "ring", "--backend", "nccl")),
