@@ -269,7 +269,9 @@ class SymmMemBackend(TorchDistBackend):
         if op is None:
             return (f"torch.ops.symm_mem has no {self.config['symm_mem_op']} {step['placement']} "
                     f"all-reduce in torch {self.torch.__version__}")
-        return None
+        name, _ = self._OPS[(self.config["symm_mem_op"], step["placement"])]
+        no_kernel = sf.symm_mem_unsupported(name, self.dist.get_world_size(), self.config["dtype"])
+        return f"unsupported: {no_kernel}" if no_kernel else None
 
     def impl(self, placement: str) -> str:
         name, _ = self._OPS.get((self.config["symm_mem_op"], placement), ("?", False))

@@ -859,6 +859,36 @@ def check_allreduce_sum(tensor: Any, world_size: int, where: str) -> float:
 
 
 # --------------------------------------------------------------------------------------------
+# torch symmetric memory: what its all-reduce kernels are built for
+# --------------------------------------------------------------------------------------------
+
+#: dtypes every torch.ops.symm_mem all-reduce kernel is compiled for: AT_DISPATCH_FLOAT_AND_BFLOAT16
+#: (bfloat16, float32) in pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu
+#: (read at 03a4032ba32d4eddaf2f98b8efb65d9746744764); float16 reaches no kernel.
+SYMM_MEM_DTYPES = ("bfloat16", "float32")
+#: Ops compiled for fixed world sizes only (DISPATCH_WORLD_SIZES_NO_DEFAULT: "Not implemented for
+#: world_size=N"); the other all-reduce ops have a generic world-size kernel (DISPATCH_WORLD_SIZES).
+SYMM_MEM_FIXED_WORLD_SIZES = {"two_shot_all_reduce_out": (2, 4, 8)}
+#: Ops that need a multicast object ("multicast support is required").
+SYMM_MEM_MULTICAST_OPS = ("multimem_all_reduce_", "multimem_one_shot_all_reduce")
+
+
+def symm_mem_unsupported(op: str, world_size: int, dtype: str, multicast: bool | None = None) -> str | None:
+    """Why torch has no kernel for ``op`` at this world size and dtype (None: it has one). An
+    unsupported case is ``unsupported``, not a failure: nothing was tried that could fail."""
+    if dtype not in SYMM_MEM_DTYPES:
+        return (f"torch.ops.symm_mem.{op} has no {dtype} kernel (its kernels are built for "
+                f"{' and '.join(SYMM_MEM_DTYPES)} only)")
+    sizes = SYMM_MEM_FIXED_WORLD_SIZES.get(op)
+    if sizes is not None and world_size not in sizes:
+        return (f"torch.ops.symm_mem.{op} is built for world sizes {', '.join(map(str, sizes))} only "
+                f"(not {world_size})")
+    if op in SYMM_MEM_MULTICAST_OPS and multicast is False:
+        return f"torch.ops.symm_mem.{op} needs multicast, which these devices lack (handle.multicast_ptr == 0)"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # SGLang's custom all-reduce, chosen the way SGLang chooses it
 # --------------------------------------------------------------------------------------------
 
