@@ -658,7 +658,7 @@ def ep_module():
     return ep_all_to_all
 
 
-def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
+def test_ep_a2a_is_decided_by_deepep_torch_a2a_by_torch():
     ep = ep_module()
     sf = ep.sf
     core = [sf.RankEvent(rank, phase, "ok", data={"rows": 10}) for rank in (0, 1)
@@ -671,8 +671,14 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
     assert metrics["deepep"] == ("fail: hang: rank 1 made no progress in phase 'deepep_round' for 121 s; "
                                  "all ranks were killed")
     assert metrics["deepep_version"] == "1.2.1"
-    verdict = ep.decide("nccl", 2, "x", {**metrics, "dispatch_rows_verified": 20}, judged)
-    assert verdict.status == "pass" and verdict.reason.endswith("DeepEP: " + metrics["deepep"])
+    metrics = {**metrics, "dispatch_rows_verified": 20}
+    torch_verdict = ep.decide("nccl", 2, "x", metrics, judged)        # torch-a2a: torch's all-to-all was fine
+    assert torch_verdict.status == "pass" and torch_verdict.reason.endswith("DeepEP: " + metrics["deepep"])
+    verdict = ep.sglang_backend_verdict(torch_verdict, metrics, 2)    # ep-a2a: what SGLang would run hung
+    assert verdict.status == "fail"
+    assert verdict.reason == ("SGLang --moe-a2a-backend deepep on 2 GPUs: DeepEP hang: rank 1 made no progress in "
+                              "phase 'deepep_round' for 121 s; all ranks were killed; torch all_to_all_single: pass")
+    assert metrics["torch_all_to_all"].startswith("pass: x: 20 (token, expert) rows")
     hung_in_dispatch = sf.RanksOutcome(tuple(core[:1]), (-9, -9), (1, "dispatch", 121.0))
     judged, stuck = ep.split_deepep(hung_in_dispatch)
     assert stuck == "" and sf.ranks_verdict(judged, "x").status == "fail"
@@ -686,6 +692,7 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
     ("ep_all_to_all.py", ("--backend", "nccl")),
+    ("ep_all_to_all.py", ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ("flashinfer_run.py", ()),
 ])
 def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
@@ -815,3 +822,17 @@ def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
     assert metrics["collectives"]["reduce_scatter"] == "skipped: gloo has no reduce_scatter"
     for name in ("all_reduce", "all_gather", "broadcast"):
         assert metrics["collectives"][name].startswith("pass (eager_us "), metrics
+
+
+def test_ep_a2a_without_deepep_is_a_skip_that_names_torchs_result():
+    ep = ep_module()
+    sf = ep.sf
+    torch_verdict = sf.Verdict("pass", "x: 20 (token, expert) rows exact", "log")
+    absent = {"deepep": "absent: no deep_ep module and no deep-ep/sgl-deep-ep/sgl-deep-ep-v25 distribution"}
+    verdict = ep.sglang_backend_verdict(torch_verdict, absent, 4)
+    assert verdict.status == "skip"
+    assert verdict.reason.startswith("no all-to-all backend SGLang could use in this image (absent: no deep_ep")
+    assert "torch's all_to_all_single: pass, see torch-a2a" in verdict.reason
+    passed = ep.sglang_backend_verdict(torch_verdict, {"deepep": "pass", "deepep_round_us_max_rank": 812.5,
+                                                       "deepep_version": "1.2.1"}, 4)
+    assert passed.status == "pass" and "DeepEP's intranode dispatch/combine round matched (812.5 us" in passed.reason

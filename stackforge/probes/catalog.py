@@ -125,9 +125,13 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "SGLang custom all-reduce vs NCCL: correctness and latency, P2P matrix as facts",
               Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch", "sglang")), 900.0),
     ProbeSpec("runtime.ep.all-to-all", "ep-a2a", "runtime", "ep_all_to_all.py",
-              "MoE expert-parallel dispatch/combine with all_to_all_single (uneven splits, every row checked), "
-              "eager and replayed from a CUDA graph; DeepEP's intranode Buffer round as metrics where installed",
+              "MoE expert-parallel dispatch/combine with the backend SGLang's --moe-a2a-backend would run: DeepEP's "
+              "intranode Buffer round where installed (skip without one); all_to_all_single as metrics",
               _RUNTIME, 900.0, ("--backend", "nccl")),
+    ProbeSpec("runtime.torch.all-to-all", "torch-a2a", "runtime", "ep_all_to_all.py",
+              "MoE expert-parallel dispatch/combine with torch's all_to_all_single (uneven splits, every row "
+              "checked), eager and replayed from a CUDA graph",
+              _RUNTIME, 900.0, ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ProbeSpec("runtime.cuda.p2p-matrix", "p2p-access", "runtime", "p2p_matrix.py",
               "torch.cuda.can_device_access_peer for every pair of the target's GPUs",
               _RUNTIME, 300.0),
