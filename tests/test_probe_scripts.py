@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -836,3 +837,63 @@ def test_ep_a2a_without_deepep_is_a_skip_that_names_torchs_result():
     passed = ep.sglang_backend_verdict(torch_verdict, {"deepep": "pass", "deepep_round_us_max_rank": 812.5,
                                                        "deepep_version": "1.2.1"}, 4)
     assert passed.status == "pass" and "DeepEP's intranode dispatch/combine round matched (812.5 us" in passed.reason
+
+
+# --------------------------------------------------------------------------------------------- nothing outlives a probe
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a zombie is dead, only not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def wait_for_pidfile(path: Path, timeout_s: float = 60) -> int:
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.parametrize("mode, phase_timeout", [("orphan", "30"), ("orphan-hang", "3")])
+def test_a_ranks_grandchild_in_its_own_session_is_gone_after_the_run(bare_python, tmp_path, mode, phase_timeout):
+    """A rank starts ``sleep 600`` in a new session that ignores SIGTERM, then finishes or hangs
+    until the phase timeout: when the harness returns, the grandchild is gone too."""
+    pidfile = tmp_path / "grandchild.pid"
+    result = run_script(bare_python, MISBEHAVE / "ranks.py", "--mode", mode, "--phase-timeout", phase_timeout,
+                        "--pidfile", str(pidfile), timeout=120)
+    assert result["status"] == ("pass" if mode == "orphan" else "fail"), result
+    grandchild = int(pidfile.read_text())
+    assert not alive(grandchild), f"rank 1's grandchild {grandchild} outlived the run ({mode})"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_the_probe_ends_ranks_and_their_grandchildren(bare_python, tmp_path, signum):
+    """The runner stops a probe at its timeout with SIGTERM (an interrupt is SIGINT): the ranks and
+    the grandchild one of them started in its own session go with it."""
+    import time
+    pidfile = tmp_path / "grandchild.pid"
+    probe = subprocess.Popen([str(bare_python), str(MISBEHAVE / "ranks.py"), "--mode", "orphan-hang",
+                              "--phase-timeout", "600", "--pidfile", str(pidfile)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        grandchild = wait_for_pidfile(pidfile)
+        time.sleep(0.5)
+        ranks = [int(p) for p in Path(f"/proc/{probe.pid}/task/{probe.pid}/children").read_text().split()]
+        probe.send_signal(signum)
+        probe.wait(timeout=30)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+    assert not alive(grandchild), "the grandchild outlived the stopped probe"
+    # multiprocessing's resource tracker (a child too) leaves on its own once the probe's pipe closes
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = [pid for pid in ranks if alive(pid)]
+    assert len(ranks) >= 2 and not survivors, survivors

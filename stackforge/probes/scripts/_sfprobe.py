@@ -670,9 +670,19 @@ def run_ranks(worker: Callable[..., None], world_size: int, options: Mapping[str
     The parent watches every rank's current phase; a phase that makes no progress for
     ``phase_timeout_s`` (a hang, the norm for NCCL on PCIe boxes) ends the run: all ranks are
     killed and the hung (rank, phase) is reported. ``worker`` must be a module-level function of
-    the calling script (spawn pickles it by name).
+    the calling script (spawn pickles it by name). When this returns, or when SIGTERM / SIGINT
+    ends the script meanwhile, every rank and everything a rank started is gone, a process in its
+    own session included (this process adopts orphans: :func:`adopt_orphans`).
     """
     ctx = multiprocessing.get_context("spawn")
+    adopt_orphans()
+    with ending_descendants_on_signal():
+        return _spawn_and_watch(ctx, worker, world_size, options, phase_timeout_s, env, total_timeout_s)
+
+
+def _spawn_and_watch(ctx: Any, worker: Callable[..., None], world_size: int, options: Mapping[str, Any],
+                     phase_timeout_s: float, env: Mapping[str, str] | None,
+                     total_timeout_s: float | None) -> RanksOutcome:
     saved_env = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})  # spawned children inherit the parent's environment
     procs, conns = [], []
@@ -691,7 +701,115 @@ def run_ranks(worker: Callable[..., None], world_size: int, options: Mapping[str
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return _watch_ranks(procs, conns, phase_timeout_s, total_timeout_s)
+    try:
+        return _watch_ranks(procs, conns, phase_timeout_s, total_timeout_s)
+    finally:
+        # What the ranks started and left behind (a subprocess in its own session, a server) dies
+        # with them: the ranks are gone by now, so every descendant but multiprocessing's helper is.
+        end_descendants(keep=_multiprocessing_helpers())
+
+
+# --------------------------------------------------------------------------------------------
+# Nothing a probe started outlives it
+# --------------------------------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def adopt_orphans() -> bool:
+    """Make this process the subreaper of everything below it (Linux ``prctl``): a grandchild whose
+    rank died, even one in its own session, is re-parented here instead of to init, so
+    :func:`end_descendants` still finds it. False where the kernel or libc cannot."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendant_pids(root: int) -> list[int]:
+    """Every process below ``root`` (children before grandchildren), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after the command name: state, ppid, ...
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    queue = list(children.get(root, ()))
+    while queue:
+        pid = queue.pop(0)
+        found.append(pid)
+        queue.extend(children.get(pid, ()))
+    return found
+
+
+def end_descendants(keep: Sequence[int] = (), settle_s: float = 2.0) -> list[int]:
+    """SIGKILL every process below this one except ``keep`` (and what is below those), reap the
+    ones that are (or become, as their parents die) this process's children; the pids killed."""
+    kept = set(keep)
+    for pid in list(kept):
+        kept.update(descendant_pids(pid))
+    doomed = [pid for pid in descendant_pids(os.getpid()) if pid not in kept]
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + settle_s
+    waiting = set(doomed)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+                if reaped:
+                    waiting.discard(pid)
+            except ChildProcessError:  # not (yet) ours: its parent reaps it, or it is re-parented here
+                if not os.path.exists(f"/proc/{pid}"):
+                    waiting.discard(pid)
+        if waiting:
+            time.sleep(0.05)
+    return doomed
+
+
+def _multiprocessing_helpers() -> tuple[int, ...]:
+    """multiprocessing's own helper processes (the resource tracker), which outlive a run by design."""
+    try:
+        from multiprocessing import resource_tracker
+        pid = getattr(resource_tracker._resource_tracker, "_pid", None)  # noqa: SLF001 - no public accessor
+    except (ImportError, AttributeError):
+        return ()
+    return (pid,) if pid else ()
+
+
+@contextmanager
+def ending_descendants_on_signal() -> Iterator[None]:
+    """While ranks run: SIGTERM (the runner stopping a probe at its timeout) or SIGINT first ends
+    every descendant, ranks and whatever they started, then takes its usual course."""
+    def handler(signum: int, frame: Any) -> None:
+        end_descendants(keep=_multiprocessing_helpers(), settle_s=1.0)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        previous.clear()
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
 
 
 def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
