@@ -876,13 +876,47 @@ def _stop_processes(procs: list[Any], grace_s: float = 5.0) -> None:
             proc.join(timeout=2.0)
 
 
-def free_tcp_port() -> int:
-    """A free localhost port for the process-group rendezvous."""
+#: Where rendezvous ports are drawn from when the ephemeral range starts above it (see free_tcp_port).
+RENDEZVOUS_PORTS = (20000, 32767)
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def free_tcp_port(attempts: int = 200, rng: Any = None) -> int:
+    """A free localhost port for the process-group rendezvous.
+
+    The port is chosen here and bound later by rank 0's TCPStore, so something else may take it in
+    between. A port the kernel hands out itself (a bind to port 0) is in the ephemeral range, which
+    the kernel also gives every outgoing connection made meanwhile; a port below that range is only
+    ever taken by a process that names it. So: a random port of :data:`RENDEZVOUS_PORTS` under the
+    ephemeral range that binds now; the kernel's pick only when none does.
+    """
+    import random
     import socket
 
+    rng = rng or random.SystemRandom()
+    low, high = RENDEZVOUS_PORTS
+    high = min(high, ephemeral_range()[0] - 1)
+    for _ in range(attempts if high > low else 0):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it assigns itself (Linux default 32768-60999)."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE, encoding="utf-8") as handle:
+            low, high = (int(v) for v in handle.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def signal_name(exitcode: int | None) -> str:
