@@ -897,3 +897,53 @@ def test_stopping_the_probe_ends_ranks_and_their_grandchildren(bare_python, tmp_
         time.sleep(0.1)
     survivors = [pid for pid in ranks if alive(pid)]
     assert len(ranks) >= 2 and not survivors, survivors
+
+
+# --------------------------------------------------------------------------------------------- P2P: a real copy
+
+def p2p_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import p2p_matrix
+    finally:
+        sys.path.pop(0)
+    return p2p_matrix
+
+
+ALL_YES = [[True, True], [True, True]]
+
+
+def test_p2p_passes_only_when_every_copy_arrived():
+    p2p = p2p_module()
+    sf = p2p.sf
+    events = (sf.RankEvent(0, "copy 0->1", "ok", data={"gbps": 51.2}), sf.RankEvent(0, "copy 1->0", "ok",
+                                                                                       data={"gbps": 49.8}))
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], sf.RanksOutcome(events, (0,), None, ()))
+    assert verdict.status == "pass"
+    assert verdict.reason == ("all 2 ordered pairs of 2 GPUs report peer access and a 64 MiB copy over each arrived "
+                              "intact (49.8-51.2 GB/s)")
+
+
+def test_p2p_the_driver_says_yes_but_the_copy_hangs_or_lies():
+    """The RTX PRO 6000 IOMMU/ACS case: can_device_access_peer is True, the copy hangs or returns garbage."""
+    p2p = p2p_module()
+    sf = p2p.sf
+    hung = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "start"),), (-9,), (0, "copy 0->1", 61.0), ())
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], hung)
+    assert verdict.status == "fail"
+    assert verdict.reason.startswith("the driver admits peer access but 2 of 2 copies failed (0->1: hang: no "
+                                     "progress for 61 s; the copy was killed; 1->0: not reached")
+    garbage = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "check-fail",
+                                            "AssertionError: 16777216 of 16777216 int32 values differ after the "
+                                            "copy 0->1"), sf.RankEvent(0, "copy 1->0", "ok", data={"gbps": 40.0})),
+                              (0,), None, ())
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], garbage)
+    assert verdict.status == "fail" and "1 of 2 copies failed (0->1: AssertionError: 16777216 of" in verdict.reason
+    assert verdict.metrics["copies"] == {"0->1": "AssertionError: 16777216 of 16777216 int32 values differ after "
+                                                 "the copy 0->1", "1->0": "ok 40.0 GB/s"}
+
+
+def test_p2p_pairs_the_driver_refuses_are_not_copied_and_fail():
+    p2p = p2p_module()
+    verdict = p2p.decide(2, [[True, False], [False, True]], [], None)
+    assert verdict.status == "fail" and verdict.reason == "2 of 2 GPU pairs have no peer access (0->1, 1->0)"

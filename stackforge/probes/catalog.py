@@ -133,7 +133,8 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "checked), eager and replayed from a CUDA graph",
               _RUNTIME, 900.0, ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ProbeSpec("runtime.cuda.p2p-matrix", "p2p-access", "runtime", "p2p_matrix.py",
-              "torch.cuda.can_device_access_peer for every pair of the target's GPUs",
+              "torch.cuda.can_device_access_peer for every pair of the target's GPUs, and a 64 MiB copy over each "
+              "pair it admits, checked element by element (a hang names the pair)",
               _RUNTIME, 300.0),
 )
 
