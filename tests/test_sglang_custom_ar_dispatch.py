@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "stackforge" / "probes" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 import _sfprobe as sf  # noqa: E402  (in-image helper, not a package module)
-from test_probe_scripts import fi063_python  # noqa: E402,F401  (the venv fixture with SGLang 0.5.9)
+from test_probe_scripts import fi063_python, torch_python  # noqa: E402,F401  (venv fixtures)
 
 
 class CustomAllreduce:
@@ -169,3 +169,59 @@ def test_sglang_p2p_check_crashes_without_its_world_group_and_the_skip_gets_past
                       "'sglang.srt.distributed.device_communicators.custom_all_reduce_ops' has no attribute 'meta_size'")
     for said in two_ranks(python, "skip", tmp_path):
         assert said == ["p2p_check skipped", past_the_check], said
+
+
+# --------------------------------------------------------------------------------------------
+# A mismatch on one rank is reported by every rank, without desynchronising them
+# --------------------------------------------------------------------------------------------
+
+AGREE = textwrap.dedent("""
+    import datetime, sys
+    sys.path.insert(0, {scripts!r})
+    import _sfprobe as sf
+    import custom_allreduce as car
+
+    def worker(rank, world_size, options, reporter):
+        import torch, torch.distributed as dist
+        with reporter.phase("init"):
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{options['port']}}", rank=rank,
+                                    world_size=world_size, timeout=datetime.timedelta(seconds=30))
+            group = dist.new_group(backend="gloo")
+        with reporter.attempt("allreduce_2048"):      # rank 1's kernel is off by 0.5; the others are exact
+            car.agree_on_differences(dist, group, 0.5 if rank == 1 else 0.0, 1.0, "eager")
+        with reporter.phase("next_collective") as data:  # every rank must still be in step here
+            total = torch.ones(1)
+            dist.all_reduce(total)
+            data["sum"] = float(total.item())
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        outcome = sf.run_ranks(worker, 3, {{"port": sf.free_tcp_port()}}, phase_timeout_s=20)
+        for event in outcome.events:
+            if event.phase in ("allreduce_2048", "next_collective") and event.state != "start":
+                print(event.rank, event.phase, event.state, event.detail or event.data.get("sum"))
+        print("hung", outcome.hung)
+""")
+
+
+def test_one_ranks_mismatch_is_reported_by_all_ranks_and_they_stay_in_step(torch_python, tmp_path):
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE.format(scripts=str(SCRIPTS)))
+    done = subprocess.run([str(torch_python), str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "hung None" in lines
+    mismatch = "AssertionError: eager: custom all-reduce differs from NCCL on rank(s) 1 (by 0.5, max |NCCL| 1)"
+    assert sorted(line for line in lines if "allreduce_2048" in line) == [
+        f"{rank} allreduce_2048 check-fail {mismatch}" for rank in range(3)]
+    assert sorted(line for line in lines if "next_collective" in line) == [
+        f"{rank} next_collective ok 3.0" for rank in range(3)]
+
+
+def test_mismatched_ranks_are_those_beyond_bf16_rounding():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import custom_allreduce as car
+    finally:
+        sys.path.pop(0)
+    assert car.mismatched_ranks([(0.01, 1.0), (0.06, 1.0), (0.2, 10.0), (3.0, 10.0)]) == [1, 3]
