@@ -38,6 +38,9 @@ FLASHINFER_IMPORT_DEPS = ("ninja", "numpy", "packaging>=24.2", "requests", "tabu
 # What importing SGLang 0.5.9's device_communicators modules pulls in (found by importing them).
 SGLANG_059_IMPORT_DEPS = ("pybase64", "ipython", "pydantic", "aiohttp", "orjson", "triton", "pyzmq", "pillow",
                           "starlette", "psutil", "requests", "numpy")
+# What importing SGLang 0.5.23's device_communicators modules and custom_all_reduce_v2 pulls in (found
+# by importing them the way the custom all-reduce tests do).
+SGLANG_0523_IMPORT_DEPS = (*SGLANG_059_IMPORT_DEPS, "packaging", "msgspec", "tqdm", "apache-tvm-ffi>=0.1.11,<0.2")
 # What importing SGLang 0.5.4.post3's sglang.srt.server_args pulls in (found by importing it), at
 # the versions that SGLang pins where it pins one. 0.5.6.post2 / 0.5.7 also need torchvision (configs ->
 # internvl_utils), whose PyPI wheels are CUDA builds that do not load against the CPU torch.

@@ -4,8 +4,9 @@
 It is a real HTTP server on 127.0.0.1: ``/health`` answers 503 until ``--health-delay`` seconds have
 passed and 200 after; ``/get_model_info`` answers like SGLang's. It can exit early with a status
 (``--exit-after``), ignore SIGTERM (``--ignore-sigterm``), and start a child process like SGLang's
-scheduler (``--spawn-child``); it writes its own pid and the child's to ``--pid-file`` so that a test
-can check that nothing is left behind.
+scheduler (``--spawn-child``) or one in its own session that ignores SIGTERM (``--spawn-detached``),
+and print a line of SGLang's log (``--say``); it writes its own pid and the children's to ``--pid-file``
+so that a test can check that nothing is left behind.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--spawn-detached", action="store_true")
+    parser.add_argument("--say", default="", help="a line to print, as SGLang logs one")
     parser.add_argument("--pid-file", default="")
     args = parser.parse_args()
     started = time.monotonic()
@@ -40,6 +43,11 @@ def main() -> None:
     if args.spawn_child:  # like SGLang's scheduler process: same process group, outlives nothing
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         pids.append(child.pid)
+    if args.spawn_detached:  # out of the server's process group, deaf to SIGTERM: only a kill by pid ends it
+        detached = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 3600"], start_new_session=True)
+        pids.append(detached.pid)
+    if args.say:
+        print(args.say, flush=True)
     if args.pid_file:
         with open(args.pid_file, "w") as handle:
             handle.write("\n".join(str(p) for p in pids))

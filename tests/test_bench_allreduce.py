@@ -139,3 +139,67 @@ def test_nccl_sweep_on_gpus(mode):
         pytest.skip(payload["reason"])
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]
     assert {r["mode"] for r in rows_of(payload)} == {mode}
+
+
+# ------------------------------------------------------------------------------------------- nccl-tests parity
+
+
+def nccl_tests_allreduce_bw(count: int, typesize: int, sec: float, nranks: int) -> tuple[float, float]:
+    """NVIDIA/nccl-tests src/all_reduce.cu:59-65 (AllReduceGetBw, a0b82b2 = NCCL_TESTS_VERSION 2.19.6):
+    baseBw = count * typesize / 1.0E9 / sec; algBw = baseBw; busBw = baseBw * 2 * (nranks - 1) / nranks."""
+    base = (count * typesize) / 1.0e9 / sec
+    return base, base * (2 * (nranks - 1)) / nranks
+
+
+@pytest.mark.parametrize("mode, placement", [("eager", "in-place"), ("eager", "out-of-place"),
+                                             ("graph", "in-place"), ("graph", "out-of-place")])
+def test_rows_carry_nccl_tests_bandwidths(mode, placement):
+    """A row from eight ranks' repeats: each repeat averaged over the ranks, the median kept, and
+    algbw / busbw exactly nccl-tests' for that time, whatever the mode and placement."""
+    script = load_script("allreduce_sweep")
+    count, world = 1 << 20, 8
+    step = {"index": 0, "size_bytes": count * 4, "count": count, "mode": mode, "placement": placement}
+    per_rank = {r: {"times": [100e-6 + r * 1e-6, 80e-6 + r * 1e-6, 120e-6 + r * 1e-6], "wrong": 0, "example": "",
+                    "impl": "x"} for r in range(world)}
+    row = script.merge_step(step, per_rank, world, "float32")
+    assert row["time_us"] == pytest.approx(103.5)   # median of the rank-averaged repeats 103.5, 83.5, 123.5 us
+    algbw, busbw = nccl_tests_allreduce_bw(count, 4, 103.5e-6, world)
+    assert row["algbw_gbps"] == pytest.approx(algbw, rel=1e-12)
+    assert row["busbw_gbps"] == pytest.approx(busbw, rel=1e-12)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.75, rel=1e-12)
+    assert (row["mode"], row["placement"]) == (mode, placement)
+
+
+def test_avg_busbw_is_per_mode_as_one_nccl_tests_run():
+    """nccl-tests averages busbw over the out-of-place and in-place rows of one run
+    (src/common.cu:895-896 per BenchTime, 939-940 both placements, 1831 the mean); a run is either
+    eager or -G, so eager and graph rows are never averaged together."""
+    script = load_script("allreduce_sweep")
+    rows = [{"size_bytes": 1 << s, "mode": mode, "placement": placement, "busbw_gbps": value, "time_us": 10.0}
+            for s, (mode, placement, value) in enumerate([("eager", "in-place", 10.0), ("eager", "out-of-place", 20.0),
+                                                          ("graph", "in-place", 100.0), ("graph", "out-of-place", 300.0)])]
+    summary = script.summary_metrics(rows)
+    assert summary["avg_busbw_gbps"] == pytest.approx(15.0)
+    assert summary["avg_busbw_graph_gbps"] == pytest.approx(200.0)
+    assert summary["peak_busbw_gbps"] == 300.0 and summary["peak_busbw_mode"] == "graph"
+    eager_only = script.summary_metrics(rows[:2])
+    assert "avg_busbw_graph_gbps" not in eager_only and eager_only["avg_busbw_gbps"] == pytest.approx(15.0)
+
+
+def test_default_dtype_is_nccl_tests_float():
+    script = load_script("allreduce_sweep")
+    for backend in ("nccl", "custom", "symm-mem", "gloo"):
+        args = script.parse_args(["--backend", backend])
+        assert script.build_config(args, 2, "tcp://127.0.0.1:1")["dtype"] == "float32"   # src/common.cu:102
+
+
+def test_nccl_out_of_place_is_not_measured_as_copy_plus_in_place():
+    script = load_script("allreduce_sweep")
+    backend = object.__new__(script.TorchDistBackend)
+    backend.on_gpu, backend.config = True, {"backend": "nccl"}
+    out_of_place = {"mode": "eager", "placement": "out-of-place"}
+    assert backend.unsupported(out_of_place) == script.NCCL_OUT_OF_PLACE
+    assert "no out-of-place NCCL all-reduce" in script.NCCL_OUT_OF_PLACE
+    assert backend.unsupported({"mode": "graph", "placement": "in-place"}) is None
+    backend.on_gpu, backend.config = False, {"backend": "gloo"}   # the CPU harness keeps both placements
+    assert backend.unsupported(out_of_place) is None

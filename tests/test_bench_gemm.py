@@ -50,7 +50,11 @@ def test_cpu_harness_mode_measures_and_checks(python):
         assert row["correct"] is True
         assert row["tflops"] == pytest.approx(tflops(row["m"], row["n"], row["k"], row["time_us"] / 1e6), rel=1e-9)
         assert row["tflops_best"] >= row["tflops"]
-        assert row["fraction_of_matmul_best"] == pytest.approx(row["tflops"] / metrics["matmul_best"]["tflops"])
+        # median over median, against the reference of the row's own dtype
+        assert row["fraction_of_matmul_best"] == pytest.approx(
+            row["tflops"] / metrics["matmul_best"][row["dtype"]]["tflops_median"])
+        assert row["weight_copies"] == 1          # no L2 size on the CPU: nothing to rotate past
+    assert metrics["matmul_best"]["bf16"]["kernel"] == "torch.matmul" and metrics["l2_cache_bytes"] is None
 
 
 def test_serving_shapes_and_tensor_parallel_split():
@@ -62,6 +66,41 @@ def test_serving_shapes_and_tensor_parallel_split():
     assert len(script.plan_shapes(list(script.DEFAULT_M), [], tp=1, cpu=False)) == 5 * len(script.SHAPES)
     with pytest.raises(ValueError, match="unknown shape"):
         script.plan_shapes([1], ["405b.qkv"], tp=1, cpu=False)
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("weight_bytes, l2, budget, copies", [
+    (4096 * 4096 * 2, 50 * MIB, 4096 * MIB, 5),     # 8b.o bf16 (32 MiB) on a 50 MiB L2: 4 others = 128 MiB >= 100
+    (4096 * 4096 * 1, 50 * MIB, 4096 * MIB, 8),     # the same layer in fp8 (16 MiB): 7 others = 112 MiB
+    (4096 * 4096 * 2, 128 * MIB, 4096 * MIB, 9),    # a 128 MiB L2 needs 256 MiB of others: 8 x 32 MiB
+    (57344 * 8192 * 2, 50 * MIB, 4096 * MIB, 2),    # 70b.gate_up (896 MiB) dwarfs L2: one other copy
+    (57344 * 8192 * 2, 50 * MIB, 1024 * MIB, 1),    # ... unless two do not fit the budget
+    (1024, None, 4096 * MIB, 1),                    # CPU mode: no L2 size, no rotation
+])
+def test_l2_rotation_arithmetic(weight_bytes, l2, budget, copies):
+    script = load_script("gemm")
+    got = script.rotation_copies(weight_bytes, l2, budget)
+    assert got == copies
+    if l2 and (copies - 1) * weight_bytes and copies * weight_bytes <= budget and copies > 1:
+        assert (copies - 1) * weight_bytes >= 2 * l2 > (copies - 2) * weight_bytes  # the fewest that flush L2
+
+
+def test_rotation_cycles_through_every_copy():
+    script = load_script("gemm")
+    seen = []
+    run = script.rotating([lambda i=i: seen.append(i) or i for i in range(3)])
+    assert [run() for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_fraction_is_median_over_the_median_of_its_own_dtype():
+    script = load_script("gemm")
+    references = {"bf16": {"tflops": 800.0, "tflops_median": 700.0}, "fp8": {"tflops": 1600.0, "tflops_median": 1400.0}}
+    assert script.fraction_of_best({"dtype": "bf16", "tflops": 350.0}, references) == pytest.approx(0.5)
+    assert script.fraction_of_best({"dtype": "fp8", "tflops": 350.0}, references) == pytest.approx(0.25)
+    assert script.fraction_of_best({"dtype": "fp8", "skipped": "x"}, references) is None
+    assert script.fraction_of_best({"dtype": "fp8", "tflops": 1.0}, {"bf16": references["bf16"]}) is None
 
 
 @pytest.mark.gpu

@@ -17,6 +17,8 @@ from _bench_helpers import SCRIPTS, TESTS, load_script, pid_alive, run_script
 
 from stackforge import runner
 from stackforge.records import parse_result_line
+from test_probe_scripts import fi063_python  # noqa: F401  (SGLang 0.5.9 venv)
+from test_sglang_custom_ar_dispatch import sglang0523_python  # noqa: F401  (SGLang 0.5.23 venv)
 
 serve = load_script("serve")
 
@@ -234,3 +236,71 @@ def test_parse_version():
     assert serve.parse_version("0.5.20.post1") == (0, 5, 20)
     assert serve.parse_version("0.5.3rc1") == (0, 5, 3)
     assert serve.parse_version("1.0") == (1, 0)
+
+
+def test_a_server_child_in_its_own_session_is_gone_after_the_run(tmp_path):
+    payload = serve_run(tmp_path, ("--spawn-child", "--spawn-detached"))
+    assert payload["status"] == "pass", payload
+    pids = server_pids(tmp_path)
+    assert len(pids) == 3                                          # server, its child, the detached one
+    assert_nothing_left(pids)
+
+
+def test_terminated_harness_also_ends_a_detached_server_child(tmp_path):
+    result = runner.run([sys.executable, str(SCRIPTS / "serve.py"), "--server-cmd",
+                         server_cmd(tmp_path, "--health-delay", "600", "--spawn-detached"), "--bench-cmd", bench_cmd(),
+                         "--startup-timeout", "600", "--health-interval", "0.1"], timeout=4, tail_chars=20000)
+    assert result.timed_out
+    assert_nothing_left(server_pids(tmp_path))
+
+
+def sglang_disable_warnings(python: Path) -> list[str]:
+    """Every "... is disabled ..." warning of SGLang's custom all-reduce files in a venv, rendered as
+    the server logs it (f-string fields filled: the class name, a world size)."""
+    import ast
+    fields = {"cls_name": "CustomAllreduce", "world_size": "3", "supported_world_size": "[2, 4, 6, 8]"}
+    found = []
+    for path in sorted(python.parent.parent.glob(
+            "lib/python*/site-packages/sglang/srt/distributed/device_communicators/custom_all_reduce*.py")):
+        tree = ast.parse(path.read_text())
+        parts = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+        for node in ast.walk(tree):
+            if id(node) in parts:
+                continue  # a piece of an f-string, read with it
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(part.value if isinstance(part, ast.Constant) else
+                               fields.get(getattr(part.value, "id", ""), "?") for part in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            if " is disabled " in text and text.rstrip().endswith("explicitly."):
+                found.append(text.replace("%d", "3").replace("%s", "[2, 4, 6, 8]"))
+    return found
+
+
+@pytest.mark.parametrize("fixture, count", [("fi063_python", 3), ("sglang0523_python", 3)])
+def test_custom_allreduce_fallback_is_read_in_sglangs_own_words(request, fixture, count):
+    """SGLang 0.5.9 and 0.5.23 turn their custom all-reduce off with a warning and serve on NCCL;
+    each of their warnings, in a server log line, makes the record say so."""
+    warnings = sglang_disable_warnings(request.getfixturevalue(fixture))
+    assert len(warnings) == count, warnings
+    for warning in warnings:
+        log = f"[2026-12-01 04:30:00 TP0] Init torch distributed begin.\n[2026-12-01 04:30:01 TP2] {warning}\n"
+        state = serve.custom_allreduce_state("on", 4, log)
+        head = warning.split(" To silence")[0]
+        assert state == f"fell back to NCCL: {head}", (state, warning)
+    assert serve.custom_allreduce_state("on", 4, "[TP0] Capture cuda graph end.\n") == "on"
+    assert serve.custom_allreduce_state("on", 4, f"$ python -m sglang.launch_server --say '{warnings[0]}'\n") == "on"
+    assert serve.custom_allreduce_state("off", 4, warnings[0]) == "off (requested)"
+    assert serve.custom_allreduce_state("on", 1, "") == "not used (tp 1)"
+
+
+def test_serving_record_says_the_server_fell_back_to_nccl(tmp_path):
+    said = ("[2026-12-01 04:30:01 TP0] Custom allreduce is disabled because it's not supported on more than two "
+            "PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+    payload = serve_run(tmp_path, ("--say", said), (), "--tp", "4")
+    assert payload["status"] == "pass", payload
+    assert payload["metrics"]["custom_allreduce"] == ("fell back to NCCL: Custom allreduce is disabled because it's "
+                                                      "not supported on more than two PCIe-only GPUs.")
+    assert "custom all-reduce was asked for but SGLang fell back to NCCL" in payload["reason"]

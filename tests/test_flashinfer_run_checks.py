@@ -13,7 +13,7 @@ import json
 import subprocess
 import textwrap
 
-from test_probe_scripts import SCRIPTS, torch_python  # noqa: F401  (the CPU torch venv fixture)
+from test_probe_scripts import SCRIPTS, fi072_python, torch_python  # noqa: F401  (venv fixtures)
 
 STAND_INS = textwrap.dedent("""
     import json, sys, types
@@ -52,3 +52,51 @@ def test_references_match_independent_kernels_and_catch_wrong_ones(torch_python)
         assert row["ok"] and row["max_rel_error"] < 0.02, row
     for row in rows["wrong"]:
         assert not row["ok"] and "differs from the torch reference" in row["error"], row
+
+
+# FlashInfer 0.7.2's own norm dispatch (flashinfer/norm/__init__.py reads FLASHINFER_USE_CUDA_NORM once,
+# at import; _use_cuda_norm(device) answers from it before asking the CuTe DSL about the arch).
+NORM_DISPATCH = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, SCRIPTS)
+    import torch
+    import flashinfer_run as probe
+    probe.DEVICE = "cpu"
+    chosen_by = probe.choose_cuda_norm(os.environ)
+    import flashinfer
+    print(json.dumps({"chosen_by": chosen_by, "flag": flashinfer.norm._USE_CUDA_NORM,
+                      "backend": probe.norm_backend(torch, flashinfer)}))
+""")
+
+
+def test_flashinfer_072_reads_the_cuda_norm_switch_the_probe_sets_before_import(fi072_python):  # noqa: F811
+    import os
+    code = f"SCRIPTS = {str(SCRIPTS)!r}\n" + NORM_DISPATCH
+    env = {k: v for k, v in os.environ.items() if k != "FLASHINFER_USE_CUDA_NORM"}
+    done = subprocess.run([str(fi072_python), "-c", code], capture_output=True, text=True, timeout=600, check=False,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"chosen_by": "probe", "flag": True, "backend": "cuda-jit"}
+    # an image that chose is left alone, and its choice is what FlashInfer sees
+    done = subprocess.run([str(fi072_python), "-c", code], capture_output=True, text=True, timeout=600, check=False,
+                          env={**env, "FLASHINFER_USE_CUDA_NORM": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["chosen_by"] == "image (FLASHINFER_USE_CUDA_NORM=0)"
+    # without nvidia-cutlass-dsl in this venv FlashInfer falls back to the CUDA JIT kernels by itself
+    assert seen["flag"] is True and seen["backend"] == "cuda-jit"
+
+
+def test_a_flashinfer_without_cute_norm_is_cuda_jit(tmp_path):
+    import sys
+    import types
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import flashinfer_run as probe
+    finally:
+        sys.path.pop(0)
+    assert probe.norm_backend(None, types.SimpleNamespace(norm=types.SimpleNamespace())) == \
+        "cuda-jit (no CuTe-DSL norm in this FlashInfer)"
+    assert probe.norm_backend(None, types.SimpleNamespace(norm=types.SimpleNamespace(_USE_CUDA_NORM=False))) == \
+        "cute-dsl"

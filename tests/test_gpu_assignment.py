@@ -75,7 +75,8 @@ def test_a_mixed_host_gives_each_target_its_own_cards(tmp_path, monkeypatch):
     host = detect_host_gpus(None)
     rtx, h100, b200 = (assign_gpus(host, t) for t in (RTX, H100, B200))
     assert rtx.devices == (4, 5) and rtx.docker_gpus() == "device=4,5"
-    assert rtx.environment() == {"CUDA_VISIBLE_DEVICES": "4,5"}
+    # nvidia-smi's indices are in PCI bus order; CUDA's default order (fastest first) is not
+    assert rtx.environment() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "4,5"}
     assert h100.devices == (0, 1, 2, 3) and h100.skip_reason is None
     assert b200.devices == () and b200.docker_gpus() is None
     assert b200.skip_reason.startswith("no GPU of compute capability 10.0 (b200-x8) on this host: 0: NVIDIA H100")
@@ -101,12 +102,14 @@ def test_local_runtime_probe_sees_only_the_targets_cards_and_gate_probe_none(tmp
     and a target the host cannot serve is skipped before anything runs."""
     fake_smi(tmp_path, monkeypatch, MIXED_SMI)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     host = detect_host_gpus(None)
     stack = _stack()
     runtime = run_locally(stack, _spec("runtime"), ProbeContext("t", RTX, host, scripts_dir=MISBEHAVE))
     gate = run_locally(stack, _spec("gate"), ProbeContext("t", RTX, host, scripts_dir=MISBEHAVE))
     absent = run_locally(stack, _spec("runtime"), ProbeContext("t", B200, host, scripts_dir=MISBEHAVE))
     assert (runtime.outcome.status, runtime.outcome.evidence) == (Status.PASS, "4,5")
+    assert runtime.outcome.metrics["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert (gate.outcome.status, gate.outcome.evidence) == (Status.PASS, "")
     assert absent.outcome.status is Status.SKIP and "no GPU of compute capability 10.0" in absent.outcome.reason
 
@@ -118,6 +121,8 @@ def test_gpu_benches_follow_the_same_assignment(tmp_path, monkeypatch):
     gemm, gloo = benches["bench.gemm"], benches["bench.allreduce.gloo"]
     options = BenchOptions()
     assert gpus_for(gemm, RTX, host).docker_gpus() == "device=4,5"
+    assert gpus_for(gemm, RTX, host).environment() == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                                       "CUDA_VISIBLE_DEVICES": "4,5"}   # --local
     assert gpus_for(gloo, RTX, host).docker_gpus() is None, "the CPU harness self-test gets no GPU"
     reason, evidence = unmet_precondition(gemm, B200, host, options)
     assert reason.startswith("no GPU of compute capability 10.0") and "590.48.01" in evidence

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -659,7 +660,7 @@ def ep_module():
     return ep_all_to_all
 
 
-def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
+def test_ep_a2a_is_decided_by_deepep_torch_a2a_by_torch():
     ep = ep_module()
     sf = ep.sf
     core = [sf.RankEvent(rank, phase, "ok", data={"rows": 10}) for rank in (0, 1)
@@ -672,8 +673,14 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
     assert metrics["deepep"] == ("fail: hang: rank 1 made no progress in phase 'deepep_round' for 121 s; "
                                  "all ranks were killed")
     assert metrics["deepep_version"] == "1.2.1"
-    verdict = ep.decide("nccl", 2, "x", {**metrics, "dispatch_rows_verified": 20}, judged)
-    assert verdict.status == "pass" and verdict.reason.endswith("DeepEP: " + metrics["deepep"])
+    metrics = {**metrics, "dispatch_rows_verified": 20}
+    torch_verdict = ep.decide("nccl", 2, "x", metrics, judged)        # torch-a2a: torch's all-to-all was fine
+    assert torch_verdict.status == "pass" and torch_verdict.reason.endswith("DeepEP: " + metrics["deepep"])
+    verdict = ep.sglang_backend_verdict(torch_verdict, metrics, 2)    # ep-a2a: what SGLang would run hung
+    assert verdict.status == "fail"
+    assert verdict.reason == ("SGLang --moe-a2a-backend deepep on 2 GPUs: DeepEP hang: rank 1 made no progress in "
+                              "phase 'deepep_round' for 121 s; all ranks were killed; torch all_to_all_single: pass")
+    assert metrics["torch_all_to_all"].startswith("pass: x: 20 (token, expert) rows")
     hung_in_dispatch = sf.RanksOutcome(tuple(core[:1]), (-9, -9), (1, "dispatch", 121.0))
     judged, stuck = ep.split_deepep(hung_in_dispatch)
     assert stuck == "" and sf.ranks_verdict(judged, "x").status == "fail"
@@ -682,10 +689,12 @@ def test_ep_all_to_all_deepep_hang_is_deepeps_result_not_the_probes():
 @pytest.mark.parametrize("script,args", [
     ("nccl_graph.py", ("--algo", "tree")),
     ("nccl_graph.py", ("--algo", "ring")),
+    ("nccl_graph.py", ("--algo", "tree", "--variant", "global")),
     ("symm_mem.py", ()),
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
     ("ep_all_to_all.py", ("--backend", "nccl")),
+    ("ep_all_to_all.py", ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ("flashinfer_run.py", ()),
 ])
 def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
@@ -734,3 +743,209 @@ def test_misbehaving_probes_behave_badly(bare_python):
                              timeout=60)
     assert crashed.returncode == -11
     assert "segv probe: line 1" in crashed.stdout
+
+
+# --------------------------------------------------------------------------------------------- NCCL Tree, global
+
+NCCL_LOG = Path(__file__).resolve().parent / "data" / "nccl" / "global_tree_allgather.txt"
+
+
+def nccl_graph_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import nccl_graph
+    finally:
+        sys.path.pop(0)
+    return nccl_graph
+
+
+def nccl_log_lines() -> list[str]:
+    return [line for line in NCCL_LOG.read_text().splitlines() if not line.startswith("#")]
+
+
+def test_nccl_refusal_is_read_from_the_nccl_log_and_from_torchs_error():
+    nccl_graph = nccl_graph_module()
+    sf = nccl_graph.sf
+    warn, _, torch_error = nccl_log_lines()[0], nccl_log_lines()[1], "\n".join(nccl_log_lines()[2:])
+    words = "no algorithm/protocol available for function AllGather with datatype ncclInt8. NCCL_ALGO was set to Tree."
+    for text in (warn, torch_error, sf.one_line(torch_error)):
+        assert nccl_graph.nccl_refusal(text) == {"words": words, "function": "AllGather", "datatype": "ncclInt8",
+                                                 "NCCL_ALGO": "Tree"}
+    # releases before 2.19 say "No algorithm/protocol ..." and may have no NCCL_ALGO tail
+    older = nccl_graph.nccl_refusal("NCCL WARN No algorithm/protocol available for function Broadcast with datatype "
+                                    "ncclInt8")
+    assert older is not None and older["function"] == "Broadcast" and older["NCCL_ALGO"] == ""
+    assert nccl_graph.nccl_refusal("ncclInvalidUsage: Duplicate GPU detected") is None
+
+
+def test_nccl_global_tree_verdict_quotes_nccl_per_collective():
+    """Ranks that met the refusal in all_gather, reduce_scatter and broadcast (the error torch raises,
+    as the rank harness reports it) and passed all_reduce: a fail with NCCL's words per collective."""
+    nccl_graph = nccl_graph_module()
+    sf = nccl_graph.sf
+    error = sf.describe_exception(RuntimeError("\n".join(nccl_log_lines()[2:])))
+    events = [sf.RankEvent(rank, "init", "ok") for rank in (0, 1)]
+    for rank in (0, 1):
+        events.append(sf.RankEvent(rank, "all_reduce", "ok", data={"graph_us": 20.0 + rank}))
+        for name, function in (("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter"),
+                               ("broadcast", "Broadcast")):
+            events.append(sf.RankEvent(rank, name, "check-fail", sf.one_line(error.replace("AllGather", function))))
+    outcome = sf.RanksOutcome(tuple(events), (0, 0), None, ())
+    metrics: dict = {}
+    verdict = nccl_graph.global_verdict("nccl", "nccl all 4, 2 ranks, NCCL_ALGO=Tree", metrics, outcome)
+    assert verdict.status == "fail"
+    assert metrics["collectives"] == {
+        "all_reduce": "pass (graph_us 21.0)",
+        **{name: f"NCCL: no algorithm/protocol available for function {function} with datatype ncclInt8. "
+                 "NCCL_ALGO was set to Tree."
+           for name, function in (("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter"),
+                                  ("broadcast", "Broadcast"))}}
+    assert verdict.reason.startswith("nccl all 4, 2 ranks, NCCL_ALGO=Tree: 3 of 4 collectives failed: "
+                                     "all_reduce: pass")
+    assert "broadcast: NCCL: no algorithm/protocol available for function Broadcast" in verdict.reason
+
+
+def test_nccl_algo_the_image_sets_is_kept_and_reported():
+    nccl_graph = nccl_graph_module()
+    assert nccl_graph.nccl_algo_setting("per-collective", "tree", {}) == ("allreduce:tree", "probe")
+    assert nccl_graph.nccl_algo_setting("global", "tree", {}) == ("Tree", "probe")
+    assert nccl_graph.nccl_algo_setting("global", "tree", {"NCCL_ALGO": "Ring"}) == ("Ring", "image")
+    assert nccl_graph.nccl_algo_setting("per-collective", "tree", {"NCCL_ALGO": "allreduce:ring"}) == \
+        ("allreduce:ring", "image")
+
+
+def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
+    result = run_script(torch_python, "nccl_graph.py", "--backend", "gloo", "--gpus", "2", "--variant", "global",
+                        "--phase-timeout", "60", env={"NCCL_ALGO": "Ring"}, timeout=180)
+    assert result["status"] == "pass", result
+    metrics = result["metrics"]
+    assert metrics["NCCL_ALGO"] == "Ring" and metrics["NCCL_ALGO_source"] == "image"
+    assert "NCCL_ALGO=Ring (set by the image)" in result["reason"]
+    assert set(metrics["collectives"]) == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
+    assert metrics["collectives"]["reduce_scatter"] == "skipped: gloo has no reduce_scatter"
+    for name in ("all_reduce", "all_gather", "broadcast"):
+        assert metrics["collectives"][name].startswith("pass (eager_us "), metrics
+
+
+def test_ep_a2a_without_deepep_is_a_skip_that_names_torchs_result():
+    ep = ep_module()
+    sf = ep.sf
+    torch_verdict = sf.Verdict("pass", "x: 20 (token, expert) rows exact", "log")
+    absent = {"deepep": "absent: no deep_ep module and no deep-ep/sgl-deep-ep/sgl-deep-ep-v25 distribution"}
+    verdict = ep.sglang_backend_verdict(torch_verdict, absent, 4)
+    assert verdict.status == "skip"
+    assert verdict.reason.startswith("no all-to-all backend SGLang could use in this image (absent: no deep_ep")
+    assert "torch's all_to_all_single: pass, see torch-a2a" in verdict.reason
+    passed = ep.sglang_backend_verdict(torch_verdict, {"deepep": "pass", "deepep_round_us_max_rank": 812.5,
+                                                       "deepep_version": "1.2.1"}, 4)
+    assert passed.status == "pass" and "DeepEP's intranode dispatch/combine round matched (812.5 us" in passed.reason
+
+
+# --------------------------------------------------------------------------------------------- nothing outlives a probe
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a zombie is dead, only not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def wait_for_pidfile(path: Path, timeout_s: float = 60) -> int:
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.parametrize("mode, phase_timeout", [("orphan", "30"), ("orphan-hang", "3")])
+def test_a_ranks_grandchild_in_its_own_session_is_gone_after_the_run(bare_python, tmp_path, mode, phase_timeout):
+    """A rank starts ``sleep 600`` in a new session that ignores SIGTERM, then finishes or hangs
+    until the phase timeout: when the harness returns, the grandchild is gone too."""
+    pidfile = tmp_path / "grandchild.pid"
+    result = run_script(bare_python, MISBEHAVE / "ranks.py", "--mode", mode, "--phase-timeout", phase_timeout,
+                        "--pidfile", str(pidfile), timeout=120)
+    assert result["status"] == ("pass" if mode == "orphan" else "fail"), result
+    grandchild = int(pidfile.read_text())
+    assert not alive(grandchild), f"rank 1's grandchild {grandchild} outlived the run ({mode})"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_the_probe_ends_ranks_and_their_grandchildren(bare_python, tmp_path, signum):
+    """The runner stops a probe at its timeout with SIGTERM (an interrupt is SIGINT): the ranks and
+    the grandchild one of them started in its own session go with it."""
+    import time
+    pidfile = tmp_path / "grandchild.pid"
+    probe = subprocess.Popen([str(bare_python), str(MISBEHAVE / "ranks.py"), "--mode", "orphan-hang",
+                              "--phase-timeout", "600", "--pidfile", str(pidfile)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        grandchild = wait_for_pidfile(pidfile)
+        time.sleep(0.5)
+        ranks = [int(p) for p in Path(f"/proc/{probe.pid}/task/{probe.pid}/children").read_text().split()]
+        probe.send_signal(signum)
+        probe.wait(timeout=30)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+    assert not alive(grandchild), "the grandchild outlived the stopped probe"
+    # multiprocessing's resource tracker (a child too) leaves on its own once the probe's pipe closes
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = [pid for pid in ranks if alive(pid)]
+    assert len(ranks) >= 2 and not survivors, survivors
+
+
+# --------------------------------------------------------------------------------------------- P2P: a real copy
+
+def p2p_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import p2p_matrix
+    finally:
+        sys.path.pop(0)
+    return p2p_matrix
+
+
+ALL_YES = [[True, True], [True, True]]
+
+
+def test_p2p_passes_only_when_every_copy_arrived():
+    p2p = p2p_module()
+    sf = p2p.sf
+    events = (sf.RankEvent(0, "copy 0->1", "ok", data={"gbps": 51.2}), sf.RankEvent(0, "copy 1->0", "ok",
+                                                                                       data={"gbps": 49.8}))
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], sf.RanksOutcome(events, (0,), None, ()))
+    assert verdict.status == "pass"
+    assert verdict.reason == ("all 2 ordered pairs of 2 GPUs report peer access and a 64 MiB copy over each arrived "
+                              "intact (49.8-51.2 GB/s)")
+
+
+def test_p2p_the_driver_says_yes_but_the_copy_hangs_or_lies():
+    """The RTX PRO 6000 IOMMU/ACS case: can_device_access_peer is True, the copy hangs or returns garbage."""
+    p2p = p2p_module()
+    sf = p2p.sf
+    hung = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "start"),), (-9,), (0, "copy 0->1", 61.0), ())
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], hung)
+    assert verdict.status == "fail"
+    assert verdict.reason.startswith("the driver admits peer access but 2 of 2 copies failed (0->1: hang: no "
+                                     "progress for 61 s; the copy was killed; 1->0: not reached")
+    garbage = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "check-fail",
+                                            "AssertionError: 16777216 of 16777216 int32 values differ after the "
+                                            "copy 0->1"), sf.RankEvent(0, "copy 1->0", "ok", data={"gbps": 40.0})),
+                              (0,), None, ())
+    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], garbage)
+    assert verdict.status == "fail" and "1 of 2 copies failed (0->1: AssertionError: 16777216 of" in verdict.reason
+    assert verdict.metrics["copies"] == {"0->1": "AssertionError: 16777216 of 16777216 int32 values differ after "
+                                                 "the copy 0->1", "1->0": "ok 40.0 GB/s"}
+
+
+def test_p2p_pairs_the_driver_refuses_are_not_copied_and_fail():
+    p2p = p2p_module()
+    verdict = p2p.decide(2, [[True, False], [False, True]], [], None)
+    assert verdict.status == "fail" and verdict.reason == "2 of 2 GPU pairs have no peer access (0->1, 1->0)"

@@ -111,6 +111,10 @@ _CATALOG: tuple[ProbeSpec, ...] = (
     ProbeSpec("runtime.nccl.graph-tree", "nccl-graph-tree", "runtime", "nccl_graph.py",
               "NCCL all_reduce with NCCL_ALGO=allreduce:tree, eager and replayed from a CUDA graph, N ranks",
               _RUNTIME, 900.0, ("--algo", "tree", "--backend", "nccl")),
+    ProbeSpec("runtime.nccl.global-tree", "nccl-global-tree", "runtime", "nccl_graph.py",
+              "NCCL with a global NCCL_ALGO=Tree: all_reduce, all_gather, reduce_scatter, broadcast, each eager "
+              "and replayed from a CUDA graph, N ranks; NCCL's own words for each collective it refuses",
+              _RUNTIME, 900.0, ("--algo", "tree", "--variant", "global", "--backend", "nccl")),
     ProbeSpec("runtime.nccl.graph-ring", "nccl-graph-ring", "runtime", "nccl_graph.py",
               "NCCL all_reduce with NCCL_ALGO=allreduce:ring, eager and replayed from a CUDA graph, N ranks",
               _RUNTIME, 900.0, ("--algo", "ring", "--backend", "nccl")),
@@ -121,11 +125,16 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "SGLang custom all-reduce vs NCCL: correctness and latency, P2P matrix as facts",
               Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch", "sglang")), 900.0),
     ProbeSpec("runtime.ep.all-to-all", "ep-a2a", "runtime", "ep_all_to_all.py",
-              "MoE expert-parallel dispatch/combine with all_to_all_single (uneven splits, every row checked), "
-              "eager and replayed from a CUDA graph; DeepEP's intranode Buffer round as metrics where installed",
+              "MoE expert-parallel dispatch/combine with the backend SGLang's --moe-a2a-backend would run: DeepEP's "
+              "intranode Buffer round where installed (skip without one); all_to_all_single as metrics",
               _RUNTIME, 900.0, ("--backend", "nccl")),
+    ProbeSpec("runtime.torch.all-to-all", "torch-a2a", "runtime", "ep_all_to_all.py",
+              "MoE expert-parallel dispatch/combine with torch's all_to_all_single (uneven splits, every row "
+              "checked), eager and replayed from a CUDA graph",
+              _RUNTIME, 900.0, ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ProbeSpec("runtime.cuda.p2p-matrix", "p2p-access", "runtime", "p2p_matrix.py",
-              "torch.cuda.can_device_access_peer for every pair of the target's GPUs",
+              "torch.cuda.can_device_access_peer for every pair of the target's GPUs, and a 64 MiB copy over each "
+              "pair it admits, checked element by element (a hang names the pair)",
               _RUNTIME, 300.0),
 )
 

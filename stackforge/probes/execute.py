@@ -82,10 +82,15 @@ class GpuAssignment:
         return f"device={','.join(map(str, self.devices))}" if self.devices else None
 
     def environment(self) -> dict[str, str]:
-        """``CUDA_VISIBLE_DEVICES`` for a process on this host (``--local``); empty when all are given."""
+        """``CUDA_VISIBLE_DEVICES`` for a process on this host (``--local``); empty when all are given.
+
+        The indices are nvidia-smi's, which orders GPUs by PCI bus id; CUDA's own default order is
+        fastest first, so on a mixed host ``CUDA_VISIBLE_DEVICES=4,5`` alone may name other cards.
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number them as nvidia-smi does.
+        """
         if self.devices is None:
             return {}
-        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
 
 
 NO_GPUS = GpuAssignment(devices=())

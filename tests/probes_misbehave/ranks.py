@@ -1,10 +1,13 @@
 """Drives stackforge's multi-rank harness (_sfprobe.run_ranks) with ranks that misbehave on
 purpose, so the harness's hang / crash / failure detection is tested for real (spawned processes,
-real timeouts) without a GPU. Usage: ranks.py --mode hang|crash|fail|ok [--phase-timeout S]."""
+real timeouts) without a GPU. Usage: ranks.py --mode hang|crash|fail|ok|orphan|orphan-hang [--phase-timeout S]
+[--pidfile F]. The orphan modes: rank 1 starts a stubborn grandchild (``sleep 600`` in its own session,
+SIGTERM ignored) and writes its pid to F; then the rank finishes (orphan) or hangs (orphan-hang)."""
 
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -18,6 +21,12 @@ def worker(rank, world_size, options, reporter):
     with reporter.phase("init"):
         pass
     with reporter.phase("work"):
+        if rank == 1 and options["mode"].startswith("orphan"):
+            stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 600"], start_new_session=True)
+            with open(options["pidfile"], "w") as handle:
+                handle.write(str(stubborn.pid))
+            if options["mode"] == "orphan-hang":
+                time.sleep(3600)
         if rank == 1 and options["mode"] == "hang":
             time.sleep(3600)
         if rank == 1 and options["mode"] == "crash":
@@ -30,11 +39,13 @@ def worker(rank, world_size, options, reporter):
 
 def main(argv):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("hang", "crash", "fail", "ok"), required=True)
+    parser.add_argument("--mode", choices=("hang", "crash", "fail", "ok", "orphan", "orphan-hang"), required=True)
+    parser.add_argument("--pidfile", default="")
     parser.add_argument("--phase-timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
     started = time.monotonic()
-    outcome = sf.run_ranks(worker, 2, {"mode": args.mode}, phase_timeout_s=args.phase_timeout)
+    outcome = sf.run_ranks(worker, 2, {"mode": args.mode, "pidfile": args.pidfile},
+                           phase_timeout_s=args.phase_timeout)
     verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.Verdict("pass", "all ranks finished")
     sf.emit_verdict(verdict, extra_metrics={"seconds": round(time.monotonic() - started, 1),
                                             "exitcodes": list(outcome.exitcodes)})

@@ -12,7 +12,11 @@ mode (eager, CUDA graph) and per placement (out-of-place, in-place):
   a monotonic clock on CPU), repeated ``--repeats`` times after at least ``--warmup`` untimed calls
   (whole blocks of ``--iters``: a CUDA graph replays all of them at once); each repeat is
   averaged over the ranks as nccl-tests does by default (``-a 1``) and the median repeat is kept;
-* ``algbw = S / t`` and ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definitions, GB = 1e9 bytes);
+* ``algbw = S / t`` and ``busbw = algbw * 2(n-1)/n`` (nccl-tests' definitions, GB = 1e9 bytes:
+  NVIDIA/nccl-tests src/all_reduce.cu:59-65 ``AllReduceGetBw`` at a0b82b2, NCCL_TESTS_VERSION 2.19.6);
+* ``avg_busbw_gbps``: nccl-tests' "Avg bus bandwidth", the mean busbw of a run's rows, out-of-place
+  and in-place (src/common.cu:895-896, 939-940, 1831); a nccl-tests run is either eager or CUDA graph
+  (``-G``), so the eager rows make ``avg_busbw_gbps`` and the graph rows ``avg_busbw_graph_gbps``;
 * correctness of every size: each rank contributes ``pattern * (rank + 1)`` and every rank checks
   the sum; a wrong element makes the run ``fail`` and the row carries no bandwidth at all.
 
@@ -20,8 +24,10 @@ Backends (the caller decides which ones the image supports, from the probes' res
 
 * ``nccl``: ``torch.distributed`` on NCCL; ``--nccl-algo ring|tree`` sets the per-collective form
   ``NCCL_ALGO=allreduce:<algo>`` (a global ``NCCL_ALGO=Tree`` breaks all-gather/broadcast, which
-  have no tree algorithm). torch exposes no out-of-place NCCL all-reduce, so out-of-place is
-  ``out.copy_(in)`` + in-place all-reduce and its rows say so (``impl``).
+  have no tree algorithm). torch exposes no out-of-place NCCL all-reduce (ProcessGroupNCCL reduces
+  in place), and ``out.copy_(in)`` + in-place would add a device copy that nccl-tests' out-of-place
+  (``ncclAllReduce(sendbuff, recvbuff)``, src/all_reduce.cu:507) does not have: out-of-place NCCL
+  rows are skipped with that reason, not measured as something else.
 * ``custom``: SGLang's custom all-reduce, the class its own ``dispatch_custom_allreduce`` picks
   (``CustomAllReduceV2`` on full-NVLink groups in 0.5.23, else ``CustomAllreduce``; out-of-place only;
   sizes under its max size).
@@ -56,6 +62,12 @@ SYMM_MEM_OPS = ("one_shot", "two_shot", "multimem")
 DTYPES = ("float32", "float16", "bfloat16")
 MODES = ("eager", "graph")
 PLACEMENTS = ("out-of-place", "in-place")
+# Why the NCCL backend measures no out-of-place rows (see the module docstring).
+NCCL_OUT_OF_PLACE = ("torch.distributed has no out-of-place NCCL all-reduce (ProcessGroupNCCL reduces in place); "
+                     "a copy + in-place row would add a device copy nccl-tests' out-of-place does not have")
+# nccl-tests' default datatype (src/common.cu:102, ``nccltype = ncclFloat``): the rows compare with
+# an all_reduce_perf run without -d.
+DEFAULT_DTYPE = "float32"
 # Relative tolerance of the correctness check per dtype. The pattern sums are small integers
 # (exact in every dtype up to 8 ranks), so this only matters for larger worlds.
 _TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
@@ -160,6 +172,8 @@ class TorchDistBackend:
     def unsupported(self, step: dict) -> str | None:
         if step["mode"] == "graph" and not self.on_gpu:
             return "CUDA graphs need a CUDA backend (gloo runs on the CPU)"
+        if step["placement"] == "out-of-place" and self.config["backend"] == "nccl":
+            return NCCL_OUT_OF_PLACE
         return None
 
     def impl(self, placement: str) -> str:
@@ -195,6 +209,7 @@ class CustomAllreduceBackend(TorchDistBackend):
         records = _capture_logs(logging.getLogger("sglang"))
         cpu_group = dist.new_group(backend="gloo")  # SGLang asserts a non-NCCL group for its IPC setup
         try:
+            self.p2p_check = sf.skip_sglang_p2p_check()  # as a server does; SGLang's own check needs its world group
             chosen, self.class_name = sf.sglang_custom_allreduce_class(cpu_group, self.device)
         except Exception as exc:  # ImportError, or sglang failing at import time
             raise Unavailable(f"cannot import SGLang's custom all-reduce: {type(exc).__name__}: {exc}") from None
@@ -268,7 +283,9 @@ class SymmMemBackend(TorchDistBackend):
         if op is None:
             return (f"torch.ops.symm_mem has no {self.config['symm_mem_op']} {step['placement']} "
                     f"all-reduce in torch {self.torch.__version__}")
-        return None
+        name, _ = self._OPS[(self.config["symm_mem_op"], step["placement"])]
+        no_kernel = sf.symm_mem_unsupported(name, self.dist.get_world_size(), self.config["dtype"])
+        return f"unsupported: {no_kernel}" if no_kernel else None
 
     def impl(self, placement: str) -> str:
         name, _ = self._OPS.get((self.config["symm_mem_op"], placement), ("?", False))
@@ -564,17 +581,22 @@ def format_table(rows: list[dict]) -> str:
 
 
 def summary_metrics(rows: list[dict]) -> dict:
-    """Headline numbers: peak busbw and its size, nccl-tests' 'Avg bus bandwidth', small-message latency."""
+    """Headline numbers: peak busbw and its size, nccl-tests' 'Avg bus bandwidth' (one per mode, as
+    one nccl-tests run is either eager or -G), small-message latency."""
     good = [r for r in rows if "busbw_gbps" in r]
     if not good:
         return {}
     best = max(good, key=lambda r: r["busbw_gbps"])
     smallest = min(r["size_bytes"] for r in good)
     latencies = [r["time_us"] for r in good if r["size_bytes"] == smallest]
-    return {"peak_busbw_gbps": best["busbw_gbps"], "peak_busbw_size_bytes": best["size_bytes"],
-            "peak_busbw_mode": best["mode"], "peak_busbw_placement": best["placement"],
-            "avg_busbw_gbps": statistics.fmean(r["busbw_gbps"] for r in good),
-            "min_size_bytes": smallest, "min_size_latency_us": min(latencies)}
+    summary = {"peak_busbw_gbps": best["busbw_gbps"], "peak_busbw_size_bytes": best["size_bytes"],
+               "peak_busbw_mode": best["mode"], "peak_busbw_placement": best["placement"],
+               "min_size_bytes": smallest, "min_size_latency_us": min(latencies)}
+    for mode, key in (("eager", "avg_busbw_gbps"), ("graph", "avg_busbw_graph_gbps")):
+        of_mode = [r["busbw_gbps"] for r in good if r["mode"] == mode]
+        if of_mode:
+            summary[key] = statistics.fmean(of_mode)
+    return summary
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -585,7 +607,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=BACKENDS, default="nccl")
     parser.add_argument("--world-size", type=int, default=0,
                         help="ranks (default: every visible GPU; 2 for gloo)")
-    parser.add_argument("--dtype", choices=DTYPES, default=None, help="default bfloat16 (float32 for gloo)")
+    parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,
+                        help=f"default {DEFAULT_DTYPE}, as nccl-tests (all_reduce_perf without -d)")
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--max-bytes", type=int, default=1 << 30)
     parser.add_argument("--factor", type=int, default=2)
@@ -639,7 +662,7 @@ def build_config(args, world: int, init_method: str) -> dict:
     modes = [m for m in (MODES if args.mode == "both" else (args.mode,))
              if not (m == "graph" and args.backend == "gloo")]
     placements = PLACEMENTS if args.placement == "both" else (args.placement,)
-    dtype = args.dtype or ("float32" if args.backend == "gloo" else "bfloat16")
+    dtype = args.dtype
     return {"backend": args.backend, "world_size": world, "dtype": dtype, "min_bytes": args.min_bytes,
             "max_bytes": args.max_bytes, "factor": args.factor, "modes": list(modes),
             "requested_graph": args.mode in ("graph", "both"), "placements": list(placements),

@@ -14,8 +14,13 @@ What it measures:
 * bf16 through ``torch.nn.functional.linear`` (what the serving path calls, ``x @ W^T``), and fp8
   (e4m3, per-tensor scales) through ``torch._scaled_mm`` on compute capability >= 8.9; a shape the
   fp8 kernel rejects (cuBLASLt wants multiples of 16) is reported as skipped with its error text;
-* ``torch.matmul``'s best rate on a large square product in the same run (``--peak-size``), so each
-  shape's TFLOP/s can be read against what this GPU + torch build achieves at best;
+* the best rate of the same kind of kernel on a large square product in the same run
+  (``--peak-size``): ``torch.matmul`` for bf16, ``torch._scaled_mm`` for fp8, so each shape's
+  ``fraction_of_matmul_best`` (median over median) reads against its own dtype;
+* the weight is cycled through enough copies that, between two uses of one copy, the others have
+  streamed ``--l2-flush-factor`` times the GPU's L2 (``L2_cache_size`` of the device properties)
+  through the cache (:func:`rotation_copies`, within ``--rotation-budget-mb``): a decode-sized
+  GEMM reads its weight from HBM, as in serving, not from L2 where the previous call left it;
 * every shape's result is checked against a float32 reference on a slice: a wrong GEMM is a
   failure, not a number.
 
@@ -101,6 +106,42 @@ def plan_shapes(ms, names, tp: int, cpu: bool) -> list[dict]:
     return plans
 
 
+# ------------------------------------------------------------------------------------------- L2
+
+
+def rotation_copies(weight_bytes: int, l2_bytes: int | None, budget_bytes: int, flush_factor: float = 2.0) -> int:
+    """How many copies of a weight to cycle through so that a call never finds its weight in L2.
+
+    Between two uses of one copy the other ``copies - 1`` are read, so ``(copies - 1) * weight_bytes``
+    must reach ``flush_factor * l2_bytes``; the copies must also fit ``budget_bytes`` (at least one).
+    Without a known L2 size (CPU mode) one copy.
+    """
+    if weight_bytes < 1:
+        raise ValueError(f"weight_bytes must be >= 1, got {weight_bytes}")
+    if not l2_bytes:
+        return 1
+    needed = 1 + math.ceil(flush_factor * l2_bytes / weight_bytes)
+    return max(1, min(needed, budget_bytes // weight_bytes))
+
+
+def rotating(calls: list):
+    """A callable running ``calls[0]``, ``calls[1]``, ... in turn (one weight copy each)."""
+    state = {"next": 0}
+
+    def run():
+        index = state["next"]
+        state["next"] = (index + 1) % len(calls)
+        return calls[index]()
+    return run
+
+
+def l2_cache_bytes(torch, on_gpu: bool) -> int | None:
+    """The GPU's L2 size as the driver reports it (``cudaDeviceProp.l2CacheSize``), None on CPU."""
+    if not on_gpu:
+        return None
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or None
+
+
 # ------------------------------------------------------------------------------------------- timing
 
 
@@ -143,12 +184,16 @@ class Bf16Linear:
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device
 
-    def prepare(self, m: int, n: int, k: int):
+    weight_bytes_per_element = 2
+
+    def prepare(self, m: int, n: int, k: int, copies: int = 1):
         torch = self.torch
         gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
         x = torch.randn(m, k, device=self.device, dtype=torch.bfloat16, generator=gen)
         w = torch.randn(n, k, device=self.device, dtype=torch.bfloat16, generator=gen) / math.sqrt(k)
-        return (lambda: torch.nn.functional.linear(x, w)), (x.float(), w.float())
+        weights = [w] + [w.clone() for _ in range(copies - 1)]
+        calls = [(lambda weight=weight: torch.nn.functional.linear(x, weight)) for weight in weights]
+        return rotating(calls), (x.float(), w.float())
 
 
 class Fp8ScaledMm:
@@ -159,18 +204,27 @@ class Fp8ScaledMm:
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device
 
-    def prepare(self, m: int, n: int, k: int):
+    weight_bytes_per_element = 1
+
+    def prepare(self, m: int, n: int, k: int, copies: int = 1):
         torch = self.torch
         gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
         x = torch.randn(m, k, device=self.device, generator=gen).clamp(-4, 4).to(torch.float8_e4m3fn)
         w = (torch.randn(n, k, device=self.device, generator=gen).clamp(-4, 4)).to(torch.float8_e4m3fn)
-        one = torch.ones((), device=self.device, dtype=torch.float32)
-        w_t = w.t()  # column-major [K, N], the layout cuBLASLt's fp8 kernels require
+        weights = [w] + [w.clone() for _ in range(copies - 1)]
+        calls = [scaled_mm_call(torch, x, weight, self.device) for weight in weights]
+        return rotating(calls), (x.float(), w.float())
 
-        def run():
-            out = torch._scaled_mm(x, w_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-            return out[0] if isinstance(out, tuple) else out  # torch < 2.4 returned (out, amax)
-        return run, (x.float(), w.float())
+
+def scaled_mm_call(torch, x, w, device):
+    """``x @ w^T`` through ``torch._scaled_mm`` (e4m3, per-tensor scales of one, bf16 out)."""
+    one = torch.ones((), device=device, dtype=torch.float32)
+    w_t = w.t()  # column-major [K, N], the layout cuBLASLt's fp8 kernels require
+
+    def run():
+        out = torch._scaled_mm(x, w_t, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return out[0] if isinstance(out, tuple) else out  # torch < 2.4 returned (out, amax)
+    return run
 
 
 def check_slice(torch, out, reference) -> tuple[bool, str]:
@@ -184,11 +238,14 @@ def check_slice(torch, out, reference) -> tuple[bool, str]:
     return error <= _TOLERANCE, f"max relative error {error:.2e} on a {rows}x{cols} slice (limit {_TOLERANCE:g})"
 
 
-def measure_shape(torch, clock: Clock, kernel, plan: dict, args) -> dict:
-    """Check then time one shape with one kernel; a rejected shape comes back as skipped."""
-    row = {"dtype": kernel.dtype, **plan}
+def measure_shape(torch, clock: Clock, kernel, plan: dict, args, l2_bytes: int | None = None) -> dict:
+    """Check then time one shape with one kernel (its weight rotated past L2); a rejected shape
+    comes back as skipped."""
+    weight_bytes = plan["n"] * plan["k"] * kernel.weight_bytes_per_element
+    copies = rotation_copies(weight_bytes, l2_bytes, args.rotation_budget_mb << 20, args.l2_flush_factor)
+    row = {"dtype": kernel.dtype, **plan, "weight_copies": copies}
     try:
-        run, reference = kernel.prepare(plan["m"], plan["n"], plan["k"])
+        run, reference = kernel.prepare(plan["m"], plan["n"], plan["k"], copies)
         out = run()
     except RuntimeError as exc:
         return {**row, "skipped": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
@@ -203,14 +260,28 @@ def measure_shape(torch, clock: Clock, kernel, plan: dict, args) -> dict:
             "tflops_best": tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
 
 
-def matmul_best(torch, clock: Clock, device, size: int, args) -> dict:
-    """torch.matmul's rate on a large square bf16 product: the best this GPU + build reaches."""
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    times = clock.repeats(lambda: torch.matmul(a, b), warmup=args.warmup, iters=max(1, args.iters // 5),
-                          repeats=args.repeats)
-    return {"size": size, "dtype": "bf16", "tflops": tflops(size, size, size, min(times)),
+def matmul_best(torch, clock: Clock, device, size: int, args, dtype: str = "bf16") -> dict:
+    """The rate of a large square product with the kernel a dtype's rows use (bf16: torch.matmul;
+    fp8: torch._scaled_mm): the best this GPU + build reaches for that dtype."""
+    if dtype == "fp8":
+        a = torch.randn(size, size, device=device).clamp(-4, 4).to(torch.float8_e4m3fn)
+        b = torch.randn(size, size, device=device).clamp(-4, 4).to(torch.float8_e4m3fn)
+        run, kernel = scaled_mm_call(torch, a, b, device), "torch._scaled_mm"
+    else:
+        a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+        b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+        run, kernel = (lambda: torch.matmul(a, b)), "torch.matmul"
+    times = clock.repeats(run, warmup=args.warmup, iters=max(1, args.iters // 5), repeats=args.repeats)
+    return {"size": size, "dtype": dtype, "kernel": kernel, "tflops": tflops(size, size, size, min(times)),
             "tflops_median": tflops(size, size, size, summarize(times)["median"])}
+
+
+def fraction_of_best(row: dict, references: dict) -> float | None:
+    """A row's median TFLOP/s over the median of its own dtype's square reference (like with like)."""
+    reference = references.get(row["dtype"])
+    if not reference or "tflops" not in row:
+        return None
+    return row["tflops"] / reference["tflops_median"]
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -223,7 +294,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtypes", default="bf16,fp8", help="bf16 and/or fp8")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree the layers are split for")
     bench.add_timing_arguments(parser, warmup=10, iters=50, repeats=5)
-    parser.add_argument("--peak-size", type=int, default=8192, help="square torch.matmul reference (0: off)")
+    parser.add_argument("--peak-size", type=int, default=8192,
+                        help="square reference product per dtype (torch.matmul / torch._scaled_mm; 0: off)")
+    parser.add_argument("--l2-flush-factor", type=float, default=2.0,
+                        help="L2 sizes of other weight copies read between two uses of one copy")
+    parser.add_argument("--rotation-budget-mb", type=int, default=4096,
+                        help="most memory the rotated weight copies of one shape may take")
     parser.add_argument("--allow-cpu", action="store_true", help="tiny CPU mode to test the harness")
     return bench.parse_timed_args(parser, argv)
 
@@ -290,14 +366,18 @@ def run_gemm(args) -> tuple[str, str, str, dict, dict]:
     kernels, skipped = kernels_for(torch, device, on_gpu, {d.strip() for d in args.dtypes.split(",")})
     clock = Clock(torch, on_gpu)
     peak_size = args.peak_size if on_gpu else min(args.peak_size, 512)
-    reference = matmul_best(torch, clock, device, peak_size, args) if peak_size else None
-    rows = [measure_shape(torch, clock, kernel, plan, args) for kernel in kernels for plan in plans]
+    references = {k.dtype: matmul_best(torch, clock, device, peak_size, args, k.dtype) for k in kernels} \
+        if peak_size else {}
+    l2_bytes = l2_cache_bytes(torch, on_gpu)
+    rows = [measure_shape(torch, clock, kernel, plan, args, l2_bytes) for kernel in kernels for plan in plans]
     for row in rows:
-        if reference and "tflops" in row:
-            row["fraction_of_matmul_best"] = row["tflops"] / reference["tflops"]
+        fraction = fraction_of_best(row, references)
+        if fraction is not None:
+            row["fraction_of_matmul_best"] = fraction
         print(format_table([row]).splitlines()[-1], flush=True)
     table = format_table(rows)
-    metrics = {"device": "cuda" if on_gpu else "cpu", "tp": args.tp, "matmul_best": reference, "rows": rows,
+    metrics = {"device": "cuda" if on_gpu else "cpu", "tp": args.tp, "matmul_best": references,
+               "l2_cache_bytes": l2_bytes, "l2_flush_factor": args.l2_flush_factor, "rows": rows,
                "skipped": skipped + [{"dtype": r["dtype"], "shape": r["shape"], "m": r["m"], "reason": r["skipped"]}
                                      for r in rows if "skipped" in r],
                "best_tflops": {k.dtype: max((r["tflops"] for r in rows if r["dtype"] == k.dtype and "tflops" in r),

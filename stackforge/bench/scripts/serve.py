@@ -411,6 +411,27 @@ def check_model(args) -> None:
                               f"(is it mounted?)")
 
 
+# SGLang's own words when its custom all-reduce turns itself off and the server falls back to NCCL
+# (0.5.9 "Custom allreduce is disabled because ...", 0.5.23 "CustomAllreduce is disabled because ..."
+# / "CustomAllReduceV2 is disabled ...", custom_all_reduce.py / custom_all_reduce_utils.py), the line
+# up to SGLang's "To silence this warning" advice.
+CUSTOM_AR_DISABLED = re.compile(r"(?:Custom allreduce|CustomAllreduce|CustomAllReduceV2) is disabled[^\n]*?"
+                                r"(?=\s*To silence|\s*$)", re.IGNORECASE | re.MULTILINE)
+
+
+def custom_allreduce_state(requested: str, tp: int, server_log: str) -> str:
+    """What the server really ran for its all-reduce: ``off (requested)``, ``on``, ``not used
+    (tp 1)``, or ``fell back to NCCL: <SGLang's words>`` when SGLang disabled it by itself (more
+    than two PCIe GPUs, no P2P, an unsupported world size) although it was asked for."""
+    if requested == "off":
+        return "off (requested)"
+    if tp < 2:
+        return "not used (tp 1)"
+    logged = "\n".join(line for line in server_log.splitlines() if not line.startswith("$ "))  # not our echo
+    said = CUSTOM_AR_DISABLED.search(logged)
+    return f"fell back to NCCL: {said.group(0).strip()}" if said else "on"
+
+
 def serve_and_bench(args, workdir: str, stop_request: list, facts: dict) -> tuple[str, str, str, dict]:
     """Start the server, wait for health, benchmark, always stop the server.
 
@@ -447,13 +468,26 @@ def serve_and_bench(args, workdir: str, stop_request: list, facts: dict) -> tupl
             raise Failed("fail", f"server {describe_exit(server.exit_code())} during the benchmark",
                          tail_of(server_log))
         metrics = bench_metrics(read_bench_row(output_file))
-        metrics.update(startup_s=round(startup_s, 2), bench_s=round(bench_s, 2))
+        metrics.update(startup_s=round(startup_s, 2), bench_s=round(bench_s, 2),
+                       custom_allreduce=custom_allreduce_state(args.custom_allreduce, args.tp,
+                                                               read_text(server_log)))
     finally:
         server.stop(grace=args.stop_grace)
         stop_request.remove(server)
     if not metrics.get("completed"):
         return "fail", "the benchmark completed no request", tail_of(bench_log), metrics
-    return "pass", summary_line(metrics), tail_of(bench_log, 3000), metrics
+    reason = summary_line(metrics)
+    if metrics["custom_allreduce"].startswith("fell back"):
+        reason += f"; custom all-reduce was asked for but SGLang {metrics['custom_allreduce']}"
+    return "pass", reason, tail_of(bench_log, 3000), metrics
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -500,11 +534,17 @@ def main(argv) -> None:
 
     def on_terminate(signum, frame):
         # The runner stops us with SIGTERM and SIGKILLs after a short grace; the server lives in its
-        # own process group, which the runner does not see: stop it now, quickly.
+        # own process group, which the runner does not see: stop it now, quickly. A second SIGTERM
+        # while stopping must not cut the stop short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for group in list(running):
             group.stop(grace=2.0)
+        sf.end_descendants(settle_s=1.0)
         raise SystemExit(128 + signum)
 
+    # Whatever the server starts outside its process group (a process in its own session) is
+    # re-parented here when its parent dies, and ended with the rest below.
+    sf.adopt_orphans()
     signal.signal(signal.SIGTERM, on_terminate)
     workdir = args.log_dir or tempfile.mkdtemp(prefix="sf-serve-")
     os.makedirs(workdir, exist_ok=True)
@@ -518,6 +558,7 @@ def main(argv) -> None:
     finally:
         for group in list(running):
             group.stop(grace=2.0)
+        sf.end_descendants()
         if not args.log_dir:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)

@@ -670,9 +670,19 @@ def run_ranks(worker: Callable[..., None], world_size: int, options: Mapping[str
     The parent watches every rank's current phase; a phase that makes no progress for
     ``phase_timeout_s`` (a hang, the norm for NCCL on PCIe boxes) ends the run: all ranks are
     killed and the hung (rank, phase) is reported. ``worker`` must be a module-level function of
-    the calling script (spawn pickles it by name).
+    the calling script (spawn pickles it by name). When this returns, or when SIGTERM / SIGINT
+    ends the script meanwhile, every rank and everything a rank started is gone, a process in its
+    own session included (this process adopts orphans: :func:`adopt_orphans`).
     """
     ctx = multiprocessing.get_context("spawn")
+    adopt_orphans()
+    with ending_descendants_on_signal():
+        return _spawn_and_watch(ctx, worker, world_size, options, phase_timeout_s, env, total_timeout_s)
+
+
+def _spawn_and_watch(ctx: Any, worker: Callable[..., None], world_size: int, options: Mapping[str, Any],
+                     phase_timeout_s: float, env: Mapping[str, str] | None,
+                     total_timeout_s: float | None) -> RanksOutcome:
     saved_env = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})  # spawned children inherit the parent's environment
     procs, conns = [], []
@@ -691,7 +701,115 @@ def run_ranks(worker: Callable[..., None], world_size: int, options: Mapping[str
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return _watch_ranks(procs, conns, phase_timeout_s, total_timeout_s)
+    try:
+        return _watch_ranks(procs, conns, phase_timeout_s, total_timeout_s)
+    finally:
+        # What the ranks started and left behind (a subprocess in its own session, a server) dies
+        # with them: the ranks are gone by now, so every descendant but multiprocessing's helper is.
+        end_descendants(keep=_multiprocessing_helpers())
+
+
+# --------------------------------------------------------------------------------------------
+# Nothing a probe started outlives it
+# --------------------------------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def adopt_orphans() -> bool:
+    """Make this process the subreaper of everything below it (Linux ``prctl``): a grandchild whose
+    rank died, even one in its own session, is re-parented here instead of to init, so
+    :func:`end_descendants` still finds it. False where the kernel or libc cannot."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendant_pids(root: int) -> list[int]:
+    """Every process below ``root`` (children before grandchildren), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after the command name: state, ppid, ...
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    queue = list(children.get(root, ()))
+    while queue:
+        pid = queue.pop(0)
+        found.append(pid)
+        queue.extend(children.get(pid, ()))
+    return found
+
+
+def end_descendants(keep: Sequence[int] = (), settle_s: float = 2.0) -> list[int]:
+    """SIGKILL every process below this one except ``keep`` (and what is below those), reap the
+    ones that are (or become, as their parents die) this process's children; the pids killed."""
+    kept = set(keep)
+    for pid in list(kept):
+        kept.update(descendant_pids(pid))
+    doomed = [pid for pid in descendant_pids(os.getpid()) if pid not in kept]
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + settle_s
+    waiting = set(doomed)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+                if reaped:
+                    waiting.discard(pid)
+            except ChildProcessError:  # not (yet) ours: its parent reaps it, or it is re-parented here
+                if not os.path.exists(f"/proc/{pid}"):
+                    waiting.discard(pid)
+        if waiting:
+            time.sleep(0.05)
+    return doomed
+
+
+def _multiprocessing_helpers() -> tuple[int, ...]:
+    """multiprocessing's own helper processes (the resource tracker), which outlive a run by design."""
+    try:
+        from multiprocessing import resource_tracker
+        pid = getattr(resource_tracker._resource_tracker, "_pid", None)  # noqa: SLF001 - no public accessor
+    except (ImportError, AttributeError):
+        return ()
+    return (pid,) if pid else ()
+
+
+@contextmanager
+def ending_descendants_on_signal() -> Iterator[None]:
+    """While ranks run: SIGTERM (the runner stopping a probe at its timeout) or SIGINT first ends
+    every descendant, ranks and whatever they started, then takes its usual course."""
+    def handler(signum: int, frame: Any) -> None:
+        end_descendants(keep=_multiprocessing_helpers(), settle_s=1.0)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        previous.clear()
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
 
 
 def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
@@ -758,13 +876,47 @@ def _stop_processes(procs: list[Any], grace_s: float = 5.0) -> None:
             proc.join(timeout=2.0)
 
 
-def free_tcp_port() -> int:
-    """A free localhost port for the process-group rendezvous."""
+#: Where rendezvous ports are drawn from when the ephemeral range starts above it (see free_tcp_port).
+RENDEZVOUS_PORTS = (20000, 32767)
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def free_tcp_port(attempts: int = 200, rng: Any = None) -> int:
+    """A free localhost port for the process-group rendezvous.
+
+    The port is chosen here and bound later by rank 0's TCPStore, so something else may take it in
+    between. A port the kernel hands out itself (a bind to port 0) is in the ephemeral range, which
+    the kernel also gives every outgoing connection made meanwhile; a port below that range is only
+    ever taken by a process that names it. So: a random port of :data:`RENDEZVOUS_PORTS` under the
+    ephemeral range that binds now; the kernel's pick only when none does.
+    """
+    import random
     import socket
 
+    rng = rng or random.SystemRandom()
+    low, high = RENDEZVOUS_PORTS
+    high = min(high, ephemeral_range()[0] - 1)
+    for _ in range(attempts if high > low else 0):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it assigns itself (Linux default 32768-60999)."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE, encoding="utf-8") as handle:
+            low, high = (int(v) for v in handle.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def signal_name(exitcode: int | None) -> str:
@@ -859,10 +1011,65 @@ def check_allreduce_sum(tensor: Any, world_size: int, where: str) -> float:
 
 
 # --------------------------------------------------------------------------------------------
+# torch symmetric memory: what its all-reduce kernels are built for
+# --------------------------------------------------------------------------------------------
+
+#: dtypes every torch.ops.symm_mem all-reduce kernel is compiled for: AT_DISPATCH_FLOAT_AND_BFLOAT16
+#: (bfloat16, float32) in pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu
+#: (read at 03a4032ba32d4eddaf2f98b8efb65d9746744764); float16 reaches no kernel.
+SYMM_MEM_DTYPES = ("bfloat16", "float32")
+#: Ops compiled for fixed world sizes only (DISPATCH_WORLD_SIZES_NO_DEFAULT: "Not implemented for
+#: world_size=N"); the other all-reduce ops have a generic world-size kernel (DISPATCH_WORLD_SIZES).
+SYMM_MEM_FIXED_WORLD_SIZES = {"two_shot_all_reduce_out": (2, 4, 8)}
+#: Ops that need a multicast object ("multicast support is required").
+SYMM_MEM_MULTICAST_OPS = ("multimem_all_reduce_", "multimem_one_shot_all_reduce")
+
+
+def symm_mem_unsupported(op: str, world_size: int, dtype: str, multicast: bool | None = None) -> str | None:
+    """Why torch has no kernel for ``op`` at this world size and dtype (None: it has one). An
+    unsupported case is ``unsupported``, not a failure: nothing was tried that could fail."""
+    if dtype not in SYMM_MEM_DTYPES:
+        return (f"torch.ops.symm_mem.{op} has no {dtype} kernel (its kernels are built for "
+                f"{' and '.join(SYMM_MEM_DTYPES)} only)")
+    sizes = SYMM_MEM_FIXED_WORLD_SIZES.get(op)
+    if sizes is not None and world_size not in sizes:
+        return (f"torch.ops.symm_mem.{op} is built for world sizes {', '.join(map(str, sizes))} only "
+                f"(not {world_size})")
+    if op in SYMM_MEM_MULTICAST_OPS and multicast is False:
+        return f"torch.ops.symm_mem.{op} needs multicast, which these devices lack (handle.multicast_ptr == 0)"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # SGLang's custom all-reduce, chosen the way SGLang chooses it
 # --------------------------------------------------------------------------------------------
 
 SGLANG_CUSTOM_AR_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
+SGLANG_CUSTOM_AR_UTILS_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce_utils"
+SGLANG_P2P_CHECK_SKIPPED = "skipped, as an SGLang server does without --enable-p2p-check"
+
+
+def skip_sglang_p2p_check() -> str:
+    """Skip SGLang's own P2P test the way a server does, before its custom all-reduce is constructed;
+    returns what the record says about the check.
+
+    SGLang's ``gpu_p2p_access_check`` asks ``get_world_group()`` for the local rank and a barrier,
+    state that only SGLang's own distributed bootstrap creates (0.5.9: "world group is not
+    initialized"; 0.5.23 through ``get_parallel().world_group``); a probe that builds its own process
+    groups crashes in it. A server never runs it either: unless ``--enable-p2p-check``, it calls
+    ``monkey_patch_p2p_access_check()`` first (0.5.9 ``ModelRunner.init_torch_distributed``, 0.5.23
+    ``distributed/bootstrap.py``). SGLang's own function is used, then the name is rebound in
+    ``custom_all_reduce`` too, because 0.5.9 imports ``gpu_p2p_access_check`` by name there and an
+    import that happened first would keep the unpatched check. The copy that really crosses the
+    link is the p2p probe's business.
+    """
+    utils = importlib.import_module("sglang.srt.utils")
+    utils.monkey_patch_p2p_access_check()
+    patched_check = importlib.import_module(SGLANG_CUSTOM_AR_UTILS_MODULE).gpu_p2p_access_check
+    custom_ar = importlib.import_module(SGLANG_CUSTOM_AR_MODULE)
+    if hasattr(custom_ar, "gpu_p2p_access_check"):
+        custom_ar.gpu_p2p_access_check = patched_check
+    return SGLANG_P2P_CHECK_SKIPPED
 
 
 def sglang_custom_allreduce_class(group: Any, device: Any) -> tuple[Any, str]:

@@ -5,9 +5,13 @@ attaches ``CustomAllreduce`` to a CPU group), record its row of the P2P access m
 (``torch.cuda.can_device_access_peer``), construct the class SGLang's own dispatcher picks
 (``dispatch_custom_allreduce``: ``CustomAllReduceV2`` on full-NVLink CUDA groups in 0.5.23, else
 ``CustomAllreduce``; see ``_sfprobe.sglang_custom_allreduce_class``) with its own gates (world size,
-NVLink via NVML, its P2P test) and, when it stays enabled, compare
-``custom_all_reduce`` with NCCL's ``all_reduce`` for several sizes: results (bf16 tolerance) and
-median latency of each.
+NVLink via NVML; its P2P test is skipped as a server skips it without ``--enable-p2p-check``, see
+``_sfprobe.skip_sglang_p2p_check``) and, when it stays enabled, compare
+``custom_all_reduce`` with NCCL's ``all_reduce`` for several sizes, then once more captured in a
+CUDA graph inside ``communicator.capture()`` and replayed (how SGLang's decode steps run it):
+results (bf16 tolerance) and median latency of each. Every rank's difference is gathered before
+any rank decides, so a mismatch on one rank is reported by rank on all of them instead of leaving
+the others waiting in the next collective.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 import _sfprobe as sf
 
 SIZES = (2048, 131072, 1048576)  # bf16 elements: 4 KiB, 256 KiB, 2 MiB
+GRAPH_PHASE = "graph_replay"
+GRAPH_NUMEL = 131072  # 256 KiB, a decode-step all-reduce
 
 
 def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.RankReporter) -> None:
@@ -35,6 +41,7 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     with reporter.phase("construct") as data:
         said = LogCollector()
         logging.getLogger("sglang").addHandler(said)
+        data["p2p_check"] = sf.skip_sglang_p2p_check()
         chosen, data["class"] = sf.sglang_custom_allreduce_class(cpu_group, device)
         communicator = chosen(group=cpu_group, device=device)
         data["disabled"] = bool(communicator.disabled)
@@ -42,7 +49,9 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     if not communicator.disabled:
         for numel in options["sizes"]:
             with reporter.attempt(f"allreduce_{numel}") as data:
-                data.update(compare(torch, dist, communicator, numel, rank, options["iters"]))
+                data.update(compare(torch, dist, cpu_group, communicator, numel, rank, options["iters"]))
+        with reporter.attempt(GRAPH_PHASE) as data:
+            data.update(compare_graph(torch, dist, cpu_group, communicator, GRAPH_NUMEL, rank, options["iters"]))
         communicator.close()
     with reporter.phase("destroy"):
         dist.destroy_process_group()
@@ -59,8 +68,10 @@ class LogCollector(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def compare(torch: Any, dist: Any, communicator: Any, numel: int, rank: int, iters: int) -> dict[str, Any]:
-    """Custom all-reduce vs NCCL on the same bf16 input: max difference and latencies."""
+def compare(torch: Any, dist: Any, cpu_group: Any, communicator: Any, numel: int, rank: int,
+            iters: int) -> dict[str, Any]:
+    """Custom all-reduce vs NCCL on the same bf16 input, eagerly: every rank's difference, then
+    latencies. Every rank takes the same path (see :func:`agree_on_differences`)."""
     generator = torch.Generator(device="cuda").manual_seed(1234 + rank)
     data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
     if not communicator.should_custom_ar(data):
@@ -69,13 +80,63 @@ def compare(torch: Any, dist: Any, communicator: Any, numel: int, rank: int, ite
     dist.all_reduce(reference)
     result = communicator.custom_all_reduce(data)
     torch.cuda.synchronize()
-    difference = float((result.float() - reference.float()).abs().max().item())
-    scale = float(reference.float().abs().max().item()) or 1.0
-    if difference > 0.05 * scale:  # bf16 sums in another order differ by rounding, not more
-        raise AssertionError(f"custom all-reduce differs from NCCL by {difference} (max |NCCL| {scale})")
-    return {"used": True, "max_abs_diff": difference,
+    differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "eager")
+    return {"used": True, "max_abs_diff": max(d for d, _ in differences),
             "custom_us": sf.median_us(lambda: communicator.custom_all_reduce(data), torch.cuda.synchronize, iters),
             "nccl_us": sf.median_us(lambda: dist.all_reduce(reference), torch.cuda.synchronize, iters)}
+
+
+def compare_graph(torch: Any, dist: Any, cpu_group: Any, communicator: Any, numel: int, rank: int,
+                  iters: int) -> dict[str, Any]:
+    """Custom all-reduce captured in a CUDA graph the way SGLang's graph runner does it (inside
+    ``communicator.capture()``, which registers the graph's buffers on exit), replayed, and compared
+    with NCCL on every rank; the replay latency."""
+    generator = torch.Generator(device="cuda").manual_seed(4321 + rank)
+    data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
+    if not communicator.should_custom_ar(data):
+        return {"used": False}
+    reference = data.clone()
+    dist.all_reduce(reference)
+    graph = torch.cuda.CUDAGraph()
+    with communicator.capture():
+        with torch.cuda.graph(graph):
+            result = communicator.custom_all_reduce(data)
+    torch.cuda.synchronize()
+    dist.barrier(group=cpu_group)
+    graph.replay()
+    torch.cuda.synchronize()
+    differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "graph replay")
+    return {"used": True, "max_abs_diff": max(d for d, _ in differences),
+            "graph_us": sf.median_us(graph.replay, torch.cuda.synchronize, iters)}
+
+
+def difference_and_scale(result: Any, reference: Any) -> tuple[float, float]:
+    difference = float((result.float() - reference.float()).abs().max().item())
+    return difference, float(reference.float().abs().max().item()) or 1.0
+
+
+def agree_on_differences(dist: Any, group: Any, difference: float, scale: float,
+                         where: str) -> list[tuple[float, float]]:
+    """Every rank's (difference, scale), gathered on the CPU group before anyone decides: a rank
+    that alone raised would leave its peers waiting in the next collective (a false "hang"); so all
+    ranks raise together, naming the ranks that differ, or all go on."""
+    import torch
+
+    mine = torch.tensor([difference, scale], dtype=torch.float64)
+    slots = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size(group=group))]
+    dist.all_gather(slots, mine, group=group)  # tensors, not all_gather_object: no numpy needed
+    gathered = [(float(slot[0]), float(slot[1])) for slot in slots]
+    mismatched = mismatched_ranks(gathered)
+    if mismatched:
+        raise AssertionError(f"{where}: custom all-reduce differs from NCCL on rank(s) "
+                             + ", ".join(f"{r} (by {gathered[r][0]:.4g}, max |NCCL| {gathered[r][1]:.4g})"
+                                         for r in mismatched))
+    return gathered
+
+
+def mismatched_ranks(differences: Sequence[tuple[float, float]]) -> list[int]:
+    """Ranks whose difference exceeds what bf16 rounding explains (5 % of the largest |value|)."""
+    return [rank for rank, (difference, scale) in enumerate(differences) if difference > 0.05 * scale]
 
 
 def main(argv: Sequence[str]) -> None:
@@ -109,6 +170,7 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     metrics: dict[str, Any] = {"p2p_matrix": [rows[r] for r in sorted(rows)],
                                "disabled": any(e.data.get("disabled") for e in constructed) if constructed else None,
                                "sglang_class": constructed[0].data.get("class") if constructed else None,
+                               "sglang_p2p_check": constructed[0].data.get("p2p_check") if constructed else None,
                                "sglang_said": next((e.data["sglang_said"] for e in constructed
                                                     if e.data.get("sglang_said")), "")}
     for numel in SIZES:
@@ -117,6 +179,10 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
             metrics[f"custom_us_{numel}"] = max(e.data["custom_us"] for e in events)
             metrics[f"nccl_us_{numel}"] = max(e.data["nccl_us"] for e in events)
             metrics[f"max_abs_diff_{numel}"] = max(e.data["max_abs_diff"] for e in events)
+    replayed = outcome.phase_events(GRAPH_PHASE)
+    if replayed and all(e.data.get("used") for e in replayed):
+        metrics["graph_us"] = max(e.data["graph_us"] for e in replayed)
+        metrics["graph_max_abs_diff"] = max(e.data["max_abs_diff"] for e in replayed)
     return metrics
 
 
@@ -135,7 +201,11 @@ def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.V
         return sf.Verdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
     timing = "; ".join(f"{n * 2 // 1024} KiB: custom {metrics[f'custom_us_{n}']} us vs NCCL {metrics[f'nccl_us_{n}']} us"
                        for n in used)
-    return sf.Verdict("pass", f"{what}: matches NCCL; {timing}", log)
+    if "graph_us" not in metrics:
+        return sf.Verdict("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
+                          f"{GRAPH_NUMEL * 2 // 1024} KiB all-reduce to capture in a CUDA graph", log)
+    return sf.Verdict("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
+                      f"({metrics['graph_us']} us); {timing}", log)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,15 @@ so every rank can recompute what every other rank sends it. Phases per rank:
 * ``graph_capture`` / ``graph_replay`` (NCCL only): dispatch + combine payload with the split sizes
   fixed, warmed up on a side stream, captured in a CUDA graph, replayed and checked again.
 * DeepEP (NCCL only, where the image has ``deep_ep``): ``Buffer(group, num_nvl_bytes, 0)`` and one
-  intranode dispatch / combine round as DeepEP's own tests/legacy/test_intranode.py does it. Its
-  outcome is reported as its own metrics (``deepep``) and never decides the probe's status: the
-  feature is the all-to-all the stack runs, and SGLang's default ``--moe-a2a-backend`` is ``none``
-  (sglang 0.5.9 wheel, sglang/srt/server_args.py: ``moe_a2a_backend ... = "none"``).
+  intranode dispatch / combine round as DeepEP's own tests/legacy/test_intranode.py does it.
+
+Which result decides (``--decide-by``): ``sglang`` (feature ``ep-a2a``, SGLang's
+``--moe-a2a-backend``) is decided by the backend SGLang would run, DeepEP where the image has it:
+its round passing or failing in its own words; without DeepEP the image has no all-to-all backend
+for SGLang (its default ``none`` runs none: sglang 0.5.9 wheel, sglang/srt/server_args.py
+``moe_a2a_backend ... = "none"``), a skip with that reason. The torch ``all_to_all_single``
+result stays in the metrics. ``torch`` (feature ``torch-a2a``) is decided by torch's all-to-all
+alone, DeepEP not run.
 
 ``--backend gloo`` runs the same harness on CPU (gloo's ``all_to_all_single`` takes uneven split
 sizes, checked on torch 2.13.0+cpu) and skips the CUDA-graph and DeepEP phases: it tests the probe,
@@ -49,6 +54,7 @@ MAX_RANKS = 256
 SENTINEL = -1.0  # what the graph-replay buffers hold before a replay; column 0 is never negative
 
 DEEPEP_PHASE_PREFIX = "deepep"
+DECIDERS = ("sglang", "torch")
 DEEPEP_DISTRIBUTIONS = ("deep-ep", "sgl-deep-ep", "sgl-deep-ep-v25")
 
 
@@ -434,6 +440,8 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--no-deepep", dest="deepep", action="store_false", help="skip DeepEP even if installed")
+    parser.add_argument("--decide-by", choices=DECIDERS, default="sglang",
+                        help="sglang: the all-to-all backend SGLang would use (DeepEP); torch: all_to_all_single")
     parser.add_argument("--deepep-nvl-bytes", type=int, default=int(2e9),
                         help="DeepEP Buffer num_nvl_bytes (DeepEP's test_intranode uses 2e9)")
     # Debug: damage one received value on this rank, so the checks are seen to fail.
@@ -469,7 +477,10 @@ def main(argv: Sequence[str]) -> None:
     failed = sf.ranks_verdict(core, what)
     if failed is not None:
         sf.emit_verdict(failed, facts, metrics)
-    sf.emit_verdict(decide(args.backend, args.gpus, what, metrics, outcome), facts, metrics)
+    verdict = decide(args.backend, args.gpus, what, metrics, outcome)
+    if args.decide_by == "sglang" and args.backend == "nccl":
+        verdict = sglang_backend_verdict(verdict, metrics, args.gpus)
+    sf.emit_verdict(verdict, facts, metrics)
 
 
 def split_deepep(outcome: sf.RanksOutcome) -> tuple[sf.RanksOutcome, str]:
@@ -557,6 +568,26 @@ def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome:
     return sf.Verdict("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
                       f"combine ({metrics.get('combine_us_max_rank')} us) and replayed from a CUDA graph "
                       f"({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}{deepep}", log)
+
+
+def sglang_backend_verdict(torch_verdict: sf.Verdict, metrics: dict[str, Any], gpus: int) -> sf.Verdict:
+    """``ep-a2a`` by the backend SGLang's ``--moe-a2a-backend`` would run: DeepEP's own result where
+    the image has it, a skip where it has no all-to-all backend; torch's result stays a metric."""
+    metrics["torch_all_to_all"] = f"{torch_verdict.status}: {torch_verdict.reason[:300]}"
+    deepep = metrics.get("deepep", "")
+    what = f"SGLang --moe-a2a-backend deepep on {gpus} GPUs"
+    if deepep.startswith("absent"):
+        return sf.Verdict("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
+                          "--moe-a2a-backend none runs no all-to-all (torch's all_to_all_single: "
+                          f"{torch_verdict.status}, see torch-a2a)", torch_verdict.evidence)
+    if deepep == "pass":
+        return sf.Verdict("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
+                          f"({metrics.get('deepep_round_us_max_rank')} us, DeepEP {metrics.get('deepep_version')}); "
+                          f"torch all_to_all_single: {torch_verdict.status}", torch_verdict.evidence)
+    if deepep.startswith("fail"):
+        return sf.Verdict("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
+                          f"{torch_verdict.status}", torch_verdict.evidence)
+    return sf.Verdict("skip", f"{what}: DeepEP not run ({deepep})", torch_verdict.evidence)
 
 
 if __name__ == "__main__":

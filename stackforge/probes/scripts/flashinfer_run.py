@@ -12,6 +12,12 @@ the metrics say which happened: the shared objects built under the fresh cache a
 
 Kernels: ``flashinfer.norm.rmsnorm`` (bf16) and ``flashinfer.single_decode_with_kv_cache`` (one
 decode step of attention, bf16, grouped-query heads). A failure carries FlashInfer's own words.
+
+FlashInfer 0.7 dispatches ``rmsnorm`` to a CuTe-DSL kernel when ``nvidia-cutlass-dsl`` imports and
+targets the arch; a DSL failure would then read as a JIT failure. ``FLASHINFER_USE_CUDA_NORM=1``
+(read once, at import, in ``flashinfer/norm/__init__.py``) selects the CUDA JIT kernels, so the
+probe sets it before the import unless the image sets it itself, and records which backend ran
+(``norm_backend``: FlashInfer's own ``_use_cuda_norm`` answer).
 """
 
 from __future__ import annotations
@@ -30,6 +36,31 @@ import _sfprobe as sf
 TOLERANCE = 0.05
 #: Where the checks allocate; the tests point it at the CPU to check the torch references themselves.
 DEVICE = "cuda"
+#: FlashInfer >= 0.7: "1" selects the CUDA JIT norm kernels over the CuTe-DSL ones (read at import).
+CUDA_NORM_ENV = "FLASHINFER_USE_CUDA_NORM"
+
+
+def choose_cuda_norm(environ: dict[str, str] | Any) -> str:
+    """Ask for FlashInfer's CUDA JIT norm kernels (before the import) unless the image chose;
+    returns who chose: ``probe`` or ``image (<value>)``."""
+    if environ.get(CUDA_NORM_ENV) is not None:
+        return f"image ({CUDA_NORM_ENV}={environ[CUDA_NORM_ENV]})"
+    environ[CUDA_NORM_ENV] = "1"
+    return "probe"
+
+
+def norm_backend(torch: Any, flashinfer: Any) -> str:
+    """Which kernels ``flashinfer.norm.rmsnorm`` dispatches to on the device, by FlashInfer's own
+    rule (``_use_cuda_norm``, 0.7); a FlashInfer without a CuTe-DSL norm has only the CUDA JIT one."""
+    norm = getattr(flashinfer, "norm", None)
+    decide = getattr(norm, "_use_cuda_norm", None)
+    if decide is None:
+        flag = getattr(norm, "_USE_CUDA_NORM", None)
+        if flag is None:
+            return "cuda-jit (no CuTe-DSL norm in this FlashInfer)"
+        return "cuda-jit" if flag else "cute-dsl"
+    device = torch.device(DEVICE, 0) if DEVICE == "cuda" else torch.device(DEVICE)
+    return "cuda-jit" if decide(device) else "cute-dsl"
 
 
 def rmsnorm_check(torch: Any, flashinfer: Any) -> float:
@@ -92,17 +123,22 @@ def built_modules(cache_base: Path) -> list[str]:
     return sorted(p.name for p in cache_base.rglob("*.so"))
 
 
-def build_and_run(torch: Any) -> tuple[str | None, list[dict[str, Any]], list[str]]:
-    """(import error or None, kernel rows, modules built here), with FlashInfer's JIT cache in a fresh
-    temporary folder that is removed afterwards."""
+def build_and_run(torch: Any) -> tuple[str | None, list[dict[str, Any]], list[str], dict[str, str]]:
+    """(import error or None, kernel rows, modules built here, norm backend facts), with FlashInfer's
+    JIT cache in a fresh temporary folder that is removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="sf-flashinfer-jit-") as base:
-        # Before the import: FlashInfer reads its cache location once, at import time.
+        # Before the import: FlashInfer reads its cache location and the norm backend once, at import.
         os.environ["FLASHINFER_WORKSPACE_BASE"] = base
+        chosen_by = choose_cuda_norm(os.environ)
         flashinfer, error = sf.try_import("flashinfer")
         if flashinfer is None:
-            return error, [], []
+            return error, [], [], {}
+        backend = {"norm_backend": norm_backend(torch, flashinfer), "norm_backend_chosen_by": chosen_by}
         rows = [run_kernel(torch, flashinfer, name, check) for name, check in KERNELS]
-        return None, rows, built_modules(Path(base))
+        for row in rows:
+            if row["kernel"] == "rmsnorm":
+                row["backend"] = backend["norm_backend"]
+        return None, rows, built_modules(Path(base)), backend
 
 
 def main(argv: Sequence[str]) -> None:
@@ -112,22 +148,24 @@ def main(argv: Sequence[str]) -> None:
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
     if status:
         sf.emit(status, reason, facts=facts)
-    import_error, rows, built = build_and_run(torch)
+    import_error, rows, built, backend = build_and_run(torch)
     if import_error is not None:
         sf.emit("skip" if "No module named 'flashinfer'" in import_error else "fail",
                 f"import flashinfer: {import_error}", import_error, facts=facts)
     metrics = {"gpu": torch.cuda.get_device_name(0), "kernels": rows, "built_here": built,
-               "flashinfer": sf.installed_version("flashinfer-python")}
+               "flashinfer": sf.installed_version("flashinfer-python"), **backend}
     evidence = "\n".join(f"{r['kernel']}: " + (f"ok, max relative error {r['max_rel_error']}" if r["ok"]
                                                 else r["error"]) + f" ({r['seconds']} s)" for r in rows)
     evidence += "\nbuilt under the fresh JIT cache: " + (", ".join(built) or "nothing (prebuilt modules)")
+    evidence += f"\nrmsnorm backend: {backend['norm_backend']} (chosen by {backend['norm_backend_chosen_by']})"
     failed = [r for r in rows if not r["ok"]]
     what = f"FlashInfer {metrics['flashinfer']} on {metrics['gpu']} ({args.arch.sm_name})"
     if failed:
         sf.emit("fail", f"{what}: {failed[0]['kernel']}: {failed[0]['error']}", evidence, metrics=metrics,
                 facts=facts)
     how = f"JIT-built {len(built)} module(s) here" if built else "modules came prebuilt"
-    sf.emit("pass", f"{what}: {', '.join(r['kernel'] for r in rows)} ran and matched torch; {how}", evidence,
+    sf.emit("pass", f"{what}: {', '.join(r['kernel'] for r in rows)} ran and matched torch; {how}; rmsnorm on "
+            f"{backend['norm_backend']}", evidence,
             metrics=metrics, facts=facts)
 
 

@@ -1,14 +1,27 @@
-"""Runtime probe ``nccl-graph-tree`` / ``nccl-graph-ring``: NCCL all-reduce with a forced
+"""Runtime probes ``nccl-graph-tree`` / ``nccl-graph-ring`` / ``nccl-global-tree``: NCCL with a forced
 algorithm, eagerly and captured in a CUDA graph, on N GPUs.
 
 Each rank runs in its own process (spawned); the parent watches every phase with a timeout,
-because a hang (not an error) is how NCCL usually fails on PCIe boxes. The algorithm is forced
-with NCCL's per-collective syntax ``NCCL_ALGO=allreduce:<algo>`` (a global ``NCCL_ALGO=Tree``
-breaks AllGather/Broadcast, which only have Ring). Phases per rank: init (process group), eager
-(all_reduce, checked against the exact sum), graph_capture (warm-up on a side stream, then
-capture), graph_replay (replay, checked again), destroy.
+because a hang (not an error) is how NCCL usually fails on PCIe boxes.
 
-``--backend gloo`` runs the same harness on CPU (rendezvous, eager all-reduce, correctness check,
+Two variants, each its own verdict:
+
+* ``--variant per-collective`` (``nccl-graph-tree`` / ``-ring``): the algorithm forced for the
+  all-reduce only, with NCCL's per-collective syntax ``NCCL_ALGO=allreduce:<algo>`` (what SGLang's
+  ``--enable-deterministic-inference`` sets). Phases per rank: init, eager (all_reduce, checked
+  against the exact sum), graph_capture (warm-up on a side stream, then capture), graph_replay
+  (replay, checked again), destroy.
+* ``--variant global`` (``nccl-global-tree``): a global ``NCCL_ALGO=Tree``, as a launch script that
+  exports it sets it, with the collectives a server captures: all_reduce, all_gather,
+  reduce_scatter and broadcast, each an independent attempt (warm-up, capture, replay, checked).
+  Only AllReduce has a Tree algorithm, so NCCL refuses the others with "no algorithm/protocol
+  available for function AllGather ... NCCL_ALGO was set to Tree."; the verdict quotes NCCL's words
+  per collective (:func:`nccl_refusal`).
+
+An ``NCCL_ALGO`` the image sets is never overwritten: the ranks run with it (a server in that image
+would) and the record says so (``NCCL_ALGO_source: image``).
+
+``--backend gloo`` runs the same harness on CPU (rendezvous, eager collectives, correctness check,
 result) and skips the CUDA-graph phases: it tests the probe, not NCCL, and says so.
 """
 
@@ -16,11 +29,21 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import _sfprobe as sf
+
+#: The collectives of the global variant, in the order a server's first captured step meets them.
+GLOBAL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+#: NCCL's refusal when the forced algorithm has no implementation for a collective: the WARN of
+#: topoGetAlgoInfo in NVIDIA/nccl src/enqueue.cc ("Error : no algorithm/protocol available for
+#: function %s with datatype %s.%s%s", the tail " NCCL_ALGO was set to %s."); releases before 2.19
+#: capitalise "No". torch repeats it after "Last error:" in the DistBackendError it raises.
+NCCL_REFUSAL = re.compile(r"no algorithm/protocol available for function (?P<function>\w+) with datatype "
+                          r"(?P<datatype>\w+)\.?(?: NCCL_ALGO was set to (?P<algo>[^.\s]+)\.)?", re.IGNORECASE)
 
 
 def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.RankReporter) -> None:
@@ -40,6 +63,16 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
             data["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
             data["gpu"] = torch.cuda.get_device_name(device)
     sync = torch.cuda.synchronize if nccl else (lambda: None)
+    if options["variant"] == "global":
+        for collective in GLOBAL_COLLECTIVES:
+            if not nccl and collective == "reduce_scatter":
+                reporter.send(collective, "skip", "gloo has no reduce_scatter")
+                continue
+            with reporter.attempt(collective) as data:
+                data.update(run_collective(torch, dist, collective, device, rank, world_size, nccl, options))
+        with reporter.phase("destroy"):
+            dist.destroy_process_group()
+        return
     tensor = torch.full((options["numel"],), float(rank + 1), dtype=torch.float32, device=device)
     with reporter.phase("eager") as data:
         dist.all_reduce(tensor)
@@ -75,9 +108,96 @@ def run_graph_phases(torch: Any, dist: Any, tensor: Any, rank: int, world_size: 
         data["graph_us"] = sf.median_us(graph.replay, torch.cuda.synchronize, options["iters"])
 
 
+def run_collective(torch: Any, dist: Any, collective: str, device: Any, rank: int, world_size: int,
+                   nccl: bool, options: dict[str, Any]) -> dict[str, Any]:
+    """One collective of the global variant: eager warm-up (on a side stream, as before a capture),
+    then capture and replay (NCCL only), the result checked after each; its latencies."""
+    numel = options["numel"] - options["numel"] % world_size
+    run, check = collective_call(torch, dist, collective, device, rank, world_size, numel)
+    if not nccl:
+        run()
+        check("eager")
+        return {"eager_us": sf.median_us(run, lambda: None, options["iters"]), "graph": "skipped (gloo)"}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # NCCL must have run on the capture stream before capture
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    check("eager")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    check("graph replay")
+    return {"graph_us": sf.median_us(graph.replay, torch.cuda.synchronize, options["iters"])}
+
+
+def collective_call(torch: Any, dist: Any, collective: str, device: Any, rank: int, world_size: int,
+                    numel: int) -> tuple[Any, Any]:
+    """(run, check) for one collective on float32 data whose right answer is known exactly: rank r
+    contributes r + 1 everywhere (broadcast: rank 0 sends 1)."""
+    def full(count: int, value: float) -> Any:
+        return torch.full((count,), value, dtype=torch.float32, device=device)
+
+    def expect(tensor: Any, expected: Any, where: str) -> None:
+        error = float((tensor.double() - expected.double()).abs().max().item())
+        if error > 1e-6:
+            raise AssertionError(f"{collective} {where}: off by up to {error}")
+
+    mine = full(numel, float(rank + 1))
+    if collective == "all_reduce":
+        def run() -> None:
+            mine.fill_(float(rank + 1))
+            dist.all_reduce(mine)
+        return run, lambda where: sf.check_allreduce_sum(mine, world_size, f"{collective} {where}")
+    if collective == "all_gather":
+        shard = full(numel // world_size, float(rank + 1))
+        gathered = full(numel, 0.0)
+        expected = torch.arange(1, world_size + 1, dtype=torch.float32, device=device).repeat_interleave(
+            numel // world_size)
+        return (lambda: dist.all_gather_into_tensor(gathered, shard),
+                lambda where: expect(gathered, expected, where))
+    if collective == "reduce_scatter":
+        shard = full(numel // world_size, 0.0)
+        total = world_size * (world_size + 1) / 2
+        return (lambda: dist.reduce_scatter_tensor(shard, mine),
+                lambda where: expect(shard, full(numel // world_size, total), where))
+    if collective == "broadcast":
+        def run() -> None:
+            mine.fill_(float(rank + 1))
+            dist.broadcast(mine, src=0)
+        return run, lambda where: expect(mine, full(numel, 1.0), where)
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def nccl_refusal(text: str) -> dict[str, str] | None:
+    """NCCL's own words when it had no algorithm for a collective under the forced NCCL_ALGO:
+    ``{"words", "function", "datatype", "NCCL_ALGO"}``, or None when ``text`` has no such refusal."""
+    found = NCCL_REFUSAL.search(text)
+    if found is None:
+        return None
+    return {"words": found.group(0), "function": found.group("function"), "datatype": found.group("datatype"),
+            "NCCL_ALGO": found.group("algo") or ""}
+
+
+def nccl_algo_setting(variant: str, algo: str, environ: Mapping[str, str]) -> tuple[str, str]:
+    """(NCCL_ALGO the ranks run with, where it comes from): the image's own value when it sets one
+    (never overwritten: a server in that image runs with it), else the variant's."""
+    if environ.get("NCCL_ALGO"):
+        return environ["NCCL_ALGO"], "image"
+    return (algo.capitalize() if variant == "global" else f"allreduce:{algo}"), "probe"
+
+
 def main(argv: Sequence[str]) -> None:
     parser = sf.common_parser(__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=("tree", "ring"), default="tree")
+    parser.add_argument("--variant", choices=("per-collective", "global"), default="per-collective",
+                        help="NCCL_ALGO=allreduce:<algo> with all_reduce, or a global NCCL_ALGO=<Algo> with "
+                             "all_reduce, all_gather, reduce_scatter and broadcast")
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
     parser.add_argument("--phase-timeout", type=float, default=120.0, help="seconds a phase may make no progress")
     parser.add_argument("--numel", type=int, default=1 << 20, help="float32 elements per all-reduce")
@@ -87,20 +207,64 @@ def main(argv: Sequence[str]) -> None:
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
     if status:
         sf.emit(status, reason, facts=facts)
-    algo_env = f"allreduce:{args.algo}"
+    algo_env, algo_source = nccl_algo_setting(args.variant, args.algo, os.environ)
     options = {"backend": args.backend, "port": sf.free_tcp_port(), "numel": args.numel, "iters": args.iters,
+               "variant": args.variant,
                # torch's own collective timeout sits above ours so that the parent names the hung phase
                "collective_timeout_s": args.phase_timeout * 3}
     env = {"NCCL_ALGO": algo_env}
     if "NCCL_DEBUG" not in os.environ:  # NCCL's warnings belong in the log; a caller may ask for more
         env["NCCL_DEBUG"] = "WARN"
     outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout, env=env)
-    what = f"{args.backend} all_reduce, {args.gpus} ranks, NCCL_ALGO={algo_env}"
+    collectives = "all_reduce" if args.variant == "per-collective" else ", ".join(GLOBAL_COLLECTIVES)
+    what = (f"{args.backend} {collectives}, {args.gpus} ranks, NCCL_ALGO={algo_env}"
+            + (" (set by the image)" if algo_source == "image" else ""))
     metrics = summarize(outcome, args.backend, algo_env, args.gpus)
+    metrics["NCCL_ALGO_source"] = algo_source
     failed = sf.ranks_verdict(outcome, what)
     if failed is not None:
         sf.emit_verdict(failed, facts, metrics)
+    if args.variant == "global":
+        sf.emit_verdict(global_verdict(args.backend, what, metrics, outcome), facts, metrics)
     sf.emit_verdict(passed(args.backend, what, metrics, outcome.log()), facts, metrics)
+
+
+def global_verdict(backend: str, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.Verdict:
+    """The global variant: one entry per collective, NCCL's own words where it refused one."""
+    results = collective_results(outcome)
+    metrics["collectives"] = {name: text for name, (_, text) in results.items()}
+    summary = "; ".join(f"{name}: {text}" for name, (_, text) in results.items())
+    statuses = {status for status, _ in results.values()}
+    broken = [name for name, (status, _) in results.items() if status not in ("pass", "skip")]
+    if broken:
+        status = "fail" if statuses & {"fail", "not reached"} else "error"
+        return sf.Verdict(status, f"{what}: {len(broken)} of {len(results)} collectives failed: {summary}",
+                          outcome.log())
+    tail = ("CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL"
+            if backend == "gloo" else "each exact eagerly and replayed from a CUDA graph")
+    return sf.Verdict("pass", f"{what}: {tail}; {summary}", outcome.log())
+
+
+def collective_results(outcome: sf.RanksOutcome) -> dict[str, tuple[str, str]]:
+    """(status, text) per collective of the global variant: ``pass`` with its latency, ``skip``,
+    or the first failure; a refusal by NCCL is reduced to NCCL's own words."""
+    results = {}
+    for name in GLOBAL_COLLECTIVES:
+        broken = outcome.phase_events(name, "check-fail")
+        done = outcome.phase_events(name)
+        skipped = outcome.phase_events(name, "skip")
+        if broken:
+            refusal = nccl_refusal(broken[0].detail)
+            results[name] = (("fail", f"NCCL: {refusal['words']}") if refusal else
+                             (sf.failure_status(broken[0].detail), f"rank {broken[0].rank}: {broken[0].detail}"))
+        elif skipped:
+            results[name] = ("skip", f"skipped: {skipped[0].detail}")
+        elif done:
+            key = "graph_us" if "graph_us" in done[0].data else "eager_us"
+            results[name] = ("pass", f"pass ({key} {max(e.data.get(key, 0.0) for e in done)})")
+        else:
+            results[name] = ("not reached", "not reached")
+    return results
 
 
 def summarize(outcome: sf.RanksOutcome, backend: str, algo_env: str, gpus: int) -> dict[str, Any]:

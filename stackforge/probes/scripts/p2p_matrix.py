@@ -1,8 +1,18 @@
-"""Runtime probe ``p2p-access``: can every pair of the target's GPUs access each other's memory?
+"""Runtime probe ``p2p-access``: can every pair of the target's GPUs really reach each other's memory?
 
-Builds the ``torch.cuda.can_device_access_peer(i, j)`` matrix over the first N visible GPUs (what
-the driver reports; SGLang trusts exactly this with SGLANG_SKIP_P2P_CHECK=1) and records
-``nvidia-smi topo -m`` as a fact when available. Pass when every pair has access.
+Two matrices over the first N visible GPUs:
+
+* the driver's claim, ``torch.cuda.can_device_access_peer(i, j)`` (what SGLang trusts with
+  SGLANG_SKIP_P2P_CHECK=1);
+* a real copy for every ordered pair the driver admits: a 64 MiB int32 pattern copied from GPU i
+  to GPU j (``copy_`` between devices goes peer-to-peer once torch enabled peer access), compared
+  element by element, with its bandwidth. The copies run in a child process whose every pair is
+  a phase with a timeout (``_sfprobe.run_ranks``), because an IOMMU / ACS setup that blocks P2P
+  typically hangs the copy or returns garbage while the driver still says yes (the RTX PRO 6000
+  case).
+
+``nvidia-smi topo -m`` is recorded as a fact when available. Pass when every pair has access and
+every copy arrived intact.
 """
 
 from __future__ import annotations
@@ -10,12 +20,53 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import _sfprobe as sf
 
+COPY_BYTES = 64 << 20
+
+
+def copy_worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.RankReporter) -> None:
+    """One process copies over every admitted pair; each pair is its own phase (a hang names it)."""
+    import torch
+
+    for i, j in options["pairs"]:
+        with reporter.attempt(copy_phase(i, j)) as data:
+            data.update(copy_check(torch, i, j, options["numel"]))
+
+
+def copy_phase(i: int, j: int) -> str:
+    return f"copy {i}->{j}"
+
+
+def copy_check(torch: Any, i: int, j: int, numel: int) -> dict[str, Any]:
+    """Copy an int32 pattern from GPU i to GPU j and back to the host; raise unless it arrived
+    intact. The bandwidth of the device-to-device copy in GB/s (1e9 bytes)."""
+    src = (torch.arange(numel, dtype=torch.int32, device=f"cuda:{i}") * 2654435761 + i * 97 + j) & 0x7FFFFFFF
+    dst = torch.full((numel,), -1, dtype=torch.int32, device=f"cuda:{j}")
+    dst.copy_(src)
+    torch.cuda.synchronize(i)
+    torch.cuda.synchronize(j)
+    wrong = int((dst.cpu() != src.cpu()).sum().item())
+    if wrong:
+        raise AssertionError(f"{wrong} of {numel} int32 values differ after the copy {i}->{j}")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(i):
+        start.record()
+        for _ in range(5):
+            dst.copy_(src)
+        end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3 / 5
+    return {"gbps": round(numel * 4 / seconds / 1e9, 2)}
+
 
 def main(argv: Sequence[str]) -> None:
-    args = sf.common_parser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = sf.common_parser(__doc__.splitlines()[0])
+    parser.add_argument("--phase-timeout", type=float, default=60.0, help="seconds one pair's copy may take")
+    parser.add_argument("--copy-bytes", type=int, default=COPY_BYTES)
+    args = parser.parse_args(argv)
     status, reason, torch = sf.multi_gpu_preflight("nccl", args.gpus, args.arch)
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
     if status:
@@ -25,16 +76,59 @@ def main(argv: Sequence[str]) -> None:
     topology = nvidia_smi_topology()
     if topology:
         facts = {**facts, "nvidia_smi_topo": topology}
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j and matrix[i][j]]
+    outcome = sf.run_ranks(copy_worker, 1, {"pairs": pairs, "numel": max(1, args.copy_bytes // 4)},
+                           phase_timeout_s=args.phase_timeout) if pairs else None
+    sf.emit_verdict(decide(n, matrix, pairs, outcome), facts)
+
+
+def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
+           outcome: sf.RanksOutcome | None) -> sf.Verdict:
+    """The driver's claim and the copies, as one verdict with both matrices."""
+    copies = copy_results(pairs, outcome)
     lines = ["    " + " ".join(f"{j:>3}" for j in range(n))]
     lines += [f"{i:>3} " + " ".join("  Y" if ok else "  N" for ok in row) for i, row in enumerate(matrix)]
     evidence = "torch.cuda.can_device_access_peer(i, j):\n" + "\n".join(lines)
+    evidence += "\ncopies: " + "; ".join(f"{i}->{j} {text}" for (i, j), text in copies.items())
+    if outcome is not None:
+        evidence += "\n" + outcome.log()
     missing = [(i, j) for i in range(n) for j in range(n) if not matrix[i][j]]
-    metrics = {"gpus": n, "matrix": matrix, "pairs_without_access": len(missing)}
+    broken = {pair: text for pair, text in copies.items() if not text.startswith("ok")}
+    metrics = {"gpus": n, "matrix": matrix, "pairs_without_access": len(missing),
+               "copies": {f"{i}->{j}": text for (i, j), text in copies.items()}, "pairs_copy_failed": len(broken)}
+    verdict = None
     if missing:
         shown = ", ".join(f"{i}->{j}" for i, j in missing[:16])
-        sf.emit("fail", f"{len(missing)} of {n * (n - 1)} GPU pairs have no peer access ({shown})", evidence, metrics,
-                facts)
-    sf.emit("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access", evidence, metrics, facts)
+        verdict = f"{len(missing)} of {n * (n - 1)} GPU pairs have no peer access ({shown})"
+    if broken:
+        shown = "; ".join(f"{i}->{j}: {text}" for (i, j), text in list(broken.items())[:4])
+        verdict = (f"{verdict}; " if verdict else "") + (f"the driver admits peer access but {len(broken)} of "
+                                                         f"{len(pairs)} copies failed ({shown})")
+    if verdict:
+        return sf.Verdict("fail", verdict, evidence, metrics)
+    rates = [float(text.split()[1]) for text in copies.values()]
+    return sf.Verdict("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
+                      f"each arrived intact ({min(rates):.1f}-{max(rates):.1f} GB/s)", evidence, metrics)
+
+
+def copy_results(pairs: list[tuple[int, int]], outcome: sf.RanksOutcome | None) -> dict[tuple[int, int], str]:
+    """``ok <GB/s> GB/s``, the failure in its own words, ``hang ...`` or ``not reached`` per pair."""
+    results: dict[tuple[int, int], str] = {}
+    for i, j in pairs:
+        phase = copy_phase(i, j)
+        done = outcome.phase_events(phase) if outcome else ()
+        broken = outcome.phase_events(phase, "check-fail") if outcome else ()
+        if done:
+            results[(i, j)] = f"ok {done[0].data['gbps']} GB/s"
+        elif broken:
+            results[(i, j)] = broken[0].detail
+        elif outcome is not None and outcome.hung is not None and outcome.hung[1] == phase:
+            results[(i, j)] = f"hang: no progress for {outcome.hung[2]:.0f} s; the copy was killed"
+        elif outcome is not None and outcome.crashed() and any(e.phase == phase for e in outcome.events):
+            results[(i, j)] = f"crash: {sf.signal_name(outcome.crashed()[0][1])} during the copy"
+        else:
+            results[(i, j)] = "not reached"
+    return results
 
 
 def nvidia_smi_topology() -> str:
