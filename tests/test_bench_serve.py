@@ -183,10 +183,11 @@ def test_read_bench_row_takes_the_last_row(tmp_path):
 @pytest.mark.parametrize(("help_text", "version", "flag"), [
     ("  --cuda-graph-max-bs CUDA_GRAPH_MAX_BS\n", "0.5.9", "--cuda-graph-max-bs"),
     ("  --cuda-graph-max-bs-decode N\n  --cuda-graph-max-bs-prefill N\n", "0.5.23", "--cuda-graph-max-bs-decode"),
-    # 0.5.15 - 0.5.18 have both (the old one a deprecated alias): take the new one.
+    # 0.5.14 - 0.5.18 have both (the old one a deprecated alias): take the new one.
     ("  --cuda-graph-max-bs N\n  --cuda-graph-max-bs-decode N\n", "0.5.15.post1", "--cuda-graph-max-bs-decode"),
     (None, "0.5.20", "--cuda-graph-max-bs-decode"),
-    (None, "0.5.12.post1", "--cuda-graph-max-bs"),
+    (None, "0.5.14", "--cuda-graph-max-bs-decode"),
+    (None, "0.5.13.post1", "--cuda-graph-max-bs"),
     ("  --tp-size N\n", "0.5.23", None),
 ])
 def test_cuda_graph_flag_follows_the_installed_sglang(help_text, version, flag):

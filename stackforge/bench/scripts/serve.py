@@ -7,7 +7,7 @@ subprocesses). Steps:
 
 1. decide the flags the *installed* SGLang understands: ``--tp-size``, ``--disable-custom-all-reduce``,
    ``--mem-fraction-static``, speculative decoding, and the CUDA-graph batch-size flag, which is
-   ``--cuda-graph-max-bs`` up to 0.5.18 and ``--cuda-graph-max-bs-decode`` from 0.5.15 (the old
+   ``--cuda-graph-max-bs`` up to 0.5.18 and ``--cuda-graph-max-bs-decode`` from 0.5.14 (the old
    one is gone in 0.5.20+): read from ``launch_server --help``, the installed version as fallback;
 2. start ``python -m sglang.launch_server`` on 127.0.0.1 in its own process group, its output in a
    log file, and wait for ``/health`` with a deadline (model loading takes minutes); a server that
@@ -47,8 +47,10 @@ LOOPBACK = "127.0.0.1"
 BENCH_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # newest first
 OLD_GRAPH_FLAG = "--cuda-graph-max-bs"
 NEW_GRAPH_FLAG = "--cuda-graph-max-bs-decode"
-NEW_GRAPH_FLAG_SINCE = (0, 5, 15)  # first release with --cuda-graph-max-bs-decode (research §4c)
-# Keys of SGLang's bench_serving JSONL row (research §4h; SGLang 0.5.9 wheel) that we report.
+# First release with --cuda-graph-max-bs-decode: the sglang 0.5.14 wheel's srt/server_args.py:1939
+# declares cuda_graph_max_bs_decode; 0.5.13.post1 has no such field.
+NEW_GRAPH_FLAG_SINCE = (0, 5, 14)
+# Keys of SGLang's bench_serving JSONL row that we report (sglang 0.5.9 wheel: bench_serving.py:2671-2713).
 LATENCY_KEYS = {
     "ttft_ms": ("mean", "median", "std", "p99"),
     "tpot_ms": ("mean", "median", "std", "p99"),
