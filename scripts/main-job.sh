@@ -22,7 +22,7 @@ if ! python3 -c "import ensurepip" 2>/dev/null; then
 fi
 [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check . || die "pip install . failed"
-say "stackforge $("$VENV/bin/stackforge" --version | awk '{print $NF}') installed in $VENV"
+say "$("$VENV/bin/stackforge" --version | head -n 1) installed in $VENV"
 
 # The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
 as_root "$VENV/bin/stackforge" bootstrap-base
