@@ -51,14 +51,10 @@ axes:
   flashinfer: ["0.6.6"]
   sglang: ["0.5.8"]
 YAML
-# pip inside the build trusts what pip here trusts (a TLS re-signing proxy, say), as in main-job.sh.
-ca_args=()
-ca="$("$work/.venv/bin/python" -m pip config get global.cert 2>/dev/null || true)"
-ca="${ca:-${PIP_CERT:-${REQUESTS_CA_BUNDLE:-}}}"
-if [[ -n "$ca" && -f "$ca" ]]; then ca_args=(--ca-bundle "$ca"); fi
+# pip inside the build trusts what pip here trusts (a TLS re-signing proxy, say): build's own default.
 
 started=$(date +%s)
-"$stackforge" build --matrix "$work/matrix.yaml" --find-links "$WHEELHOUSE" --no-deps sglang "${ca_args[@]}" \
+"$stackforge" build --matrix "$work/matrix.yaml" --find-links "$WHEELHOUSE" --no-deps sglang \
   --out "$work/out" --label "$label" --timeout 900 --no-progress \
   || die "stackforge build (from the README-installed venv) failed; see the lines above"
 

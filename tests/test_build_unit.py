@@ -314,3 +314,17 @@ def test_summary_table_keeps_stack_ids_whole_at_any_width(width):
     assert long_id in text and "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312" in text     # each id on one line
     assert max(len(line) for line in text.splitlines()) <= width
     assert "…" not in text and text.count("pip could not resolve") == 3               # reasons wrap, never cut
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_summary_says_what_verification_found(width):
+    passed = {"status": "pass", "checks": [{"name": "python", "status": "pass"}, {"name": "torch", "status": "pass"}]}
+    failed = {"status": "fail", "checks": [{"name": "python", "status": "pass"}, {"name": "nvcc", "status": "fail"}]}
+    ids = [f"cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12-{n}" for n in "abc"]
+    summary = BuildSummary((make_record(stack_id=ids[0], verify=passed), make_record(stack_id=ids[1], verify=failed),
+                            make_record(stack_id=ids[2])), builder="buildkit", duration_s=3.0)
+    console = Console(record=True, width=width)
+    console.print(summary_table(summary, console.width))
+    text = console.export_text()
+    assert "verified (2 checks)" in text and "verification failed (nvcc)" in text
+    assert text.count("verif") == 2                                    # c was not verified: nothing claimed

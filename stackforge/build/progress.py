@@ -98,7 +98,7 @@ def summary_table(summary: BuildSummary, width: int | None = None) -> Table:
         table.add_column(column, overflow="fold")
     for record in summary.records:
         style = _STYLE.get(record.status.value, "")
-        table.add_row(record.stack_id, f"[{style}]{record.status.value}[/]", record.image_tag or "-",
+        table.add_row(record.stack_id, f"[{style}]{record.status.value}[/]{_verified(record)}", record.image_tag or "-",
                       _size(record), _seconds(record), _note(record))
     return table
 
@@ -110,13 +110,24 @@ def _summary_blocks(summary: BuildSummary, title: str) -> Table:
     for record in summary.records:
         style = _STYLE.get(record.status.value, "")
         status = f"[{style}]{record.status.value}[/]" if style else record.status.value
-        lines = [record.stack_id, f"  {status} · {_size(record)} · {_seconds(record)}"]
+        lines = [record.stack_id, f"  {status}{_verified(record)} · {_size(record)} · {_seconds(record)}"]
         if record.image_tag:
             lines.append(f"  image: {record.image_tag}")
         if _note(record):
             lines.append(f"  {_note(record)}")
         table.add_row("\n".join(lines))
     return table
+
+
+def _verified(record) -> str:
+    """What verification inside the image found: ``, verified (10 checks)``; nothing when it did not run."""
+    checks = record.verify.get("checks") or []
+    if not checks:
+        return ""
+    failed = [c["name"] for c in checks if c.get("status") not in ("pass", "skip")]
+    if failed:
+        return f", verification failed ({', '.join(failed)})"
+    return f", verified ({len(checks)} checks)"
 
 
 def _size(record) -> str:
