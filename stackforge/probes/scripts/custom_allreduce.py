@@ -72,12 +72,9 @@ def compare(torch: Any, dist: Any, cpu_group: Any, communicator: Any, numel: int
             iters: int) -> dict[str, Any]:
     """Custom all-reduce vs NCCL on the same bf16 input, eagerly: every rank's difference, then
     latencies. Every rank takes the same path (see :func:`agree_on_differences`)."""
-    generator = torch.Generator(device="cuda").manual_seed(1234 + rank)
-    data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
+    data, reference = input_and_nccl_reference(torch, dist, numel, seed=1234 + rank)
     if not communicator.should_custom_ar(data):
         return {"used": False}
-    reference = data.clone()
-    dist.all_reduce(reference)
     result = communicator.custom_all_reduce(data)
     torch.cuda.synchronize()
     differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "eager")
@@ -91,12 +88,9 @@ def compare_graph(torch: Any, dist: Any, cpu_group: Any, communicator: Any, nume
     """Custom all-reduce captured in a CUDA graph the way SGLang's graph runner does it (inside
     ``communicator.capture()``, which registers the graph's buffers on exit), replayed, and compared
     with NCCL on every rank; the replay latency."""
-    generator = torch.Generator(device="cuda").manual_seed(4321 + rank)
-    data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
+    data, reference = input_and_nccl_reference(torch, dist, numel, seed=4321 + rank)
     if not communicator.should_custom_ar(data):
         return {"used": False}
-    reference = data.clone()
-    dist.all_reduce(reference)
     graph = torch.cuda.CUDAGraph()
     with communicator.capture():
         with torch.cuda.graph(graph):
@@ -108,6 +102,15 @@ def compare_graph(torch: Any, dist: Any, cpu_group: Any, communicator: Any, nume
     differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "graph replay")
     return {"used": True, "max_abs_diff": max(d for d, _ in differences),
             "graph_us": sf.median_us(graph.replay, torch.cuda.synchronize, iters)}
+
+
+def input_and_nccl_reference(torch: Any, dist: Any, numel: int, *, seed: int) -> tuple[Any, Any]:
+    """A seeded bf16 input on this rank and NCCL's all-reduce of it (the reference to compare with)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    data = torch.randn(numel, dtype=torch.bfloat16, device="cuda", generator=generator)
+    reference = data.clone()
+    dist.all_reduce(reference)
+    return data, reference
 
 
 def difference_and_scale(result: Any, reference: Any) -> tuple[float, float]:
