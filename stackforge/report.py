@@ -420,12 +420,14 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
 
 
 def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
-    """``wanted`` when every name is a feature (the rules' vocabulary, or one the results measured).
+    """``wanted`` when every name is a feature (the rules' vocabulary, a probe's, or one the results measured).
 
     Raises:
         SpecError: a name no rule and no record knows; a typo would otherwise be a silent empty column.
     """
-    known = tuple(dict.fromkeys((*FEATURES, *present)))
+    from stackforge.probes.catalog import catalog
+
+    known = tuple(dict.fromkeys((*FEATURES, *(spec.feature for spec in catalog()), *present)))
     unknown = [f for f in wanted if f not in known]
     if unknown:
         raise SpecError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(known)}")

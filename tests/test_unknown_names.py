@@ -73,6 +73,15 @@ def test_matrix_features_known_to_the_rules_or_the_records_are_accepted(runs):
     assert json.loads(result.stdout)["features"] == ["flashinfer-jit", "ep-a2a"]
 
 
+def test_matrix_accepts_a_feature_only_a_probe_decides(runs):
+    """nccl-global-tree has a probe and no rule: asking for its column before any record is no typo."""
+    (runs / "plan.json").write_text(json.dumps(plan_dict()))
+    result = _invoke("matrix", "--results", "results/b", "--plan", "plan.json", "--format", "json",
+                     "--feature", "nccl-global-tree")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["features"] == ["nccl-global-tree"]
+
+
 def test_deadends_with_an_unknown_target_is_exit_2_with_the_valid_ones(runs):
     result = _invoke("deadends", "--results", "results/b", "--no-plan", "--target", TYPO)
     assert result.exit_code == 2, result.output
