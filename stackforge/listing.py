@@ -2,8 +2,8 @@
 
 Each kind becomes a :class:`Listing` (headers and rows of text, plus the JSON items) from data
 passed in explicitly: the knowledge (shipped compat/ with any ``--compat`` directory on top), the
-probe catalog and the feature descriptions of ``compat/knowledge.yaml``. :func:`fit_table` lays
-the rows out within a terminal width.
+probe catalog and the feature descriptions of ``compat/knowledge.yaml``. The CLI lays the rows
+out with :func:`stackforge.textfit.fit_table` (cells wrap, names stay whole, nothing is cut).
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from stackforge.rules import FEATURES, Condition, Rule, specifier_text
 KINDS = ("targets", "features", "probes", "rules")
 LIST_SCHEMA = "stackforge.list"
 LIST_SCHEMA_VERSION = 1
-_ELLIPSIS = "…"
-_MIN_COLUMN = 6
-_GAP = "  "
 _NUMBER_SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "=="}
 
 
@@ -116,30 +113,3 @@ def condition_text(condition: Condition) -> str:
 
 def _natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in text.replace("-", ".").split("."))
-
-
-# --------------------------------------------------------------------------- layout
-
-def fit_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> str:
-    """Rows as aligned columns within ``width`` characters: the widest column gives way first and
-    its cells are cut with an ellipsis (the JSON form always has the full text). The first column
-    (the name a user types back) gives way only when nothing else can."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    budget = max(width, len(_GAP) * (len(headers) - 1) + _MIN_COLUMN * len(headers))
-    while sum(widths) + len(_GAP) * (len(widths) - 1) > budget:
-        others = [i for i in range(1, len(widths)) if widths[i] > _MIN_COLUMN]
-        shrinkable = others or [i for i in range(len(widths)) if widths[i] > _MIN_COLUMN]
-        if not shrinkable:
-            break
-        widths[max(shrinkable, key=lambda i: widths[i])] -= 1
-    lines = [_line(headers, widths), *(_line(row, widths) for row in rows)]
-    return "\n".join(lines)
-
-
-def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    fitted = [_cut(cell, w).ljust(w) for cell, w in zip(cells, widths)]
-    return _GAP.join(fitted).rstrip()
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(width - 1, 0)] + _ELLIPSIS

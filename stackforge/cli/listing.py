@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import click
 
 from stackforge.cli._compat import user_compat
+from stackforge.cli.options import terminal_width
 from stackforge.listing import KINDS
+from stackforge.textfit import fit_table
 
 
 @click.command(name="list")
@@ -39,5 +40,4 @@ def command(kind: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:
-        # shutil reads COLUMNS first, so a pipe or CI log gets the width it asks for.
-        click.echo(listing.fit_table(result.headers, result.rows, shutil.get_terminal_size().columns))
+        click.echo("\n".join(fit_table(result.rows, result.headers, terminal_width())))
