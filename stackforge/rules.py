@@ -35,7 +35,7 @@ FACT_KINDS: dict[str, str] = {
 
 FEATURES: tuple[str, ...] = (
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha", "nvfp4-gemm",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha", "nvfp4-gemm",
 )
 
 CONFIDENCES = ("verified", "secondary", "inferred")

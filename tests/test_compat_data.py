@@ -36,7 +36,7 @@ ALL_FACTS = VERSION_FACTS | set(IDENTIFIER_VALUES) | NUMBER_FACTS | BOOLEAN_FACT
 
 FEATURES = {
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha",
     "nvfp4-gemm",
 }
 EFFECTS = {"incompatible", "feature_unavailable", "hazard", "requires"}

@@ -45,6 +45,7 @@ PREDICTIONS = [
     ("A", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
     ("A", STORY, "torch-symm-mem", "unavailable", ""),
     ("A", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("A", STORY, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
     ("A", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
     ("A", STORY, "trtllm-fmha", "unavailable", ""),
     ("A", STORY, "nvfp4-gemm", "unavailable", "flashinfer-nvfp4-mm-fp4-sm120"),
@@ -56,6 +57,7 @@ PREDICTIONS = [
     ("B", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
     ("B", STORY, "torch-symm-mem", "unavailable", ""),
     ("B", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("B", STORY, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
     ("B", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
     ("B", STORY, "flashinfer-jit", "no-rule", ""),   # measured by the gate probe (a real JIT compile)
     ("B", STORY, "nvfp4-gemm", "no-rule", ""),
