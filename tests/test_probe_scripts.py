@@ -14,6 +14,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import textwrap
 import sys
 from pathlib import Path
 
@@ -949,3 +950,73 @@ def test_p2p_pairs_the_driver_refuses_are_not_copied_and_fail():
     p2p = p2p_module()
     verdict = p2p.decide(2, [[True, False], [False, True]], [], None)
     assert verdict.status == "fail" and verdict.reason == "2 of 2 GPU pairs have no peer access (0->1, 1->0)"
+
+
+GRAPH_REPLAY = textwrap.dedent("""
+    import contextlib, sys, types
+    sys.path.insert(0, {scripts!r})
+    import torch
+    import nccl_graph
+
+    class Graph:
+        \"\"\"A CUDA graph stand-in: records the collectives issued while capturing; replay reruns
+        them, or does nothing (a broken replay).\"\"\"
+        def __init__(self):
+            self.captured = []
+        def replay(self):
+            if REPLAY_WORKS:
+                for op in self.captured:
+                    op()
+
+    capturing = []
+
+    @contextlib.contextmanager
+    def graph(g):
+        capturing.append(g)
+        yield
+        capturing.pop()
+
+    cuda = types.SimpleNamespace(
+        Stream=lambda: types.SimpleNamespace(wait_stream=lambda other: None),
+        current_stream=lambda: types.SimpleNamespace(wait_stream=lambda other: None),
+        stream=lambda s: contextlib.nullcontext(), synchronize=lambda: None, CUDAGraph=Graph, graph=graph)
+    fake_torch = types.SimpleNamespace(full=torch.full, arange=torch.arange, float32=torch.float32, cuda=cuda)
+
+    def issue(op):  # as under capture: recorded, not run
+        (capturing[-1].captured.append if capturing else (lambda f: f()))(op)
+
+    RANK, WORLD = 1, 2  # rank 1 of 2; rank 0 contributes 1 everywhere
+    def all_reduce(t):
+        issue(lambda: t.add_(1.0))
+    def all_gather_into_tensor(out, shard):
+        issue(lambda: (out[:shard.numel()].fill_(1.0), out[shard.numel():].copy_(shard)))
+    def reduce_scatter_tensor(out, inp):
+        issue(lambda: out.copy_(inp[out.numel():] + 1.0))
+    def broadcast(t, src):
+        issue(lambda: t.fill_(1.0))
+    dist = types.SimpleNamespace(all_reduce=all_reduce, all_gather_into_tensor=all_gather_into_tensor,
+                                 reduce_scatter_tensor=reduce_scatter_tensor, broadcast=broadcast)
+
+    for REPLAY_WORKS in (True, False):
+        for name in nccl_graph.GLOBAL_COLLECTIVES:
+            try:
+                nccl_graph.run_collective(fake_torch, dist, name, "cpu", RANK, WORLD, True,
+                                          {{"numel": 8, "iters": 2}})
+                print(REPLAY_WORKS, name, "pass")
+            except AssertionError as error:
+                print(REPLAY_WORKS, name, "fail", error)
+""")
+
+
+def test_nccl_global_graph_replay_check_fails_when_the_replay_does_nothing(torch_python, tmp_path):
+    """The warm-up leaves the right answer in the outputs: only a replay that really ran the
+    collective may pass the "graph replay" check (stand-in CUDA graph, a rank of 2 on CPU)."""
+    script = tmp_path / "replay.py"
+    script.write_text(GRAPH_REPLAY.format(scripts=str(SCRIPTS)))
+    done = subprocess.run([str(torch_python), str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        assert f"True {name} pass" in lines, lines
+        failed = [line for line in lines if line.startswith(f"False {name} fail")]
+        assert failed and "graph replay" in failed[0], lines

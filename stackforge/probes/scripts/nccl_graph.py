@@ -27,11 +27,12 @@ result) and skips the CUDA-graph phases: it tests the probe, not NCCL, and says 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import _sfprobe as sf
@@ -113,33 +114,58 @@ def run_collective(torch: Any, dist: Any, collective: str, device: Any, rank: in
     """One collective of the global variant: eager warm-up (on a side stream, as before a capture),
     then capture and replay (NCCL only), the result checked after each; its latencies."""
     numel = options["numel"] - options["numel"] % world_size
-    run, check = collective_call(torch, dist, collective, device, rank, world_size, numel)
+    call = collective_call(torch, dist, collective, device, rank, world_size, numel)
     if not nccl:
-        run()
-        check("eager")
-        return {"eager_us": sf.median_us(run, lambda: None, options["iters"]), "graph": "skipped (gloo)"}
+        call.run_fresh()
+        call.check("eager")
+        return {"eager_us": sf.median_us(call.run_fresh, lambda: None, options["iters"]), "graph": "skipped (gloo)"}
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):  # NCCL must have run on the capture stream before capture
-            run()
+            call.run_fresh()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    check("eager")
+    call.check("eager")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run()
+        call.run()
     torch.cuda.synchronize()
-    graph.replay()
-    torch.cuda.synchronize()
-    check("graph replay")
+    replay_and_check(torch, graph, call)
     return {"graph_us": sf.median_us(graph.replay, torch.cuda.synchronize, options["iters"])}
 
 
+def replay_and_check(torch: Any, graph: Any, call: "CollectiveCall") -> None:
+    """Replay the captured collective and check its result. The warm-up left the right answer in
+    the outputs, so they are overwritten with a sentinel and the inputs restored first (outside the
+    captured body): only a replay that really ran the collective makes the check pass."""
+    call.reset()
+    graph.replay()
+    torch.cuda.synchronize()
+    call.check("graph replay")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveCall:
+    """One collective on known data: ``run`` (the collective alone, what is captured), ``reset``
+    (inputs back to their values, outputs to a sentinel) and ``check(where)`` (raise AssertionError
+    unless the outputs hold the exact answer)."""
+    run: Callable[[], None]
+    reset: Callable[[], None]
+    check: Callable[[str], None]
+
+    def run_fresh(self) -> None:
+        """The collective on fresh inputs (eager runs; an in-place collective consumes its input)."""
+        self.reset()
+        self.run()
+
+
 def collective_call(torch: Any, dist: Any, collective: str, device: Any, rank: int, world_size: int,
-                    numel: int) -> tuple[Any, Any]:
-    """(run, check) for one collective on float32 data whose right answer is known exactly: rank r
-    contributes r + 1 everywhere (broadcast: rank 0 sends 1)."""
+                    numel: int) -> CollectiveCall:
+    """The :class:`CollectiveCall` for one collective on float32 data whose right answer is known
+    exactly: rank r contributes r + 1 everywhere (broadcast: rank 0 sends 1). The sentinel is -1,
+    never a right answer; in-place collectives (all_reduce, broadcast) reset to their input instead,
+    which differs from the answer on every rank that receives anything."""
     def full(count: int, value: float) -> Any:
         return torch.full((count,), value, dtype=torch.float32, device=device)
 
@@ -149,28 +175,25 @@ def collective_call(torch: Any, dist: Any, collective: str, device: Any, rank: i
             raise AssertionError(f"{collective} {where}: off by up to {error}")
 
     mine = full(numel, float(rank + 1))
+    refill_mine = lambda: mine.fill_(float(rank + 1))  # noqa: E731
     if collective == "all_reduce":
-        def run() -> None:
-            mine.fill_(float(rank + 1))
-            dist.all_reduce(mine)
-        return run, lambda where: sf.check_allreduce_sum(mine, world_size, f"{collective} {where}")
+        return CollectiveCall(lambda: dist.all_reduce(mine), refill_mine,
+                              lambda where: sf.check_allreduce_sum(mine, world_size, f"{collective} {where}"))
     if collective == "all_gather":
         shard = full(numel // world_size, float(rank + 1))
         gathered = full(numel, 0.0)
         expected = torch.arange(1, world_size + 1, dtype=torch.float32, device=device).repeat_interleave(
             numel // world_size)
-        return (lambda: dist.all_gather_into_tensor(gathered, shard),
-                lambda where: expect(gathered, expected, where))
+        return CollectiveCall(lambda: dist.all_gather_into_tensor(gathered, shard), lambda: gathered.fill_(-1.0),
+                              lambda where: expect(gathered, expected, where))
     if collective == "reduce_scatter":
         shard = full(numel // world_size, 0.0)
         total = world_size * (world_size + 1) / 2
-        return (lambda: dist.reduce_scatter_tensor(shard, mine),
-                lambda where: expect(shard, full(numel // world_size, total), where))
+        return CollectiveCall(lambda: dist.reduce_scatter_tensor(shard, mine), lambda: shard.fill_(-1.0),
+                              lambda where: expect(shard, full(numel // world_size, total), where))
     if collective == "broadcast":
-        def run() -> None:
-            mine.fill_(float(rank + 1))
-            dist.broadcast(mine, src=0)
-        return run, lambda where: expect(mine, full(numel, 1.0), where)
+        return CollectiveCall(lambda: dist.broadcast(mine, src=0), refill_mine,
+                              lambda where: expect(mine, full(numel, 1.0), where))
     raise ValueError(f"unknown collective {collective!r}")
 
 
