@@ -806,22 +806,41 @@ def test_nccl_global_tree_verdict_quotes_nccl_per_collective():
     assert "broadcast: NCCL: no algorithm/protocol available for function Broadcast" in verdict.reason
 
 
-def test_nccl_algo_the_image_sets_is_kept_and_reported():
+def test_nccl_algo_the_image_sets_is_kept_when_it_is_the_variants_own():
     nccl_graph = nccl_graph_module()
     assert nccl_graph.nccl_algo_setting("per-collective", "tree", {}) == ("allreduce:tree", "probe")
     assert nccl_graph.nccl_algo_setting("global", "tree", {}) == ("Tree", "probe")
-    assert nccl_graph.nccl_algo_setting("global", "tree", {"NCCL_ALGO": "Ring"}) == ("Ring", "image")
-    assert nccl_graph.nccl_algo_setting("per-collective", "tree", {"NCCL_ALGO": "allreduce:ring"}) == \
+    assert nccl_graph.nccl_algo_setting("global", "tree", {"NCCL_ALGO": "tree"}) == ("tree", "image")
+    assert nccl_graph.nccl_algo_setting("per-collective", "ring", {"NCCL_ALGO": "allreduce:ring"}) == \
         ("allreduce:ring", "image")
+    for variant, algo, own in (("global", "tree", "TREE"), ("per-collective", "ring", "allreduce:Ring")):
+        assert nccl_graph.image_forces_other_algo(variant, algo, {"NCCL_ALGO": own}) is None
+        assert nccl_graph.image_forces_other_algo(variant, algo, {}) is None
+
+
+def test_nccl_algo_the_image_forces_otherwise_is_a_skip_naming_it(torch_python):
+    """An image with NCCL_ALGO=allreduce:tree says nothing about a global NCCL_ALGO=Tree (nor the
+    reverse): the ranks would run with the image's value, so the verdict is a skip, not a pass."""
+    nccl_graph = nccl_graph_module()
+    assert nccl_graph.image_forces_other_algo("global", "tree", {"NCCL_ALGO": "allreduce:tree"}) == "allreduce:tree"
+    assert nccl_graph.image_forces_other_algo("per-collective", "tree", {"NCCL_ALGO": "Tree"}) == "Tree"
+    assert nccl_graph.image_forces_other_algo("per-collective", "tree", {"NCCL_ALGO": "allreduce:ring"}) == \
+        "allreduce:ring"
+    result = run_script(torch_python, "nccl_graph.py", "--backend", "gloo", "--gpus", "2", "--variant", "global",
+                        "--phase-timeout", "60", env={"NCCL_ALGO": "allreduce:tree"}, timeout=180)
+    assert result["status"] == "skip", result
+    assert result["reason"] == ("the image forces NCCL_ALGO=allreduce:tree; nccl-global-tree cannot be decided "
+                                "here")
+    assert result["evidence"] == "NCCL_ALGO=allreduce:tree"
 
 
 def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
     result = run_script(torch_python, "nccl_graph.py", "--backend", "gloo", "--gpus", "2", "--variant", "global",
-                        "--phase-timeout", "60", env={"NCCL_ALGO": "Ring"}, timeout=180)
+                        "--phase-timeout", "60", env={"NCCL_ALGO": "tree"}, timeout=180)
     assert result["status"] == "pass", result
     metrics = result["metrics"]
-    assert metrics["NCCL_ALGO"] == "Ring" and metrics["NCCL_ALGO_source"] == "image"
-    assert "NCCL_ALGO=Ring (set by the image)" in result["reason"]
+    assert metrics["NCCL_ALGO"] == "tree" and metrics["NCCL_ALGO_source"] == "image"
+    assert "NCCL_ALGO=tree (set by the image)" in result["reason"]
     assert set(metrics["collectives"]) == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
     assert metrics["collectives"]["reduce_scatter"] == "skipped: gloo has no reduce_scatter"
     for name in ("all_reduce", "all_gather", "broadcast"):

@@ -18,8 +18,10 @@ Two variants, each its own verdict:
   available for function AllGather ... NCCL_ALGO was set to Tree."; the verdict quotes NCCL's words
   per collective (:func:`nccl_refusal`).
 
-An ``NCCL_ALGO`` the image sets is never overwritten: the ranks run with it (a server in that image
-would) and the record says so (``NCCL_ALGO_source: image``).
+An ``NCCL_ALGO`` the image sets is never overwritten (a server in that image would run with it):
+when it is the variant's own value the ranks run with it and the record says so
+(``NCCL_ALGO_source: image``); any other value makes the variant a skip that names it, since a
+verdict would then be about the image's value, not the variant's feature.
 
 ``--backend gloo`` runs the same harness on CPU (rendezvous, eager collectives, correctness check,
 result) and skips the CUDA-graph phases: it tests the probe, not NCCL, and says so.
@@ -212,7 +214,27 @@ def nccl_algo_setting(variant: str, algo: str, environ: Mapping[str, str]) -> tu
     (never overwritten: a server in that image runs with it), else the variant's."""
     if environ.get("NCCL_ALGO"):
         return environ["NCCL_ALGO"], "image"
-    return (algo.capitalize() if variant == "global" else f"allreduce:{algo}"), "probe"
+    return variant_algo(variant, algo), "probe"
+
+
+def variant_algo(variant: str, algo: str) -> str:
+    """The NCCL_ALGO the variant is about: a global ``Tree`` or the per-collective ``allreduce:tree``."""
+    return algo.capitalize() if variant == "global" else f"allreduce:{algo}"
+
+
+def variant_feature(variant: str, algo: str) -> str:
+    """The feature the variant's verdict is filed under (the probe catalog's names)."""
+    return f"nccl-global-{algo}" if variant == "global" else f"nccl-graph-{algo}"
+
+
+def image_forces_other_algo(variant: str, algo: str, environ: Mapping[str, str]) -> str | None:
+    """The image's NCCL_ALGO when it is set and is not the variant's own value (NCCL reads the
+    names case-insensitively), else None: ranks run with the image's value, so a verdict then
+    would be about that value, not about the variant's feature."""
+    forced = environ.get("NCCL_ALGO", "")
+    if forced and forced.strip().lower() != variant_algo(variant, algo).lower():
+        return forced
+    return None
 
 
 def main(argv: Sequence[str]) -> None:
@@ -230,6 +252,10 @@ def main(argv: Sequence[str]) -> None:
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
     if status:
         sf.emit(status, reason, facts=facts)
+    forced = image_forces_other_algo(args.variant, args.algo, os.environ)
+    if forced is not None:
+        sf.emit("skip", f"the image forces NCCL_ALGO={forced}; {variant_feature(args.variant, args.algo)} cannot "
+                "be decided here", evidence=f"NCCL_ALGO={forced}", facts=facts)
     algo_env, algo_source = nccl_algo_setting(args.variant, args.algo, os.environ)
     options = {"backend": args.backend, "port": sf.free_tcp_port(), "numel": args.numel, "iters": args.iters,
                "variant": args.variant,
