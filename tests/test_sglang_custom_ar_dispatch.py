@@ -189,6 +189,12 @@ AGREE = textwrap.dedent("""
             group = dist.new_group(backend="gloo")
         with reporter.attempt("allreduce_2048"):      # rank 1's kernel is off by 0.5; the others are exact
             car.agree_on_differences(dist, group, 0.5 if rank == 1 else 0.0, 1.0, "eager")
+        with reporter.attempt("graph_capture"):       # rank 2's capture raises; the others capture fine
+            def capture():
+                if rank == 2:
+                    raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+                return "graph"
+            car.agree_on_step(dist, group, capture, "graph capture")
         with reporter.phase("next_collective") as data:  # every rank must still be in step here
             total = torch.ones(1)
             dist.all_reduce(total)
@@ -198,13 +204,13 @@ AGREE = textwrap.dedent("""
     if __name__ == "__main__":
         outcome = sf.run_ranks(worker, 3, {{"port": sf.free_tcp_port()}}, phase_timeout_s=20)
         for event in outcome.events:
-            if event.phase in ("allreduce_2048", "next_collective") and event.state != "start":
+            if event.phase in ("allreduce_2048", "graph_capture", "next_collective") and event.state != "start":
                 print(event.rank, event.phase, event.state, event.detail or event.data.get("sum"))
         print("hung", outcome.hung)
 """)
 
 
-def test_one_ranks_mismatch_is_reported_by_all_ranks_and_they_stay_in_step(torch_python, tmp_path):
+def test_one_ranks_mismatch_or_error_is_reported_by_all_ranks_and_they_stay_in_step(torch_python, tmp_path):
     script = tmp_path / "agree.py"
     script.write_text(AGREE.format(scripts=str(SCRIPTS)))
     done = subprocess.run([str(torch_python), str(script)], capture_output=True, text=True, timeout=300, check=False)
@@ -214,6 +220,12 @@ def test_one_ranks_mismatch_is_reported_by_all_ranks_and_they_stay_in_step(torch
     mismatch = "AssertionError: eager: custom all-reduce differs from NCCL on rank(s) 1 (by 0.5, max |NCCL| 1)"
     assert sorted(line for line in lines if "allreduce_2048" in line) == [
         f"{rank} allreduce_2048 check-fail {mismatch}" for rank in range(3)]
+    raised = ("RuntimeError: graph capture: custom all-reduce raised on rank(s) 2: rank 2: RuntimeError: CUDA error: "
+              "operation not permitted when stream is capturing")
+    capture_lines = sorted(line for line in lines if "graph_capture" in line)
+    assert len(capture_lines) == 3, lines
+    for rank, line in enumerate(capture_lines):
+        assert line.startswith(f"{rank} graph_capture check-fail {raised}"), line
     assert sorted(line for line in lines if "next_collective" in line) == [
         f"{rank} next_collective ok 3.0" for rank in range(3)]
 

@@ -11,14 +11,15 @@ NVLink via NVML; its P2P test is skipped as a server skips it without ``--enable
 CUDA graph inside ``communicator.capture()`` and replayed (how SGLang's decode steps run it):
 results (bf16 tolerance) and median latency of each. Every rank's difference is gathered before
 any rank decides, so a mismatch on one rank is reported by rank on all of them instead of leaving
-the others waiting in the next collective.
+the others waiting in the next collective; likewise an exception in one rank's custom all-reduce,
+capture or replay (``agree_on_step``).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import _sfprobe as sf
@@ -26,6 +27,7 @@ import _sfprobe as sf
 SIZES = (2048, 131072, 1048576)  # bf16 elements: 4 KiB, 256 KiB, 2 MiB
 GRAPH_PHASE = "graph_replay"
 GRAPH_NUMEL = 131072  # 256 KiB, a decode-step all-reduce
+TEXT_BYTES = 1024  # of a rank's error text shared with its peers (see agree_on_step)
 
 
 def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.RankReporter) -> None:
@@ -75,8 +77,13 @@ def compare(torch: Any, dist: Any, cpu_group: Any, communicator: Any, numel: int
     data, reference = input_and_nccl_reference(torch, dist, numel, seed=1234 + rank)
     if not communicator.should_custom_ar(data):
         return {"used": False}
-    result = communicator.custom_all_reduce(data)
-    torch.cuda.synchronize()
+
+    def reduce() -> Any:
+        result = communicator.custom_all_reduce(data)
+        torch.cuda.synchronize()
+        return result
+
+    result = agree_on_step(dist, cpu_group, reduce, "eager")
     differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "eager")
     return {"used": True, "max_abs_diff": max(d for d, _ in differences),
             "custom_us": sf.median_us(lambda: communicator.custom_all_reduce(data), torch.cuda.synchronize, iters),
@@ -92,13 +99,22 @@ def compare_graph(torch: Any, dist: Any, cpu_group: Any, communicator: Any, nume
     if not communicator.should_custom_ar(data):
         return {"used": False}
     graph = torch.cuda.CUDAGraph()
-    with communicator.capture():
-        with torch.cuda.graph(graph):
-            result = communicator.custom_all_reduce(data)
-    torch.cuda.synchronize()
-    dist.barrier(group=cpu_group)
-    graph.replay()
-    torch.cuda.synchronize()
+
+    def capture() -> Any:
+        with communicator.capture():
+            with torch.cuda.graph(graph):
+                result = communicator.custom_all_reduce(data)
+        torch.cuda.synchronize()
+        return result
+
+    def replay() -> None:
+        graph.replay()
+        torch.cuda.synchronize()
+
+    # the gather after the capture is also the barrier before any replay: every rank's graph
+    # buffers are registered by then
+    result = agree_on_step(dist, cpu_group, capture, "graph capture")
+    agree_on_step(dist, cpu_group, replay, "graph replay")
     differences = agree_on_differences(dist, cpu_group, *difference_and_scale(result, reference), "graph replay")
     return {"used": True, "max_abs_diff": max(d for d, _ in differences),
             "graph_us": sf.median_us(graph.replay, torch.cuda.synchronize, iters)}
@@ -116,6 +132,37 @@ def input_and_nccl_reference(torch: Any, dist: Any, numel: int, *, seed: int) ->
 def difference_and_scale(result: Any, reference: Any) -> tuple[float, float]:
     difference = float((result.float() - reference.float()).abs().max().item())
     return difference, float(reference.float().abs().max().item()) or 1.0
+
+
+def agree_on_step(dist: Any, group: Any, step: Callable[[], Any], where: str) -> Any:
+    """``step()`` on this rank, then every rank's outcome gathered on the CPU group: a rank whose
+    step raised and left alone would leave its peers waiting in the next collective (a false
+    "hang"), so it takes part in the gather with its error text and all ranks raise together,
+    naming the ranks that failed and the first one's error; else ``step``'s result."""
+    try:
+        result, error, cause = step(), "", None
+    except Exception as exc:  # any failure: it is named to every rank below, then raised
+        result, error, cause = None, sf.describe_exception(exc), exc
+    errors = gather_texts(dist, group, error)
+    failed = [rank for rank, text in enumerate(errors) if text]
+    if failed:
+        raise RuntimeError(f"{where}: custom all-reduce raised on rank(s) {', '.join(map(str, failed))}: "
+                           f"rank {failed[0]}: {errors[failed[0]]}") from cause
+    return result
+
+
+def gather_texts(dist: Any, group: Any, text: str) -> list[str]:
+    """Every rank's ``text`` (cut to TEXT_BYTES of UTF-8), gathered as fixed-size byte tensors:
+    tensors, not all_gather_object, so no numpy is needed."""
+    import torch
+
+    encoded = text.encode()[:TEXT_BYTES]
+    mine = torch.zeros(TEXT_BYTES, dtype=torch.uint8)
+    if encoded:
+        mine[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+    slots = [torch.zeros(TEXT_BYTES, dtype=torch.uint8) for _ in range(dist.get_world_size(group=group))]
+    dist.all_gather(slots, mine, group=group)
+    return [bytes(slot.tolist()).rstrip(b"\0").decode(errors="replace") for slot in slots]
 
 
 def agree_on_differences(dist: Any, group: Any, difference: float, scale: float,
