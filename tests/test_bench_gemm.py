@@ -113,3 +113,22 @@ def test_gpu_gemm_bf16_and_fp8():
                             timeout=900)
     assert payload["status"] == "pass", payload["reason"] + payload["evidence"][-2000:]
     assert payload["metrics"]["best_tflops"]["bf16"] > 1.0
+
+
+def test_a_reference_that_raises_skips_its_dtype_and_keeps_the_others(monkeypatch):
+    """``torch._scaled_mm`` refusing the fp8 square reference must not abort the bf16 rows: fp8 is
+    dropped from the references and the kernels, and skipped with the error text."""
+    script = load_script("gemm")
+
+    def matmul_best(torch, clock, device, size, args, dtype="bf16"):
+        if dtype == "fp8":
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED when calling\n cublasLtMatmul")
+        return {"size": size, "dtype": dtype, "tflops": 1.0, "tflops_median": 1.0}
+
+    monkeypatch.setattr(script, "matmul_best", matmul_best)
+    bf16, fp8 = (type(name, (), {"dtype": name})() for name in ("bf16", "fp8"))
+    references, kept, skipped = script.dtype_references(None, None, "cuda:0", 8192, None, [bf16, fp8])
+    assert list(references) == ["bf16"] and kept == [bf16]
+    assert skipped == [{"dtype": "fp8", "reason": "its 8192x8192 reference product failed: RuntimeError: "
+                                                  "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul"}]
+    assert script.dtype_references(None, None, "cuda:0", 0, None, [bf16, fp8]) == ({}, [bf16, fp8], [])

@@ -16,7 +16,8 @@ What it measures:
   fp8 kernel rejects (cuBLASLt wants multiples of 16) is reported as skipped with its error text;
 * the best rate of the same kind of kernel on a large square product in the same run
   (``--peak-size``): ``torch.matmul`` for bf16, ``torch._scaled_mm`` for fp8, so each shape's
-  ``fraction_of_matmul_best`` (median over median) reads against its own dtype;
+  ``fraction_of_matmul_best`` (median over median) reads against its own dtype; a dtype whose
+  reference raises (the fp8 product refused) is skipped with the error text, the others go on;
 * the weight is cycled through enough copies that, between two uses of one copy, the others have
   streamed ``--l2-flush-factor`` times the GPU's L2 (``L2_cache_size`` of the device properties)
   through the cache (:func:`rotation_copies`, within ``--rotation-budget-mb``): a decode-sized
@@ -248,7 +249,7 @@ def measure_shape(torch, clock: Clock, kernel, plan: dict, args, l2_bytes: int |
         run, reference = kernel.prepare(plan["m"], plan["n"], plan["k"], copies)
         out = run()
     except RuntimeError as exc:
-        return {**row, "skipped": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+        return {**row, "skipped": error_text(exc)}
     correct, detail = check_slice(torch, out, reference)
     row.update(correct=correct, check=detail)
     if not correct:
@@ -258,6 +259,30 @@ def measure_shape(torch, clock: Clock, kernel, plan: dict, args, l2_bytes: int |
     return {**row, **bench.time_columns(spread),
             "tflops": tflops(plan["m"], plan["n"], plan["k"], spread["median"]),
             "tflops_best": tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
+
+
+def error_text(exc: BaseException) -> str:
+    """``RuntimeError: message`` on one line, cut to 300 characters (a skip's reason)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def dtype_references(torch, clock: Clock, device, size: int, args, kernels: list) -> tuple[dict, list, list[dict]]:
+    """(square reference per dtype (see :func:`matmul_best`), the kernels whose reference ran, the
+    dtypes skipped with their reason). A reference that raises (``torch._scaled_mm`` refused by
+    this build or GPU) skips its dtype with the error text instead of aborting the other dtypes'
+    rows with it. ``size`` 0: no references, every kernel kept."""
+    if not size:
+        return {}, list(kernels), []
+    references, kept, skipped = {}, [], []
+    for kernel in kernels:
+        try:
+            references[kernel.dtype] = matmul_best(torch, clock, device, size, args, kernel.dtype)
+        except RuntimeError as exc:
+            skipped.append({"dtype": kernel.dtype,
+                            "reason": f"its {size}x{size} reference product failed: {error_text(exc)}"})
+            continue
+        kept.append(kernel)
+    return references, kept, skipped
 
 
 def matmul_best(torch, clock: Clock, device, size: int, args, dtype: str = "bf16") -> dict:
@@ -366,8 +391,8 @@ def run_gemm(args) -> tuple[str, str, str, dict, dict]:
     kernels, skipped = kernels_for(torch, device, on_gpu, {d.strip() for d in args.dtypes.split(",")})
     clock = Clock(torch, on_gpu)
     peak_size = args.peak_size if on_gpu else min(args.peak_size, 512)
-    references = {k.dtype: matmul_best(torch, clock, device, peak_size, args, k.dtype) for k in kernels} \
-        if peak_size else {}
+    references, kernels, failed_references = dtype_references(torch, clock, device, peak_size, args, kernels)
+    skipped += failed_references
     l2_bytes = l2_cache_bytes(torch, on_gpu)
     rows = [measure_shape(torch, clock, kernel, plan, args, l2_bytes) for kernel in kernels for plan in plans]
     for row in rows:
