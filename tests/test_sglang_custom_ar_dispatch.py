@@ -237,3 +237,33 @@ def test_mismatched_ranks_are_those_beyond_bf16_rounding():
     finally:
         sys.path.pop(0)
     assert car.mismatched_ranks([(0.01, 1.0), (0.06, 1.0), (0.2, 10.0), (3.0, 10.0)]) == [1, 3]
+
+
+PROBE_BUG = textwrap.dedent("""
+    import sys, tempfile, torch.distributed as dist
+    sys.path.insert(0, {scripts!r})
+    import _sfprobe as sf
+    import custom_allreduce as car
+
+    dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+
+    def raises(kind):
+        def step():
+            raise kind("boom")
+        return step
+
+    for kind in (AttributeError, RuntimeError):
+        try:
+            car.agree_on_step(dist, None, raises(kind), "graph capture")
+        except Exception as exc:
+            print(sf.failure_status(sf.describe_exception(exc)), type(exc).__name__)
+""")
+
+
+def test_a_probe_bug_on_one_rank_stays_an_error_not_a_measured_fail(torch_python, tmp_path):
+    """agree_on_step raises the first failing rank's type where it names a probe bug (graded error)."""
+    script = tmp_path / "bug.py"
+    script.write_text(PROBE_BUG.format(scripts=str(SCRIPTS)))
+    done = subprocess.run([str(torch_python), str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["error AttributeError", "fail RuntimeError"]

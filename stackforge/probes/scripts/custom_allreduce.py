@@ -17,6 +17,8 @@ capture or replay (``agree_on_step``).
 
 from __future__ import annotations
 
+import builtins
+
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -146,8 +148,13 @@ def agree_on_step(dist: Any, group: Any, step: Callable[[], Any], where: str) ->
     errors = gather_texts(dist, group, error)
     failed = [rank for rank, text in enumerate(errors) if text]
     if failed:
-        raise RuntimeError(f"{where}: custom all-reduce raised on rank(s) {', '.join(map(str, failed))}: "
-                           f"rank {failed[0]}: {errors[failed[0]]}") from cause
+        first = errors[failed[0]]
+        # Every rank raises the first failing rank's exception type where it names a probe bug
+        # (sf.PROBE_BUG_EXCEPTIONS: graded error, not a measured fail); anything else is a RuntimeError.
+        name = first.split(":", 1)[0].strip()
+        kind = getattr(builtins, name, RuntimeError) if name in sf.PROBE_BUG_EXCEPTIONS else RuntimeError
+        raise kind(f"{where}: custom all-reduce raised on rank(s) {', '.join(map(str, failed))}: "
+                   f"rank {failed[0]}: {first}") from cause
     return result
 
 
