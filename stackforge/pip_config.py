@@ -14,6 +14,7 @@ Precedence is pip's own: the environment (``PIP_CERT``) over the ``install`` sec
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -64,9 +65,7 @@ def parse_pip_config_list(text: str) -> PipConfig:
         section, dot, option = key.strip().rpartition(".")
         if not sep or not dot or section not in _SECTION_RANK:
             continue
-        value = raw.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+        value = _unquoted(raw.strip())
         if not value:
             continue
         origin = "PIP_" + option.upper().replace("-", "_") if section == ":env:" else f"pip config {section}.{option}"
@@ -74,6 +73,20 @@ def parse_pip_config_list(text: str) -> PipConfig:
         if option not in best or rank > best[option][0]:
             best[option] = (rank, PipSetting(value, origin))
     return PipConfig({option: setting for option, (_, setting) in best.items()})
+
+
+def _unquoted(value: str) -> str:
+    """A value as ``pip config list`` prints it (Python's repr: ``'\\nhttps://a\\nhttps://b'`` for a
+    multi-line setting) back to the text pip uses; a value that is no Python literal loses its quotes only."""
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        literal = None
+    if isinstance(literal, str):
+        return literal
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
 
 
 def without_credentials(url: str) -> str:

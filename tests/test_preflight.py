@@ -302,3 +302,23 @@ def test_redact_urls_removes_credentials_from_exception_text():
     assert redact_urls(text, ["https://u:tok@host/simple"]) == \
         "401 Client Error: Unauthorized for url: https://host/simple/pip/"
     assert redact_urls("see ftp://x:y@h/a and http://h/b") == "see ftp://h/a and http://h/b"
+
+
+def test_a_multi_line_setting_is_unescaped():
+    # pip config list prints values with repr(): lines of a multi-line value come out as \n escapes.
+    config = parse_pip_config_list("global.extra-index-url='\\nhttps://a/simple\\nhttps://b/simple'\n"
+                                   "global.cert='/c.pem'\n:env:.timeout=\"30\"\n")
+    assert config.setting("extra-index-url").value.split() == ["https://a/simple", "https://b/simple"]
+    assert (config.setting("cert").value, config.setting("timeout").value) == ("/c.pem", "30")
+
+
+def test_a_multi_line_setting_read_from_a_real_pip(tmp_path, monkeypatch):
+    import sys
+    from stackforge.pip_config import read_pip_config
+    for name in [n for n in os.environ if n.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url =\n    https://a.example/simple\n    https://b.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    extra = read_pip_config(sys.executable).setting("extra-index-url")
+    assert extra is not None and extra.value.split() == ["https://a.example/simple", "https://b.example/simple"]
