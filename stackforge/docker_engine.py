@@ -609,7 +609,8 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
     follower.join(timeout=max(grace, 10.0))
     state = _state(client, container, missing_ok=ending == "cancelled")
     exit_code = int(state.get("ExitCode", -1))
-    if ending == "exited" and exit_code != 0:
+    if ending == "exited":
+        # Whatever the exit code: a program may catch the engine's SIGTERM and exit 0 (the serve bench does).
         _refuse_engine_stop(client, container, state, image)
     result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
                           signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,

@@ -13,7 +13,8 @@
   touched) is stopped while a probe runs in it: a one-line error and exit 3, no record for the cut
   probe; once that engine is back, the next run removes the container the dead run left.
 * ``docker stop`` of a running container from outside: :func:`run_container` raises
-  ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending.
+  ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending, and
+  also when the program catches SIGTERM and exits 0 (as the serve bench does).
 * SIGTERM / SIGHUP inside :func:`runner.signals_as_interrupts` raise Terminated once; a signal
   inherited as ignored (``nohup``) stays ignored.
 * Reaping: a container whose owner process is dead is removed; one of a live process, one of
@@ -304,6 +305,30 @@ def test_a_container_stopped_from_outside_is_no_result(docker_client, base_image
     with pytest.raises(ContainerStoppedByEngine, match=r"stopped container .* from outside \(SIGTERM\)"):
         docker_engine.run_container(docker_client, base_image, ["sleep", "60"], timeout=120, labels=marker)
     stopper.join()
+    assert docker_client.containers.list(all=True, filters={"label": selector}) == []
+
+
+@pytest.mark.docker
+def test_a_container_that_exits_0_when_stopped_from_outside_is_no_result(docker_client, base_image, test_labels):
+    # Like bench/scripts/serve.py: SIGTERM is caught, a result line printed, and the program exits 0.
+    marker = {**test_labels, "io.stackforge.test.stopped-outside": os.urandom(4).hex()}
+    selector = "io.stackforge.test.stopped-outside=" + marker["io.stackforge.test.stopped-outside"]
+    program = "trap 'echo RESULT error; exit 0' TERM; echo ready; sleep 60 & wait"
+
+    def stop_from_outside() -> None:
+        def ready() -> list:
+            return [c for c in docker_client.containers.list(filters={"label": selector}) if b"ready" in c.logs()]
+        wait_for(ready, "the container's trap", timeout=60)
+        subprocess.run(["docker", "stop", "-t", "10", *[c.id for c in ready()]], check=True, capture_output=True)
+
+    stopper = threading.Thread(target=stop_from_outside)
+    stopper.start()
+    try:
+        with pytest.raises(ContainerStoppedByEngine, match=r"stopped container .* from outside \(SIGTERM\)"):
+            docker_engine.run_container(docker_client, base_image, ["sh", "-c", program], timeout=120,
+                                        labels=marker)
+    finally:
+        stopper.join()
     assert docker_client.containers.list(all=True, filters={"label": selector}) == []
 
 
