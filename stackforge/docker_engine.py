@@ -141,7 +141,8 @@ class Owner:
         """The owner named by a container's labels; None when they name none (older stackforge) or
         no process could have the pid they name (a hand-made label): such containers are left alone."""
         pid = labels.get(PID_LABEL, "")
-        if not labels.get(HOST_LABEL) or not (pid.isascii() and pid.isdigit()) or not 0 < int(pid) <= _PID_MAX:
+        usable_pid = pid.isascii() and pid.isdigit() and 0 < int(pid) <= _PID_MAX
+        if not labels.get(HOST_LABEL) or not usable_pid:
             return None
         return cls(labels[HOST_LABEL], int(pid), labels.get(PROCESS_LABEL, ""), labels.get(BOOT_LABEL, ""))
 
