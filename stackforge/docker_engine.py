@@ -8,9 +8,10 @@ sweep up after an interrupted run.
 
 A run that could not clean up (stackforge killed by SIGKILL, the engine restarted under it) leaves
 containers behind; each names its owner process (:data:`HOST_LABEL`, :data:`PID_LABEL`,
-:data:`PROCESS_LABEL`), and :func:`reap_orphans` removes those whose owner is gone at the start of the
-next run. A container the engine itself stopped (shutdown, ``docker stop`` from outside) raises
-:class:`~stackforge.errors.ContainerStoppedByEngine` instead of reporting an ending its program chose.
+:data:`PROCESS_LABEL`, :data:`BOOT_LABEL`), and :func:`reap_orphans` removes those whose owner is gone
+at the start of the next run. A container the engine itself stopped (shutdown, ``docker stop`` from
+outside) raises :class:`~stackforge.errors.ContainerStoppedByEngine` instead of reporting an ending its
+program chose.
 """
 
 from __future__ import annotations
@@ -47,12 +48,17 @@ MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 RUN_LABEL = f"{LABEL_PREFIX}.run"
 #: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
 TEST_LABEL = f"{LABEL_PREFIX}.test"
-#: The owner of a container: the host name, the process id and that process's identity (its pid
+#: The owner of a container: the host name, the process id, that process's identity (its pid
 #: namespace and start time, so that a reused pid or a process in another namespace is not mistaken
-#: for the owner). Set on every container by :func:`run_container`; read by :func:`reap_orphans`.
+#: for the owner) and the machine's boot id (host names and the initial pid namespace repeat across
+#: machines sharing one remote engine). Set on every container by :func:`run_container`; read by
+#: :func:`reap_orphans`.
 HOST_LABEL = f"{LABEL_PREFIX}.host"
 PID_LABEL = f"{LABEL_PREFIX}.pid"
 PROCESS_LABEL = f"{LABEL_PREFIX}.process"
+BOOT_LABEL = f"{LABEL_PREFIX}.boot"
+#: Linux never hands out a pid above this (PID_MAX_LIMIT on 64-bit); a larger label names no process.
+_PID_MAX = 4 * 1024 * 1024
 
 #: Where docker-py and the CLI look when DOCKER_HOST is unset.
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -124,17 +130,21 @@ class Owner:
     host: str
     pid: int
     identity: str = ""   # "<pid namespace>:<start time>" on Linux, "" where /proc is missing
+    boot: str = ""       # the machine's boot id (see :func:`boot_id`), "" where it cannot be read
 
     def labels(self) -> dict[str, str]:
-        return {HOST_LABEL: self.host, PID_LABEL: str(self.pid), PROCESS_LABEL: self.identity}
+        return {HOST_LABEL: self.host, PID_LABEL: str(self.pid), PROCESS_LABEL: self.identity,
+                BOOT_LABEL: self.boot}
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Owner | None:
-        """The owner named by a container's labels; None when they name none (older stackforge)."""
+        """The owner named by a container's labels; None when they name none (older stackforge) or
+        no process could have the pid they name (a hand-made label): such containers are left alone."""
         pid = labels.get(PID_LABEL, "")
-        if not labels.get(HOST_LABEL) or not pid.isdigit():
+        usable_pid = pid.isascii() and pid.isdigit() and 0 < int(pid) <= _PID_MAX
+        if not labels.get(HOST_LABEL) or not usable_pid:
             return None
-        return cls(labels[HOST_LABEL], int(pid), labels.get(PROCESS_LABEL, ""))
+        return cls(labels[HOST_LABEL], int(pid), labels.get(PROCESS_LABEL, ""), labels.get(BOOT_LABEL, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +328,19 @@ def remove_run_containers(client: docker.DockerClient, run_id: str) -> None:
 
 def this_process() -> Owner:
     """The :class:`Owner` labels of containers started by this process."""
-    return Owner(socket.gethostname(), os.getpid(), process_identity(os.getpid()))
+    return Owner(socket.gethostname(), os.getpid(), process_identity(os.getpid()), boot_id())
+
+
+def boot_id() -> str:
+    """This machine's boot id (the kernel's, else systemd's machine id); "" when neither can be read."""
+    for path in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id"):
+        try:
+            found = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if found:
+            return found
+    return ""
 
 
 def process_identity(pid: int) -> str:
@@ -344,10 +366,11 @@ def _stat_fields(pid: int) -> list[str]:
 def owner_is_gone(owner: Owner, here: Owner) -> bool:
     """True only when ``owner`` surely ran on this host and is no longer alive.
 
-    Containers of other hosts, of another pid namespace and of live processes are never judged
-    gone; a pid that is alive but now belongs to a process started later (pid reuse) is.
+    Containers of other hosts (another host name or boot id, or none recorded), of another pid
+    namespace and of live processes are never judged gone; a pid that is alive but now belongs to
+    a process started later (pid reuse) is.
     """
-    if owner.host != here.host:
+    if owner.host != here.host or not owner.boot or owner.boot != here.boot:
         return False
     namespace = here.identity.rpartition(":")[0]
     if owner.identity and namespace and owner.identity.rpartition(":")[0] != namespace:
@@ -369,7 +392,7 @@ def reap_orphans(client: docker.DockerClient) -> Orphans:
 
     Such containers outlive a run that could not clean up: stackforge killed by SIGKILL, or the
     engine stopped under it (the engine keeps the stopped containers). Containers of live runs, of
-    other hosts and those without owner labels are left alone.
+    other hosts (or other machines of the same name) and those without usable owner labels are left alone.
     """
     here = this_process()
     # ignore_removed: other runs remove their containers while this lists them.
@@ -587,7 +610,8 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
     follower.join(timeout=max(grace, 10.0))
     state = _state(client, container, missing_ok=ending == "cancelled")
     exit_code = int(state.get("ExitCode", -1))
-    if ending == "exited" and exit_code != 0:
+    if ending == "exited":
+        # Whatever the exit code: a program may catch the engine's SIGTERM and exit 0 (the serve bench does).
         _refuse_engine_stop(client, container, state, image)
     result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
                           signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,

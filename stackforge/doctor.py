@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from stackforge.model import Target
+from stackforge.pip_config import redact_urls, without_credentials
 from stackforge.probes.execute import HostGpus, assign_gpus
 
 DOCTOR_SCHEMA = "stackforge.doctor"
@@ -255,12 +256,14 @@ def targets_check(gpus: HostGpus, targets: dict[str, Target], machine: str) -> C
 
 
 def index_check(index: IndexFacts) -> Check:
-    facts = {"url": index.url, "source": index.source, "role": index.role, "reachable": index.reachable,
-             "detail": index.detail}
+    # The URL may carry a user and token (PIP_INDEX_URL=https://user:token@...): shown and in --json, so redacted.
+    url, detail = without_credentials(index.url), redact_urls(index.detail, [index.url])
+    facts = {"url": url, "source": index.source, "role": index.role, "reachable": index.reachable,
+             "detail": detail}
     name = "index" if index.role == "index" else "extra index"
     if index.reachable:
-        return Check(name, Status.OK, f"{index.url} answers ({index.source})", facts)
-    return Check(name, Status.FAIL, f"{index.url} does not answer ({index.source}): {index.detail}", facts,
+        return Check(name, Status.OK, f"{url} answers ({index.source})", facts)
+    return Check(name, Status.FAIL, f"{url} does not answer ({index.source}): {detail}", facts,
                  hint="check the proxy and CA bundle, or build from a wheelhouse (--find-links, --index-url)")
 
 

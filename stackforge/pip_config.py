@@ -14,8 +14,10 @@ Precedence is pip's own: the environment (``PIP_CERT``) over the ``install`` sec
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stackforge import runner
@@ -63,9 +65,7 @@ def parse_pip_config_list(text: str) -> PipConfig:
         section, dot, option = key.strip().rpartition(".")
         if not sep or not dot or section not in _SECTION_RANK:
             continue
-        value = raw.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+        value = _unquoted(raw.strip())
         if not value:
             continue
         origin = "PIP_" + option.upper().replace("-", "_") if section == ":env:" else f"pip config {section}.{option}"
@@ -73,6 +73,39 @@ def parse_pip_config_list(text: str) -> PipConfig:
         if option not in best or rank > best[option][0]:
             best[option] = (rank, PipSetting(value, origin))
     return PipConfig({option: setting for option, (_, setting) in best.items()})
+
+
+def _unquoted(value: str) -> str:
+    """A value as ``pip config list`` prints it (Python's repr: ``'\\nhttps://a\\nhttps://b'`` for a
+    multi-line setting) back to the text pip uses; a value that is no Python literal loses its quotes only."""
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        literal = None
+    if isinstance(literal, str):
+        return literal
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part: index URLs are shown on the terminal, in --json and logs."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
+# ``scheme://userinfo@``: any URL in a text (an exception's "for url: ...") that carries credentials.
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+
+
+def redact_urls(text: str, urls: Iterable[str] = ()) -> str:
+    """``text`` (an exception's message) with the credentials of ``urls``, and of any URL in it, removed."""
+    for url in urls:
+        if url and url != without_credentials(url):
+            text = text.replace(url, without_credentials(url))
+    return _USERINFO.sub(r"\1", text)
 
 
 def read_pip_config(python: str = sys.executable, *, timeout: float = PIP_CONFIG_TIMEOUT_S) -> PipConfig:

@@ -30,7 +30,7 @@ import requests
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
 
-from stackforge.pip_config import PipConfig
+from stackforge.pip_config import PipConfig, redact_urls, without_credentials
 from stackforge.plan import Cell, Plan
 from stackforge.versions import compact
 
@@ -81,10 +81,17 @@ class IndexConfig:
                 *(Source(location, index=False) for location in dict.fromkeys(self.find_links)))
 
     def describe(self) -> str:
-        parts = [f"index {self.index_url}" if self.index_url else "no index"]
-        parts += [f"extra index {url}" for url in self.extra_index_urls]
-        parts += [f"find-links {location}" for location in self.find_links]
+        """The locations in one line, without credentials (it is printed)."""
+        parts = [f"index {without_credentials(self.index_url)}" if self.index_url else "no index"]
+        parts += [f"extra index {without_credentials(url)}" for url in self.extra_index_urls]
+        parts += [f"find-links {without_credentials(location)}" for location in self.find_links]
         return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The locations for --json, without credentials."""
+        return {"index_url": without_credentials(self.index_url) if self.index_url else None,
+                "extra_index_urls": [without_credentials(url) for url in self.extra_index_urls],
+                "find_links": [without_credentials(location) for location in self.find_links]}
 
 
 def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str] = (),
@@ -133,9 +140,7 @@ class PreflightReport:
         return all(c.status in (Availability.AVAILABLE, Availability.SDIST_ONLY) for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "indexes": {"index_url": self.indexes.index_url,
-                                           "extra_index_urls": list(self.indexes.extra_index_urls),
-                                           "find_links": list(self.indexes.find_links)},
+        return {"ok": self.ok, "indexes": self.indexes.to_json(),
                 "checks": [c.to_json() for c in self.checks]}
 
     def render(self) -> str:
@@ -217,7 +222,9 @@ def find_package(wanted: Wanted, python: str, *, session: requests.Session, cach
         try:
             names = _filenames(wanted, source, session=session, cache=cache)
         except (requests.RequestException, OSError, ValueError) as exc:
-            unreachable.append((source.location, f"{type(exc).__name__}: {_short(exc)}"))
+            # requests names the URL it asked ("401 ... for url: https://user:token@..."): shown, so redacted.
+            unreachable.append((source.location, redact_urls(f"{type(exc).__name__}: {_short(exc)}",
+                                                             [source.location])))
             continue
         if not names:
             continue
@@ -236,8 +243,8 @@ def find_package(wanted: Wanted, python: str, *, session: requests.Session, cach
 
 
 def _label(source: str, primary: str) -> str:
-    """How a location is named in the report: "pypi" for PyPI itself, else its URL or path."""
-    return "pypi" if source == PYPI_SIMPLE and primary == "pypi" else source
+    """How a location is named in the report: "pypi" for PyPI itself, else its URL (no credentials) or path."""
+    return "pypi" if source == PYPI_SIMPLE and primary == "pypi" else without_credentials(source)
 
 
 def classify_files(filenames: Iterable[str], version: str, python: str) -> tuple[Availability, str]:
@@ -370,7 +377,7 @@ def _get_filenames(url: str, *, session: requests.Session, cache: Path) -> list[
             names = _links(response.text)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"url": url, "files": names}))
+    tmp.write_text(json.dumps({"url": without_credentials(url), "files": names}))
     os.replace(tmp, path)
     return names
 

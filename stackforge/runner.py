@@ -197,11 +197,15 @@ def run(
         write_log(log, f"$ {_redact(shlex.join(argv), secrets)}\n")
         started = time.monotonic()
         process = _start(argv, env=env, cwd=cwd, with_stdin=input_text is not None)
-        capture = OutputCapture(tail_chars=tail_chars, redact=secrets, log=log)
-        pump = threading.Thread(target=_pump_output, args=(process.stdout, capture), daemon=True)
-        pump.start()
-        feeder = _feed_stdin(process, input_text)
+        pump: threading.Thread | None = None
+        feeder: threading.Thread | None = None
         try:
+            # Everything after the start is in here: a Ctrl-C or SIGTERM (Terminated) that lands while
+            # the output and input threads start must stop the command too.
+            capture = OutputCapture(tail_chars=tail_chars, redact=secrets, log=log)
+            pump = threading.Thread(target=_pump_output, args=(process.stdout, capture), daemon=True)
+            pump.start()
+            feeder = _feed_stdin(process, input_text)
             ending = _wait_or_stop(process, timeout, grace, cancel)
         except BaseException:
             # KeyboardInterrupt (or anything else): never leave the command running behind us.
@@ -209,9 +213,9 @@ def run(
             raise
         finally:
             # The pipe reaches EOF once every process holding it is gone; the group is gone by now.
-            pump.join(timeout=grace)
-            if feeder is not None:
-                feeder.join(timeout=grace)
+            for thread in (pump, feeder):
+                if thread is not None and thread.ident is not None:   # a thread never started: no join
+                    thread.join(timeout=grace)
         duration = time.monotonic() - started
         returncode = process.returncode
         signal = -returncode if returncode < 0 else None

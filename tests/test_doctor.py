@@ -228,3 +228,30 @@ def test_doctor_asks_a_real_index_over_http(tmp_path):
     finally:
         json_server.shutdown()
         html_server.shutdown()
+
+
+def test_doctor_never_shows_index_credentials(tmp_path, monkeypatch):
+    # A refusing loopback port for the index; an index that answers 401 for the extra one.
+    server, url = serve_index(tmp_path / "idx", "{}")
+    server.RequestHandlerClass = _Unauthorized
+    monkeypatch.setenv("PIP_INDEX_URL", "https://alice:S3CRETTOKEN@127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", url.replace("http://", "http://bob:OTHERTOKEN@"))
+    try:
+        result, _ = run_doctor()
+        shown = CliRunner().invoke(cli, ["doctor"])
+    finally:
+        server.shutdown()
+    indexes = [c for c in json.loads(result.stdout)["checks"] if c["name"] in ("index", "extra index")]
+    assert [c["status"] for c in indexes] == ["fail", "fail"], indexes
+    assert indexes[0]["facts"]["url"] == "https://127.0.0.1:9/simple"
+    for text in (result.output, shown.output):
+        assert "S3CRETTOKEN" not in text and "OTHERTOKEN" not in text, text
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self.send_response(401)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass

@@ -13,15 +13,18 @@
   touched) is stopped while a probe runs in it: a one-line error and exit 3, no record for the cut
   probe; once that engine is back, the next run removes the container the dead run left.
 * ``docker stop`` of a running container from outside: :func:`run_container` raises
-  ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending.
+  ContainerStoppedByEngine instead of reporting a death by SIGTERM as the program's own ending, and
+  also when the program catches SIGTERM and exits 0 (as the serve bench does).
 * SIGTERM / SIGHUP inside :func:`runner.signals_as_interrupts` raise Terminated once; a signal
   inherited as ignored (``nohup``) stays ignored.
 * Reaping: a container whose owner process is dead is removed; one of a live process, one of
-  another host and one without owner labels are left alone.
+  another host (or another machine of the same name: another boot id, or none), one without owner
+  labels and one with an impossible pid label are left alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -305,6 +308,30 @@ def test_a_container_stopped_from_outside_is_no_result(docker_client, base_image
     assert docker_client.containers.list(all=True, filters={"label": selector}) == []
 
 
+@pytest.mark.docker
+def test_a_container_that_exits_0_when_stopped_from_outside_is_no_result(docker_client, base_image, test_labels):
+    # Like bench/scripts/serve.py: SIGTERM is caught, a result line printed, and the program exits 0.
+    marker = {**test_labels, "io.stackforge.test.stopped-outside": os.urandom(4).hex()}
+    selector = "io.stackforge.test.stopped-outside=" + marker["io.stackforge.test.stopped-outside"]
+    program = "trap 'echo RESULT error; exit 0' TERM; echo ready; sleep 60 & wait"
+
+    def stop_from_outside() -> None:
+        def ready() -> list:
+            return [c for c in docker_client.containers.list(filters={"label": selector}) if b"ready" in c.logs()]
+        wait_for(ready, "the container's trap", timeout=60)
+        subprocess.run(["docker", "stop", "-t", "10", *[c.id for c in ready()]], check=True, capture_output=True)
+
+    stopper = threading.Thread(target=stop_from_outside)
+    stopper.start()
+    try:
+        with pytest.raises(ContainerStoppedByEngine, match=r"stopped container .* from outside \(SIGTERM\)"):
+            docker_engine.run_container(docker_client, base_image, ["sh", "-c", program], timeout=120,
+                                        labels=marker)
+    finally:
+        stopper.join()
+    assert docker_client.containers.list(all=True, filters={"label": selector}) == []
+
+
 # ------------------------------------------------------------------------------------- reaping
 
 
@@ -317,10 +344,14 @@ def dead_pid() -> int:
 @pytest.mark.docker
 def test_reap_removes_containers_of_dead_runs_only(docker_client, base_image):
     here = docker_engine.this_process()
+    dead_here = docker_engine.Owner(here.host, dead_pid(), here.identity.rpartition(":")[0] + ":1", here.boot)
     owners = {
-        "dead": docker_engine.Owner(here.host, dead_pid(), here.identity.rpartition(":")[0] + ":1"),
+        "dead": dead_here,
         "live": here,
         "other-host": docker_engine.Owner(f"not-{here.host}", dead_pid()),
+        # Same host name and (initial) pid namespace, another machine on the same remote engine.
+        "other-machine": dataclasses.replace(dead_here, boot=f"not-{here.boot}"),
+        "no-boot-id": dataclasses.replace(dead_here, boot=""),
     }
     made = {name: docker_client.containers.create(
         base_image, ["true"], labels={**session_labels(), docker_engine.MANAGED_LABEL: "true",
@@ -328,13 +359,18 @@ def test_reap_removes_containers_of_dead_runs_only(docker_client, base_image):
         for name, owner in owners.items()}
     made["no-owner"] = docker_client.containers.create(
         base_image, ["true"], labels={**session_labels(), docker_engine.MANAGED_LABEL: "true"})
+    # A hand-made pid label no process can have (os.kill would raise OverflowError on it).
+    made["huge-pid"] = docker_client.containers.create(
+        base_image, ["true"], labels={**session_labels(), docker_engine.MANAGED_LABEL: "true",
+                                      **dead_here.labels(), docker_engine.PID_LABEL: "99999999999999999999"})
     try:
         orphans = docker_engine.reap_orphans(docker_client)
         left = {c.id for c in docker_client.containers.list(all=True, filters={"label": docker_engine.MANAGED_LABEL},
                                                              sparse=True)}
         assert made["dead"].id not in left and made["dead"].id in orphans.containers
         assert "test-reap-dead" in orphans.runs and "test-reap-dead" in orphans.describe()
-        assert {made[name].id for name in ("live", "other-host", "no-owner")} <= left
+        assert {made[name].id for name in ("live", "other-host", "other-machine", "no-boot-id", "no-owner",
+                                           "huge-pid")} <= left
     finally:
         for container in made.values():
             docker_engine._remove_quietly(container)
@@ -367,9 +403,22 @@ def test_pid_reuse_counts_as_gone():
     here = docker_engine.this_process()
     namespace = here.identity.rpartition(":")[0]
     assert not docker_engine.owner_is_gone(here, here)
-    assert docker_engine.owner_is_gone(docker_engine.Owner(here.host, here.pid, f"{namespace}:1"), here)
-    other_namespace = docker_engine.Owner(here.host, dead_pid(), "pid:[1]:1")
+    assert docker_engine.owner_is_gone(docker_engine.Owner(here.host, here.pid, f"{namespace}:1", here.boot), here)
+    other_namespace = docker_engine.Owner(here.host, dead_pid(), "pid:[1]:1", here.boot)
     assert not docker_engine.owner_is_gone(other_namespace, here)
+
+
+def test_owners_of_other_machines_and_unusable_pids_are_not_judged():
+    here = docker_engine.this_process()
+    assert here.boot, "this machine has a boot id"
+    dead = docker_engine.Owner(here.host, dead_pid(), here.identity.rpartition(":")[0] + ":1", here.boot)
+    assert docker_engine.owner_is_gone(dead, here)
+    assert not docker_engine.owner_is_gone(dataclasses.replace(dead, boot="another-machine"), here)
+    assert not docker_engine.owner_is_gone(dataclasses.replace(dead, boot=""), here)
+    for pid in ("99999999999999999999", "0", "\u00b2", "-1", str(2 ** 40)):
+        labels = {**dead.labels(), docker_engine.PID_LABEL: pid}
+        assert docker_engine.Owner.from_labels(labels) is None, pid
+    assert docker_engine.Owner.from_labels(dead.labels()) == dead
 
 
 def test_a_killed_owner_not_yet_collected_counts_as_gone():
@@ -377,7 +426,8 @@ def test_a_killed_owner_not_yet_collected_counts_as_gone():
     # an init that does not): its containers are orphans all the same.
     zombie = subprocess.Popen(["sleep", "60"])
     try:
-        owner = docker_engine.Owner(socket.gethostname(), zombie.pid, docker_engine.process_identity(zombie.pid))
+        owner = docker_engine.Owner(socket.gethostname(), zombie.pid, docker_engine.process_identity(zombie.pid),
+                                    docker_engine.boot_id())
         assert not docker_engine.owner_is_gone(owner, docker_engine.this_process())
         os.kill(zombie.pid, signal.SIGKILL)
         wait_for(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z",

@@ -264,3 +264,61 @@ def test_preflight_exits_1_when_the_index_is_unreachable_and_index_url_overrides
     assert result.stdout.count("unreachable ") == len(STACK_FILES)
     mirror = _file_index(tmp_path / "mirror", STACK_FILES)
     assert preflight_cli("--index-url", mirror).exit_code == 0
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """An index that wants credentials it does not accept: every page answers 401."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="index"')
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_index_credentials_are_never_shown_nor_stored(preflight_cli, tmp_path, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://alice:S3CRETTOKEN@127.0.0.1:{server.server_port}/simple")
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://bob:OTHERTOKEN@127.0.0.1:9/simple")
+        shown, as_json = preflight_cli(), preflight_cli("--json")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert shown.exit_code == 1 and "401" in shown.stdout and "unreachable" in shown.stdout, shown.output
+    assert json.loads(as_json.stdout)["preflight"]["indexes"]["index_url"].startswith("http://127.0.0.1:")
+    stored = "".join(path.read_text() for path in (tmp_path / "cache").rglob("*") if path.is_file())
+    for text in (shown.output, as_json.output, stored):
+        assert "S3CRETTOKEN" not in text and "OTHERTOKEN" not in text and "alice" not in text
+
+
+def test_redact_urls_removes_credentials_from_exception_text():
+    from stackforge.pip_config import redact_urls, without_credentials
+    assert without_credentials("https://u:p@host/simple") == "https://host/simple"
+    text = "401 Client Error: Unauthorized for url: https://u:tok@host/simple/pip/"
+    assert redact_urls(text, ["https://u:tok@host/simple"]) == \
+        "401 Client Error: Unauthorized for url: https://host/simple/pip/"
+    assert redact_urls("see ftp://x:y@h/a and http://h/b") == "see ftp://h/a and http://h/b"
+
+
+def test_a_multi_line_setting_is_unescaped():
+    # pip config list prints values with repr(): lines of a multi-line value come out as \n escapes.
+    config = parse_pip_config_list("global.extra-index-url='\\nhttps://a/simple\\nhttps://b/simple'\n"
+                                   "global.cert='/c.pem'\n:env:.timeout=\"30\"\n")
+    assert config.setting("extra-index-url").value.split() == ["https://a/simple", "https://b/simple"]
+    assert (config.setting("cert").value, config.setting("timeout").value) == ("/c.pem", "30")
+
+
+def test_a_multi_line_setting_read_from_a_real_pip(tmp_path, monkeypatch):
+    import sys
+    from stackforge.pip_config import read_pip_config
+    for name in [n for n in os.environ if n.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url =\n    https://a.example/simple\n    https://b.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    extra = read_pip_config(sys.executable).setting("extra-index-url")
+    assert extra is not None and extra.value.split() == ["https://a.example/simple", "https://b.example/simple"]

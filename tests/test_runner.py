@@ -213,6 +213,35 @@ def test_keyboard_interrupt_stops_the_group_and_is_reraised(tmp_path: Path) -> N
     assert _wait_gone(pids) == []
 
 
+@pytest.mark.parametrize("where", ["_feed_stdin", "_pump_output"])
+def test_an_interrupt_while_the_threads_start_stops_the_group(monkeypatch, where: str) -> None:
+    # The command runs in its own session from the start: an interrupt between its start and the
+    # wait (here: while the stdin feeder or the output pump starts) must stop it all the same.
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    started = []
+
+    def start(*args, **kwargs):
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    real_start = runner._start
+    monkeypatch.setattr(runner, "_start", start)
+    if where == "_pump_output":
+        monkeypatch.setattr(threading.Thread, "start", interrupted)
+    else:
+        monkeypatch.setattr(runner, "_feed_stdin", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(["sleep", "60"], timeout=60, input_text="", grace=1)
+    monkeypatch.undo()
+    try:
+        assert _wait_gone([started[0].pid], within_s=3) == []
+    finally:
+        started[0].kill()
+        started[0].wait()
+
+
 def test_argv_must_not_be_a_string_or_empty() -> None:
     with pytest.raises(TypeError):
         runner.run("echo hi", timeout=5)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from stackforge.build.classify import diagnose
+from stackforge.pip_config import redact_urls, without_credentials
 
 if TYPE_CHECKING:
     from stackforge.model import Stack
@@ -60,7 +61,7 @@ def lookup_declared(package: str, version: str, *, index_url: str | None = None,
     """The ``Requires-Dist`` lines of ``package==version`` (raw, markers included), or why not."""
     verify: str | bool = str(ca_bundle) if ca_bundle else True
     base = (index_url or PYPI_SIMPLE).rstrip("/")
-    shown = _without_credentials(base)
+    shown = without_credentials(base)
     try:
         listing = requests.get(f"{base}/{canonicalize_name(package)}/", headers={"Accept": _JSON},
                                timeout=timeout, verify=verify)
@@ -79,7 +80,7 @@ def lookup_declared(package: str, version: str, *, index_url: str | None = None,
             text = _metadata_from_wheel(url, timeout=timeout, verify=verify)
     except requests.RequestException as exc:
         # The same words a failed build gets: tls, dns, proxy, unreachable... with the deciding line.
-        diagnosis = diagnose(f"{type(exc).__name__}: {exc}".replace(base, shown))
+        diagnosis = diagnose(redact_urls(f"{type(exc).__name__}: {exc}", [base]))
         return Declared(LookupStatus.UNREACHABLE, reason=f"{shown}: {diagnosis.cause.value}: {diagnosis.line}")
     except (ValueError, zipfile.BadZipFile, KeyError, OSError) as exc:
         return Declared(LookupStatus.NOT_LISTED, reason=f"unreadable answer from {shown}: {type(exc).__name__}")
@@ -87,13 +88,6 @@ def lookup_declared(package: str, version: str, *, index_url: str | None = None,
         return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} gave no core metadata for the wheel")
     message = email.parser.Parser().parsestr(text, headersonly=True)
     return Declared(LookupStatus.FOUND, tuple(message.get_all("Requires-Dist") or ()))
-
-
-def _without_credentials(url: str) -> str:
-    """``url`` without a ``user:password@`` part: reasons are shown on the terminal and in logs."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
 
 
 def declared_requirements(package: str, version: str, *, index_url: str | None = None,
