@@ -57,6 +57,7 @@ __all__ = [
     "Row",
     "Source",
     "build_matrix",
+    "check_features",
     "choose_target",
     "decide_cell",
     "empty_plan",
@@ -407,7 +408,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     mine = [r for r in records if r.target == target]
     plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
     present = _features(mine, plan_cells.values())
-    columns = _check_features(features, present) or present
+    columns = check_features(features, present) or present
     stacks = _stacks(mine, plan_cells)
     grouped: dict[tuple[str, str], list[ResultRecord]] = {}
     for record in mine:
@@ -419,7 +420,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
                         runs=tuple(runs), predictions_only=not mine and bool(plan_cells))
 
 
-def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
+def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
     """``wanted`` when every name is a feature (the rules' vocabulary, a probe's, or one the results measured).
 
     Raises:
