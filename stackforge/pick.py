@@ -367,12 +367,15 @@ def _blocked_line(cell: Cell) -> str:
 
 
 def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFloor:
-    """The driver floor the plan shows for this row (:func:`stackforge.derive.cell_driver_floor`), from the
-    plan JSON's facts: the CUDA family's floor, the target's ``min_driver``, ``requires: driver`` rules."""
-    derived = row.derived or {}
-    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
-    return cell_driver_floor(derived.get("min_driver"), str(derived.get("min_driver_reason") or ""), target,
-                             target_min, specs)
+    """The driver floor the plan shows for this row: its cell's ``driver_floor`` as ``plan`` wrote it
+    (:func:`stackforge.derive.cell_driver_floor`: the CUDA family's floor, the target's ``min_driver``,
+    ``requires: driver`` rules), never recomputed from ``derived``. A stack the plan does not list has
+    only the target's hardware floor."""
+    if row.driver_floor is not None:
+        version = row.driver_floor.get("version")
+        return DriverFloor(None if version is None else str(version),
+                           tuple(str(b) for b in row.driver_floor.get("because") or ()))
+    return cell_driver_floor(None, "", target, target_min, ())
 
 
 def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,

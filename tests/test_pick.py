@@ -160,3 +160,14 @@ def test_pick_json(plan):
     assert data["candidates"][0]["stack_id"] == CU131 and data["candidates"][0]["qualifies"]
     failed = pick_to_json(None, candidates, TARGET, ["x"], None)
     assert failed["status"] == "nothing-qualifies" and failed["exit_code"] == 4
+
+
+def test_the_driver_floor_is_the_plan_cells_not_recomputed_from_derived():
+    """`plan` wrote the floor (derived.min_driver is one of its parts, not the floor itself)."""
+    data = plan_dict()
+    cell = next(c for c in data["cells"] if c["stack_id"] == CU131)
+    cell["derived"]["min_driver"] = "1"
+    cell["driver_floor"] = {"version": "600", "because": ["CUDA 13.x: driver >= 600 [>= 600]"]}
+    with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old: this stack needs >= 600"):
+        pick([r for r in seed_records() if r.stack_id == CU131], parse_plan(data), TARGET, ["flashinfer-jit"],
+             driver="595.10")
