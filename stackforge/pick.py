@@ -45,7 +45,8 @@ from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
 from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
-                               check_features, headline_value, image_reference, one_line, parse_plan, stack_order_key)
+                               check_features, headline_value, image_reference, one_line, parse_plan,
+                               stack_order_key)
 
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
            "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",

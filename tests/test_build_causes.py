@@ -131,10 +131,12 @@ def test_a_dns_retry_pip_got_past_does_not_override_its_no_such_version_verdict(
 
 
 def test_a_tls_retry_pip_got_past_does_not_override_its_conflict_verdict():
-    text = ("WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after "
-            "connection broken by 'SSLError(SSLEOFError(8, '[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in "
-            "violation of protocol (_ssl.c:1006)'))': /simple/torch/\n" + log("pip-tls-then-resolution-impossible.txt")
-            .split("\n", 2)[2])   # the real conflict, without the lines where pip gave up on the index
+    retried = ("WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after "
+               "connection broken by 'SSLError(SSLEOFError(8, '[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred "
+               "in violation of protocol (_ssl.c:1006)'))': /simple/torch/\n")
+    # The real conflict, without the two lines where pip gave up on the index (it got past the retry here).
+    conflict = log("pip-tls-then-resolution-impossible.txt").split("\n", 2)[2]
+    text = retried + conflict
     diagnosis = diagnose(text)
     assert diagnosis.cause is Cause.CONFLICT, diagnosis
 
