@@ -45,7 +45,8 @@ from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
 from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
-                               headline_value, image_reference, one_line, parse_plan, stack_order_key)
+                               check_features, headline_value, image_reference, one_line, parse_plan,
+                               stack_order_key)
 
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
            "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
@@ -228,10 +229,12 @@ def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mappin
     host_driver = _driver_version(driver)
     view = plan if isinstance(plan, PlanView) else parse_plan(plan)
     report = build_matrix(records, view, target)
-    unknown = [f for f in require if f not in report.features]
-    if unknown:
-        raise SpecError(f"unknown feature(s) for target {target}: {', '.join(unknown)}; "
-                        f"known: {', '.join(report.features) or '(none)'}")
+    unmeasured = [f for f in require if f not in report.features]
+    if unmeasured:
+        # A feature only a probe decides (p2p-access...) has no column until a record measures it; it is
+        # still a feature (the same names `matrix --feature` and `list features` know), its cells unknown.
+        check_features(unmeasured, report.features)
+        report = build_matrix(records, view, target, features=(*report.features, *unmeasured))
     target_min = report.target_info.get("min_driver")
     rows = (scope or Scope()).select(report.rows)
     return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)
@@ -365,12 +368,15 @@ def _blocked_line(cell: Cell) -> str:
 
 
 def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFloor:
-    """The driver floor the plan shows for this row (:func:`stackforge.derive.cell_driver_floor`), from the
-    plan JSON's facts: the CUDA family's floor, the target's ``min_driver``, ``requires: driver`` rules."""
-    derived = row.derived or {}
-    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
-    return cell_driver_floor(derived.get("min_driver"), str(derived.get("min_driver_reason") or ""), target,
-                             target_min, specs)
+    """The driver floor the plan shows for this row: its cell's ``driver_floor`` as ``plan`` wrote it
+    (:func:`stackforge.derive.cell_driver_floor`: the CUDA family's floor, the target's ``min_driver``,
+    ``requires: driver`` rules), never recomputed from ``derived``. A stack the plan does not list has
+    only the target's hardware floor."""
+    if row.driver_floor is not None:
+        version = row.driver_floor.get("version")
+        return DriverFloor(None if version is None else str(version),
+                           tuple(str(b) for b in row.driver_floor.get("because") or ()))
+    return cell_driver_floor(None, "", target, target_min, ())
 
 
 def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,

@@ -57,6 +57,7 @@ __all__ = [
     "Row",
     "Source",
     "build_matrix",
+    "check_features",
     "choose_target",
     "decide_cell",
     "empty_plan",
@@ -179,6 +180,7 @@ class PlanCell:
     derived: dict[str, Any]
     findings: tuple[Finding, ...]
     predictions: tuple[Prediction, ...]
+    driver_floor: dict[str, Any]             # the plan's one floor: {"version", "because"}
 
     @property
     def pruned(self) -> bool:
@@ -219,6 +221,7 @@ def parse_plan(data: Any, *, path: str = "") -> PlanView:
     if not isinstance(version, int) or version > PLAN_SCHEMA_VERSION:
         raise RecordError(f"plan schema_version {version!r} is newer than this stackforge understands "
                           f"({PLAN_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+    _refuse_plan_without_driver_floor(data, path)
     try:
         matrix = data.get("matrix") or {}
         cells = tuple(_plan_cell(c) for c in data.get("cells", ()))
@@ -229,12 +232,26 @@ def parse_plan(data: Any, *, path: str = "") -> PlanView:
         raise RecordError(f"malformed plan: {type(exc).__name__}: {exc}", path=path) from None
 
 
+def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> None:
+    """Plan JSON from an older stackforge has no cell ``driver_floor``, and its ``derived.min_driver``
+    meant the toolkit's GA driver (now the CUDA family's floor): reading it would give another floor.
+
+    Raises:
+        RecordError: a cell lacks ``driver_floor``.
+    """
+    cells = data.get("cells") or ()
+    if any(isinstance(cell, Mapping) and "driver_floor" not in cell for cell in cells):
+        raise RecordError("plan JSON written by an older stackforge (its cells have no driver_floor)", path=path,
+                          remedy="re-run `stackforge plan --json` to write it again")
+
+
 def _plan_cell(data: Mapping[str, Any]) -> PlanCell:
     return PlanCell(stack_id=str(data["stack_id"]), stack=dict(data.get("stack") or {}),
                     target=str(data["target"]), status=str(data.get("status", "kept")),
                     derived=dict(data.get("derived") or {}),
                     findings=tuple(_finding(f) for f in data.get("findings", ())),
-                    predictions=tuple(_prediction(p) for p in data.get("predictions", ())))
+                    predictions=tuple(_prediction(p) for p in data.get("predictions", ())),
+                    driver_floor=dict(data["driver_floor"] or {}))
 
 
 def _finding(data: Mapping[str, Any]) -> Finding:
@@ -329,6 +346,7 @@ class Row:
     pruned_by: tuple[Finding, ...] = ()
     derived: dict[str, Any] | None = None
     findings: tuple[Finding, ...] = ()
+    driver_floor: dict[str, Any] | None = None    # the plan cell's; None for a stack the plan does not list
 
     def cell(self, feature: str) -> Cell:
         for cell in self.cells:
@@ -407,7 +425,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     mine = [r for r in records if r.target == target]
     plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
     present = _features(mine, plan_cells.values())
-    columns = _check_features(features, present) or present
+    columns = check_features(features, present) or present
     stacks = _stacks(mine, plan_cells)
     grouped: dict[tuple[str, str], list[ResultRecord]] = {}
     for record in mine:
@@ -419,7 +437,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
                         runs=tuple(runs), predictions_only=not mine and bool(plan_cells))
 
 
-def _check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
+def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
     """``wanted`` when every name is a feature (the rules' vocabulary, a probe's, or one the results measured).
 
     Raises:
@@ -519,7 +537,8 @@ def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
     status = plan_cell.status if plan_cell else "unplanned"
     return Row(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
                derived=plan_cell.derived if plan_cell else None,
-               findings=plan_cell.findings if plan_cell else ())
+               findings=plan_cell.findings if plan_cell else (),
+               driver_floor=plan_cell.driver_floor if plan_cell else None)
 
 
 def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -211,7 +211,7 @@ def _stack_head(row: Row, target: str, target_min: str | None) -> str:
     versions = " · ".join(f"{k} {stack[k]}" for k in ("cuda", "torch", "flashinfer", "sglang", "python")
                           if stack.get(k))
     extra = [f"flavour {stack['flavour']}"] if stack.get("flavour") else []
-    floor = row_driver_floor(row, target, target_min) if row.derived else None
+    floor = row_driver_floor(row, target, target_min) if row.driver_floor is not None else None
     if floor is not None and floor.version:
         # The same floor as `plan` and `pick --driver` (not the toolkit's bundled driver).
         extra.append(f"driver ≥ {floor.version}")

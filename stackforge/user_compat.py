@@ -6,6 +6,9 @@ stackforge about its own hardware or a fix it found without editing site-package
 * ``DIR/targets.yaml``: target profiles (same format as ``compat/targets.yaml``);
 * ``DIR/rules/*.yaml`` and every other ``DIR/*.yaml``: rule files (same format as ``compat/rules/``).
 
+``.yml`` is read as ``.yaml`` everywhere here (``rules/mine.yml``, ``targets.yml``): a file a team
+named the other common way is never silently ignored.
+
 A user rule id or target name that the shipped data also has **replaces** the shipped entry, and the
 replacement is reported (:func:`override_notices`) so it is never silent. Two user files defining
 the same rule id are a load error (exit 2), as in the shipped data. ``tables.yaml`` is not
@@ -34,6 +37,7 @@ if TYPE_CHECKING:  # plan imports this module; only the type is needed here
 ENV_VAR = "STACKFORGE_COMPAT"
 TARGETS_FILE = "targets.yaml"
 NOT_OVERRIDABLE = ("tables.yaml", "knowledge.yaml")
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,23 +51,44 @@ class UserCompat:
 
 
 def user_rule_files(folder: Path) -> tuple[Path, ...]:
-    """The rule files of a user directory: ``rules/*.yaml`` and the top-level ``*.yaml`` but targets."""
-    top = [p for p in sorted(folder.glob("*.yaml")) if p.name != TARGETS_FILE]
-    return tuple(top + sorted((folder / "rules").glob("*.yaml")))
+    """The rule files of a user directory: ``rules/*.yaml`` and the top-level ``*.yaml`` but targets
+    (``.yml`` too)."""
+    targets = _spellings(TARGETS_FILE)
+    top = [p for p in _yaml_files(folder) if p.name not in targets]
+    return tuple(top + _yaml_files(folder / "rules"))
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    """``targets.yaml`` -> ``("targets.yaml", "targets.yml")``."""
+    stem = name.rsplit(".", 1)[0]
+    return tuple(stem + suffix for suffix in YAML_SUFFIXES)
+
+
+def _targets_file(folder: Path) -> Path | None:
+    """``DIR/targets.yaml`` or ``DIR/targets.yml``; both at once is ambiguous, so an error."""
+    found = [folder / name for name in _spellings(TARGETS_FILE) if (folder / name).is_file()]
+    if len(found) > 1:
+        raise SpecError(f"both {found[0].name} and {found[1].name} in {folder}", source=str(folder),
+                        remedy="keep one targets file")
+    return found[0] if found else None
 
 
 def load_user_compat(folder: Path) -> UserCompat:
     """Load and validate a user directory; malformed YAML raises :class:`SpecError` with ``file:line``."""
     if not folder.is_dir():
         raise SpecError(f"--compat {folder}: not a directory", remedy=f"point --compat or {ENV_VAR} at a folder")
-    for name in NOT_OVERRIDABLE:
+    for name in (spelling for protected in NOT_OVERRIDABLE for spelling in _spellings(protected)):
         if (folder / name).exists():
             raise SpecError(f"{name} cannot be overridden from a user compat directory", source=str(folder / name),
                             remedy="put only rule files and targets.yaml there (see compat/README.md)")
     rule_files = user_rule_files(folder)
     rules = load_rules(list(rule_files)) if rule_files else ()
-    targets_path = folder / TARGETS_FILE
-    targets = load_targets(targets_path) if targets_path.is_file() else {}
+    targets_path = _targets_file(folder)
+    targets = load_targets(targets_path) if targets_path is not None else {}
     files = tuple(str(p) for p in rule_files) + ((str(targets_path),) if targets else ())
     return UserCompat(source=str(folder), rules=rules, targets=targets, files=files)
 

@@ -43,6 +43,13 @@ def torch_python() -> str:
     pytest.skip(f"needs a Python with torch (CPU build): {TORCH_VENV_HINT}")
 
 
+def cuda_visible(python: str) -> bool:
+    """Whether this interpreter's torch sees a CUDA device: decides GPU-only skips before running a script."""
+    done = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                          text=True, timeout=120)
+    return done.stdout.strip() == "True"
+
+
 def python_without_torch() -> str:
     """An interpreter that lacks torch (the test interpreter usually does), to check the skip path."""
     for python in (sys.executable, "/usr/bin/python3"):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stackforge.derive import cell_driver_floor
 from stackforge.records import Outcome, Prediction, Provenance, ResultRecord, Status, Tier, Verdict
 
 TARGET = "rtx-pro-6000-x8-pcie"
@@ -76,6 +77,7 @@ def plan_dict() -> dict[str, Any]:
         cells.append({"stack_id": stack_id, "stack": STACKS[stack_id], "target": TARGET,
                       "status": "pruned" if pruned else "kept",
                       "derived": {"min_driver": MIN_DRIVER[stack_id], "torch_variant": "cu128"},
+                      "driver_floor": cell_driver_floor(MIN_DRIVER[stack_id], "", TARGET, "570.26", ()).to_json(),
                       "findings": findings, "predictions": predictions})
     return {"schema": "stackforge.plan", "schema_version": 1,
             "matrix": {"name": "seed", "source": "matrices/seed.yaml"},

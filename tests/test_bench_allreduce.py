@@ -8,7 +8,7 @@ are tested on a GPU machine (``-m gpu``) and skip here with the reason.
 from __future__ import annotations
 
 import pytest
-from _bench_helpers import REPO, load_script, python_without_torch, run_script, torch_python
+from _bench_helpers import REPO, cuda_visible, load_script, python_without_torch, run_script, torch_python
 from _skips import require_host_gpus, skip_gpu_only
 
 from stackforge.bench.metrics import algbw_gbps, busbw_factor
@@ -105,9 +105,11 @@ def test_without_torch_it_skips_with_the_reason():
 
 @pytest.mark.parametrize("backend", ["nccl", "custom", "symm-mem"])
 def test_gpu_backends_skip_on_a_cpu_torch(python, backend):
+    # Decided before the run: a result that is not a skip (an error too) must fail on a CPU machine.
+    if cuda_visible(python):
+        skip_gpu_only("a GPU is visible: the no-GPU path is not reachable here")
     payload, _ = run_script(python, "allreduce_sweep", "--backend", backend, timeout=120)
-    if payload["status"] != "skip":  # this interpreter's torch sees a GPU: not the case under test
-        skip_gpu_only(f"a GPU is visible here ({payload['reason']})")
+    assert payload["status"] == "skip", payload
     assert "no CUDA device visible" in payload["reason"]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _bench_helpers import load_script, python_without_torch, run_script, torch_python
+from _bench_helpers import cuda_visible, load_script, python_without_torch, run_script, torch_python
 from _skips import require_host_gpus, skip_gpu_only
 
 from stackforge.bench.metrics import tflops
@@ -14,15 +14,8 @@ def python() -> str:
     return torch_python()
 
 
-def _cuda_visible(python: str) -> bool:
-    import subprocess
-    done = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
-                          text=True, timeout=120)
-    return done.stdout.strip() == "True"
-
-
 def test_without_a_gpu_it_skips_with_the_reason(python):
-    if _cuda_visible(python):
+    if cuda_visible(python):
         skip_gpu_only("a GPU is visible: the no-GPU path is not reachable here")
     payload, _ = run_script(python, "gemm", timeout=120)
     assert payload["status"] == "skip"
@@ -35,7 +28,7 @@ def test_without_torch_it_skips():
 
 
 def test_cpu_harness_mode_measures_and_checks(python):
-    if _cuda_visible(python):
+    if cuda_visible(python):
         skip_gpu_only("a GPU is visible: gemm.py measures the GPU, not the CPU mode")
     payload, _ = run_script(python, "gemm", "--allow-cpu", "--m", "1,16", "--iters", "3", "--repeats", "3",
                             "--warmup", "1", timeout=300)
@@ -107,7 +100,7 @@ def test_fraction_is_median_over_the_median_of_its_own_dtype():
 def test_gpu_gemm_bf16_and_fp8():
     require_host_gpus(1)
     python = torch_python()
-    if not _cuda_visible(python):   # GPUs here, but this torch does not see them: a setup problem
+    if not cuda_visible(python):   # GPUs here, but this torch does not see them: a setup problem
         pytest.skip(f"the torch at {python} sees no CUDA GPU (STACKFORGE_TEST_TORCH_PYTHON: a CUDA torch)")
     payload, _ = run_script(python, "gemm", "--m", "1,128,4096", "--shapes", "8b.qkv,70b.down", "--repeats", "3",
                             timeout=900)

@@ -118,6 +118,38 @@ def test_a_temporary_dns_failure_is_retried_and_an_unknown_name_is_not():
     assert not diagnose(log("pip-dns-unresolvable-index.txt")).retryable
 
 
+def test_a_dns_retry_pip_got_past_does_not_override_its_no_such_version_verdict():
+    """The index answered (it listed versions): the retried name lookup is not the cause."""
+    text = ("WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError(': Failed to "
+            "establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/sglang/\n"
+            "ERROR: Could not find a version that satisfies the requirement sglang==9.9.9 (from versions: "
+            "0.5.1, 0.5.2)\n"
+            "ERROR: No matching distribution found for sglang==9.9.9\n")
+    diagnosis = diagnose(text)
+    assert diagnosis.cause is Cause.NO_SUCH_VERSION and not diagnosis.retryable, diagnosis
+    assert "No matching distribution found for sglang==9.9.9" in diagnosis.line
+
+
+def test_a_tls_retry_pip_got_past_does_not_override_its_conflict_verdict():
+    retried = ("WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after "
+               "connection broken by 'SSLError(SSLEOFError(8, '[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred "
+               "in violation of protocol (_ssl.c:1006)'))': /simple/torch/\n")
+    # The real conflict, without the two lines where pip gave up on the index (it got past the retry here).
+    conflict = log("pip-tls-then-resolution-impossible.txt").split("\n", 2)[2]
+    text = retried + conflict
+    diagnosis = diagnose(text)
+    assert diagnosis.cause is Cause.CONFLICT, diagnosis
+
+
+def test_a_connection_failure_still_wins_when_the_index_gave_nothing():
+    verdict_nothing = ("ERROR: Could not find a version that satisfies the requirement sglang==9.9.9 "
+                       "(from versions: none)\nERROR: No matching distribution found for sglang==9.9.9\n")
+    temporary = ("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(': Failed to "
+                 "establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/sglang/\n")
+    assert diagnose(temporary + verdict_nothing).cause is Cause.DNS
+    assert diagnose(log("pip-tls-then-resolution-impossible.txt")).cause is Cause.TLS   # "Could not fetch URL"
+
+
 def test_an_unknown_failure_keeps_its_last_error_line():
     diagnosis = diagnose("#5 0.3 something\n#5 0.4 ERROR: the sky fell\n#5 DONE\n")
     assert diagnosis.cause is Cause.UNKNOWN and diagnosis.line == "ERROR: the sky fell"

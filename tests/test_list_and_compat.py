@@ -130,6 +130,21 @@ def test_user_rules_and_targets_reach_list_and_plan(tmp_path):
     assert any(f["rule"] == "team-sm120-no-nvfp4" for c in cells for f in c["findings"])
 
 
+def test_yml_files_are_read_like_yaml(tmp_path):
+    """DIR/rules/mine.yml and DIR/targets.yml were silently ignored (only *.yaml was globbed)."""
+    folder = tmp_path / "my-compat"
+    (folder / "rules").mkdir(parents=True)
+    (folder / "rules" / "mine.yml").write_text(USER_RULE)
+    (folder / "targets.yml").write_text(USER_TARGETS)
+    rules = json.loads(invoke("--compat", str(folder), "list", "rules", "--json").output)
+    mine = next(r for r in rules["items"] if r["id"] == "team-sm120-no-nvfp4")
+    assert mine["origin"].endswith("rules/mine.yml:3")
+    targets = json.loads(invoke("--compat", str(folder), "list", "targets", "--json").output)
+    assert "lab-rtx-x4" in {t["name"] for t in targets["items"]}
+    (folder / "tables.yml").write_text("schema: 1\n")
+    assert invoke("--compat", str(folder), "list", "rules").exit_code == 2
+
+
 def test_without_compat_the_user_target_is_unknown(tmp_path):
     result = invoke("plan", "--target", "lab-rtx-x4")
     assert result.exit_code == 2 and "unknown target(s): lab-rtx-x4" in result.output

@@ -131,6 +131,17 @@ def test_unknown_feature_and_optimize_are_spec_errors(plan):
         pick(seed_records(), plan, TARGET, [], optimize="cheapest")
 
 
+def test_a_feature_only_a_probe_decides_is_accepted_before_any_record_measures_it(plan):
+    """p2p-access has no rule and no record here, yet `list features` and `matrix --feature` know it."""
+    assert all(r.feature != "p2p-access" for r in seed_records())
+    candidates = evaluate_candidates(seed_records(), plan, TARGET, ["p2p-access"])
+    assert candidates and all(not c.qualifies for c in candidates)
+    with pytest.raises(NothingQualifiesError):
+        pick(seed_records(), plan, TARGET, ["p2p-access"])
+    with pytest.raises(SpecError, match="unknown feature.*p2p-acess; known: .*p2p-access"):
+        pick(seed_records(), plan, TARGET, ["p2p-acess"])
+
+
 def test_requires_driver_rules_are_honoured():
     data = plan_dict()
     cell = next(c for c in data["cells"] if c["stack_id"] == CU131)
@@ -149,3 +160,14 @@ def test_pick_json(plan):
     assert data["candidates"][0]["stack_id"] == CU131 and data["candidates"][0]["qualifies"]
     failed = pick_to_json(None, candidates, TARGET, ["x"], None)
     assert failed["status"] == "nothing-qualifies" and failed["exit_code"] == 4
+
+
+def test_the_driver_floor_is_the_plan_cells_not_recomputed_from_derived():
+    """`plan` wrote the floor (derived.min_driver is one of its parts, not the floor itself)."""
+    data = plan_dict()
+    cell = next(c for c in data["cells"] if c["stack_id"] == CU131)
+    cell["derived"]["min_driver"] = "1"
+    cell["driver_floor"] = {"version": "600", "because": ["CUDA 13.x: driver >= 600 [>= 600]"]}
+    with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old: this stack needs >= 600"):
+        pick([r for r in seed_records() if r.stack_id == CU131], parse_plan(data), TARGET, ["flashinfer-jit"],
+             driver="595.10")

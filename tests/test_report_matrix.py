@@ -126,9 +126,11 @@ def test_choose_target():
 @pytest.mark.parametrize("data, fragment", [
     ({"schema": "other"}, "not a stackforge plan"),
     ({"schema": "stackforge.plan", "schema_version": 9}, "newer than this stackforge"),
-    ({"schema": "stackforge.plan", "schema_version": 1, "cells": [{"stack": {}}]}, "malformed plan"),
+    ({"schema": "stackforge.plan", "schema_version": 1, "cells": [{"stack": {}, "driver_floor": {}}]},
+     "malformed plan"),
     ({"schema": "stackforge.plan", "schema_version": 1,
-      "cells": [{"stack_id": "s", "target": "t", "predictions": [{"feature": "f", "verdict": "nope"}]}]},
+      "cells": [{"stack_id": "s", "target": "t", "driver_floor": {},
+                 "predictions": [{"feature": "f", "verdict": "nope"}]}]},
      "malformed plan"),
 ])
 def test_bad_plans_are_record_errors(data, fragment):

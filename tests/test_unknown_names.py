@@ -87,3 +87,18 @@ def test_deadends_with_an_unknown_target_is_exit_2_with_the_valid_ones(runs):
     assert result.exit_code == 2, result.output
     assert "no results or plan entries for target" in result.stderr
     assert TARGET in result.stderr
+
+
+def test_a_plan_json_from_an_older_stackforge_is_refused_with_how_to_remake_it(runs):
+    """Its derived.min_driver meant the toolkit's GA driver; without driver_floor, pick and the html
+    would show another floor than `plan` does now."""
+    old = plan_dict()
+    for cell in old["cells"]:
+        del cell["driver_floor"]
+    (runs / "old-plan.json").write_text(json.dumps(old))
+    for command in (("pick", "--target", TARGET), ("matrix", "--format", "html")):
+        result = _invoke(*command, "--results", "results/b", "--plan", "old-plan.json")
+        assert result.exit_code == 2, result.output
+        line = result.stderr.strip()
+        assert "\n" not in line and "written by an older stackforge" in line, line
+        assert "re-run `stackforge plan --json`" in line

@@ -10,12 +10,15 @@ permanent ones are not, because retrying only burns minutes.
 Why the order matters: pip reports a failed connection as a warning and goes on, so the last ERROR
 line of a build that could not reach its index is pip's "No matching distribution found for
 torch==2.14.1 (from versions: none)", or even "ResolutionImpossible" when a constraint names the
-package. The connection failure above it is the cause; the "no such version" line is its echo. So the
-signatures are tried in :data:`SIGNATURES` order (the first cause with a matching line wins):
+package. The connection failure above it is the cause; the "no such version" line is its echo. But a
+connection warning pip *recovered* from (a retry that then got an answer) is not: when the index
+answered, pip's verdict is the cause. So the signatures are tried in :data:`SIGNATURES` order (the
+first cause with a matching line wins):
 
 1. no space left: nothing else can succeed, whatever else the log says;
 2. an sdist whose build fetches from another index (its own network error is inside the sdist build);
-3. TLS, proxy, DNS, refused connection: pip gave up on an index, so "no such version" is an echo;
+3. TLS, proxy, DNS, refused connection, when pip gave up on an index ("(from versions: none)", or
+   "Could not fetch URL ..."), or gave no verdict at all: then "no such version" is an echo;
 4. pip's own verdicts (no such version, conflicting pins) and an invalid Dockerfile;
 5. transient network trouble (reset, timeout, 5xx): pip prints its retry warnings before it gives up
    with the real reason, so a verdict in 4. wins over them.
@@ -166,6 +169,11 @@ _SDIST_FETCH_ERROR = re.compile(r"urlopen error|gaierror|URLError|ConnectionErro
                                 re.IGNORECASE)
 _PLACEHOLDER_INDEX = re.compile(r"downloads a real wheel package\s+from (https?://\S+?)\.?\s", re.IGNORECASE)
 _CONNECTION_CAUSES = frozenset({Cause.TLS, Cause.PROXY, Cause.DNS, Cause.UNREACHABLE, Cause.NETWORK_OTHER})
+_VERDICT_CAUSES = frozenset({Cause.NO_SUCH_VERSION, Cause.CONFLICT})
+#: pip's words for an index that gave it nothing: no versions listed, or a page it gave up fetching
+#: (not .../simple/pip/: that is pip's own version check after the install, not a requirement's page).
+_INDEX_GAVE_NOTHING = re.compile(r"\(from versions: none\)|Could not fetch URL (?!\S*/simple/pip/:)\S+: ",
+                                 re.IGNORECASE)
 #: Where pip was connecting to, in the order its messages name it best.
 _TARGETS = tuple(re.compile(p) for p in (r"Could not fetch URL (\S+?): ", r"Looking in indexes: (\S+)",
                                          r"host='([^']+)'", r"after connection broken by .*': (/\S+)"))
@@ -200,6 +208,8 @@ def diagnose(log: str) -> Diagnosis:
                 return sdist
             continue
         evidence = _first_match(lines, signature.patterns)
+        if evidence and signature.cause in _CONNECTION_CAUSES and _pip_verdict_stands(lines):
+            continue   # pip recovered from this connection trouble: its verdict below decides
         if evidence:
             if signature.cause in _CONNECTION_CAUSES:
                 evidence = _with_target(evidence, lines)
@@ -214,6 +224,17 @@ def last_error_line(tail: str) -> str:
         if _ERROR_LINE.search(line):
             return _trim(line)
     return _trim(lines[-1]) if lines else ""
+
+
+def _pip_verdict_stands(lines: list[str]) -> bool:
+    """pip gave a verdict (no such version, conflict) and the index did answer it.
+
+    A connection failure is the cause only when pip got nothing from an index ("(from versions:
+    none)", "Could not fetch URL ...") or said nothing itself; a retry warning it got past is not.
+    """
+    verdict = any(_first_match(lines, signature.patterns)
+                  for signature in SIGNATURES if signature.cause in _VERDICT_CAUSES)
+    return verdict and not any(_INDEX_GAVE_NOTHING.search(line) for line in lines)
 
 
 def _sdist_fetch(lines: list[str]) -> Diagnosis | None:
