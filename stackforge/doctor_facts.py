@@ -23,13 +23,12 @@ import requests
 from stackforge import docker_engine, runner
 from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
 from stackforge.errors import StackforgeError
-from stackforge.pip_config import PipConfig, PipSetting, read_pip_config
+from stackforge.pip_config import PYPI_SIMPLE, PipConfig, PipSetting, read_pip_config
 from stackforge.probes.execute import HostGpus, detect_host_gpus
 
 ENGINE_TIMEOUT_S = 5.0
 TOOL_TIMEOUT_S = 15.0
 REGISTRY_TIMEOUT = (5, 10)
-PYPI_SIMPLE = "https://pypi.org/simple"
 DOCKER_HUB_API = "registry-1.docker.io"   # where docker.io's registry API lives
 
 
@@ -141,7 +140,7 @@ def _pair(setting: PipSetting | None) -> tuple[str, str] | None:
 
 
 def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFacts, ...]:
-    """Ask each index for a project page through preflight's client (PEP 691 simple JSON)."""
+    """Ask each index for a project page through preflight's client (PEP 691 JSON or PEP 503 HTML)."""
     from stackforge.preflight import Availability, Wanted, check_package
 
     session = requests.Session()

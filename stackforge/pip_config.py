@@ -24,6 +24,8 @@ from stackforge import runner
 from stackforge.errors import StackforgeError
 
 PIP_CONFIG_TIMEOUT_S = 60.0
+#: The index pip asks when nothing says otherwise.
+PYPI_SIMPLE = "https://pypi.org/simple"
 _SECTION_RANK = {"global": 1, "install": 2, ":env:": 3}
 
 

@@ -30,11 +30,10 @@ import requests
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
 
-from stackforge.pip_config import PipConfig, redact_urls, without_credentials
+from stackforge.pip_config import PYPI_SIMPLE, PipConfig, redact_urls, without_credentials
 from stackforge.plan import Cell, Plan
 from stackforge.versions import compact
 
-PYPI_SIMPLE = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # JSON when the index speaks it, else the PEP 503 HTML page every index serves.
 ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"

@@ -30,12 +30,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from stackforge.build.classify import diagnose
-from stackforge.pip_config import redact_urls, without_credentials
+from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
 
 if TYPE_CHECKING:
     from stackforge.model import Stack
 
-PYPI_SIMPLE = "https://pypi.org/simple"
 _JSON = "application/vnd.pypi.simple.v1+json"
 
 
