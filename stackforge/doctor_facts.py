@@ -23,7 +23,7 @@ import requests
 from stackforge import docker_engine, runner
 from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
 from stackforge.errors import StackforgeError
-from stackforge.pip_config import PYPI_SIMPLE, PipConfig, PipSetting, read_pip_config
+from stackforge.pip_config import PYPI_SIMPLE, PipConfig, read_pip_config, trusted_ca_bundles
 from stackforge.probes.execute import HostGpus, detect_host_gpus
 
 ENGINE_TIMEOUT_S = 5.0
@@ -127,16 +127,12 @@ def pip_indexes(index_url: str | None, config: PipConfig, environ: Mapping[str, 
 def pip_ca(ca_bundle: str | None, config: PipConfig, environ: Mapping[str, str]) -> CaFacts:
     """The CA bundle pip uses: ``--ca-bundle``, else pip's ``cert`` setting, else REQUESTS_CA_BUNDLE
     (pip's HTTP client honours it), else none (pip's default store). Only the path is kept."""
-    found = (ca_bundle, "--ca-bundle") if ca_bundle else (
-        _pair(config.setting("cert", environ)) or
-        ((environ["REQUESTS_CA_BUNDLE"], "REQUESTS_CA_BUNDLE") if environ.get("REQUESTS_CA_BUNDLE") else None))
-    if found is None:
+    if ca_bundle:
+        return CaFacts(path=ca_bundle, source="--ca-bundle", exists=Path(ca_bundle).is_file())
+    trusted = trusted_ca_bundles(config.setting("cert", environ), environ)
+    if not trusted:
         return CaFacts()
-    return CaFacts(path=found[0], source=found[1], exists=Path(found[0]).is_file())
-
-
-def _pair(setting: PipSetting | None) -> tuple[str, str] | None:
-    return (setting.value, setting.origin) if setting else None
+    return CaFacts(path=trusted[0].value, source=trusted[0].origin, exists=Path(trusted[0].value).is_file())
 
 
 def index_facts(indexes: tuple[IndexFacts, ...], ca: CaFacts) -> tuple[IndexFacts, ...]:

@@ -59,6 +59,14 @@ class PipConfig:
         return merged
 
 
+def trusted_ca_bundles(pip_cert: PipSetting | None, environ: Mapping[str, str]) -> tuple[PipSetting, ...]:
+    """The CA bundles a pip here would trust, first choice first: its ``cert`` setting (``pip_cert``,
+    PIP_CERT before the config files), then ``REQUESTS_CA_BUNDLE``, which pip's HTTP client honours."""
+    requests_bundle = environ.get("REQUESTS_CA_BUNDLE")
+    found = (pip_cert, PipSetting(requests_bundle, "REQUESTS_CA_BUNDLE") if requests_bundle else None)
+    return tuple(setting for setting in found if setting is not None)
+
+
 def parse_pip_config_list(text: str) -> PipConfig:
     """The output of ``pip config list`` as a :class:`PipConfig` (pure)."""
     best: dict[str, tuple[int, PipSetting]] = {}

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from stackforge.errors import SpecError
-from stackforge.pip_config import PipSetting, read_pip_config
+from stackforge.pip_config import PipSetting, read_pip_config, trusted_ca_bundles
 
 #: ``--ca-bundle none``: build without any CA bundle, even when pip here has one.
 NO_CA_BUNDLE = "none"
@@ -65,13 +65,17 @@ def choose_ca_bundle(option: str | None, *, pip_cert: PipSetting | None, environ
             raise SpecError(f"--ca-bundle {option}: no such file",
                             remedy=f"give a PEM bundle, or --ca-bundle {NO_CA_BUNDLE} to build without one")
         return CaChoice(path, CaSource.OPTION)
-    pip_source = CaSource.PIP_CERT if pip_cert and pip_cert.origin == "PIP_CERT" else CaSource.PIP_CONFIG
-    candidates = ((pip_cert.value if pip_cert else None, pip_source),
-                  (environ.get("REQUESTS_CA_BUNDLE"), CaSource.REQUESTS_CA_BUNDLE))
-    for value, source in candidates:
-        if value and Path(value).is_file():
-            return CaChoice(Path(value), source)
+    for candidate in trusted_ca_bundles(pip_cert, environ):
+        if Path(candidate.value).is_file():
+            return CaChoice(Path(candidate.value), _ca_source(candidate.origin))
     return CaChoice(None, CaSource.NOT_FOUND)
+
+
+def _ca_source(origin: str) -> CaSource:
+    """The CaSource of a :func:`~stackforge.pip_config.trusted_ca_bundles` entry's origin."""
+    if origin in (CaSource.PIP_CERT.value, CaSource.REQUESTS_CA_BUNDLE.value):
+        return CaSource(origin)
+    return CaSource.PIP_CONFIG
 
 
 def resolve_ca_bundle(option: str | None, environ: Mapping[str, str]) -> CaChoice:
