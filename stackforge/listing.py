@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackforge.model import Target
-from stackforge.probes.catalog import ProbeSpec
-from stackforge.rules import FEATURES, Condition, Rule, specifier_text
+from stackforge.probes.catalog import ProbeSpec, known_features
+from stackforge.rules import Condition, Rule, specifier_text
 
 KINDS = ("targets", "features", "probes", "rules")
 LIST_SCHEMA = "stackforge.list"
@@ -48,9 +48,8 @@ def list_targets(targets: dict[str, Target]) -> Listing:
 
 def list_features(descriptions: dict[str, str], probes: Sequence[ProbeSpec], rules: Sequence[Rule]) -> Listing:
     """Every feature the rules or probes speak of, with its description and the probes that decide it."""
-    names = list(dict.fromkeys([*FEATURES, *(p.feature for p in probes)]))
     items = []
-    for name in names:
+    for name in known_features(probes):
         deciding = [p.id for p in probes if p.feature == name]
         rule_count = sum(1 for r in rules if r.feature == name)
         items.append({"name": name, "description": descriptions.get(name, ""), "probes": deciding,

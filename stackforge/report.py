@@ -37,7 +37,6 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.errors import RecordError, SpecError
 from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
-from stackforge.rules import FEATURES
 
 __all__ = [
     "DEAD_STATUSES",
@@ -443,9 +442,9 @@ def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, 
     Raises:
         SpecError: a name no rule and no record knows; a typo would otherwise be a silent empty column.
     """
-    from stackforge.probes.catalog import catalog
+    from stackforge.probes.catalog import known_features
 
-    known = tuple(dict.fromkeys((*FEATURES, *(spec.feature for spec in catalog()), *present)))
+    known = tuple(dict.fromkeys((*known_features(), *present)))
     unknown = [f for f in wanted if f not in known]
     if unknown:
         raise SpecError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(known)}")

@@ -15,10 +15,12 @@ never has to.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stackforge.errors import SpecError
+from stackforge.rules import FEATURES
 
 #: The in-image probe scripts (mounted read-only at /stackforge/probes, never baked into images).
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
@@ -142,6 +144,11 @@ _CATALOG: tuple[ProbeSpec, ...] = (
 def catalog() -> tuple[ProbeSpec, ...]:
     """Every probe stackforge knows, gate tier first."""
     return _CATALOG
+
+
+def known_features(probes: Sequence[ProbeSpec] = _CATALOG) -> tuple[str, ...]:
+    """Every feature name: the rules' vocabulary first, then those only a probe decides."""
+    return tuple(dict.fromkeys((*FEATURES, *(spec.feature for spec in probes))))
 
 
 def probe_by_id(probe_id: str) -> ProbeSpec:
