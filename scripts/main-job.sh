@@ -31,6 +31,9 @@ readonly TARGET="rtx-pro-6000-x8-pcie"
 readonly FROM_CUDA="12.8"
 readonly TO_CUDA="13.1"
 readonly STAGES_TSV="$OUT/main-job.tsv"
+# What the picked image must have: torch kernels for the target's arch (without them nothing runs);
+# pick's exit status then says how that was decided: 0 measured on the GPU, 5 by a gate probe only.
+readonly REQUIRE="torch-kernels"
 
 say() { printf 'main-job: %s\n' "$*"; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
@@ -189,12 +192,12 @@ print_upgrade() {
 
 pick_image() {
   local status=0
-  "$SF" pick --results "$RESULTS" --run latest --target "$TARGET" >"$OUT/pick.txt" || status=$?
+  "$SF" pick --results "$RESULTS" --run latest --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
   cat "$OUT/pick.txt"
   FILES+=("$OUT/pick.txt")
   case "$status" in
-    0) say "picked on measured (runtime) evidence" ;;
-    5) say "picked on gate evidence only (no GPU here: no runtime measurement)" ;;
+    0) say "evidence: $REQUIRE measured by a runtime probe on a GPU of the target" ;;
+    5) say "evidence: gate only ($REQUIRE decided inside the image without a GPU; no runtime measurement)" ;;
     *) return "$status" ;;
   esac
 }
@@ -223,4 +226,4 @@ stage probe "gate probes for $TARGET" probe_gate
 stage matrix "stackforge matrix --format html" write_matrix
 stage deadends "stackforge deadends" print_deadends
 stage upgrade "stackforge upgrade --from-cuda $FROM_CUDA --to-cuda $TO_CUDA" print_upgrade
-stage pick "stackforge pick" pick_image
+stage pick "stackforge pick --require $REQUIRE" pick_image

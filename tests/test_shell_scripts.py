@@ -185,7 +185,8 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
     assert upgrade and all("--from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie" in c for c in upgrade)
     assert "# upgrade report 12.8 -> 13.1" in done.stdout
     assert "stackforge/cu131-wheels@sha256:abc" in done.stdout
-    assert "picked on gate evidence only" in done.stdout
+    assert "pick --results results --run latest --target rtx-pro-6000-x8-pcie --require torch-kernels" in calls
+    assert "main-job: evidence: gate only (torch-kernels decided inside the image without a GPU" in done.stdout
     # The summary: every stage with its seconds, and where each file is.
     stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
     assert [s[0] for s in stages] == ["engine", "install", "base", "build-13.1", "build-12.8", "probe", "matrix",
