@@ -41,6 +41,8 @@ class ReadContext:
     cuda: str | None = None
     nvcc: bool | None = None
     torch_cuda: str | None = None
+    python: str | None = None          # interpreter "3.10", for Requires-Python facts
+    kernel_package: str | None = None  # "sgl-kernel" | "sglang-kernel", for SGLang's kernel dependency
 
 
 class ReadingStatus(str, Enum):
@@ -65,7 +67,7 @@ class CodeSite:
 class Reading:
     """What one reader found in one unpacked wheel for one context."""
 
-    feature: str
+    fact: str
     status: ReadingStatus
     summary: str                          # one line, e.g. "supported_major_versions=[9, 10]: 12 not admitted"
     sites: tuple[CodeSite, ...] = ()
@@ -79,9 +81,15 @@ Reader = Callable[[Path, ReadContext], Reading]
 
 @dataclass(frozen=True, slots=True)
 class ReaderSpec:
-    """Which distribution's wheel a feature is read from, and by what."""
+    """Which distribution's wheel a fact is read from, and by what.
 
-    feature: str              # the rules' feature names (compat/rules), or a metadata fact name
+    ``fact`` is a rule feature name (``torch-symm-mem``) when the reading decides that feature, or
+    ``feature:aspect`` for a narrower fact (``flashinfer-ar-fusion:autoenable``,
+    ``trtllm-fmha:decode``), or ``metadata:<name>`` (``metadata:requires-python``). A fact may be
+    read from more than one distribution; (fact, dist) is the key.
+    """
+
+    fact: str
     dist: str                 # "flashinfer-python" | "sglang" | ...
     reader: Reader
     what: str                 # one line: what the reader looks at
