@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -64,10 +65,10 @@ class Change:
     UNCHANGED = "unchanged"
     UNDECIDED = "undecided"
     ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED)
-    GLYPHS = {GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔"}
-    MEANING = {GAINED: "dead before, works after", LOST: "works before, dead after",
-               UNCHANGED: "the same verdict on both sides",
-               UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)"}
+    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔"})
+    MEANING = MappingProxyType({GAINED: "dead before, works after", LOST: "works before, dead after",
+                                UNCHANGED: "the same verdict on both sides",
+                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)"})
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -176,8 +177,13 @@ class RemainingDeadEnd:
 
     feature: str
     cell: SideCell
+    change: str                     # lost (new with the upgrade), unchanged (dead before too), undecided
     unblock: str
     remedy: str = ""
+
+    def history(self) -> str:
+        return {Change.LOST: "new with the upgrade (it works on FROM)",
+                Change.UNCHANGED: "dead on FROM too"}.get(self.change, "no verdict on FROM")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +240,7 @@ def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, 
     ordered = tuple(sorted(features, key=lambda c: Change.ORDER.index(c.change)))
     return UpgradeReport(target=target, target_label=target_text(report), before=old, after=new,
                          features=ordered, metrics=_metric_deltas(old_row, new_row),
-                         dead_ends=_remaining_dead_ends(report, new_row), matrix_name=report.matrix_name,
+                         dead_ends=_remaining_dead_ends(report, new_row, features), matrix_name=report.matrix_name,
                          matrix_source=report.matrix_source, runs=tuple(runs),
                          predictions_only=report.predictions_only)
 
@@ -269,19 +275,25 @@ def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cud
     mine = tuple(c for c in candidates if c.stack_id in ids)
     chosen = choose(mine, report.target)
     if chosen is not None:
-        return report.row(chosen.candidate.stack_id), _why_picked(chosen.candidate, cuda, len(mine))
+        return report.row(chosen.candidate.stack_id), _why_picked(chosen.candidate, cuda, family)
     hopeful = predicted_to_qualify(mine)
     if hopeful:
-        return report.row(hopeful[0]), (f"newest CUDA {cuda} stack the plan keeps, out of {len(mine)}: none of "
-                                        "them was probed on this target, so pick has no image to rank")
+        return report.row(hopeful[0]), (f"newest CUDA {cuda} stack the plan keeps, out of {_family_size(family)}: "
+                                        "none of them was probed on this target, so pick has no image to rank")
     pruned = ", ".join(sorted(ids))
     raise SpecError(f"every CUDA {cuda} stack for {option} is pruned by the plan on target {report.target}: {pruned}",
                     remedy="see `stackforge plan --explain STACK_ID` for the rule, or name a stack id")
 
 
-def _why_picked(candidate: Candidate, cuda: str, considered: int) -> str:
+def _family_size(family: Sequence[Row]) -> str:
+    """``4 (3 pruned by the plan)``."""
+    pruned = sum(r.plan_status == "pruned" for r in family)
+    return f"{len(family)} ({pruned} pruned by the plan)" if pruned else str(len(family))
+
+
+def _why_picked(candidate: Candidate, cuda: str, family: Sequence[Row]) -> str:
     text = (f"best CUDA {cuda} stack by pick's ranking (probed, then serving / all-reduce / GEMM throughput, "
-            f"then newest), out of {considered}")
+            f"then newest), out of {_family_size(family)}")
     if candidate.metric is not None:
         text += f"; its best {candidate.metric.name}: {candidate.metric.text()}"
     return text
@@ -353,16 +365,18 @@ def _metrics(row: Row) -> dict[tuple[str, str], MetricStats]:
     return {(probe, metric): stats for (_, _, probe, metric), stats in snapshot.metrics.items()}
 
 
-def _remaining_dead_ends(report: MatrixReport, after: Row) -> tuple[RemainingDeadEnd, ...]:
+def _remaining_dead_ends(report: MatrixReport, after: Row,
+                         changes: Sequence[FeatureChange]) -> tuple[RemainingDeadEnd, ...]:
     if after.plan_status == "pruned":
         return ()     # the stack as a whole is the dead end; the feature table says so cell by cell
     dead_ends = {d.feature: d for d in find_dead_ends(report).dead_ends}
+    change = {c.feature: c.change for c in changes}
     remaining = []
     for cell in after.cells:
         dead = dead_ends.get(cell.feature)
         if cell.dead and dead is not None:
             remedy = cell.prediction.remedy if cell.prediction is not None else ""
-            remaining.append(RemainingDeadEnd(feature=cell.feature, cell=_side_cell(cell),
+            remaining.append(RemainingDeadEnd(feature=cell.feature, cell=_side_cell(cell), change=change[cell.feature],
                                               unblock=_unblock_text(dead, report, after), remedy=remedy))
     return tuple(remaining)
 
@@ -476,8 +490,9 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
             "features": [{"feature": f.feature, "change": f.change, "from": _cell_json(f.before),
                           "to": _cell_json(f.after)} for f in report.features],
             "benchmarks": [_delta_json(m) for m in report.metrics],
-            "dead_ends_after": [{"feature": d.feature, "to": _cell_json(d.cell), "unblock": d.unblock,
-                                 "remedy": d.remedy} for d in report.dead_ends]}
+            "dead_ends_after": [{"feature": d.feature, "to": _cell_json(d.cell), "change": d.change,
+                                 "history": d.history(), "unblock": d.unblock, "remedy": d.remedy}
+                                for d in report.dead_ends]}
 
 
 def _side_json(side: Side) -> dict[str, Any]:
@@ -528,7 +543,11 @@ def render_md(report: UpgradeReport) -> str:
               "the GPU · *measured (bench)* = a benchmark · *predicted by rule X* = a compat rule says so, nothing "
               "measured it.", "", "#### Evidence", ""]
     for item in report.features:
-        lines.append(f"- `{item.feature}` ({item.change}) — from: {_md_cell(item.before)} — to: {_md_cell(item.after)}")
+        if item.before == item.after:     # the same rule (or nothing) on both sides: say it once
+            lines.append(f"- `{item.feature}` ({item.change}) — both: {_md_cell(item.after)}")
+        else:
+            lines.append(f"- `{item.feature}` ({item.change}) — from: {_md_cell(item.before)} — "
+                         f"to: {_md_cell(item.after)}")
     lines += ["", "#### Benchmarks measured on both sides", ""]
     if report.metrics:
         lines += ["| probe · metric | from | to | delta | verdict |", "|---|---|---|---|---|"]
@@ -540,7 +559,8 @@ def render_md(report: UpgradeReport) -> str:
     if not report.dead_ends:
         lines.append(f"None on `{new.stack_id}`.")
     for dead in report.dead_ends:
-        text = f"- **{dead.feature}**: {_md_cell(dead.cell)} — way out: {_md(dead.unblock)}"
+        text = (f"- **{dead.feature}** ({dead.history()}): {_md_cell(dead.cell)} — way out: "
+                f"{_md(dead.unblock)}")
         lines.append(text + (f" — remedy per rule: {_md(dead.remedy)}" if dead.remedy else ""))
     return "\n".join(lines) + "\n"
 

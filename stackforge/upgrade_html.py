@@ -187,7 +187,7 @@ def _dead_ends(report: UpgradeReport) -> str:
                 f"<code>{escape(report.after.stack_id)}</code>.</p>")
     items = []
     for dead in report.dead_ends:
-        text = (f"<li><b>{escape(dead.feature)}</b>: {GLYPHS[CellStatus(dead.cell.status)]} "
+        text = (f"<li><b>{escape(dead.feature)}</b> ({escape(dead.history())}): {GLYPHS[CellStatus(dead.cell.status)]} "
                 f"{escape(dead.cell.status)}, {escape(dead.cell.evidence)} — {escape(dead.cell.reason)}"
                 f"<br>way out: {escape(dead.unblock)}")
         if dead.remedy:

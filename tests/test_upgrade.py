@@ -79,6 +79,8 @@ def test_a_feature_that_breaks_is_lost_and_remains_a_dead_end():
     assert tree.change == "lost" and report.count("lost") == 1
     dead = {d.feature: d for d in report.dead_ends}
     assert set(dead) == {"nccl-graph-tree", "torch-symm-mem"}
+    assert dead["nccl-graph-tree"].history() == "new with the upgrade (it works on FROM)"
+    assert dead["torch-symm-mem"].history() == "dead on FROM too"
     # the way out is the stack measured to pass, with the versions that differ from the new stack
     assert dead["nccl-graph-tree"].unblock.startswith(f"measured to pass (runtime) on {CU128} (cuda 13.1 → 12.8")
 
