@@ -12,10 +12,10 @@ upgrade report can never disagree with ``matrix``, ``deadends`` or ``pick``:
   ``fail`` / ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned stack;
 * the driver floor of each side as ``plan`` and ``pick`` state it (:func:`stackforge.pick.row_driver_floor`);
 * the image ``pick`` would hand out for each side, and its size from the build record (else "unknown");
-* benchmark deltas for every metric both sides measured with the same probe, judged against the
-  runs' own noise by :func:`stackforge.diff.compare_metric` (which also knows each metric's direction);
-* the dead ends that remain on the new stack, with what unblocks each (:func:`stackforge.deadends.find_dead_ends`)
-  and the rule's remedy.
+* benchmark deltas for every metric both sides' benchmarks measured with the same probe, judged against
+  the runs' own noise by :func:`stackforge.diff.compare_metric` (which also knows each metric's direction);
+* the dead ends that remain on the new stack, with what unblocks each
+  (:func:`stackforge.deadends.find_dead_ends`) and the rule's remedy.
 
 "The best stack of a CUDA family" is ``pick``'s choice (no required feature) among that family's
 stacks; when none of them was ever probed, ``pick`` has nothing to rank and the newest stack the
@@ -38,14 +38,14 @@ from stackforge.derive import DriverFloor
 from stackforge.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
 from stackforge.errors import SpecError
 from stackforge.pick import Candidate, choose, evaluate_candidates, predicted_to_qualify, row_driver_floor
-from stackforge.records import ResultRecord, Status
+from stackforge.records import ResultRecord, Status, Tier
 from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, VERSION_AXES, Cell, CellStatus, MatrixReport, PlanView,
                                Row, Source, build_matrix, one_line, target_text)
 from stackforge.versions import validate_version
 
 __all__ = ["FORMATS", "UPGRADE_SCHEMA", "Change", "FeatureChange", "ImageSize", "MetricDelta", "RemainingDeadEnd",
-           "Side", "SideCell", "StackChoice", "UpgradeReport", "build_upgrade", "change_of", "evidence_label", "image_sizes_from_builds",
-           "render_upgrade", "upgrade_to_json"]
+           "Side", "SideCell", "StackChoice", "UpgradeReport", "build_upgrade", "change_of", "evidence_label",
+           "image_sizes_from_builds", "render_upgrade", "upgrade_to_json"]
 
 UPGRADE_SCHEMA = "stackforge.upgrade"
 UPGRADE_SCHEMA_VERSION = 1
@@ -347,7 +347,7 @@ def _feature_change(feature: str, before: Cell, after: Cell) -> FeatureChange:
 
 
 def _metric_deltas(before: Row, after: Row) -> tuple[MetricDelta, ...]:
-    """Every metric of a passing record that both stacks measured with the same probe."""
+    """Every metric of a passing benchmark that both stacks measured with the same probe."""
     old, new = _metrics(before), _metrics(after)
     deltas = []
     for key in sorted(set(old) & set(new)):
@@ -360,7 +360,9 @@ def _metric_deltas(before: Row, after: Row) -> tuple[MetricDelta, ...]:
 
 
 def _metrics(row: Row) -> dict[tuple[str, str], MetricStats]:
-    passing = [r for r in row.records if r.outcome.status is Status.PASS]
+    """Metrics of the row's passing benchmarks. Probes record numbers too (``max_abs_diff``, rows verified):
+    evidence of their verdict, not a performance to compare."""
+    passing = [r for r in row.records if r.outcome.status is Status.PASS and r.tier is Tier.BENCH]
     snapshot = snapshot_from_records(passing, row.stack_id)
     return {(probe, metric): stats for (_, _, probe, metric), stats in snapshot.metrics.items()}
 
@@ -554,7 +556,7 @@ def render_md(report: UpgradeReport) -> str:
         lines += [f"| `{m.probe}` · {_md(m.metric)} | {stats_text(m.before)} | {stats_text(m.after)} | "
                   f"{delta_text(m)} | {_md(verdict_text(m))} |" for m in report.metrics]
     else:
-        lines.append("None: no probe measured the same metric on both stacks.")
+        lines.append("None: no benchmark measured the same metric on both stacks.")
     lines += ["", "#### Dead ends that remain after the upgrade", ""]
     if not report.dead_ends:
         lines.append(f"None on `{new.stack_id}`.")

@@ -172,7 +172,8 @@ def _cell(cell: SideCell) -> str:
 
 def _benchmarks(metrics: tuple[MetricDelta, ...]) -> str:
     if not metrics:
-        return "<h2>Benchmarks measured on both sides</h2><p>None: no probe measured the same metric on both stacks.</p>"
+        return ("<h2>Benchmarks measured on both sides</h2>"
+                "<p>None: no benchmark measured the same metric on both stacks.</p>")
     rows = "".join(f'<tr class="v-{escape(m.verdict.replace(" ", "-"))}"><th scope="row"><code>{escape(m.probe)}'
                    f"</code> · {escape(m.metric)}</th><td class=\"metric\">{escape(stats_text(m.before))}</td>"
                    f'<td class="metric">{escape(stats_text(m.after))}</td><td class="metric">{escape(delta_text(m))}'

@@ -132,10 +132,18 @@ def test_benchmark_deltas_with_their_spread_and_direction():
     assert "| `serve-bench` · ttft_ms | 80 (78–82, n=5) | 95 (94–96, n=5) | +15 (+18.8%) | regression" in md
 
 
+def test_probe_numbers_are_evidence_not_benchmarks():
+    records = seed_records() + [record(stack, "custom-allreduce", "pass", probe="custom-ar-extra",
+                                       metrics={"graph_us": us, "graph_max_abs_diff": 0.0})
+                                for stack, us in ((CU128, 40.0), (CU131, 90.0))]
+    assert [m.probe for m in upgrade(records, *by_cuda("12.8", "13.1")).metrics] == ["serve-bench"]
+
+
 def test_failed_benchmarks_are_not_compared():
     records = seed_records() + [record(CU131, "serve", "fail", tier="bench", probe="serve-bench",
                                        metrics=serve_metrics(5.0), created_at="2026-03-02T00:00:00+00:00")]
-    records = [r for r in records if not (r.stack_id == CU131 and r.feature == "serve" and r.outcome.status.value == "pass")]
+    records = [r for r in records
+               if not (r.stack_id == CU131 and r.feature == "serve" and r.outcome.status.value == "pass")]
     assert upgrade(records, *by_cuda("12.8", "13.1")).metrics == ()
 
 
