@@ -117,11 +117,6 @@ class Side:
     def evidence(self) -> str:
         return "measured" if self.measured else PREDICTED_ONLY
 
-    def heading(self) -> str:
-        """``CUDA 12.8 · <stack id>``, with ``(predicted only)`` when nothing was measured."""
-        text = f"CUDA {self.stack.get('cuda', '?')} · {self.stack_id}"
-        return text if self.measured else f"{text} ({PREDICTED_ONLY})"
-
     def versions(self) -> str:
         return " · ".join(f"{axis} {self.stack[axis]}" for axis in VERSION_AXES if self.stack.get(axis))
 
