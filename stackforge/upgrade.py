@@ -91,6 +91,7 @@ class ImageSize:
 
     bytes: int | None
     note: str = ""
+    built_image: str = ""           # the build record's image (digest when pushed, else tag): built, maybe never probed
 
     def text(self) -> str:
         if self.bytes is None:
@@ -404,9 +405,10 @@ def image_sizes_from_builds(builds_dir: Path) -> Callable[[str], ImageSize]:
             return ImageSize(None, f"no build record for this stack in {builds_dir}")
         if not record.status.ok:
             return ImageSize(None, f"its build {record.status.value}")
+        built = record.repo_digest or record.image_tag or ""
         if record.image_size is None:
-            return ImageSize(None, "its build record has no size")
-        return ImageSize(record.image_size, "build record")
+            return ImageSize(None, "its build record has no size", built)
+        return ImageSize(record.image_size, "build record", built)
 
     return size_of
 
@@ -495,6 +497,7 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
 def _side_json(side: Side) -> dict[str, Any]:
     return {"stack_id": side.stack_id, "stack": side.stack, "plan_status": side.plan_status, "why": side.why,
             "evidence": side.evidence, "image": side.image or None, "pinned": side.pinned,
+            "built_image": side.image_size.built_image or None,
             "image_size_bytes": side.image_size.bytes, "image_size_note": side.image_size.note,
             "driver_floor": side.driver_floor.to_json()}
 
@@ -571,12 +574,25 @@ def _side_rows(old: Side, new: Side) -> list[tuple[str, tuple[str, str]]]:
         ("versions", both(lambda s: _md(s.versions()))),
         ("why this stack", both(lambda s: _md(s.why))),
         ("evidence", both(lambda s: "measured" if s.measured else f"**{PREDICTED_ONLY}** — no probe result")),
-        ("image", both(lambda s: f"`{s.image}` ({'pinned by digest' if s.pinned else 'not pinned'})" if s.image
-                       else "none: never probed on this target")),
+        ("image", both(lambda s: _md_image(*image_text(s)))),
         ("image size", both(lambda s: _md(s.image_size.text()))),
         ("driver floor", both(lambda s: _md(s.driver_floor.text() + (
             f" ({'; '.join(s.driver_floor.because)})" if s.driver_floor.because else "")))),
     ]
+
+
+def image_text(side: Side) -> tuple[str, str]:
+    """``(reference, note)``: the image a side's evidence came from (what ``pick`` hands out), else the one
+    built and never probed, else none."""
+    if side.image:
+        return side.image, "pinned by digest" if side.pinned else "not pinned"
+    if side.image_size.built_image:
+        return side.image_size.built_image, "built, never probed on this target: no evidence it works"
+    return "", "none: never probed on this target"
+
+
+def _md_image(reference: str, note: str) -> str:
+    return f"`{reference}` ({_md(note)})" if reference else _md(note)
 
 
 def _md_only(side: Side) -> str:

@@ -13,7 +13,7 @@ from html import escape
 from stackforge.report import GLYPHS, CellStatus
 from stackforge.report_html import PAGE_CSP, PAGE_CSS
 from stackforge.upgrade import (PREDICTED_ONLY, Change, MetricDelta, Side, SideCell, UpgradeReport, delta_text,
-                                stats_text, summary_line, verdict_text)
+                                image_text, stats_text, summary_line, verdict_text)
 
 __all__ = ["render_upgrade_html"]
 
@@ -102,9 +102,8 @@ def _sides(old: Side, new: Side) -> str:
         return "measured" if side.measured else f'<span class="only">{PREDICTED_ONLY}</span> — no probe result'
 
     def image(side: Side) -> str:
-        if not side.image:
-            return "none: never probed on this target"
-        return f"<code>{escape(side.image)}</code> ({'pinned by digest' if side.pinned else 'not pinned'})"
+        reference, note = image_text(side)
+        return f"<code>{escape(reference)}</code> ({escape(note)})" if reference else escape(note)
 
     def floor(side: Side) -> str:
         because = "".join(f"<li>{escape(b)}</li>" for b in side.driver_floor.because)

@@ -258,3 +258,14 @@ def test_the_readme_example_is_real_output():
     golden = (root / "tests" / "golden" / "upgrade" / "cu128-to-cu131.md").read_text(encoding="utf-8")
     lines = [line for line in quoted.splitlines() if line and line != "..."]
     assert len(lines) >= 7 and all(line in golden.splitlines() for line in lines)
+
+
+def test_a_built_image_never_probed_is_named_as_such(tmp_path):
+    write_build_record(BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={}, status=BuildStatus.BUILT,
+                                   image_tag="stackforge/cu128:abc", image_size=7_000_000_000), tmp_path)
+    records = [r for r in seed_records() if r.stack_id != CU128]
+    report = upgrade(records, *by_cuda("12.8", "13.1"), size_of=image_sizes_from_builds(tmp_path))
+    assert report.before.image == "" and not report.before.measured
+    assert ("| image | `stackforge/cu128:abc` (built, never probed on this target: no evidence it works) | "
+            in render_upgrade(report, "md"))
+    assert upgrade_to_json(report)["from"]["built_image"] == "stackforge/cu128:abc"
