@@ -269,3 +269,13 @@ def test_a_built_image_never_probed_is_named_as_such(tmp_path):
     assert ("| image | `stackforge/cu128:abc` (built, never probed on this target: no evidence it works) | "
             in render_upgrade(report, "md"))
     assert upgrade_to_json(report)["from"]["built_image"] == "stackforge/cu128:abc"
+
+
+def test_the_committed_workspace_is_what_the_fixtures_write(tmp_path):
+    """tests/data/upgrade is regenerated from matrix_fixtures, never edited by hand (see upgrade_fixtures)."""
+    write_workspace(tmp_path)
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(UPGRADE_DATA) for p in UPGRADE_DATA.rglob("*") if p.is_file())
+    assert written == committed
+    changed = [str(p) for p in written if (tmp_path / p).read_bytes() != (UPGRADE_DATA / p).read_bytes()]
+    assert not changed, f"regenerate with: python tests/upgrade_fixtures.py tests/data/upgrade ({changed})"
