@@ -8,6 +8,7 @@ around the gate, at the same path), so the readers are checked against code Flas
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -316,6 +317,7 @@ def test_ar_fusion_before_the_gate_compiles_for_any_arch_and_gate_is_absent(tmp_
     reading = read("flashinfer-ar-fusion", tmp_path, SM120_PCIE)
     assert reading.status is ReadingStatus.AVAILABLE
     assert "has no supported_major_versions gate" in reading.summary
+    assert reading.depends_on == ()  # no gate: the same for every target arch
     assert reading.sites[0].code == "def gen_trtllm_comm_module() -> JitSpec:"
     gate = read("flashinfer-ar-fusion:gate-present", tmp_path, SM120_PCIE)
     assert gate.status is ReadingStatus.ABSENT and gate.depends_on == ()
@@ -593,6 +595,27 @@ def test_parse_missing_file_is_none_and_header_has_no_tree(tmp_path: Path) -> No
     header = parse(tmp_path, FMHA_RUNNER)
     assert header is not None and header.tree is None and not header.error
     assert header.lines_containing("Unsupported architecture") == (3,)
+
+
+def test_function_is_the_first_def_in_source_order_and_constants_resolve(tmp_path: Path) -> None:
+    write(tmp_path, "flashinfer/x.py", """
+        SIZES = (2, 4, 8)
+
+
+        class A:
+            def gen(self):
+                return 1
+
+
+        def gen():
+            return 2
+        """)
+    source = parse(tmp_path, "flashinfer/x.py")
+    assert source is not None and source.function("gen") is not None
+    assert source.function("gen").lineno == 5
+    resolved = source.resolve(ast.Name("SIZES", ast.Load()))
+    assert resolved is not None and resolved.value == (2, 4, 8) and resolved.line == 1
+    assert source.function("missing") is None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ API (small on purpose):
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class SourceFile:
     lines: tuple[str, ...]
     tree: ast.Module | None = None
     error: str = ""
+    # name -> first def of that name in source order (module level, methods, nested), built once
+    functions: Mapping[str, _FunctionNode] = field(default_factory=dict, compare=False, repr=False)
 
     def code(self, line: int) -> str:
         """The 1-based line as written, stripped ("" outside the file)."""
@@ -66,11 +69,7 @@ class SourceFile:
 
     def function(self, name: str) -> _FunctionNode | None:
         """The first function (module level, method or nested) named ``name``, in source order."""
-        if self.tree is None:
-            return None
-        found = [node for node in ast.walk(self.tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name]
-        return min(found, key=lambda node: node.lineno) if found else None
+        return self.functions.get(name)
 
     def module_constant(self, name: str) -> ast.Assign | ast.AnnAssign | None:
         """The module-level assignment that binds ``name``, when there is exactly one."""
@@ -120,9 +119,10 @@ def parse(root: Path, path: str) -> SourceFile | None:
     if not path.endswith(".py"):
         return SourceFile(path, lines)
     try:
-        return SourceFile(path, lines, ast.parse(text, filename=path))
+        tree = ast.parse(text, filename=path)
     except (SyntaxError, ValueError, RecursionError) as exc:
         return SourceFile(path, lines, None, f"{path} does not parse: {exc}")
+    return SourceFile(path, lines, tree, functions=_function_index(tree))
 
 
 def files_containing(root: Path, text: str, *, under: str, suffix: str = ".py") -> tuple[str, ...]:
@@ -170,6 +170,15 @@ def decorator_calls(function: _FunctionNode, name: str) -> tuple[ast.Call, ...]:
 def absent_site(path: str) -> CodeSite:
     """The site of a file that is not in the wheel (line 0, no code)."""
     return CodeSite(path, 0, "")
+
+
+def _function_index(tree: ast.Module) -> dict[str, _FunctionNode]:
+    defs = sorted((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                  key=lambda node: node.lineno)
+    index: dict[str, _FunctionNode] = {}
+    for node in defs:
+        index.setdefault(node.name, node)
+    return index
 
 
 def _assigned_names(node: ast.stmt) -> tuple[str, ...]:

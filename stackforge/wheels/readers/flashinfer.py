@@ -113,20 +113,27 @@ class Located:
 
 def locate_function(root: Path, name: str, candidates: Sequence[str]) -> Located:
     """``def name`` in the first candidate file that has it, else in any file under flashinfer/."""
-    looked = list(candidates)
+    found = _function_in(root, name, candidates)
+    if found is not None:
+        return found
+    # Only when the known places miss it: one text scan of the package for the def.
     moved = [path for path in files_containing(root, f"def {name}(", under=PACKAGE) if path not in candidates]
-    for path in (*candidates, *moved):
+    return _function_in(root, name, moved) or Located(None, None, tuple(candidates))
+
+
+def _function_in(root: Path, name: str, paths: Sequence[str]) -> Located | None:
+    for path in paths:
         source = parse(root, path)
         if source is None:
             continue
         if source.tree is None:
-            if f"def {name}(" in "\n".join(source.lines):
+            if any(f"def {name}(" in line for line in source.lines):
                 return Located(source, None, (path,), source.error)
             continue
         function = source.function(name)
         if function is not None:
             return Located(source, function, (path,))
-    return Located(None, None, tuple(looked))
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +190,7 @@ def read_generator_gate(fact: str, generator: str, candidates: Sequence[str], wh
     if not gates:
         return Reading(fact, ReadingStatus.AVAILABLE,
                        f"{cite(def_site)} {generator} has no {GATE_KEYWORD} gate: compiles for every "
-                       f"target arch, {ctx.arch} included", (def_site,), ("arch",))
+                       f"target arch, {ctx.arch} included", (def_site,))
     sites = (def_site, *(site for gate in gates for site in (gate.site, gate.value_site) if site))
     unreadable = [gate for gate in gates if gate.majors is None]
     if unreadable:
@@ -257,7 +264,6 @@ class Exit:
     line: int
     value: Any
     trail: tuple[int, ...]           # lines of the conditions evaluated on the way, in order
-    consulted_cuda: bool
 
 
 @dataclass
@@ -267,7 +273,6 @@ class _Frame:
     names: dict[str, Any]
     cuda: Version | None
     trail: list[int]
-    consulted_cuda: bool = False
 
 
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
@@ -338,7 +343,6 @@ def _evaluate_compare(node: ast.Compare, frame: _Frame) -> Any:
 
 
 def _cuda_version(frame: _Frame, line: int) -> Version | Unknown:
-    frame.consulted_cuda = True
     return frame.cuda if frame.cuda is not None else Unknown(f"line {line}: needs the CUDA version", True)
 
 
@@ -392,9 +396,9 @@ def follow(statements: Sequence[ast.stmt], frame: _Frame) -> Exit | Unknown | No
             continue
         if isinstance(statement, ast.Return):
             value = evaluate(statement.value, frame) if statement.value is not None else None
-            return Exit("return", statement.lineno, value, tuple(frame.trail), frame.consulted_cuda)
+            return Exit("return", statement.lineno, value, tuple(frame.trail))
         if isinstance(statement, ast.Raise):
-            return Exit("raise", statement.lineno, None, tuple(frame.trail), frame.consulted_cuda)
+            return Exit("raise", statement.lineno, None, tuple(frame.trail))
         return Unknown(f"line {statement.lineno}: {type(statement).__name__} statement is not followed")
     return None
 
@@ -408,8 +412,7 @@ def follow_function(function: ast.FunctionDef | ast.AsyncFunctionDef, arguments:
     frame = _Frame(dict(zip(params, arguments)), cuda, [])
     outcome = follow(function.body, frame)
     if outcome is None:
-        return Exit("end", function.body[-1].end_lineno or function.lineno, None, tuple(frame.trail),
-                    frame.consulted_cuda)
+        return Exit("end", function.body[-1].end_lineno or function.lineno, None, tuple(frame.trail))
     return outcome
 
 
@@ -439,7 +442,7 @@ def read_jit(root: Path, ctx: ReadContext) -> Reading:
     if source is None:
         return Reading(fact, ReadingStatus.AVAILABLE,
                        f"no {COMPILATION_CONTEXT}: no CUDA-version gate on the target arch in this release",
-                       (absent_site(COMPILATION_CONTEXT),), ("arch",))
+                       (absent_site(COMPILATION_CONTEXT),))
     if source.tree is None:
         return Reading(fact, ReadingStatus.UNDECIDED, source.error, (absent_site(COMPILATION_CONTEXT),))
     function = source.function("_normalize_cuda_arch")
@@ -448,7 +451,7 @@ def read_jit(root: Path, ctx: ReadContext) -> Reading:
         site = source.site(anchor[0]) if anchor else absent_site(COMPILATION_CONTEXT)
         return Reading(fact, ReadingStatus.AVAILABLE,
                        f"{cite(site)} CompilationContext has no _normalize_cuda_arch: no CUDA-version gate "
-                       "on the target arch in this release", (site,), ("arch",))
+                       "on the target arch in this release", (site,))
     capability = parse_arch(ctx.arch)
     if capability is None:
         return bad_arch(fact, ctx, (source.site(function),))
@@ -531,7 +534,8 @@ def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
     lines = fmha_check_lines(runner)
     if not lines:
         return Reading(fact, ReadingStatus.UNDECIDED,
-                       f"{runner.path} has no '{FMHA_CHECK_TEXT}' check to read", (absent_site(runner.path),))
+                       f"{runner.path} has no SM check ('{FMHA_CHECK_TEXT}'): which SMs run trtllm-gen FMHA "
+                       "is left to the kernels it loads", (absent_site(runner.path),))
     sites = tuple(runner.site(line) for line in lines)
     statement = " ".join(site.code for site in sites)
     sms = tuple(int(sm) for sm in re.findall(r"mSM\s*==\s*kSM_(\d+)", statement))
