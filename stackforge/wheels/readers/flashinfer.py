@@ -3,39 +3,46 @@
 Every reader here is pure and static: it reads FlashInfer's source as shipped in the wheel (Python
 through :mod:`ast`, CUDA headers as text), never imports flashinfer or torch, and cites the lines it
 decided on. Code moves between releases, so each reader looks in the places the fact has lived
-(oldest layout last) and, for a generator that moved again, searches ``flashinfer/`` for its
-``def``. What each reader decides, and where it has been measured:
+and, for a generator that moved again, searches ``flashinfer/`` for its ``def``. What each reader
+decides (boundaries as read in the PyPI wheels 0.5.0-0.7.4 and the sdists before them):
 
 ``flashinfer-ar-fusion``
-    ``gen_trtllm_comm_module`` (``flashinfer/comm/trtllm_ar.py`` up to 0.3.x, ``flashinfer/jit/comm.py``
-    from 0.4) compiles with ``get_nvcc_flags_list(supported_major_versions=[...])``, which raises for
-    a target whose major is not listed. Listed: AVAILABLE; not listed: UNAVAILABLE. Before 0.3.1
+    ``gen_trtllm_comm_module`` (``flashinfer/comm/trtllm_ar.py`` from 0.2.7.post1, ``flashinfer/jit/comm.py``
+    from 0.4.0) compiles with ``get_nvcc_flags_list(supported_major_versions=[...])``, which raises
+    for a target whose major is not listed. Listed: AVAILABLE; not listed: UNAVAILABLE. Up to 0.3.0.post1
     the generator has no such gate and compiles for whatever archs the build targets: AVAILABLE.
-    No generator at all: ABSENT.
+    No generator at all: ABSENT. On SM12x: ``[9, 10]`` from 0.3.1 to 0.6.16.post4, ``[9, 10, 12]``
+    from 0.6.17.
 ``flashinfer-ar-fusion:gate-present``
-    Whether that generator has an arch gate at all: AVAILABLE with the list, ABSENT when the
-    generator exists without one (before 0.3.1) or does not exist. Independent of the target.
+    Whether that generator has an arch gate at all, whatever the target: AVAILABLE (with the list)
+    from 0.3.1; ABSENT when the generator has none (0.2.7.post1-0.3.0.post1) or does not exist
+    (the gate's code path is not there, which is what ABSENT means).
 ``flashinfer-mnnvl``
-    The same reading for ``gen_trtllm_mnnvl_comm_module`` (gate ``[9, 10]`` from 0.6.13).
+    The same reading for ``gen_trtllm_mnnvl_comm_module``: no gate up to 0.6.12, ``[9, 10]`` from
+    0.6.13 ("SM12x intentionally excluded").
 ``flashinfer-jit``
-    ``CompilationContext._normalize_cuda_arch`` (``flashinfer/compilation_context.py``, from
-    0.6.7) is followed statement by statement for the target's (major, minor) and the CUDA
-    version FlashInfer would find (nvcc's when the stack has one, else torch's): a ``raise``
-    ("SM 12.x requires CUDA >= 12.9") is UNAVAILABLE, a ``return`` AVAILABLE with the nvcc arch it
-    yields. Without that function there is no such gate: AVAILABLE, citing its absence.
+    The SM12x CUDA-version gate only (whether the image has an nvcc to JIT with at all is the
+    image's, not the release's). ``CompilationContext._normalize_cuda_arch``
+    (``flashinfer/compilation_context.py``, from 0.6.7) is followed statement by statement for the
+    target's (major, minor) and the CUDA version FlashInfer would find (``ctx.cuda`` when
+    ``ctx.nvcc``, else ``ctx.torch_cuda``; both, and they must agree, when ``ctx.nvcc`` is None): a
+    ``raise`` ("SM 12.x requires CUDA >= 12.9") is UNAVAILABLE, a ``return`` AVAILABLE with the
+    nvcc arch it yields (0.7.1: SM 12.0 with CUDA 12.8 -> compute_120a; SM 12.1 still raises).
+    ``depends_on`` names the CUDA fields only when the path taken asks for the CUDA version.
+    Without that function (up to 0.6.6) there is no such gate: AVAILABLE, citing its absence.
 ``trtllm-fmha``
     ``TllmGenFmhaRunner``'s ``FLASHINFER_CHECK(mSM == kSM_100 || ...)`` in the shipped header
-    ``fmhaRunner.cuh``: the SMs trtllm-gen FMHA runs on.
+    ``fmhaRunner.cuh``: the SMs trtllm-gen FMHA runs on ({100, 103}; 107 added in 0.6.16).
 ``nvfp4-gemm``
-    ``mm_fp4``'s ``@backend_requirement({backend: requirement})``; each requirement's
+    ``mm_fp4``'s ``@backend_requirement({backend: requirement})`` (from 0.5.0); each requirement's
     ``@supported_compute_capability([...])`` lists the compute capabilities that backend admits
     (FlashInfer's own ``is_compute_capability_supported``: any backend). This is the declared
-    support; a backend that is declared but fails at run time is beyond a static reading.
+    support: 120/121 are declared by cudnn and cutlass in every wheel, so a backend that is
+    declared but fails at run time (0.6.3 on SM120) is beyond this reading.
 ``flashinfer-pcie-ipc-ar``
-    ``flashinfer/comm/pcie_ipc_ar.py`` (from 0.7.0): its ``_SUPPORTED_WORLD_SIZES`` against the
-    target's GPU count, and any arch gate on ``gen_pcie_ipc_comm_module``.
+    ``flashinfer/comm/pcie_ipc_ar.py`` (from 0.7.0): its ``_SUPPORTED_WORLD_SIZES`` ((2, 4, 8))
+    against the target's GPU count, and any arch gate on ``gen_pcie_ipc_comm_module`` (none).
 """
-
 from __future__ import annotations
 
 import ast
