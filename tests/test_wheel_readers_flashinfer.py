@@ -428,12 +428,19 @@ def test_jit_0_6_7_undecided_without_a_cuda_version_or_when_nvcc_is_unknown(tmp_
     write(tmp_path, fi.COMPILATION_CONTEXT, NORMALIZE_0_6_7)
     missing = jit(tmp_path, "12.0")
     assert missing.status is ReadingStatus.UNDECIDED
-    assert set(missing.depends_on) == {"arch", "nvcc", "cuda", "torch_cuda"}
+    assert missing.depends_on == ("arch", "nvcc", "cuda", "torch_cuda")
+    # nvcc unknown: FlashInfer would read nvcc's version if there is one, else torch's; one is not enough.
+    one = jit(tmp_path, "12.0", cuda="12.9")
+    assert one.status is ReadingStatus.UNDECIDED and "gives no torch_cuda" in one.summary
+    without_cuda = jit(tmp_path, "12.0", nvcc=True, torch_cuda="12.9")
+    assert without_cuda.status is ReadingStatus.UNDECIDED and "gives no cuda" in without_cuda.summary
     split = jit(tmp_path, "12.0", cuda="12.8", torch_cuda="12.9")
     assert split.status is ReadingStatus.UNDECIDED
     assert "depends on whether the stack has nvcc" in split.summary
     agreed = jit(tmp_path, "12.0", cuda="12.9", torch_cuda="13.0")
     assert agreed.status is ReadingStatus.AVAILABLE
+    assert agreed.summary.startswith("with or without nvcc: ")
+    assert "CUDA 12.9 (nvcc)" in agreed.summary and "CUDA 13.0 (torch)" in agreed.summary
 
 
 def test_jit_sm90_does_not_depend_on_cuda(tmp_path: Path) -> None:

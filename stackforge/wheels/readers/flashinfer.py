@@ -423,16 +423,14 @@ def follow_function(function: ast.FunctionDef | ast.AsyncFunctionDef, arguments:
     return outcome
 
 
-def cuda_candidates(ctx: ReadContext) -> tuple[tuple[str, str], ...]:
-    """(context field, CUDA version) FlashInfer's ``get_cuda_version`` would find: nvcc's when the
-    stack has nvcc, else torch's; both when it is not known whether nvcc is there."""
+def cuda_fields(ctx: ReadContext) -> tuple[str, ...]:
+    """The context fields holding the CUDA version FlashInfer's ``get_cuda_version`` would find:
+    nvcc's when the stack has nvcc, else torch's; both (they must agree) when that is not known."""
     if ctx.nvcc is True:
-        fields = ("cuda",)
-    elif ctx.nvcc is False:
-        fields = ("torch_cuda",)
-    else:
-        fields = ("cuda", "torch_cuda")
-    return tuple((field, getattr(ctx, field)) for field in fields if getattr(ctx, field))
+        return ("cuda",)
+    if ctx.nvcc is False:
+        return ("torch_cuda",)
+    return ("cuda", "torch_cuda")
 
 
 def nvcc_arch(value: Any) -> str:
@@ -468,13 +466,16 @@ def read_jit(root: Path, ctx: ReadContext) -> Reading:
     if not first.needs_cuda:
         return Reading(fact, ReadingStatus.UNDECIDED, f"{COMPILATION_CONTEXT} {first.why}",
                        (source.site(function),), ("arch",))
-    candidates = cuda_candidates(ctx)
-    depends = ("arch", "nvcc", *(field for field, _ in candidates or (("cuda", ""), ("torch_cuda", ""))))
-    if not candidates:
+    fields = cuda_fields(ctx)
+    depends = ("arch", "nvcc", *fields)
+    missing = [field for field in fields if not getattr(ctx, field)]
+    if missing:
+        nvcc = {True: "has nvcc", False: "has no nvcc", None: "may or may not have nvcc"}[ctx.nvcc]
         return Reading(fact, ReadingStatus.UNDECIDED,
                        f"{cite(source.site(function))} _normalize_cuda_arch for SM {ctx.arch} depends on the CUDA "
-                       "version FlashInfer finds (nvcc's, else torch's); the context gives none",
-                       (source.site(function),), depends)
+                       f"version FlashInfer finds (nvcc's, else torch's); the stack {nvcc} and the context gives "
+                       f"no {' or '.join(missing)}", (source.site(function),), depends)
+    candidates = tuple((field, str(getattr(ctx, field))) for field in fields)
     readings = []
     for field, version in candidates:
         try:
@@ -488,11 +489,15 @@ def read_jit(root: Path, ctx: ReadContext) -> Reading:
                            (source.site(function),), depends)
         how = "nvcc" if field == "cuda" else "torch"
         readings.append(jit_reading(source, function, ctx, outcome, f"CUDA {version} ({how})", depends))
+    if len(readings) == 1:
+        return readings[0]
+    # Whether the stack has nvcc is not known: both versions were followed.
+    sites = tuple(dict.fromkeys(site for r in readings for site in r.sites))
+    summaries = "; ".join(dict.fromkeys(r.summary for r in readings))
     if len({reading.status for reading in readings}) > 1:
-        return Reading(fact, ReadingStatus.UNDECIDED,
-                       "depends on whether the stack has nvcc: " + "; ".join(r.summary for r in readings),
-                       tuple(dict.fromkeys(site for r in readings for site in r.sites)), depends)
-    return readings[0]
+        return Reading(fact, ReadingStatus.UNDECIDED, f"depends on whether the stack has nvcc: {summaries}",
+                       sites, depends)
+    return Reading(fact, readings[0].status, f"with or without nvcc: {summaries}", sites, depends)
 
 
 def jit_reading(source: SourceFile, function: ast.AST, ctx: ReadContext, outcome: Exit, cuda: str,
