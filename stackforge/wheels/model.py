@@ -24,6 +24,7 @@ class ReleaseFile:
     requires_python: str = ""
     yanked: bool = False
     kind: str = "wheel"       # wheel | sdist
+    index: str = ""           # the location (without credentials) the file was taken from
 
 
 @dataclass(frozen=True, slots=True)

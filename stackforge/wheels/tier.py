@@ -1,0 +1,214 @@
+"""The wheel tier: a reader run against a release's wheel, and its reading as a result record.
+
+No image, no torch, no GPU: the wheel is fetched from the configured index into the wheel cache
+(:mod:`stackforge.wheels.cache`), never installed, and a pure reader reads its files. A release
+that publishes only an sdist is reported as such (undecided), never built.
+
+A reading becomes one :class:`~stackforge.records.ResultRecord` per (distribution version x fact x
+target): tier ``wheel``, stack id ``wheel-<dist>-<version>`` (plus the context values the reading
+depended on beyond the target's hardware), stack ``{<stack key>: version, ...}`` so the matrix can
+match it to every stack that pins that version.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.tags import Tag
+from packaging.utils import parse_wheel_filename
+
+from stackforge.errors import SpecError
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.index import IndexConfig, Release, find_release, releases
+from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
+
+SDIST_ONLY = "sdist only: not built"
+#: The field of :class:`stackforge.model.Stack` (or the derived kernel pin) that pins each distribution.
+STACK_KEYS = {"flashinfer-python": "flashinfer", "sglang": "sglang", "torch": "torch",
+              "sgl-kernel": "kernel", "sglang-kernel": "kernel"}
+#: Context fields the target decides; the others (cuda, python...) come from a stack and name the record.
+TARGET_FIELDS = ("arch", "gpu_count", "interconnect", "multicast")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """A reading and the file it was read from (``None`` when there was no wheel to read)."""
+
+    dist: str
+    version: str
+    reading: Reading
+    file: ReleaseFile | None
+    duration_s: float = 0.0
+
+
+def stack_key(dist: str) -> str:
+    """The stack dict key a distribution's version is recorded under (``flashinfer-python`` -> ``flashinfer``)."""
+    return STACK_KEYS.get(dist, dist)
+
+
+def pick_wheel(release: Release) -> ReleaseFile | None:
+    """The wheel a reader reads: ``py3-none-any`` first, then Linux x86_64, then any wheel.
+
+    The readers read Python sources and metadata, which every wheel of a release carries alike.
+    """
+    def rank(file: ReleaseFile) -> tuple[int, str]:
+        tags: frozenset[Tag] = parse_wheel_filename(file.filename)[3]
+        if any(t.platform == "any" and t.abi == "none" for t in tags):
+            return (0, file.filename)
+        if any(t.platform.endswith("x86_64") and "linux" in t.platform for t in tags):
+            return (1, file.filename)
+        return (2, file.filename)
+    wheels = sorted(release.wheels, key=rank)
+    return wheels[0] if wheels else None
+
+
+def measure(spec: ReaderSpec, release: Release, ctx: ReadContext, *, cache: WheelCache) -> Measurement:
+    """Run ``spec``'s reader on ``release``'s wheel for ``ctx``.
+
+    A reader that breaks on a release (a file it did not expect) gives an undecided reading that
+    says so: one odd release must not stop a search over a hundred.
+    """
+    started = time.monotonic()
+    wheel = pick_wheel(release)
+    if wheel is None:
+        what = SDIST_ONLY if any(f.kind == "sdist" for f in release.files) else "no wheel published"
+        return Measurement(release.dist, release.version, Reading(spec.fact, ReadingStatus.UNDECIDED, what), None)
+    root = cache.unpacked(wheel)
+    try:
+        reading = spec.reader(root, ctx)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError, KeyError, IndexError, AttributeError,
+            TypeError) as exc:
+        reading = Reading(spec.fact, ReadingStatus.UNDECIDED,
+                          f"reader could not read this release: {type(exc).__name__}: {exc}")
+    return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
+
+
+def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: IndexConfig,
+                 cache: WheelCache) -> Reading:
+    """The reading of ``spec`` on release ``version`` of ``spec.dist``.
+
+    Raises:
+        SpecError: no such release on the configured indexes (exit 2).
+        IndexUnreachableError: an index did not answer (exit 3).
+    """
+    return measure(spec, lookup_release(spec.dist, version, indexes=indexes, cache=cache), ctx, cache=cache).reading
+
+
+def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: WheelCache) -> Release:
+    """Release ``version`` of ``dist`` (pre-releases and yanked ones too: it was asked for by name)."""
+    found = releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
+                     cache_dir=cache.index_dir)
+    release = find_release(found, version)
+    if release is None:
+        latest = ", ".join(r.version for r in found[-5:]) or "none"
+        raise SpecError(f"{dist} {version} is not on the configured indexes ({indexes.describe()}); "
+                        f"latest: {latest}", remedy="pick a published version, or pass --index-url/--find-links")
+    return release
+
+
+# --- readings -> records ----------------------------------------------------------------------------
+
+def outcome_status(status: ReadingStatus) -> Status:
+    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail."""
+    return {ReadingStatus.AVAILABLE: Status.PASS, ReadingStatus.UNAVAILABLE: Status.FAIL,
+            ReadingStatus.ABSENT: Status.FAIL}.get(status, _undecided_status())
+
+
+def _undecided_status() -> Status:
+    """``undecided`` where the records know it; ``skip`` (not applicable, no failure) otherwise."""
+    return getattr(Status, "UNDECIDED", Status.SKIP)
+
+
+def outcome_reason(reading: Reading) -> str:
+    """One line: the reading's summary, saying so when the code path is not in the release at all."""
+    if reading.status is ReadingStatus.ABSENT:
+        return f"absent in this release: {reading.summary}" if reading.summary else "absent in this release"
+    if reading.status is ReadingStatus.UNDECIDED and _undecided_status() is Status.SKIP:
+        return f"undecided: {reading.summary}"
+    return reading.summary
+
+
+def evidence_text(measurement: Measurement) -> str:
+    """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` and the index."""
+    lines = [f"{site.path}:{site.line}: {site.code}" for site in measurement.reading.sites]
+    if measurement.file is not None:
+        lines.append(f"wheel: {measurement.file.url} sha256:{measurement.file.sha256 or 'not given by the index'}")
+        if measurement.file.index:
+            lines.append(f"index: {measurement.file.index}")
+    return "\n".join(lines)
+
+
+def context_values(reading: Reading, ctx: ReadContext) -> dict[str, Any]:
+    """The context fields the reading depended on, with their values."""
+    return {name: getattr(ctx, name) for name in reading.depends_on if hasattr(ctx, name)}
+
+
+def wheel_stack_id(dist: str, version: str, values: dict[str, Any]) -> str:
+    """``wheel-<dist>-<version>``, plus ``-<field><value>`` for each stack-side field the reading depends on."""
+    parts = [f"wheel-{dist}-{version}"]
+    parts += [f"{name.replace('_', '')}{value}" for name, value in sorted(values.items())
+              if name not in TARGET_FIELDS and value is not None]
+    return _UNSAFE.sub("_", "-".join(parts))[:160]
+
+
+def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run_id: str,
+                 host: str = "") -> ResultRecord:
+    """The result record of one measurement for one target."""
+    reading = measurement.reading
+    values = context_values(reading, ctx)
+    stack: dict[str, Any] = {stack_key(measurement.dist): measurement.version, **values,
+                             "depends_on": list(reading.depends_on)}
+    return ResultRecord(
+        run_id=run_id, stack_id=wheel_stack_id(measurement.dist, measurement.version, values), stack=stack,
+        target=target, probe=f"wheel.{measurement.dist}.{reading.fact}", feature=reading.fact, tier=Tier.WHEEL,
+        outcome=Outcome(status=outcome_status(reading.status), reason=outcome_reason(reading),
+                        evidence=evidence_text(measurement), duration_s=round(measurement.duration_s, 3)),
+        provenance=Provenance(image="", versions={measurement.dist: measurement.version}, host=host,
+                              runner="wheel"),
+        kind="probe", created_at=utc_now())
+
+
+def record_matches(stack: dict[str, Any], record: ResultRecord, ctx: ReadContext) -> bool:
+    """Whether a wheel-tier record speaks for a stack: same version of the record's distribution, and
+    the same value of every context field the reading depended on (``ctx`` is the stack's, on the target)."""
+    versions = record.provenance.versions
+    if len(versions) != 1:
+        return False
+    (dist, version), = versions.items()
+    pinned = stack.get(stack_key(dist))
+    if pinned is None or not _same_version(str(pinned), version):
+        return False
+    return all(getattr(ctx, name, None) == record.stack.get(name)
+               for name in record.stack.get("depends_on", ()) if name not in TARGET_FIELDS)
+
+
+def _same_version(left: str, right: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(left) == Version(right)
+    except InvalidVersion:
+        return left == right
+
+
+def specs_for(readers: Sequence[ReaderSpec], fact: str) -> tuple[ReaderSpec, ...]:
+    """The reader specs of ``fact`` (one per distribution it is read from)."""
+    return tuple(spec for spec in readers if spec.fact == fact)
+
+
+def context_for(stack: Any, derived: Any, target: Any) -> ReadContext:
+    """The read context of one stack on one target (a plan cell's ``stack``, ``derived``, ``target``)."""
+    return ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=str(target.interconnect.value),
+                       multicast=bool(target.multicast), cuda=stack.cuda, nvcc=bool(derived.has_nvcc),
+                       torch_cuda=derived.torch_cuda, python=stack.python, kernel_package=derived.kernel_package)
+
+
+def target_context(target: Any) -> ReadContext:
+    """The read context of a target alone (facts that depend on the hardware only)."""
+    return ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=str(target.interconnect.value),
+                       multicast=bool(target.multicast))
