@@ -17,7 +17,10 @@ from tests._wheel_helpers import LoopbackIndex, comm_py, make_wheel, serve, sha2
 @pytest.fixture
 def served(tmp_path):
     index = LoopbackIndex()
-    wheel = make_wheel(tmp_path / "w", "flashinfer-python", "0.6.17", {"flashinfer/jit/comm.py": comm_py([9, 10, 12])})
+    wheel = make_wheel(tmp_path / "w", "flashinfer-python", "0.6.17",
+                       {"flashinfer/jit/comm.py": comm_py([9, 10, 12]), "csrc/k.cu": "__global__ void k() {}",
+                        "flashinfer/data/cutlass/include/cute.hpp": "//", "flashinfer/libx.so": "\x7fELF",
+                        "flashinfer/data/include/fmhaRunner.cuh": "// mSM == kSM_100"})
     index.add("flashinfer-python", wheel)
     url, server = serve(index)
     yield index, url, wheel
@@ -45,6 +48,8 @@ def test_a_wheel_is_downloaded_verified_and_unpacked_under_its_sha256(served, tm
     assert root == tmp_path / "cache" / sha256_of(wheel)
     assert "supported_major_versions = [9, 10, 12]" in (root / "flashinfer" / "jit" / "comm.py").read_text()
     assert _leftovers(tmp_path / "cache") == [sha256_of(wheel)], "no temporary file or folder is left"
+    assert not (root / "flashinfer" / "data" / "cutlass").exists() and not (root / "csrc" / "k.cu").exists()
+    assert (root / "flashinfer" / "data" / "include" / "fmhaRunner.cuh").is_file()
     downloads = sum("/files/" in hit for hit in index.hits)
     assert cache.unpacked(file) == root
     assert sum("/files/" in hit for hit in index.hits) == downloads, "a cached wheel is not fetched again"
@@ -99,6 +104,16 @@ def test_a_member_escaping_its_folder_is_refused(tmp_path):
     finally:
         server.shutdown()
     assert _leftovers(tmp_path / "cache") == [] and not (tmp_path / "escaped.py").exists()
+
+
+def test_a_tree_unpacked_by_another_policy_is_unpacked_again(served, tmp_path):
+    _, url, wheel = served
+    cache = WheelCache.open(IndexConfig(index_url=url), tmp_path / "cache")
+    stale = tmp_path / "cache" / sha256_of(wheel)
+    stale.mkdir(parents=True)
+    (stale / "old.txt").write_text("from an older stackforge")
+    root = cache.unpacked(_release_file(url))
+    assert root == stale and not (root / "old.txt").exists() and (root / "flashinfer" / "jit" / "comm.py").is_file()
 
 
 def test_errors_are_stackforge_errors():

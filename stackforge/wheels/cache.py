@@ -6,6 +6,11 @@ into place in one step, so ``<root>/<sha256>/`` either holds a whole wheel or do
 interruption (Ctrl-C, a dead network, a wrong hash) leaves nothing half-written. The downloaded
 file is not kept; the unpacked tree is what readers read.
 
+Readers read Python code, metadata and headers, so compiled objects and kernel sources
+(:data:`SKIPPED_SUFFIXES`) and vendored third-party trees (:data:`SKIPPED_DIRS`: CUTLASS, CCCL...)
+are not unpacked: a FlashInfer 0.7 wheel is 700 MB unpacked, 200 MB without them. The tree records
+which policy unpacked it (:data:`UNPACK_FORMAT`); a tree from another policy is unpacked again.
+
 The root is ``~/.cache/stackforge/wheels`` unless ``STACKFORGE_WHEEL_CACHE`` names another.
 """
 
@@ -32,6 +37,14 @@ CACHE_ENV = "STACKFORGE_WHEEL_CACHE"
 DOWNLOAD_TIMEOUT = (5, 120)   # connect, read between chunks
 _CHUNK = 1 << 20
 _TMP_PREFIX = ".partial-"
+#: Members not unpacked: compiled code and kernel sources (no reader reads them).
+SKIPPED_SUFFIXES = frozenset({".so", ".a", ".o", ".cubin", ".fatbin", ".bin", ".ptx", ".dll", ".dylib", ".lib",
+                              ".cu", ".cpp", ".cc", ".cxx", ".c"})
+#: Path components of vendored third-party trees, not unpacked.
+SKIPPED_DIRS = frozenset({"cutlass", "cccl", "spdlog", "3rdparty"})
+#: Written into each unpacked tree; bump it when what is unpacked changes.
+UNPACK_FORMAT = "stackforge-wheel-tree-1"
+_MARKER = ".stackforge-unpacked"
 
 
 class WheelHashMismatch(StackforgeError):
@@ -82,7 +95,7 @@ class WheelCache:
     def cached(self, file: ReleaseFile) -> Path | None:
         """The unpacked tree of ``file`` if it is in the cache."""
         path = self.root / file.sha256 if file.sha256 else None
-        return path if path is not None and path.is_dir() else None
+        return path if path is not None and _complete(path) else None
 
     def unpacked(self, file: ReleaseFile) -> Path:
         """The folder ``file`` is unpacked in, downloading and unpacking it first if needed.
@@ -103,10 +116,14 @@ class WheelCache:
             if file.sha256 and digest != file.sha256.lower():
                 raise WheelHashMismatch(file, digest)
             final = self.root / digest
-            if final.is_dir():
+            if _complete(final):
                 return final
             staging = Path(tempfile.mkdtemp(dir=self.root, prefix=_TMP_PREFIX))
             _unzip(download, staging, file)
+            (staging / _MARKER).write_text(UNPACK_FORMAT + "\n")
+            staging.chmod(0o755)
+            if final.is_dir():   # unpacked by another policy: replaced
+                shutil.rmtree(final)
             try:
                 os.rename(staging, final)
             except OSError:
@@ -144,16 +161,28 @@ class WheelCache:
         return digest.hexdigest()
 
 
+def _complete(path: Path) -> bool:
+    marker = path / _MARKER
+    return marker.is_file() and marker.read_text().strip() == UNPACK_FORMAT
+
+
+def wanted_member(name: str) -> bool:
+    """Whether a wheel member is unpacked (see :data:`SKIPPED_SUFFIXES`, :data:`SKIPPED_DIRS`)."""
+    path = PurePosixPath(name)
+    return path.suffix.lower() not in SKIPPED_SUFFIXES and not SKIPPED_DIRS.intersection(path.parts[:-1])
+
+
 def _unzip(wheel: Path, into: Path, file: ReleaseFile) -> None:
     """Unpack ``wheel`` into ``into``; a member that would land outside it is refused (zip-slip)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            for member in archive.infolist():
+            members = archive.infolist()
+            for member in members:
                 parts = PurePosixPath(member.filename).parts
                 if member.filename.startswith("/") or ".." in parts or (parts and ":" in parts[0]):
                     raise WheelFileError(f"{file.filename}: member {member.filename!r} would land outside "
                                          "its folder: refused")
-            archive.extractall(into)
+            archive.extractall(into, members=[m for m in members if wanted_member(m.filename)])
     except zipfile.BadZipFile as exc:
         raise WheelFileError(f"{file.filename} from {file.url} is not a wheel (zip): {exc}") from None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from packaging.utils import parse_wheel_filename
 
 from stackforge.errors import SpecError
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.wheels.bisect import Point, Search, binary_search, full_scan
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.index import IndexConfig, Release, find_release, releases
 from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
@@ -212,3 +213,95 @@ def target_context(target: Any) -> ReadContext:
     """The read context of a target alone (facts that depend on the hardware only)."""
     return ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=str(target.interconnect.value),
                        multicast=bool(target.multicast))
+
+
+# --- the reader registry, and choosing a reader ------------------------------------------------------
+
+def load_readers() -> tuple[ReaderSpec, ...]:
+    """Every reader stackforge ships (:mod:`stackforge.wheels.readers`), imported only when asked for."""
+    try:
+        from stackforge.wheels.readers import READERS
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("stackforge.wheels.readers"):
+            return ()
+        raise
+    return tuple(READERS)
+
+
+def resolve_spec(readers: Sequence[ReaderSpec], fact: str, package: str | None) -> ReaderSpec:
+    """The reader of ``fact`` (from ``package`` when the fact is read from several distributions).
+
+    Raises:
+        SpecError: unknown fact, unknown distribution for it, or several and no ``package`` (exit 2).
+    """
+    facts = sorted({spec.fact for spec in readers})
+    specs = specs_for(readers, fact)
+    if not specs:
+        raise SpecError(f"unknown feature {fact!r} for the wheel tier; known: {', '.join(facts) or 'none'}",
+                        remedy="`stackforge list features` names the rules' features; these are the facts "
+                               "a wheel reader reads")
+    dists = sorted(spec.dist for spec in specs)
+    if package is None:
+        if len(specs) > 1:
+            raise SpecError(f"{fact} is read from several distributions: {', '.join(dists)}",
+                            remedy="pick one with --package")
+        return specs[0]
+    from packaging.utils import canonicalize_name
+    wanted = str(canonicalize_name(package))
+    found = next((spec for spec in specs if spec.dist == wanted), None)
+    if found is None:
+        raise SpecError(f"{fact} is not read from distribution {package!r}; it is read from: {', '.join(dists)}")
+    return found
+
+
+def releases_between(found: Sequence[Release], dist: str, first: str | None, last: str | None) -> list[Release]:
+    """The releases from ``first`` to ``last`` (both included, either open).
+
+    Raises:
+        SpecError: a bound that is no version, or no release in the range (exit 2).
+    """
+    from packaging.version import InvalidVersion, Version
+    try:
+        low = Version(first) if first else None
+        high = Version(last) if last else None
+    except InvalidVersion as exc:
+        raise SpecError(f"{exc}", remedy="--from/--to take PEP 440 versions such as 0.6.16.post4") from None
+    kept = [r for r in found if (low is None or r.parsed >= low) and (high is None or r.parsed <= high)]
+    if not kept:
+        span = f"{found[0].version} .. {found[-1].version}" if found else "none"
+        raise SpecError(f"no release of {dist} between {first or 'the first'} and {last or 'the last'} "
+                        f"(releases on the indexes: {span})",
+                        remedy="widen --from/--to, or add --pre / --yanked")
+    return kept
+
+
+def target_named(targets: Mapping[str, Any], name: str) -> Any:
+    """The target profile called ``name``.
+
+    Raises:
+        SpecError: no such target (exit 2), listing the known ones.
+    """
+    if name not in targets:
+        raise SpecError(f"unknown target {name!r}; known: {', '.join(sorted(targets))}")
+    return targets[name]
+
+
+def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cache: WheelCache,
+               first: str | None = None, last: str | None = None, exhaustive: bool = False,
+               include_pre: bool = False, include_yanked: bool = False,
+               on_read: Callable[[Point[Measurement]], None] | None = None) -> Search[Measurement]:
+    """Where ``spec``'s verdict for ``ctx`` changes across the releases of ``spec.dist`` on the indexes.
+
+    Raises:
+        SpecError: no release in the range (exit 2).
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    found = releases(spec.dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
+                     session=cache.session, cache_dir=cache.index_dir)
+    chosen = {r.version: r for r in releases_between(found, spec.dist, first, last)}
+
+    def read(version: str) -> Measurement:
+        return measure(spec, chosen[version], ctx, cache=cache)
+
+    search = full_scan if exhaustive else binary_search
+    return search(list(chosen), read, on_read=on_read)

@@ -1,0 +1,85 @@
+"""``stackforge bisect``: the release where a feature's verdict changes, read from the wheels on the index."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from stackforge.cli._compat import user_compat
+from stackforge.cli.options import index_options
+
+
+@click.command(name="bisect")
+@click.argument("feature", metavar="FEATURE")
+@click.option("--target", "target_name", required=True, metavar="NAME", help="Target profile (see `stackforge list targets`).")
+@click.option("--package", metavar="DIST", default=None,
+              help="The distribution to read, when the feature is read from several (e.g. sglang).")
+@click.option("--from", "first", metavar="V", default=None, help="First release to consider (included).")
+@click.option("--to", "last", metavar="V", default=None, help="Last release to consider (included).")
+@click.option("--all", "exhaustive", is_flag=True,
+              help="Read every release and report every change (a history that is not monotone).")
+@click.option("--pre", "include_pre", is_flag=True, help="Include pre-releases.")
+@click.option("--yanked", "include_yanked", is_flag=True, help="Include yanked files.")
+@click.option("--cuda", metavar="VER", default=None,
+              help="CUDA toolkit of the stack (with nvcc), for facts that depend on it (flashinfer-jit).")
+@click.option("--python", "python", metavar="VER", default=None,
+              help="Python of the stack, for metadata:requires-python.")
+@click.option("--json", "as_json", is_flag=True, help="Print the search as JSON.")
+@index_options
+def command(feature: str, target_name: str, package: str | None, first: str | None, last: str | None,
+            exhaustive: bool, include_pre: bool, include_yanked: bool, cuda: str | None, python: str | None,
+            as_json: bool, index_url: str | None, extra_index_urls: tuple[str, ...],
+            find_links: Path | None) -> None:
+    """Find the release of a distribution where FEATURE's verdict on a target changes, reading each
+    release's wheel (downloaded with no dependencies into the wheel cache, never installed).
+
+    \b
+    Binary search by default (it assumes one change); --all reads every release. Pre-releases and
+    yanked files are left out unless --pre / --yanked. Wheels are cached under
+    ~/.cache/stackforge/wheels (env STACKFORGE_WHEEL_CACHE).
+
+    \b
+    Example:
+      stackforge bisect flashinfer-ar-fusion --target rtx-pro-6000-x8-pcie
+      stackforge bisect torch-symm-mem --target rtx-pro-6000-x8-pcie --package sglang --all
+    """
+    from dataclasses import replace
+
+    from stackforge.pip_config import read_pip_config
+    from stackforge.plan import load_knowledge
+    from stackforge.wheels.bisect import render_search, search_json
+    from stackforge.wheels.cache import WheelCache
+    from stackforge.wheels.index import index_config
+    from stackforge.wheels.tier import load_readers, resolve_spec, run_bisect, target_context, target_named
+
+    spec = resolve_spec(load_readers(), feature, package)
+    target = target_named(load_knowledge(user=user_compat()).targets, target_name)
+    ctx = target_context(target)
+    if cuda:
+        ctx = replace(ctx, cuda=cuda, nvcc=True)
+    if python:
+        ctx = replace(ctx, python=python)
+    indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
+                           find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
+                           env=os.environ)
+    cache = WheelCache.open(indexes)
+    search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=first, last=last, exhaustive=exhaustive,
+                        include_pre=include_pre, include_yanked=include_yanked,
+                        on_read=lambda point: click.echo(
+                            f"  read {spec.dist} {point.version}: {point.status.value}", err=True))
+    context = f"{target.sm}, {target.gpu_count}x {target.interconnect.value}" + \
+        (f", CUDA {cuda}" if cuda else "") + (f", Python {python}" if python else "")
+    if as_json:
+        click.echo(json.dumps(search_json(search, fact=spec.fact, dist=spec.dist, target=target.name,
+                                          context=_ctx_json(ctx)), indent=2))
+    else:
+        click.echo(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
+
+
+def _ctx_json(ctx) -> dict:
+    """The read context without the fields nobody set."""
+    from dataclasses import asdict
+    return {k: v for k, v in asdict(ctx).items() if v is not None}
