@@ -97,3 +97,49 @@ def test_a_record_matches_stacks_of_its_version_and_context(index):
     assert record_matches({"flashinfer": "0.6.17.0"}, record, SM120)
     assert not record_matches({"flashinfer": "0.6.16.post4"}, record, SM120)
     assert not record_matches({"sglang": "0.6.17"}, record, SM120)
+
+
+def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from click.testing import CliRunner
+
+    from stackforge.cli import cli
+    from stackforge.results import load_results
+    from stackforge.wheels.model import ReaderSpec
+    from tests._wheel_helpers import read_comm_gate
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
+    not_served = ReaderSpec("torch-symm-mem", "sglang", read_comm_gate, "x")
+    monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: (COMM_SPEC, not_served))
+    index = LoopbackIndex()
+    index.add("flashinfer-python", make_wheel(tmp_path / "w", "flashinfer-python", "0.7.2",
+                                              {"flashinfer/jit/comm.py": comm_py([9, 10, 12])}))
+    url, server = serve(index)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("schema: 1\ntargets: [rtx-pro-6000-x8-pcie]\naxes: {cuda: ['13.1'], torch: ['2.14.1'], "
+                      "flashinfer: ['0.7.2'], sglang: ['0.5.23'], python: ['3.12', '3.13']}\n")
+    try:
+        result = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--results",
+                                          str(tmp_path / "results"), "--index-url", url])
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    records = {r.probe: r for r in load_results(tmp_path / "results").records}
+    assert set(records) == {"wheel.flashinfer-python.flashinfer-ar-fusion", "wheel.sglang.torch-symm-mem"}, \
+        "two stacks (python 3.12, 3.13) pin the same release: one record per release x fact x target"
+    fusion = records["wheel.flashinfer-python.flashinfer-ar-fusion"]
+    assert (fusion.stack_id, fusion.outcome.status, fusion.tier) == ("wheel-flashinfer-python-0.7.2", Status.PASS,
+                                                                     Tier.WHEEL)
+    missing = records["wheel.sglang.torch-symm-mem"]
+    assert missing.outcome.status is Status.ERROR and "sglang 0.5.23 is not on the configured indexes" in \
+        missing.outcome.reason
+    assert "summary: 1 pass, 1 error" in result.output
+    json.dumps(fusion.to_json())
+    refused = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--local"])
+    assert refused.exit_code == 2 and "--tier wheel and --local cannot be combined" in refused.stderr
+    assert CliRunner().invoke(cli, ["probe", "--matrix", str(matrix), "--index-url", url]).exit_code == 2

@@ -158,6 +158,11 @@ def wheel_stack_id(dist: str, version: str, values: dict[str, Any]) -> str:
     return _UNSAFE.sub("_", "-".join(parts))[:160]
 
 
+def wheel_probe_id(dist: str, fact: str) -> str:
+    """``wheel.<dist>.<fact>``, with ``:`` as ``.`` (probe ids are file names: ``trtllm-fmha:decode``)."""
+    return _UNSAFE.sub("_", f"wheel.{dist}.{fact.replace(':', '.')}")
+
+
 def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run_id: str,
                  host: str = "") -> ResultRecord:
     """The result record of one measurement for one target."""
@@ -167,7 +172,7 @@ def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run
                              "depends_on": list(reading.depends_on)}
     return ResultRecord(
         run_id=run_id, stack_id=wheel_stack_id(measurement.dist, measurement.version, values), stack=stack,
-        target=target, probe=f"wheel.{measurement.dist}.{reading.fact}", feature=reading.fact, tier=Tier.WHEEL,
+        target=target, probe=wheel_probe_id(measurement.dist, reading.fact), feature=reading.fact, tier=Tier.WHEEL,
         outcome=Outcome(status=outcome_status(reading.status), reason=outcome_reason(reading),
                         evidence=evidence_text(measurement), duration_s=round(measurement.duration_s, 3)),
         provenance=Provenance(image="", versions={measurement.dist: measurement.version}, host=host,
@@ -305,3 +310,96 @@ def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cach
 
     search = full_scan if exhaustive else binary_search
     return search(list(chosen), read, on_read=on_read)
+
+
+# --- `stackforge probe --tier wheel`: the readers on the versions a matrix pins ----------------------
+
+@dataclass(frozen=True, slots=True)
+class WheelJob:
+    """One reader on one pinned release, for one stack on one target."""
+
+    spec: ReaderSpec
+    version: str
+    target: str
+    ctx: ReadContext
+
+
+def pinned_version(dist: str, stack: Any, derived: Any) -> str | None:
+    """The version of ``dist`` a stack pins (its kernel package's through the derived pin), or ``None``."""
+    if dist in ("sgl-kernel", "sglang-kernel"):
+        return (stack.kernel or derived.kernel_version) if derived.kernel_package == dist else None
+    key = STACK_KEYS.get(dist)
+    return getattr(stack, key, None) if key else None
+
+
+def select_readers(readers: Sequence[ReaderSpec], features: Sequence[str]) -> tuple[ReaderSpec, ...]:
+    """The readers of ``features`` (facts, or the features before ``:``; all when none are named).
+
+    Raises:
+        SpecError: a name no reader reads (exit 2), listing the known facts.
+    """
+    known = {spec.fact for spec in readers} | {spec.fact.split(":")[0] for spec in readers}
+    unknown = [f for f in features if f not in known]
+    if unknown:
+        raise SpecError(f"no wheel reader for: {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
+    return tuple(spec for spec in readers
+                 if not features or spec.fact in features or spec.fact.split(":")[0] in features)
+
+
+def plan_wheel_jobs(cells: Sequence[Any], readers: Sequence[ReaderSpec]) -> tuple[WheelJob, ...]:
+    """One job per kept plan cell and reader of a distribution the cell's stack pins; the same
+    (reader, version, target, context) once."""
+    jobs: dict[tuple[str, str, str, str, ReadContext], WheelJob] = {}
+    for cell in cells:
+        ctx = context_for(cell.stack, cell.derived, cell.target)
+        for spec in readers:
+            version = pinned_version(spec.dist, cell.stack, cell.derived)
+            if version is not None:
+                jobs.setdefault((spec.fact, spec.dist, version, cell.target.name, ctx),
+                                WheelJob(spec, version, cell.target.name, ctx))
+    return tuple(jobs.values())
+
+
+def run_wheel_jobs(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache, run_id: str,
+                   host: str = "", write: Callable[[ResultRecord], Any] | None = None,
+                   on_done: Callable[[ResultRecord], None] | None = None) -> list[ResultRecord]:
+    """Read every job's release; one record per (distribution version x fact x target [x context]).
+
+    A pinned version the indexes do not list is recorded as an ``error`` (nothing to read), and the
+    rest goes on.
+
+    Raises:
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    listed: dict[str, list[Release]] = {}
+    done: dict[tuple[str, str, str], ResultRecord] = {}
+    for job in jobs:
+        dist = job.spec.dist
+        if dist not in listed:
+            listed[dist] = releases(dist, indexes=indexes, include_pre=True, include_yanked=True,
+                                    session=cache.session, cache_dir=cache.index_dir)
+        release = find_release(listed[dist], job.version)
+        if release is None:
+            record = _missing_release_record(job, indexes, run_id=run_id, host=host)
+        else:
+            record = wheel_record(measure(job.spec, release, job.ctx, cache=cache), target=job.target,
+                                  ctx=job.ctx, run_id=run_id, host=host)
+        if record.key in done:
+            continue
+        done[record.key] = record
+        if write is not None:
+            write(record)
+        if on_done is not None:
+            on_done(record)
+    return list(done.values())
+
+
+def _missing_release_record(job: WheelJob, indexes: IndexConfig, *, run_id: str, host: str) -> ResultRecord:
+    dist = job.spec.dist
+    return ResultRecord(
+        run_id=run_id, stack_id=wheel_stack_id(dist, job.version, {}),
+        stack={stack_key(dist): job.version, "depends_on": []}, target=job.target,
+        probe=wheel_probe_id(dist, job.spec.fact), feature=job.spec.fact, tier=Tier.WHEEL,
+        outcome=Outcome(status=Status.ERROR, reason=f"{dist} {job.version} is not on the configured indexes",
+                        evidence=indexes.describe()),
+        provenance=Provenance(versions={dist: job.version}, host=host, runner="wheel"), created_at=utc_now())
