@@ -26,14 +26,11 @@ from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, 
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.index import IndexConfig, Release, find_release, releases
+from stackforge.wheels import match
+from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
 from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
 
 SDIST_ONLY = "sdist only: not built"
-#: The field of :class:`stackforge.model.Stack` (or the derived kernel pin) that pins each distribution.
-STACK_KEYS = {"flashinfer-python": "flashinfer", "sglang": "sglang", "torch": "torch",
-              "sgl-kernel": "kernel", "sglang-kernel": "kernel"}
-#: Context fields the target decides; the others (cuda, python...) come from a stack and name the record.
-TARGET_FIELDS = ("arch", "gpu_count", "interconnect", "multicast")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -46,11 +43,6 @@ class Measurement:
     reading: Reading
     file: ReleaseFile | None
     duration_s: float = 0.0
-
-
-def stack_key(dist: str) -> str:
-    """The stack dict key a distribution's version is recorded under (``flashinfer-python`` -> ``flashinfer``)."""
-    return STACK_KEYS.get(dist, dist)
 
 
 def pick_wheel(release: Release) -> ReleaseFile | None:
@@ -181,25 +173,8 @@ def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run
 
 
 def record_matches(stack: dict[str, Any], record: ResultRecord, ctx: ReadContext) -> bool:
-    """Whether a wheel-tier record speaks for a stack: same version of the record's distribution, and
-    the same value of every context field the reading depended on (``ctx`` is the stack's, on the target)."""
-    versions = record.provenance.versions
-    if len(versions) != 1:
-        return False
-    (dist, version), = versions.items()
-    pinned = stack.get(stack_key(dist))
-    if pinned is None or not _same_version(str(pinned), version):
-        return False
-    return all(getattr(ctx, name, None) == record.stack.get(name)
-               for name in record.stack.get("depends_on", ()) if name not in TARGET_FIELDS)
-
-
-def _same_version(left: str, right: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-    try:
-        return Version(left) == Version(right)
-    except InvalidVersion:
-        return left == right
+    """Whether a wheel-tier record speaks for ``stack`` whose read context on the target is ``ctx``."""
+    return match.record_matches(record, stack, {name: getattr(ctx, name) for name in ctx.__slots__})
 
 
 def specs_for(readers: Sequence[ReaderSpec], fact: str) -> tuple[ReaderSpec, ...]:
