@@ -82,3 +82,29 @@ def test_no_release_and_one_release():
     versions, read, _ = history([A])
     search = binary_search(versions, read)
     assert [p.version for p in search.points] == ["0.0"] and search.changes == ()
+
+
+def test_leading_releases_that_cannot_be_decided_do_not_widen_the_search():
+    statuses = [D] * 5 + [U] * 40 + [A] * 20
+    versions, read, calls = history(statuses)
+    search = binary_search(versions, read)
+    assert boundaries(search) == [("0.44", "0.45", [])]
+    assert len(calls) <= 5 + 8, "the ends are the first and last decided releases: no sampling"
+
+
+def test_nothing_decidable():
+    versions, read, calls = history([D] * 4)
+    search = binary_search(versions, read)
+    assert search.changes == () and len(search.undecided) == 4 and calls == versions
+
+
+def test_the_same_status_reached_another_way_is_a_change():
+    versions = [f"0.5.{i}" for i in range(20)]
+
+    def read(version: str) -> Read:
+        index = versions.index(version)
+        manner = "raises KeyError" if index < 14 else "disabled"
+        return Read(Reading("torch-symm-mem", U, version, manner=manner))
+    search = binary_search(versions, read)
+    assert boundaries(search) == [("0.5.13", "0.5.14", [])]
+    assert search.changes[0].after.verdict_text == "unavailable: disabled"

@@ -55,8 +55,9 @@ def test_json_names_every_release_read_and_the_change(bisect_cli):
     invoke, _, _ = bisect_cli
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--json")
     data = json.loads(result.stdout)
-    assert (data["package"], data["mode"], data["context"]["arch"]) == ("flashinfer-python", "binary", "12.0")
-    (change,) = data["changes"]
+    (search,) = data["searches"]
+    assert (search["package"], search["mode"], data["context"]["arch"]) == ("flashinfer-python", "binary", "12.0")
+    (change,) = search["changes"]
     assert (change["before"]["version"], change["after"]["version"]) == ("0.6.16.post4", "0.6.17")
     assert change["after"]["sites"] == [{"path": "flashinfer/jit/comm.py", "line": 2,
                                          "code": "supported_major_versions = [9, 10, 12]"}]
@@ -66,7 +67,7 @@ def test_json_names_every_release_read_and_the_change(bisect_cli):
 def test_all_reports_a_history_that_is_not_monotone(bisect_cli):
     invoke, _, _ = bisect_cli
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--all", "--pre", "--json")
-    data = json.loads(result.stdout)
+    (data,) = json.loads(result.stdout)["searches"]
     assert data["mode"] == "all" and len(data["read"]) == len(HISTORY)
     assert [(c["before"]["version"], c["after"]["version"]) for c in data["changes"]] == \
         [("0.6.16.post4", "0.6.17"), ("0.6.18", "0.7.0rc1"), ("0.7.0rc1", "0.7.0")]
@@ -75,7 +76,7 @@ def test_all_reports_a_history_that_is_not_monotone(bisect_cli):
 def test_from_and_to_narrow_the_range(bisect_cli):
     invoke, _, _ = bisect_cli
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--from", "0.6.17", "--to", "0.7.0", "--json")
-    data = json.loads(result.stdout)
+    (data,) = json.loads(result.stdout)["searches"]
     assert data["releases"] == ["0.6.17", "0.6.18", "0.7.0"] and data["changes"] == []
     empty = invoke("flashinfer-ar-fusion", "--target", TARGET, "--from", "0.8")
     assert empty.exit_code == 2
@@ -92,11 +93,24 @@ def test_unknown_feature_target_and_distribution_exit_2_listing_the_valid_ones(b
     assert result.exit_code == 2 and "unknown target 'no-such-box'" in result.stderr and TARGET in result.stderr
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--package", "sglang")
     assert result.exit_code == 2 and "it is read from: flashinfer-python" in result.stderr
+
+
+
+def test_a_feature_read_from_several_distributions_is_searched_in_each(bisect_cli, monkeypatch, tmp_path):
+    invoke, index, _ = bisect_cli
     twice = (COMM_SPEC, ReaderSpec("flashinfer-ar-fusion", "sglang", read_comm_gate, "x"))
     monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: twice)
-    result = invoke("flashinfer-ar-fusion", "--target", TARGET)
-    assert result.exit_code == 2 and "several distributions: flashinfer-python, sglang" in result.stderr
-    assert "--package" in result.stderr
+    for version, majors in (("0.5.13", [9, 10]), ("0.5.14", [9, 10]), ("0.5.15", [9])):
+        index.add("sglang", make_wheel(tmp_path / "s", "sglang", version, {"flashinfer/jit/comm.py": comm_py(majors)}))
+    result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--json")
+    assert result.exit_code == 0, result.output
+    assert [s["package"] for s in json.loads(result.stdout)["searches"]] == ["flashinfer-python", "sglang"]
+    result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--package", "sglang")
+    assert result.exit_code == 0 and "flashinfer-ar-fusion (sglang)" in result.stdout
+    assert "flashinfer-python 0.6" not in result.stdout
+    ranged = invoke("flashinfer-ar-fusion", "--target", TARGET, "--from", "0.6.10")
+    assert ranged.exit_code == 2 and "read from several: flashinfer-python, sglang" in ranged.stderr
+    assert "--package" in ranged.stderr
 
 
 def test_an_unreachable_index_exits_3_naming_url_and_cause(bisect_cli):

@@ -16,7 +16,7 @@ from stackforge.cli.options import index_options
 @click.argument("feature", metavar="FEATURE")
 @click.option("--target", "target_name", required=True, metavar="NAME", help="Target profile (see `stackforge list targets`).")
 @click.option("--package", metavar="DIST", default=None,
-              help="The distribution to read, when the feature is read from several (e.g. sglang).")
+              help="Only this distribution, when the feature is read from several (default: each of them).")
 @click.option("--from", "first", metavar="V", default=None, help="First release to consider (included).")
 @click.option("--to", "last", metavar="V", default=None, help="Last release to consider (included).")
 @click.option("--all", "exhaustive", is_flag=True,
@@ -48,14 +48,18 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     """
     from dataclasses import replace
 
+    from stackforge.errors import SpecError
     from stackforge.pip_config import read_pip_config
     from stackforge.plan import load_knowledge
     from stackforge.wheels.bisect import render_search, search_json
     from stackforge.wheels.cache import WheelCache
     from stackforge.wheels.index import index_config
-    from stackforge.wheels.tier import load_readers, resolve_spec, run_bisect, target_context, target_named
+    from stackforge.wheels.tier import load_readers, resolve_specs, run_bisect, target_context, target_named
 
-    spec = resolve_spec(load_readers(), feature, package)
+    specs = resolve_specs(load_readers(), feature, package)
+    if len(specs) > 1 and (first or last):
+        raise SpecError(f"--from/--to take versions of one distribution, and {feature} is read from several: "
+                        f"{', '.join(spec.dist for spec in specs)}", remedy="add --package DIST")
     target = target_named(load_knowledge(user=user_compat()).targets, target_name)
     ctx = target_context(target)
     if cuda:
@@ -66,17 +70,29 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
                            find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
                            env=os.environ)
     cache = WheelCache.open(indexes)
-    search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=first, last=last, exhaustive=exhaustive,
-                        include_pre=include_pre, include_yanked=include_yanked,
-                        on_read=lambda point: click.echo(
-                            f"  read {spec.dist} {point.version}: {point.status.value}", err=True))
     context = f"{target.sm}, {target.gpu_count}x {target.interconnect.value}" + \
         (f", CUDA {cuda}" if cuda else "") + (f", Python {python}" if python else "")
+    searches, texts, missing = [], [], []
+    for spec in specs:
+        try:
+            search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=first, last=last,
+                                exhaustive=exhaustive, include_pre=include_pre, include_yanked=include_yanked,
+                                on_read=lambda point, dist=spec.dist: click.echo(
+                                    f"  read {dist} {point.version}: {point.verdict_text}", err=True))
+        except SpecError as exc:
+            if len(specs) == 1:
+                raise
+            missing.append(exc.one_line())   # one distribution of several is not on the indexes
+            continue
+        searches.append(search_json(search, dist=spec.dist))
+        texts.append(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
+    if not searches:
+        raise SpecError("; ".join(missing))
     if as_json:
-        click.echo(json.dumps(search_json(search, fact=spec.fact, dist=spec.dist, target=target.name,
-                                          context=_ctx_json(ctx)), indent=2))
+        click.echo(json.dumps({"feature": feature, "target": target.name, "context": _ctx_json(ctx),
+                               "searches": searches, "not_searched": missing}, indent=2))
     else:
-        click.echo(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
+        click.echo("\n\n".join([*texts, *(f"not searched: {line}" for line in missing)]))
 
 
 def _ctx_json(ctx) -> dict:

@@ -5,7 +5,8 @@ touches the network itself, so it is tested with a plain function. A release the
 decide (an sdist-only release, a reader that gives up) is stepped over, like ``git bisect skip``,
 and named between the two releases it sits between.
 
-* :func:`binary_search` assumes the verdict changed once: it reads both ends and halves the range
+* :func:`binary_search` assumes the verdict changed once: it reads both ends (the first and the last
+  release it can decide) and halves the range
   between every two neighbouring readings that disagree. When the ends agree it first reads a few
   releases spread over the range (a gate that appeared and later widened gives ends that agree);
   a change between two of those samples that agree back is still missed, which ``--all`` is for.
@@ -51,6 +52,16 @@ class Point(Generic[T]):
     def decided(self) -> bool:
         return self.status is not ReadingStatus.UNDECIDED
 
+    @property
+    def verdict(self) -> tuple[ReadingStatus, str]:
+        """What is compared between releases: the status, and the manner the code decides it in."""
+        return (self.status, self.result.reading.manner)
+
+    @property
+    def verdict_text(self) -> str:
+        manner = self.result.reading.manner
+        return f"{self.status.value}: {manner}" if manner else self.status.value
+
 
 @dataclass(frozen=True, slots=True)
 class Change(Generic[T]):
@@ -94,10 +105,13 @@ def binary_search(versions: Sequence[str], read: Callable[[str], T], *,
 
     if not versions:
         return Search((), (), (), exhaustive=True)
-    first, last = visit(0), visit(len(versions) - 1)
-    if len(versions) > 2 and (not first.decided or not last.decided or first.status is last.status):
-        for index in _spread(len(versions), samples):
-            visit(index)
+    # The ends are the first and the last release that can be decided (old releases are often sdists).
+    first = next((p for p in map(visit, range(len(versions))) if p.decided), None)
+    last = next((p for p in map(visit, range(len(versions) - 1, first.index, -1)) if p.decided), None) \
+        if first is not None else None
+    if first is not None and last is not None and first.verdict == last.verdict:
+        for index in _spread(last.index - first.index + 1, samples):
+            visit(first.index + index)
     while (gap := _next_gap(versions, points)) is not None:
         visit(gap)
     ordered = tuple(points[i] for i in sorted(points))
@@ -129,7 +143,7 @@ def _next_gap(versions: Sequence[str], points: dict[int, Point[T]]) -> int | Non
     disagree; ``None`` once every such pair has nothing unread between them."""
     decided = [points[i] for i in sorted(points) if points[i].decided]
     for before, after in zip(decided, decided[1:]):
-        if before.status is after.status:
+        if before.verdict == after.verdict:
             continue
         unread = [i for i in range(before.index + 1, after.index) if i not in points]
         if unread:
@@ -146,7 +160,7 @@ def _changes(ordered: tuple[Point[T], ...]) -> tuple[Change[T], ...]:
         if not point.decided:
             between.append(point)
             continue
-        if previous is not None and previous.status is not point.status:
+        if previous is not None and previous.verdict != point.verdict:
             changes.append(Change(previous, point, tuple(between)))
         previous, between = point, []
     return tuple(changes)
@@ -155,14 +169,19 @@ def _changes(ordered: tuple[Point[T], ...]) -> tuple[Change[T], ...]:
 # --- what a search found, as text and JSON ----------------------------------------------------------
 
 def headline(dist: str, change: Change[Measurement]) -> str:
-    """``flashinfer-python 0.6.16.post4 <path:line code> -> 0.6.17 <path:line code>``."""
-    def side(point: Point[Measurement]) -> str:
-        sites = point.result.reading.sites
-        where = f"{sites[0].path}:{sites[0].line} {sites[0].code}" if sites else point.result.reading.summary
-        return f"{point.version} ({point.status.value}) {where}"
+    """``flashinfer-python 0.6.16.post4 <path:line code> -> 0.6.17 <path:line code>``: on each side the
+    first code line that differs between the two readings (the line the verdict turned on)."""
+    before, after = change.before.result.reading.sites, change.after.result.reading.sites
+    differing = next((i for i, (b, a) in enumerate(zip(before, after)) if b.code != a.code), None)
+
+    def side(point: Point[Measurement], sites: tuple) -> str:
+        if not sites:
+            return f"{point.version} ({point.verdict_text}) {point.result.reading.summary}"
+        site = sites[min(differing, len(sites) - 1)] if differing is not None else sites[-1]
+        return f"{point.version} ({point.verdict_text}) {site.path}:{site.line} {site.code}"
     skipped = (f" [undecided between: {', '.join(p.version for p in change.undecided)}]"
                if change.undecided else "")
-    return f"{dist} {side(change.before)} -> {side(change.after)}{skipped}"
+    return f"{dist} {side(change.before, before)} -> {side(change.after, after)}{skipped}"
 
 
 def render_search(search: Search[Measurement], *, fact: str, dist: str, target: str, context: str) -> str:
@@ -172,7 +191,7 @@ def render_search(search: Search[Measurement], *, fact: str, dist: str, target: 
     lines = [f"{fact} ({dist}) on {target} ({context}): {len(search.versions)} release(s) {span}; "
              f"{len(search.points)} read, {how}"]
     if not search.changes:
-        decided = {p.status.value for p in search.points if p.decided}
+        decided = {p.verdict_text for p in search.points if p.decided}
         verdict = ", ".join(sorted(decided)) or "undecided"
         lines.append(f"no change found: every release read says {verdict}"
                      + ("" if search.exhaustive else " (binary search assumes one change; --all reads every "
@@ -183,13 +202,23 @@ def render_search(search: Search[Measurement], *, fact: str, dist: str, target: 
             lines += _evidence_lines(point)
     undecided = [p for p in search.undecided if not any(p in c.undecided for c in search.changes)]
     if undecided:
-        lines += ["", "undecided: " + "; ".join(f"{p.version} ({p.result.reading.summary})" for p in undecided)]
+        lines += ["", "undecided: " + "; ".join(_undecided_groups(undecided))]
     return "\n".join(lines)
+
+
+def _undecided_groups(points: Sequence[Point[Measurement]]) -> list[str]:
+    """``31 release(s) 0.2.0.post1 .. 0.4.1: sdist only: not built``: undecided releases by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for point in points:
+        by_reason.setdefault(point.result.reading.summary, []).append(point.version)
+    return [f"{versions[0]} ({reason})" if len(versions) == 1 else
+            f"{len(versions)} releases {versions[0]} .. {versions[-1]} ({reason})"
+            for reason, versions in by_reason.items()]
 
 
 def _evidence_lines(point: Point[Measurement]) -> list[str]:
     reading, file = point.result.reading, point.result.file
-    lines = [f"  {point.version}: {point.status.value}: {reading.summary}"]
+    lines = [f"  {point.version}: {point.verdict_text}: {reading.summary}"]
     lines += [f"      {site.path}:{site.line}: {site.code}" for site in reading.sites]
     if file is not None:
         lines.append(f"      wheel: {file.url} sha256:{file.sha256 or 'not given by the index'} "
@@ -197,11 +226,9 @@ def _evidence_lines(point: Point[Measurement]) -> list[str]:
     return lines
 
 
-def search_json(search: Search[Measurement], *, fact: str, dist: str, target: str,
-                context: dict[str, Any]) -> dict[str, Any]:
-    """The search for ``--json``."""
-    return {"feature": fact, "package": dist, "target": target, "context": context,
-            "mode": "all" if search.exhaustive else "binary", "releases": list(search.versions),
+def search_json(search: Search[Measurement], *, dist: str) -> dict[str, Any]:
+    """One distribution's search for ``--json``."""
+    return {"package": dist, "mode": "all" if search.exhaustive else "binary", "releases": list(search.versions),
             "read": [_point_json(p) for p in search.points],
             "changes": [{"before": _point_json(c.before), "after": _point_json(c.after),
                          "undecided_between": [p.version for p in c.undecided]} for c in search.changes]}
@@ -209,7 +236,8 @@ def search_json(search: Search[Measurement], *, fact: str, dist: str, target: st
 
 def _point_json(point: Point[Measurement]) -> dict[str, Any]:
     reading, file = point.result.reading, point.result.file
-    return {"version": point.version, "status": point.status.value, "summary": reading.summary,
+    return {"version": point.version, "status": point.status.value, "manner": reading.manner,
+            "summary": reading.summary,
             "sites": [{"path": s.path, "line": s.line, "code": s.code} for s in reading.sites],
             "depends_on": list(reading.depends_on),
             "wheel": None if file is None else {"filename": file.filename, "url": file.url, "sha256": file.sha256,

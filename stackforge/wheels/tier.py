@@ -208,29 +208,25 @@ def load_readers() -> tuple[ReaderSpec, ...]:
     return tuple(READERS)
 
 
-def resolve_spec(readers: Sequence[ReaderSpec], fact: str, package: str | None) -> ReaderSpec:
-    """The reader of ``fact`` (from ``package`` when the fact is read from several distributions).
+def resolve_specs(readers: Sequence[ReaderSpec], fact: str, package: str | None) -> tuple[ReaderSpec, ...]:
+    """The readers of ``fact``: the one of ``package`` when given, else every distribution it is read from.
 
     Raises:
-        SpecError: unknown fact, unknown distribution for it, or several and no ``package`` (exit 2).
+        SpecError: unknown fact, or a distribution it is not read from (exit 2), listing the valid ones.
     """
     facts = sorted({spec.fact for spec in readers})
-    specs = specs_for(readers, fact)
+    specs = tuple(sorted(specs_for(readers, fact), key=lambda spec: spec.dist))
     if not specs:
         raise SpecError(f"unknown feature {fact!r} for the wheel tier; known: {', '.join(facts) or 'none'}",
-                        remedy="`stackforge list features` names the rules' features; these are the facts "
-                               "a wheel reader reads")
-    dists = sorted(spec.dist for spec in specs)
+                        remedy="these are the facts a wheel reader reads")
     if package is None:
-        if len(specs) > 1:
-            raise SpecError(f"{fact} is read from several distributions: {', '.join(dists)}",
-                            remedy="pick one with --package")
-        return specs[0]
+        return specs
     from packaging.utils import canonicalize_name
     wanted = str(canonicalize_name(package))
-    found = next((spec for spec in specs if spec.dist == wanted), None)
-    if found is None:
-        raise SpecError(f"{fact} is not read from distribution {package!r}; it is read from: {', '.join(dists)}")
+    found = tuple(spec for spec in specs if spec.dist == wanted)
+    if not found:
+        raise SpecError(f"{fact} is not read from distribution {package!r}; it is read from: "
+                        f"{', '.join(spec.dist for spec in specs)}")
     return found
 
 
