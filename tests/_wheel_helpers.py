@@ -38,15 +38,17 @@ def comm_py(majors: list[int] | None) -> str:
 
 
 def read_comm_gate(root: Path, ctx: ReadContext) -> Reading:
-    """A tiny reader for tests: the ``supported_major_versions`` list of flashinfer/jit/comm.py."""
+    """A tiny reader for tests: the ``supported_major_versions`` list of gen_trtllm_comm_module in
+    flashinfer/jit/comm.py (on one line, as in FlashInfer's releases of 2026)."""
     path = root / "flashinfer" / "jit" / "comm.py"
     if not path.is_file():
         return Reading("flashinfer-ar-fusion", ReadingStatus.ABSENT, "flashinfer/jit/comm.py not in the wheel",
                        (CodeSite("flashinfer/jit/comm.py", 0, ""),), ("arch",))
     lines = path.read_text().splitlines()
-    for number, line in enumerate(lines, 1):
+    start = next((n for n, line in enumerate(lines) if "def gen_trtllm_comm_module" in line), 0)
+    for number, line in enumerate(lines[start:], start + 1):
         if "supported_major_versions" in line:
-            majors = ast.literal_eval(line.split("=", 1)[1].strip())
+            majors = ast.literal_eval(line.split("=", 1)[1].strip().rstrip(","))
             major = int(ctx.arch.split(".")[0])
             status = ReadingStatus.AVAILABLE if major in majors else ReadingStatus.UNAVAILABLE
             verdict = "admitted" if major in majors else "not admitted"
