@@ -132,3 +132,18 @@ def test_a_wheel_whose_sha256_differs_from_the_index_is_refused(bisect_cli):
     result = invoke("flashinfer-ar-fusion", "--target", TARGET)
     assert result.exit_code == 1 and "refused" in result.stderr and "f" * 64 in result.stderr
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["index"]
+
+
+def test_results_records_every_release_read_and_deadends_names_the_boundary(bisect_cli, tmp_path):
+    from stackforge.deadends import release_boundaries
+    from stackforge.records import Tier
+    from stackforge.results import load_results
+
+    invoke, _, _ = bisect_cli
+    result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--results", str(tmp_path / "results"), "--json")
+    assert result.exit_code == 0, result.output
+    (search,) = json.loads(result.stdout)["searches"]
+    records = load_results(tmp_path / "results").records
+    assert len(records) == len(search["read"]) and {r.tier for r in records} == {Tier.WHEEL}
+    (boundary,) = release_boundaries(records, "flashinfer-ar-fusion")
+    assert (boundary.last_blocked, boundary.first_unblocked) == ("0.6.16.post4", "0.6.17")

@@ -58,7 +58,7 @@ def test_a_reading_that_depends_on_the_stack_matches_only_stacks_with_that_conte
                   ctx=replace(SM120, cuda="12.8"), depends_on=("arch", "cuda"))
     cu130 = wheel("flashinfer-python", "0.6.14", "flashinfer-jit", ReadingStatus.UNAVAILABLE,
                   ctx=replace(SM120, cuda="13.0"), depends_on=("arch", "cuda"))
-    assert cu128.stack_id == "wheel-flashinfer-python-0.6.14-cuda12.8" != cu130.stack_id
+    assert cu128.stack_id == "wheel-flashinfer-python-0.6.14-cu12.8" != cu130.stack_id
     cell = matrix([cu128]).row(CU130).cell("flashinfer-jit")
     assert all(r.tier is not Tier.WHEEL for r in cell.records)
     assert any(r.tier is Tier.WHEEL for r in matrix([cu130]).row(CU130).cell("flashinfer-jit").records)
@@ -85,7 +85,7 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     (found,) = fusion.boundaries
     assert (found.dist, found.last_blocked, found.first_unblocked) == ("flashinfer-python", "0.6.16.post4", "0.6.17")
     text = render_deadends(report, "md")
-    assert ("first release that unblocks it: flashinfer-python 0.6.17 (measured (wheel): "
+    assert ("first release measured to unblock it: flashinfer-python 0.6.17 (measured (wheel): "
             "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
             "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10])") in text
     assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]

@@ -28,10 +28,13 @@ from stackforge.cli.options import index_options
 @click.option("--python", "python", metavar="VER", default=None,
               help="Python of the stack, for metadata:requires-python.")
 @click.option("--json", "as_json", is_flag=True, help="Print the search as JSON.")
+@click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also record every release read as a wheel-tier result in a new run under this folder "
+                   "(the matrix, deadends and pick then use them).")
 @index_options
 def command(feature: str, target_name: str, package: str | None, first: str | None, last: str | None,
             exhaustive: bool, include_pre: bool, include_yanked: bool, cuda: str | None, python: str | None,
-            as_json: bool, index_url: str | None, extra_index_urls: tuple[str, ...],
+            as_json: bool, results_root: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
             find_links: Path | None) -> None:
     """Find the release of a distribution where FEATURE's verdict on a target changes, reading each
     release's wheel (downloaded with no dependencies into the wheel cache, never installed).
@@ -45,6 +48,8 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     Example:
       stackforge bisect flashinfer-ar-fusion --target rtx-pro-6000-x8-pcie
       stackforge bisect torch-symm-mem --target rtx-pro-6000-x8-pcie --package sglang --all
+      stackforge bisect flashinfer-ar-fusion --target rtx-pro-6000-x8-pcie --results results
+                                  # then `stackforge deadends` names the release that unblocks it
     """
     from dataclasses import replace
 
@@ -72,7 +77,7 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     cache = WheelCache.open(indexes)
     context = f"{target.sm}, {target.gpu_count}x {target.interconnect.value}" + \
         (f", CUDA {cuda}" if cuda else "") + (f", Python {python}" if python else "")
-    searches, texts, missing = [], [], []
+    searches, texts, missing, measured = [], [], [], []
     for spec in specs:
         try:
             search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=first, last=last,
@@ -85,14 +90,33 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
             missing.append(exc.one_line())   # one distribution of several is not on the indexes
             continue
         searches.append(search_json(search, dist=spec.dist))
+        measured += [point.result for point in search.points]
         texts.append(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
     if not searches:
         raise SpecError("; ".join(missing))
+    if results_root is not None:
+        _record(results_root, measured, target.name, ctx)
     if as_json:
         click.echo(json.dumps({"feature": feature, "target": target.name, "context": _ctx_json(ctx),
                                "searches": searches, "not_searched": missing}, indent=2))
     else:
         click.echo("\n\n".join([*texts, *(f"not searched: {line}" for line in missing)]))
+
+
+def _record(results_root: Path, measured: list, target: str, ctx) -> None:
+    """Every release read, as wheel-tier records of one new run (stderr names it)."""
+    import socket
+    import sys
+
+    from stackforge.results import finish_run, start_run, write_record
+    from stackforge.wheels.tier import wheel_record
+
+    run_dir = start_run(results_root, command=sys.argv)
+    for measurement in measured:
+        write_record(run_dir, wheel_record(measurement, target=target, ctx=ctx, run_id=run_dir.name,
+                                           host=socket.gethostname()))
+    finish_run(run_dir)
+    click.echo(f"recorded {len(measured)} wheel-tier result(s) -> {run_dir}", err=True)
 
 
 def _ctx_json(ctx) -> dict:

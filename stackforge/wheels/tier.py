@@ -142,10 +142,17 @@ def context_values(reading: Reading, ctx: ReadContext) -> dict[str, Any]:
     return {name: getattr(ctx, name) for name in reading.depends_on if hasattr(ctx, name)}
 
 
+# How a stack-side context value names a record (``wheel-flashinfer-python-0.7.2-cu13.1-nvcc``).
+_ID_PARTS: dict[str, Callable[[Any], str]] = {
+    "cuda": lambda v: f"cu{v}", "torch_cuda": lambda v: f"torchcu{v}", "python": lambda v: f"py{v}",
+    "nvcc": lambda v: "nvcc" if v else "no-nvcc", "kernel_package": str,
+}
+
+
 def wheel_stack_id(dist: str, version: str, values: dict[str, Any]) -> str:
-    """``wheel-<dist>-<version>``, plus ``-<field><value>`` for each stack-side field the reading depends on."""
+    """``wheel-<dist>-<version>``, plus a part for each stack-side value the reading depends on."""
     parts = [f"wheel-{dist}-{version}"]
-    parts += [f"{name.replace('_', '')}{value}" for name, value in sorted(values.items())
+    parts += [_ID_PARTS.get(name, lambda v, n=name: f"{n}{v}")(value) for name, value in sorted(values.items())
               if name not in TARGET_FIELDS and value is not None]
     return _UNSAFE.sub("_", "-".join(parts))[:160]
 
