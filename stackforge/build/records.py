@@ -118,6 +118,30 @@ class BuildRecord:
             raise RecordError(f"partial or corrupt build record: {type(exc).__name__}: {exc}", path=path) from None
 
 
+@dataclass(frozen=True, slots=True)
+class BuildSummary:
+    """The outcome of one build run: a record per stack, in the order given."""
+
+    records: tuple[BuildRecord, ...]
+    builder: str
+    duration_s: float
+    interrupted: bool = False
+    warnings: tuple[str, ...] = ()   # one line each, e.g. dependency layers dropped (index unreachable)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Ids of the stacks whose build failed."""
+        return tuple(r.stack_id for r in self.records if r.status is BuildStatus.FAILED)
+
+    @property
+    def ok(self) -> bool:
+        """True when every stack has a usable image."""
+        return all(r.status.ok for r in self.records) and not self.interrupted
+
+    def count(self, status: BuildStatus) -> int:
+        return sum(1 for r in self.records if r.status is status)
+
+
 def record_path(out_dir: Path, stack_id: str) -> Path:
     """``<out>/builds/<stack-id>.json``."""
     return Path(out_dir) / "builds" / f"{stack_id}.json"
