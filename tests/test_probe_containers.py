@@ -86,12 +86,12 @@ def test_runtime_probes_skip_without_a_gpu(docker_client, base_image):
 def two_fi_images(docker_client, base_image, tmp_path_factory):
     """Two small real images that differ in FlashInfer (0.6.6 vs 0.7.2), built with BuildKit."""
     from stackforge.build import Builder, BuildOptions, build_stacks
-    from stackforge.docker_engine import TEST_LABEL, buildx_available, remove_labelled
+    from stackforge.docker_engine import buildx_available, remove_labelled
     if not buildx_available():
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     if not Path(WHEELHOUSE).is_dir():
         pytest.skip(f"needs the wheelhouse {WHEELHOUSE} (torch CPU wheel)")
-    from _session import SESSION_ID, TEST_SESSION_LABEL
+    from _session import SESSION_ID, TEST_LABEL, TEST_SESSION_LABEL
     labels = {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID, "io.stackforge.test.fi-gate": "1"}
     options = BuildOptions(find_links=Path(WHEELHOUSE), ca_bundle=Path(SYSTEM_CA) if Path(SYSTEM_CA).is_file() else None,
                            out_dir=tmp_path_factory.mktemp("fi-build"), no_deps=frozenset({"sglang"}),
