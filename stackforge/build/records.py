@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.errors import RecordError
-from stackforge.results import atomic_write_text
+from stackforge.fsio import atomic_write_text
 
 BUILD_SCHEMA = "stackforge.build"
 BUILD_SCHEMA_VERSION = 1

@@ -15,10 +15,10 @@ import click
 
 from stackforge.cli.options import out_path_error, refuse_together
 from stackforge.errors import RecordError, StackforgeError
+from stackforge.fsio import atomic_write_text
 from stackforge.records import ResultRecord
 from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
-from stackforge.results import (LoadedResults, atomic_write_text, describe_problems, holds_results,
-                                load_results)
+from stackforge.results import LoadedResults, describe_problems, holds_results, load_results
 
 F = Callable[..., object]
 
