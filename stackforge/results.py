@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from stackforge import __version__
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError
 from stackforge.fsio import atomic_write_text
 from stackforge.records import ResultRecord, utc_now
@@ -89,9 +90,7 @@ class RunInfo:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> RunInfo:
         """Validate and load ``run.json``; corrupt, partial or newer files raise RecordError."""
-        if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
-            raise RecordError(f"not a stackforge run file (missing schema {RUN_SCHEMA!r})", path=path)
-        _check_schema_version(data.get("schema_version"), RUN_SCHEMA_VERSION, path)
+        check_envelope(data, schema=RUN_SCHEMA, supported=RUN_SCHEMA_VERSION, what="run file", path=path)
         try:
             return cls(run_id=str(data["run_id"]), started_at=str(data["started_at"]),
                        finished_at=_optional_str(data.get("finished_at")), host=str(data.get("host", "")),
@@ -382,14 +381,6 @@ def _parse_time(text: str) -> datetime:
     except ValueError:
         return _OLDEST
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
-def _check_schema_version(version: Any, supported: int, path: str) -> None:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise RecordError(f"invalid schema_version {version!r}", path=path)
-    if version > supported:
-        raise RecordError(f"schema_version {version} is newer than this stackforge understands ({supported})",
-                          path=path, remedy="upgrade stackforge")
 
 
 def _safe_component(value: str, what: str) -> str:

@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError
 from stackforge.fsio import atomic_write_text
 
@@ -101,12 +102,7 @@ class BuildRecord:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> "BuildRecord":
         """Validate and load; corrupt, partial or newer-schema records raise RecordError."""
-        if not isinstance(data, dict) or data.get("schema") != BUILD_SCHEMA:
-            raise RecordError(f"not a stackforge build record (missing schema {BUILD_SCHEMA!r})", path=path)
-        version = data.get("schema_version")
-        if not isinstance(version, int) or version > BUILD_SCHEMA_VERSION:
-            raise RecordError(f"build record schema_version {version!r} is newer than this stackforge "
-                              f"understands ({BUILD_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+        check_envelope(data, schema=BUILD_SCHEMA, supported=BUILD_SCHEMA_VERSION, what="build record", path=path)
         fields = {k: v for k, v in data.items() if k not in ("schema", "schema_version")}
         try:
             fields["status"] = BuildStatus(fields["status"])
