@@ -1,7 +1,7 @@
 """Options and loading shared by ``matrix``, ``deadends`` and ``pick``: results + plan -> evidence.
 
 Only parsing and dispatch live here: the loaders are :func:`stackforge.results.load_results` and
-:func:`stackforge.report.parse_plan`; planning is the lead's :func:`stackforge.plan.plan_file`.
+:func:`stackforge.report.parse_plan`; planning is :func:`stackforge.plan.plan_file`.
 """
 
 from __future__ import annotations
