@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bench", ("stackforge.bench",)),
     ("results", ("stackforge.results",)),
     ("report", ("stackforge.report", "stackforge.report_html", "stackforge.pick", "stackforge.deadends",
-                "stackforge.diff", "stackforge.listing")),
+                "stackforge.diff", "stackforge.listing", "stackforge.upgrade", "stackforge.upgrade_html")),
     ("tools", ("stackforge.doctor", "stackforge.doctor_facts", "stackforge.ci_github")),
     ("cli", ("stackforge.cli", "stackforge.__main__")),
 )
