@@ -1,4 +1,4 @@
-"""Dead ends: the machine-made todo list of the seed, with evidence and the stack that unblocks each."""
+"""Dead ends: every dead feature of the seed records, with evidence and the stack that unblocks each."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from stackforge.probes.catalog import (
     Preconditions,
     ProbeSpec,
     catalog,
-    probe_by_id,
-    unmet_preconditions,
 )
+
+PROBES = {spec.id: spec for spec in catalog()}
 
 RULE_FEATURES = {"torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
                  "custom-allreduce", "kernel-arch-coverage", "nccl-graph-tree", "ep-a2a"}
@@ -64,29 +64,20 @@ def test_shared_script_specs_pick_their_feature():
 
 
 def test_specs_are_frozen_and_validated():
-    spec = probe_by_id("gate.flashinfer.ar-fusion")
+    spec = PROBES["gate.flashinfer.ar-fusion"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.tier = "runtime"  # type: ignore[misc]
     with pytest.raises(SpecError):
         ProbeSpec("x", "f", "bench", "x.py", "d")
     with pytest.raises(SpecError):
         ProbeSpec("x", "f", "gate", "../x.py", "d")
-    with pytest.raises(SpecError, match="unknown probe"):
-        probe_by_id("gate.nope")
 
 
-def test_unmet_preconditions():
-    runtime = probe_by_id("runtime.nccl.graph-tree")
-    assert "at least 2 GPUs" in unmet_preconditions(runtime, target_gpus=1, gpu_visible=True)
-    assert "none is visible" in unmet_preconditions(runtime, target_gpus=8, gpu_visible=False)
-    assert unmet_preconditions(runtime, target_gpus=8, gpu_visible=True) is None
-    nvcc = probe_by_id("gate.nvcc.codegen")
-    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=False)
-    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=None) is None
-    fusion = probe_by_id("gate.flashinfer.ar-fusion")
-    assert "flashinfer-python" in unmet_preconditions(fusion, target_gpus=8, gpu_visible=False,
-                                                      installed={"torch": "2.13.0"})
+def test_preconditions_default_to_none():
     assert Preconditions() == Preconditions(0, False, False, ())
+    runtime = PROBES["runtime.nccl.graph-tree"].preconditions
+    assert runtime.min_gpus == 2 and runtime.needs_gpu_arch
+    assert PROBES["gate.nvcc.codegen"].preconditions.needs_nvcc
 
 
 @pytest.mark.parametrize("spec", catalog(), ids=lambda s: s.id)

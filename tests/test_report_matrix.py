@@ -139,7 +139,7 @@ def test_bad_plans_are_record_errors(data, fragment):
 
 
 def test_the_real_plan_json_is_understood(tmp_path):
-    """Consume what `stackforge plan --json` really prints (the lead's planner and shipped data)."""
+    """Consume what `stackforge plan --json` really prints (the real planner and the shipped data)."""
     from stackforge.cli import cli
 
     result = CliRunner().invoke(cli, ["plan", "--json"])
