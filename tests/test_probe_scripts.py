@@ -44,7 +44,7 @@ def run_script(python: Path | str, script: str | Path, *args: str, env: dict[str
     assert last.startswith("STACKFORGE_RESULT "), f"last line is not a result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     payload = json.loads(last[len("STACKFORGE_RESULT "):])
     assert set(payload) == {"status", "reason", "evidence", "metrics", "facts"}
-    assert payload["status"] in ("pass", "fail", "skip", "error")
+    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided")
     assert "\n" not in payload["reason"]
     assert proc.returncode == 0
     return payload
