@@ -105,6 +105,14 @@ def fi072_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def sglang0523_live_python() -> Path:
+    """SGLang 0.5.23 importable with a CPU torch (the venv tests/test_sglang_custom_ar_dispatch.py
+    builds, same recipe): the SGLang probe runs its communicator constructors here (live)."""
+    return venvs.build_venv("sgl-0.5.23-custom-ar", [
+        *venvs.torch_steps(), ["--no-deps", "sglang==0.5.23"], list(venvs.SGLANG_0523_IMPORT_DEPS)])
+
+
+@pytest.fixture(scope="session")
 def sglang053_python() -> Path:
     """SGLang 0.5.3.post3 alone (no torch): static reading of symm_mem.py's table lookup."""
     return venvs.build_venv("sglang-0.5.3.post3-nodeps", [["--no-deps", "sglang==0.5.3.post3"]])
@@ -330,6 +338,122 @@ def test_sglang_0523_static_symm_mem_disables_sm120_cleanly(fi072_python):
                         "--feature", "torch-symm-mem")
     assert hopper["status"] == "pass"
     assert "multicast" in hopper["reason"]
+
+
+def test_sglang_0523_live_symm_mem_on_hopper_is_the_tables_decision_not_a_server_context_error(
+        sglang0523_live_python):
+    """0.5.23's TorchSymmMemCommunicator reads get_exec() (torch_symm_mem.py:104) after its table checks;
+    outside a server that raises "config namespace 'exec' not published". That was reported as a fail;
+    the table (all_reduce_utils.py:3, keys 9 and 10, sizes 2/4/6/8) is what decides."""
+    hopper = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch", "--feature", "torch-symm-mem")
+    assert hopper["metrics"]["method"] == "live", hopper
+    assert hopper["status"] == "pass", hopper
+    assert "SGLang's size table decides: TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (all_reduce_utils.py:3)" \
+        in hopper["reason"]
+    assert "passed its table checks (torch_symm_mem.py:80-91) live" in hopper["reason"]
+    assert "server-only state (torch_symm_mem.py:104)" in hopper["reason"]
+    assert "torch_symm_mem.py:104 `get_exec().comm.enable_scattered_sconv`" in hopper["evidence"]
+    assert "ValueError: config namespace 'exec' not published (runtime_context.py:1069)" in hopper["evidence"]
+    assert "Traceback (most recent call last)" in hopper["evidence"]          # the traceback, as evidence
+    blackwell_pc = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                              "--interconnect", "pcie", "--feature", "torch-symm-mem")
+    assert blackwell_pc["status"] == "fail"                                   # SGLang's own clean disable
+    assert "TorchSymmMemCommunicator: Device capability 12 not supported" in blackwell_pc["reason"]
+
+
+FAKE_RUNTIME_CONTEXT = """\
+class _Context:
+    _config_bags = None
+
+    def config_bag(self, name):
+        if not self._config_bags or name not in self._config_bags:
+            raise ValueError(f"config namespace {name!r} not published")
+        return self._config_bags[name]
+
+
+_CONTEXT = _Context()
+
+
+def get_exec():
+    return _CONTEXT.config_bag("exec")
+"""
+FAKE_SYMM_MEM = """\
+import logging
+import types
+
+import torch
+import torch.distributed as dist
+
+from sglang.srt.distributed.device_communicators.all_reduce_utils import TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
+from sglang.srt.runtime_context import get_exec
+
+torch_symm_mem = types.SimpleNamespace(empty=None)
+logger = logging.getLogger(__name__)
+
+
+class TorchSymmMemCommunicator:
+    def __init__(self, group, device):
+        self.disabled = True
+        {before_table}
+        self.device_capability = torch.cuda.get_device_capability(device)[0]
+        sizes = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(self.device_capability)
+        if sizes is None:
+            logger.warning("TorchSymmMemCommunicator: Device capability %s not supported, "
+                           "communicator is not available.", self.device_capability)
+            return
+        if dist.get_world_size(group) not in sizes:
+            logger.warning("TorchSymmMemCommunicator: World size %d not supported, "
+                           "communicator is not available.", dist.get_world_size(group))
+            return
+        self.buffer = torch_symm_mem.empty(1024)
+"""
+
+
+def fake_sglang(root: Path, before_table: str) -> Path:
+    """A package named sglang with a symmetric-memory communicator whose constructor runs
+    ``before_table`` ahead of its size table (keys 9 and 10, sizes 4 and 8)."""
+    comm = root / "sglang" / "srt" / "distributed" / "device_communicators"
+    comm.mkdir(parents=True)
+    for folder in (root / "sglang", root / "sglang" / "srt", comm.parent, comm):
+        (folder / "__init__.py").write_text("")
+    (root / "sglang" / "srt" / "runtime_context.py").write_text(FAKE_RUNTIME_CONTEXT)
+    (comm / "all_reduce_utils.py").write_text("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {4: 1, 8: 2}, 10: {4: 1, 8: 2}}\n")
+    (comm / "torch_symm_mem.py").write_text(FAKE_SYMM_MEM.replace("{before_table}", before_table))
+    info = root / "sglang-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n")
+    return root
+
+
+def test_symm_mem_stopped_by_server_only_state_before_its_table_is_undecided_or_the_tables_no(
+        torch_python, tmp_path):
+    root = fake_sglang(tmp_path / "context-first", "get_exec()  # server-only state, ahead of the table")
+    env = {"PYTHONPATH": str(root)}
+    admitted = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--interconnect",
+                          "nvswitch", "--feature", "torch-symm-mem", env=env)
+    assert admitted["status"] == "undecided", admitted               # the table admits, but nothing before it ran
+    assert "stopped at server-only state before its table checks" in admitted["reason"]
+    assert "ValueError: config namespace 'exec' not published (runtime_context.py:" in admitted["evidence"]
+    assert "[table] TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {4: 1, 8: 2}, 10: {4: 1, 8: 2}}" in admitted["evidence"]
+    assert admitted["metrics"]["feature_status"]["torch-symm-mem"] == "undecided"
+    denied = run_script(torch_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8", "--feature",
+                        "torch-symm-mem", env=env)
+    assert denied["status"] == "fail"                                 # no entry for 12: the table says no
+    assert "SGLang's size table decides: no entry for capability 12 (keys [9, 10])" in denied["reason"]
+    assert "all_reduce_utils.py:1" in denied["reason"] and "torch_symm_mem.py:" in denied["reason"]
+    odd_size = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "2", "--feature",
+                          "torch-symm-mem", env=env)
+    assert "no world size 2 for capability 9 (sizes [4, 8])" in odd_size["reason"] and odd_size["status"] == "fail"
+
+
+def test_symm_mem_error_raised_by_the_communicator_itself_stays_its_verdict(torch_python, tmp_path):
+    # The same words raised by the communicator's own code (not runtime_context.py) are SGLang's answer.
+    root = fake_sglang(tmp_path / "own-error", "raise ValueError(\"config namespace 'exec' not published\")")
+    result = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--feature",
+                        "torch-symm-mem", env={"PYTHONPATH": str(root)})
+    assert result["status"] == "fail", result
+    assert "raises ValueError: config namespace 'exec' not published" in result["reason"]
 
 
 def test_sglang_053_static_symm_mem_keyerror(sglang053_python):
