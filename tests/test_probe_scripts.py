@@ -652,6 +652,62 @@ def test_kernel_cubins_reads_a_real_shared_object(bare_python, tmp_path):
         assert "sm_120a" in other["evidence"] and "compute_90" in other["evidence"]
 
 
+def flashinfer_cubin_layout(root: Path, extra: dict[str, list[tuple[int, int, int]]] | None = None) -> Path:
+    """A flashinfer_cubin package laid out like the 0.6.13 wheel (cubins/<hash>/<family>/...), the files
+    synthetic fatbins with the archs the real ones carry (sm_100f, sm_103a)."""
+    package = root / "flashinfer_cubin"
+    files = {"cubins/158f6fa1/fmha/trtllm-gen/fmhaSm100fKernel_QkvE4m3OBfloat16H128PagedKv.cubin": [(2, 100, 0x200011)],
+             "cubins/d2c5915b/batched_gemm-91e0ba0-896b90b/Bmm_Bfloat16_E4m3E4m3_Fp32_sm103a.cubin": [(2, 103, 0x100011)],
+             "cubins/10f64528/gemm-91e0ba0-2710384/Gemm_Bfloat16_E4m3E4m3_Fp32_t128x8x128_sm100f.cubin": [(2, 100, 0x200011)],
+             "cubins/a72d85b0/deep-gemm/kernel.fp8_m_grouped_gemm.007404769193.cubin": [(2, 100, 0x200011)],
+             **(extra or {})}
+    for relative, entries in files.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(synthetic_fatbin(entries))
+    return package
+
+
+def test_kernel_cubins_judges_only_the_kernels_the_target_would_use(bare_python, tmp_path):
+    """flashinfer-cubin's trtllm-gen / DeepGEMM cubins are SM10x-only by design: no sm_90 / sm_120 code in
+    them is no gap (this was a fail), and the evidence says what was excluded, why, and from which source."""
+    package = flashinfer_cubin_layout(tmp_path)
+    for arch, sm in (("12.0", "sm_120"), ("9.0", "sm_90")):
+        result = run_script(bare_python, "kernel_cubins.py", "--arch", arch, "--method", "parse", "--path",
+                            str(package))
+        assert result["status"] == "skip", result
+        assert result["reason"].startswith(f"no kernel that {sm} would use in flashinfer_cubin; not judged")
+        assert "trtllm-gen FMHA (1 files)" in result["reason"] and "DeepGEMM (1 files)" in result["reason"]
+        assert (f"excluded, not used on {sm}: trtllm-gen FMHA, 1 files (built for compute capability 10.x only"
+                in result["evidence"])
+        assert "flashinfer/artifacts.py:141-142" in result["evidence"]
+        assert "deep_gemm.py:1382" in result["evidence"]
+        assert result["metrics"]["packages"]["flashinfer_cubin"]["excluded"] == {
+            "trtllm-gen FMHA": 1, "trtllm-gen batched GEMM (fused MoE)": 1, "trtllm-gen GEMM": 1, "DeepGEMM": 1}
+    blackwell = run_script(bare_python, "kernel_cubins.py", "--arch", "10.0", "--method", "parse", "--path",
+                           str(package))
+    assert blackwell["status"] == "pass"                     # SM10x uses them: judged, and they cover it
+    assert "flashinfer_cubin: 3/4 files" in blackwell["reason"] and "not judged" not in blackwell["reason"]
+
+
+def test_kernel_cubins_exclusions_hide_no_real_gap(bare_python, tmp_path):
+    # A flashinfer_cubin file outside the SM10x-only families is judged like any other.
+    package = flashinfer_cubin_layout(tmp_path, {"cubins/aaaa/fmha/cudnn/sdpa_sm90.cubin": [(2, 90, 0x100011)]})
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(package))
+    assert result["status"] == "fail", result
+    assert result["reason"].startswith("no code for sm_120 in flashinfer_cubin (sm_90a); not judged")
+    # Another package is judged whatever flashinfer_cubin holds.
+    kernels = tmp_path / "sgl_kernel"
+    kernels.mkdir()
+    (kernels / "common_ops.fatbin").write_bytes(synthetic_fatbin([(2, 120, 0x200011)]))
+    both = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                      str(flashinfer_cubin_layout(tmp_path / "clean")), "--path", str(kernels))
+    assert both["status"] == "pass", both
+    assert both["reason"].startswith("sgl_kernel carry code for sm_120 (sgl_kernel: 1/1 files")
+    assert "not judged, built for other GPUs by design: flashinfer_cubin: trtllm-gen" in both["reason"]
+
+
 def test_kernel_cubins_skips_without_kernel_packages(bare_python):
     result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0")
     assert result["status"] == "skip"
