@@ -535,6 +535,8 @@ def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
     assert result["metrics"]["method"] == "live"
     assert "sglang.srt.layers.flashinfer_comm_fusion has no function _resolve_backend" in result["evidence"]
     assert "gate.flashinfer.ar-fusion" in result["reason"]
+    # Read in the wheels: flashinfer_comm_fusion.py:47 defines it in 0.5.14, 0.5.13.post1 has none.
+    assert "SGLang has one from 0.5.14" in result["reason"]
 
 
 def ar_fusion(python: Path, arch: str, gpus: str) -> dict:
