@@ -101,7 +101,7 @@ class ContextError:
 
 
 #: Errors that mean "not inside a server", not "the gate said no". SGLang 0.5.23: every
-#: ``get_exec()`` / ``get_model()`` ... goes through ``_Context.config_bag`` (runtime_context.py:1066-1069),
+#: ``get_exec()`` / ``get_model()`` ... goes through ``_Context.config_bag`` (runtime_context.py:1065-1069),
 #: which raises until ``publish(server_args, role=...)`` (runtime_context.py:1489) projected the
 #: namespaces, as a server does at start; ``server_args`` raises at runtime_context.py:1028 until then
 #: (server_args.py:7193 in 0.5.14).
