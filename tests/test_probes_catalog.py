@@ -93,4 +93,26 @@ def test_scripts_accept_the_target_and_fixed_arguments(spec):
     assert last.startswith("STACKFORGE_RESULT ")
     payload = json.loads(last.split(" ", 1)[1])
     assert "arguments rejected" not in payload["reason"], payload
-    assert payload["status"] in ("pass", "fail", "skip", "error")
+    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided")
+
+
+def test_a_script_may_say_undecided_and_the_runner_keeps_it():
+    """``undecided`` (the script could not reach what decides the feature) is a status a script may
+    print; the runner records it as such, with the script's reason and evidence."""
+    import sys
+
+    from stackforge.probes.execute import outcome_from_ending
+    from stackforge.records import Status
+
+    sys.path.insert(0, str(SCRIPTS_DIR))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    line = sf.result_line("undecided", "needs a running server", "ValueError: config namespace 'exec' not published")
+    outcome, _ = outcome_from_ending(exit_code=0, timed_out=False, signal=None, output=f"log\n{line}\n",
+                                     duration_s=1.0, timeout_s=60.0)
+    assert (outcome.status, outcome.reason) == (Status.UNDECIDED, "needs a running server")
+    assert outcome.evidence == "ValueError: config namespace 'exec' not published"
+    with pytest.raises(ValueError, match="status must be one of"):
+        sf.result_line("maybe", "x")

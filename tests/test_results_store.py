@@ -345,6 +345,13 @@ def test_every_record_validates_against_the_schema(rec):
     assert check(rec.to_json(), result_schema()) == []
 
 
+def test_an_undecided_record_validates_and_round_trips():
+    rec = record(CU128, "torch-symm-mem", "undecided", tier="gate", reason="needs a running server",
+                 evidence="ValueError: config namespace 'exec' not published")
+    assert check(rec.to_json(), result_schema()) == []
+    assert ResultRecord.from_json(json.loads(rec.dumps())) == rec
+
+
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda d: d.pop("outcome"), "missing outcome"),
     (lambda d: d.update(schema_version=2), "!= const 1"),

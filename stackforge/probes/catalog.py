@@ -104,7 +104,8 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "turning the fusion on by itself (0.5.4.post2-0.5.7 on sm_12x), with FlashInfer's gate, for the target",
               Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "flashinfer-ar-fusion")),
     ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",
-              "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects",
+              "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects, judged for "
+              "the kernels the target would use (SM10x-only FlashInfer cubin families listed as excluded)",
               Preconditions(), 600.0),
     ProbeSpec("runtime.flashinfer.jit", "flashinfer-jit", "runtime", "flashinfer_run.py",
               "FlashInfer JIT-builds rmsnorm and single-request decode attention for the visible GPU (fresh "
