@@ -27,16 +27,21 @@ class Status(str, Enum):
     FAIL = "fail"
     SKIP = "skip"        # preconditions not met (no GPU, no nvcc...): not applicable, not a failure
     ERROR = "error"      # the probe itself broke (import error, bad output)
+    # The probe ran but could not reach the decisive code path honestly (it needs a context the probe
+    # cannot provide, e.g. a running server's published config): kept with its evidence, never a verdict.
+    UNDECIDED = "undecided"
     TIMEOUT = "timeout"  # killed at its hard timeout (assigned by the runner)
     CRASH = "crash"      # died by a signal (assigned by the runner)
 
 
 class Tier(str, Enum):
-    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements)."""
+    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements), wheel (a
+    release's wheel read from the index: no image, no GPU; :mod:`stackforge.wheels.tier`)."""
 
     GATE = "gate"
     RUNTIME = "runtime"
     BENCH = "bench"
+    WHEEL = "wheel"
 
 
 class Verdict(str, Enum):
@@ -74,7 +79,7 @@ class Provenance:
     driver: str | None = None
     gpus: list[str] = field(default_factory=list)
     host: str = ""
-    runner: str = "docker"          # docker | local
+    runner: str = "docker"          # docker | local | wheel
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,13 @@ Two ways to evaluate them for the target (major capability, GPU count, interconn
    flags as the capability majors read from ``srt/utils/common.py`` (their CUDA floor not evaluated),
    ``self.*`` as the field defaults; what cannot be decided is reported as undecided.
 
+A live constructor can also stop at state only a running server provides (:data:`SERVER_CONTEXT_ERRORS`:
+SGLang 0.5.23's ``TorchSymmMemCommunicator.__init__`` reads ``get_exec()`` at torch_symm_mem.py:104,
+which raises ``ValueError: config namespace 'exec' not published`` until a server has published its
+ServerArgs). That error is not SGLang's verdict on the gate: for torch symmetric memory the size
+table decides when it can (it denies the capability or world size, or the constructor passed its
+table checks before it stopped), and says so with file:line; otherwise the result is ``undecided``.
+
 No GPU needed.
 """
 
@@ -63,6 +70,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import types
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -81,6 +89,31 @@ FUSION_GATE = "_resolve_backend"
 SGLANG_UTILS = "sglang.srt.utils.common"
 #: The arch flags SGLang's gate reads: ``is_sm90`` / ``is_sm100_supported`` name capability majors 9 / 10.
 ARCH_FLAG = re.compile(r"^_?is_sm(\d+)(?:_supported)?$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContextError:
+    """An error SGLang raises where code reads state that only a running server sets up."""
+
+    raised_in: str            # the file it is raised in, relative to site-packages
+    message: "re.Pattern[str]"
+    needs: str                # what the code needed, and where SGLang says so
+
+
+#: Errors that mean "not inside a server", not "the gate said no". SGLang 0.5.23: every
+#: ``get_exec()`` / ``get_model()`` ... goes through ``_Context.config_bag`` (runtime_context.py:1065-1069),
+#: which raises until ``publish(server_args, role=...)`` (runtime_context.py:1489) projected the
+#: namespaces, as a server does at start; ``server_args`` raises at runtime_context.py:1028 until then
+#: (server_args.py:7193 in 0.5.14).
+SERVER_CONTEXT_ERRORS = (
+    ContextError("sglang/srt/runtime_context.py", re.compile(r"config namespace '[^']*' not published"),
+                 "a running server's published config namespaces (runtime_context.config_bag; a server "
+                 "publishes them from its ServerArgs at start)"),
+    ContextError("sglang/srt/runtime_context.py", re.compile(r"Global server args is not set yet"),
+                 "a running server's ServerArgs (set when a server starts)"),
+    ContextError("sglang/srt/server_args.py", re.compile(r"Global server args is not set yet"),
+                 "a running server's ServerArgs (set when a server starts)"),
+)
 
 
 def import_sglang(module_name: str) -> tuple[Any, str]:
@@ -202,6 +235,7 @@ def live_symm_mem(torch: Any, node: Node) -> sf.Verdict | str:
 
         group = type("ProbeGroup", (), {"group_name": "stackforge-probe"})()
         where = f"{module_name}.{class_name}.__init__"
+        context, stopped_at, trace = None, None, ""
         with sglang_warnings() as logs, emulated_node(torch, node, [module]), sf.patched(symm, "empty", allocate):
             try:
                 instance = communicator(group, 0)
@@ -210,9 +244,68 @@ def live_symm_mem(torch: Any, node: Node) -> sf.Verdict | str:
                 outcome = "reached the symmetric-memory allocation"
             except Exception as exc:  # noqa: BLE001 - e.g. KeyError: 12, SGLang's own failure
                 outcome = f"raised {sf.describe_exception(exc)}"
+                context = server_context(exc)
+                stopped_at = constructor_line(exc, getattr(module, "__file__", "") or "")
+                trace = sf.traceback_text(exc)
         tables = "; ".join(f"{name} = {getattr(module, name)}" for name in SYMM_TABLES if hasattr(module, name))
+        if context is not None:
+            return symm_without_server(node, where, outcome, context, stopped_at, trace, logs, tables)
         return symm_verdict(where, outcome, logs, node, f"live; {tables}" if tables else "live")
     return "; ".join(errors)
+
+
+def server_context(exc: BaseException) -> str | None:
+    """What a running server would have provided, when ``exc`` is one of :data:`SERVER_CONTEXT_ERRORS`
+    (matched on the message and on the file the innermost frame is in); None for any other error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    innermost = frames[-1].filename.replace(os.sep, "/")
+    for known in SERVER_CONTEXT_ERRORS:
+        if innermost.endswith(known.raised_in) and known.message.search(str(exc)):
+            caller = next((f for f in reversed(frames) if "/sglang/" in f.filename.replace(os.sep, "/")
+                           and not f.filename.replace(os.sep, "/").endswith(known.raised_in)), None)
+            site = (f"{os.path.basename(caller.filename)}:{caller.lineno} `{(caller.line or '').strip()}` "
+                    if caller else "")
+            return (f"{site}needs {known.needs}; {type(exc).__name__}: {exc} "
+                    f"({os.path.basename(innermost)}:{frames[-1].lineno})")
+    return None
+
+
+def constructor_line(exc: BaseException, path: str) -> int | None:
+    """The line of ``path`` (the communicator's file) the constructor had reached when ``exc`` left it."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if path and os.path.realpath(f.filename) == os.path.realpath(path)]
+    return lines[-1] if lines else None
+
+
+def symm_without_server(node: Node, where: str, outcome: str, context: str, stopped_at: int | None, trace: str,
+                        logs: Sequence[str], tables: str) -> sf.Verdict:
+    """The live constructor stopped at state only a running server provides (not SGLang's verdict):
+    the size table decides when it can, else the result is undecided."""
+    reading = symm_table_reading(node)
+    said = "; ".join(logs)
+    live = (f"[live; {tables}] {where} for capability {node.arch.dotted}, world size {node.world_size}: "
+            f"{outcome}\nthe constructor needs what only a running SGLang server provides: {context}"
+            + (f"\nSGLang logged: {said}" if said else "") + f"\n{trace}")
+    if isinstance(reading, str):
+        return sf.Verdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
+                          f"({context}); the size table could not be read ({reading})", live)
+    evidence = f"{live}\n[table] {reading.text()}"
+    if not reading.admits:
+        return sf.Verdict("fail", f"SGLang's size table decides: {reading.denial} (measured: the table "
+                          f"{reading.table_name} at {reading.table_where} as looked up at {reading.lookup_where}; "
+                          "the constructor itself stopped at server-only state)", evidence)
+    if stopped_at is not None and stopped_at > reading.checks_end:
+        return sf.Verdict("pass", f"SGLang's size table decides: {reading.table_name} "
+                          f"({reading.table_where}) admits capability {node.arch.major} with {node.world_size} "
+                          f"GPUs, and the constructor passed its table checks ({reading.checks_where}) live before "
+                          f"it stopped at server-only state ({os.path.basename(reading.comm_path)}:{stopped_at}); "
+                          "the allocation and multicast (handle.multicast_ptr != 0) were not reached and decide "
+                          "at run time (see the runtime probe)", evidence)
+    return sf.Verdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
+                      f"before its table checks ({context}); its table admits capability {node.arch.major} with "
+                      f"{node.world_size} GPUs, but what comes before the table was not run", evidence)
 
 
 def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.Verdict:
@@ -325,7 +418,10 @@ def live_ar_fusion(torch: Any, node: Node) -> sf.Verdict | str:
     with sglang_warnings(), emulated_node(torch, node, [module, utils]), platform_answers(utils, node):
         try:
             backend = gate("auto", False)
-        except ValueError as exc:  # SGLang's own rejection
+        except ValueError as exc:  # SGLang's own rejection, unless it is state only a server sets up
+            context = server_context(exc)
+            if context is not None:   # not the gate's answer: let the static reading decide
+                return sf.Verdict("error", f"{call} needs what only a running SGLang server provides: {context}", "")
             return fusion_verdict(call, f"raised {sf.describe_exception(exc)}", node, f"live; torch CUDA {cuda}")
         except Exception as exc:  # noqa: BLE001 - not the gate: let the static reading decide
             return sf.Verdict("error", f"{call} raised {sf.describe_exception(exc)}", "")
@@ -437,42 +533,118 @@ def class_node(tree: ast.Module, name: str) -> ast.ClassDef | None:
     return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
 
 
-def static_symm_mem(node: Node, import_error: str) -> sf.Verdict:
-    """Evaluate the symmetric-memory gate from SGLang's files."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class SymmTableReading:
+    """SGLang's symmetric-memory size table read from its files, and what it decides for the node."""
+
+    table_name: str
+    table: dict
+    table_path: str
+    table_line: int
+    comm_path: str
+    class_name: str
+    style: str               # index (KeyError when missing) | get (clean disable) | unknown
+    lookup_line: int
+    checks_end: int          # the last line of the capability / world-size checks in the constructor
+    minimum: int | None
+    node: Node
+    messages: tuple[tuple[int, str], ...]
+
+    @property
+    def table_where(self) -> str:
+        return f"{os.path.basename(self.table_path)}:{self.table_line}"
+
+    @property
+    def lookup_where(self) -> str:
+        return f"{os.path.basename(self.comm_path)}:{self.lookup_line}"
+
+    @property
+    def checks_where(self) -> str:
+        return f"{os.path.basename(self.comm_path)}:{self.lookup_line}-{self.checks_end}"
+
+    @property
+    def admits(self) -> bool:
+        major, size = self.node.arch.major, self.node.world_size
+        too_old = self.minimum is not None and major < self.minimum
+        return not too_old and major in self.table and size in self.table[major]
+
+    @property
+    def denial(self) -> str:
+        major, size = self.node.arch.major, self.node.world_size
+        if self.minimum is not None and major < self.minimum:
+            return f"capability {major} is below the constructor's floor {self.minimum}"
+        if major not in self.table:
+            return f"no entry for capability {major} (keys {sorted(self.table)})"
+        if size not in self.table[major]:
+            return f"no world size {size} for capability {major} (sizes {sorted(self.table[major])})"
+        return ""
+
+    def said(self, topic: str, value: int) -> str:
+        """SGLang's own log message about ``topic`` (capability / world size), filled in."""
+        return next((fill(m, value) for _, m in self.messages if topic in m.lower()), "")
+
+    def text(self) -> str:
+        return (f"{self.table_name} = {self.table} ({self.table_path}:{self.table_line}); "
+                f"{self.class_name}.__init__ looks it up with {self.style} at {self.comm_path}:{self.lookup_line}, "
+                f"its capability / world-size checks end at line {self.checks_end}")
+
+
+def symm_table_reading(node: Node) -> SymmTableReading | str:
+    """Read the symmetric-memory size table and its lookup from SGLang's files; the reason as text when
+    they are not there."""
     table_path = sglang_file("srt/distributed/device_communicators/all_reduce_utils.py")
     comm_path = next(((p, c) for m, c in SYMM_MODULES
                       if (p := sglang_file(m.replace("sglang.", "", 1).replace(".", "/") + ".py"))), None)
     if comm_path is None or table_path is None:
-        return sf.Verdict("skip", "this SGLang has no torch symmetric-memory communicator "
-                          "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
-    constants = module_constants(parse_file(table_path))
+        return "no torch symmetric-memory communicator in this SGLang"
+    table_tree = parse_file(table_path)
+    constants = module_constants(table_tree)
     table_name = next((n for n in SYMM_TABLES if n in constants), None)
     if table_name is None:
-        return sf.Verdict("error", f"no {' / '.join(SYMM_TABLES)} literal in {table_path}", import_error)
-    table = constants[table_name]
+        return f"no {' / '.join(SYMM_TABLES)} literal in {table_path}"
     path, class_name = comm_path
     cls = class_node(parse_file(path), class_name)
     if cls is None:
-        return sf.Verdict("error", f"{path} has no class {class_name}", import_error)
+        return f"{path} has no class {class_name}"
     style, line = table_access(cls, table_name)
-    messages = warnings_in(cls)
-    where = f"{os.path.basename(path)}:{line} {class_name}.__init__"
-    prefix = (f"import of the communicator failed ({import_error}); read {table_path} and {path} instead: "
-              f"{table_name} = {table}")
-    minimum = min_capability(cls)
-    major, size = node.arch.major, node.world_size
-    if minimum is not None and major < minimum:
-        said = next((fill(m, major) for _, m in messages if "capability" in m.lower()), "")
-        return symm_verdict(where, f"returned (capability {major} < {minimum})", [said], node,
-                            "static: " + prefix)
+    messages = tuple(warnings_in(cls))
+    checks = [n for n, m in messages if "capability" in m.lower() or "world size" in m.lower()]
+    return SymmTableReading(table_name, constants[table_name], table_path, assignment_line(table_tree, table_name),
+                            path, class_name, style, line, max([line, *checks]), min_capability(cls), node, messages)
+
+
+def assignment_line(tree: ast.Module, name: str) -> int:
+    """The line of the top-level assignment to ``name`` (0 when there is none)."""
+    return next((statement.lineno for statement in tree.body
+                 if isinstance(statement, (ast.Assign, ast.AnnAssign))
+                 and any(isinstance(t, ast.Name) and t.id == name
+                         for t in (statement.targets if isinstance(statement, ast.Assign) else [statement.target]))),
+                0)
+
+
+def static_symm_mem(node: Node, import_error: str) -> sf.Verdict:
+    """Evaluate the symmetric-memory gate from SGLang's files."""
+    reading = symm_table_reading(node)
+    if isinstance(reading, str):
+        if reading.startswith("no torch symmetric-memory communicator"):
+            return sf.Verdict("skip", "this SGLang has no torch symmetric-memory communicator "
+                              "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
+        return sf.Verdict("error", reading, import_error)
+    where = f"{os.path.basename(reading.comm_path)}:{reading.lookup_line} {reading.class_name}.__init__"
+    prefix = (f"import of the communicator failed ({import_error}); read {reading.table_path} and "
+              f"{reading.comm_path} instead: {reading.table_name} = {reading.table}")
+    major, size, table = node.arch.major, node.world_size, reading.table
+    if reading.minimum is not None and major < reading.minimum:
+        return symm_verdict(where, f"returned (capability {major} < {reading.minimum})",
+                            [reading.said("capability", major)], node, "static: " + prefix)
     if major not in table:
-        if style == "index":
+        if reading.style == "index":
             return symm_verdict(where, f"raised KeyError: {major}", [], node, "static: " + prefix)
-        said = next((fill(m, major) for _, m in messages if "capability" in m.lower()), "")
-        return symm_verdict(where, "returned with disabled=True", [said], node, "static: " + prefix)
+        return symm_verdict(where, "returned with disabled=True", [reading.said("capability", major)], node,
+                            "static: " + prefix)
     if size not in table[major]:
-        said = next((fill(m, size) for _, m in messages if "world size" in m.lower()), "")
-        return symm_verdict(where, "returned with disabled=True", [said], node, "static: " + prefix)
+        return symm_verdict(where, "returned with disabled=True", [reading.said("world size", size)], node,
+                            "static: " + prefix)
     return symm_verdict(where, "reached the symmetric-memory allocation", [], node, "static: " + prefix)
 
 

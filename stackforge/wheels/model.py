@@ -1,0 +1,100 @@
+"""The wheel tier's vocabulary: a release file, the context it is read for, and what a reader found.
+
+A *reading* is a measurement (the software's own code decided it), so it never carries a rule's
+verdict; :mod:`stackforge.wheels.verify` compares the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseFile:
+    """One wheel (or sdist) of one release, as the index lists it."""
+
+    dist: str                 # normalised distribution name, e.g. "flashinfer-python"
+    version: str              # the release's version string as published
+    filename: str
+    url: str                  # without credentials
+    sha256: str               # from the index; a download that does not match is refused
+    requires_python: str = ""
+    yanked: bool = False
+    kind: str = "wheel"       # wheel | sdist
+    index: str = ""           # the location (without credentials) the file was taken from
+
+
+@dataclass(frozen=True, slots=True)
+class ReadContext:
+    """What a reading is decided for: the target's hardware and the stack parts that can matter.
+
+    ``cuda`` / ``nvcc`` / ``torch_cuda`` are ``None`` when the reading must not depend on them; a
+    reader that does depend on one names it in :attr:`Reading.depends_on`.
+    """
+
+    arch: str                 # compute capability "12.0"
+    gpu_count: int
+    interconnect: str         # pcie | nvlink | nvswitch
+    multicast: bool = False
+    cuda: str | None = None
+    nvcc: bool | None = None
+    torch_cuda: str | None = None
+    python: str | None = None          # interpreter "3.10", for Requires-Python facts
+    kernel_package: str | None = None  # "sgl-kernel" | "sglang-kernel", for SGLang's kernel dependency
+
+
+class ReadingStatus(str, Enum):
+    """What the code in the wheel says about a feature for the context."""
+
+    AVAILABLE = "available"       # the code admits the feature for this context
+    UNAVAILABLE = "unavailable"   # the code refuses it (raises, disables, gate excludes the arch)
+    ABSENT = "absent"             # the code path does not exist in this release (feature not there yet)
+    UNDECIDED = "undecided"       # the reader could not decide from the code (say why)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeSite:
+    """A line of the wheel's code (or metadata) a reading was decided on."""
+
+    path: str                 # inside the wheel, e.g. "flashinfer/jit/comm.py" or "x.dist-info/METADATA"
+    line: int                 # 1-based; 0 when the fact is the file's absence
+    code: str                 # the line(s) as written, stripped
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one reader found in one unpacked wheel for one context."""
+
+    fact: str
+    status: ReadingStatus
+    summary: str                          # one line, e.g. "supported_major_versions=[9, 10]: 12 not admitted"
+    sites: tuple[CodeSite, ...] = ()
+    depends_on: tuple[str, ...] = ()      # ReadContext fields that decided it, e.g. ("arch", "cuda")
+    # How the code admits or refuses it, in a word or two that stays the same across releases
+    # ("raises KeyError", "disabled"): for a status that can come about in several ways. A change of
+    # manner with the same status is a change of verdict to bisect and verify.
+    manner: str = ""
+
+
+# A reader: the unpacked wheel's root (the directory holding the top-level packages and *.dist-info)
+# and the context -> a reading. Readers are pure: they read files under root, nothing else.
+Reader = Callable[[Path, ReadContext], Reading]
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderSpec:
+    """Which distribution's wheel a fact is read from, and by what.
+
+    ``fact`` is a rule feature name (``torch-symm-mem``) when the reading decides that feature, or
+    ``feature:aspect`` for a narrower fact (``flashinfer-ar-fusion:autoenable``,
+    ``trtllm-fmha:decode``), or ``metadata:<name>`` (``metadata:requires-python``). A fact may be
+    read from more than one distribution; (fact, dist) is the key.
+    """
+
+    fact: str
+    dist: str                 # "flashinfer-python" | "sglang" | ...
+    reader: Reader
+    what: str                 # one line: what the reader looks at
