@@ -9,7 +9,8 @@
 #   build-12.8  build the CUDA 12.8 stacks that can be built here; a stack whose base image needs a
 #               registry that does not answer (the devel flavour's nvidia/cuda image) is skipped and
 #               said so: its cells stay predictions
-#   probe       the gate tier for the default target, on every stack built above
+#   probe       the gate tier for the default target, on every stack built above (a rerun on the
+#               same images, target and probe code reuses the newest run; MAIN_JOB_PROBE=always)
 #   matrix      out/matrix.html
 #   deadends    out/deadends.md (also printed)
 #   upgrade     the upgrade report 12.8 -> 13.1 (stackforge upgrade; also printed)
@@ -31,6 +32,7 @@ readonly TARGET="rtx-pro-6000-x8-pcie"
 readonly FROM_CUDA="12.8"
 readonly TO_CUDA="13.1"
 readonly STAGES_TSV="$OUT/main-job.tsv"
+readonly PROBE_INPUTS="$OUT/probe-inputs.txt"
 # What the picked image must have: torch kernels for the target's arch (without them nothing runs);
 # pick's exit status then says how that was decided: 0 measured on the GPU, 5 by a gate probe only.
 readonly REQUIRE="torch-kernels"
@@ -149,12 +151,44 @@ build_headline() {
   while read -r id _; do BUILT_IDS+=("$id"); done <<<"$stacks"
 }
 
+# Gate verdicts are a function of the image, the target and the probe code (gate probes get no GPU),
+# so a rerun on the same images reuses the newest run when all three are unchanged; MAIN_JOB_PROBE=always
+# probes again anyway. PROBE_INPUTS records what the newest run was made from.
 probe_gate() {
-  local only=() id run
+  local only=() id run inputs
+  inputs=$(probe_inputs)
+  run=$(newest_run)
+  if [[ "${MAIN_JOB_PROBE:-auto}" != "always" && -n "$run" && -f "$PROBE_INPUTS" ]] \
+     && [[ "$(cat "$PROBE_INPUTS")" == "$inputs"$'\n'"run $run" ]] && grep -q '"finished_at": "' "$run/run.json"; then
+    say "gate results reused from $run: the same images (ids), target and probe code as when they were recorded" \
+        "(MAIN_JOB_PROBE=always probes again)"
+    CURRENT_NOTE+="; reused $run"
+    FILES+=("$run  (the probe records used)")
+    return 0
+  fi
+  rm -f "$PROBE_INPUTS"
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
   "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --results "$RESULTS"
   run=$(newest_run)
+  printf '%s\nrun %s\n' "$inputs" "$run" >"$PROBE_INPUTS"
   FILES+=("$run  (this run's probe records)")
+}
+
+# probe_inputs: what the gate verdicts depend on: the target, each stack's local images (ids; probe runs
+# the newest), and a hash of the installed probe code (scripts, catalog, runner).
+probe_inputs() {
+  local id
+  echo "target $TARGET"
+  for id in "${BUILT_IDS[@]}"; do
+    echo "images $id $(docker image ls -q --no-trunc --filter "label=io.stackforge.stack.id=$id" | tr '\n' ' ')"
+  done
+  "$VENV/bin/python" -c '
+import hashlib, pathlib, stackforge.probes as probes
+root = pathlib.Path(probes.__file__).parent
+digest = hashlib.sha256()
+for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+print("probe-code", digest.hexdigest())'
 }
 
 # newest_run: the newest run folder under $RESULTS (probe writes one per run).
@@ -178,10 +212,6 @@ print_deadends() {
 }
 
 print_upgrade() {
-  if ! "$SF" upgrade --help >/dev/null 2>&1; then
-    say "this stackforge has no \`upgrade\` command yet: no upgrade report"
-    return 0
-  fi
   local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" --run latest
               --builds "$OUT")
   "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
@@ -219,7 +249,7 @@ mkdir -p "$OUT"
 stage "build-$TO_CUDA" "stackforge build --cuda $TO_CUDA" build_headline "$@"
 stage "build-$FROM_CUDA" "the CUDA $FROM_CUDA stacks this machine can build" build_family "$FROM_CUDA" "$@"
 FILES+=("$OUT/builds/  (build records)" "$OUT/logs/  (build logs)")
-say "images built by this job:"
+say "images of the stacks built here:"
 docker image ls --filter label=io.stackforge.stack.id --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' \
   | grep -F -f <(printf '%s\n' "${BUILT_IDS[@]}") || say "  (none)"
 stage probe "gate probes for $TARGET" probe_gate

@@ -115,11 +115,13 @@ JSON
               "derived": {"base_image": "python:3.11-slim-bookworm"}}]}'
     fi ;;
   build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi ;;
-  probe) mkdir -p results/20261201T000000Z-fake; echo "summary: 3 pass" ;;
+  probe)
+    run="results/20261201T00000${FAKE_RUN:-0}Z-fake"
+    mkdir -p "$run"
+    echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
+    echo "summary: 3 pass" ;;
   matrix|deadends) echo "# $command" >"$out" ;;
-  upgrade)
-    [[ "$2" == "--help" ]] && exit "${FAKE_UPGRADE_MISSING:-0}"
-    echo "# upgrade report 12.8 -> 13.1" >"$out" ;;
+  upgrade) echo "# upgrade report 12.8 -> 13.1" >"$out" ;;
   pick) echo "stackforge/cu131-wheels@sha256:abc"; exit "${FAKE_PICK_EXIT:-5}" ;;
   *) echo "fake stackforge: unexpected $*" >&2; exit 99 ;;
 esac
@@ -130,7 +132,7 @@ FAKE_DOCKER = r"""#!/usr/bin/env bash
 case "$1 $2" in
   "info --format") echo "$FAKE_ROOT" ;;
   "image inspect"|"manifest inspect") exit 1 ;;
-  "image ls") ;;
+  "image ls") echo "sha256:${FAKE_IMAGE_ID:-1111}" ;;
   *) echo "fake docker: unexpected $*" >&2; exit 99 ;;
 esac
 """
@@ -153,9 +155,12 @@ def _fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755)
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"),
-           "FAKE_ROOT": str(tmp_path), "HOME": str(tmp_path)}
-    return root, env
+    return root, _fake_env(tmp_path)
+
+
+def _fake_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"),
+            "FAKE_ROOT": str(tmp_path), "HOME": str(tmp_path)}
 
 
 def _main_job(tmp_path: Path, **extra_env: str) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
@@ -216,8 +221,24 @@ def test_main_job_fails_when_nothing_can_be_picked(tmp_path):
     assert "main-job: stage pick failed (exit 4)" in done.stdout
 
 
-def test_main_job_without_the_upgrade_command_says_so(tmp_path):
-    done, _, calls = _main_job(tmp_path, FAKE_UPGRADE_MISSING="2")
+def test_main_job_reuses_gate_results_only_for_the_same_images_and_probe_code(tmp_path):
+    done, root, calls = _main_job(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "this stackforge has no `upgrade` command yet: no upgrade report" in done.stdout
-    assert not any(c.startswith("upgrade --from-cuda") for c in calls)
+    env = {**_fake_env(tmp_path), "FAKE_RUN": "1"}
+
+    def rerun(**extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        (tmp_path / "calls.log").unlink()
+        again = subprocess.run(["bash", str(root / "scripts" / "main-job.sh")], capture_output=True, text=True,
+                               timeout=120, check=False, env={**env, **extra}, cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        return again, (tmp_path / "calls.log").read_text().splitlines()
+
+    same, calls = rerun()
+    assert not any(c.startswith("probe ") for c in calls)
+    assert "gate results reused from results/20261201T000000Z-fake/: the same images (ids)" in same.stdout
+    # Another image for a stack: probed again.
+    other, calls = rerun(FAKE_IMAGE_ID="2222")
+    assert any(c.startswith("probe ") for c in calls), other.stdout
+    # Asked to: probed again, although nothing changed.
+    forced, calls = rerun(FAKE_IMAGE_ID="2222", MAIN_JOB_PROBE="always")
+    assert any(c.startswith("probe ") for c in calls), forced.stdout
