@@ -195,6 +195,7 @@ print("probe-code", digest.hexdigest())'
 newest_run() {
   local newest="" dir
   for dir in "$RESULTS"/*/; do
+    [[ -d "$dir" ]] || continue   # no run yet: the pattern itself
     if [[ -z "$newest" || "$dir" -nt "$newest" ]]; then newest="$dir"; fi
   done
   printf '%s\n' "$newest"
