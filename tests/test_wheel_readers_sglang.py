@@ -17,7 +17,7 @@ from stackforge.wheels.readers import sglang as sg
 COMM = "sglang/srt/distributed/device_communicators"
 
 SM120_X8_PCIE = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie")
-SM90_X8_NVSWITCH = ReadContext(arch="9.0", gpu_count=8, interconnect="nvswitch")
+SM90_X8_NVSWITCH = ReadContext(arch="9.0", gpu_count=8, interconnect="nvswitch", multicast=True)
 
 
 def write(root: Path, relative: str, text: str) -> Path:
@@ -87,7 +87,7 @@ class TorchSymmMemCommunicator:
             return
 '''
 
-# sglang 0.5.14 torch_symm_mem.py:77-93 (the table looked up with .get: disabled)
+# sglang 0.5.14 torch_symm_mem.py:77-109 (the table looked up with .get: disabled; then multicast)
 SYMM_GET = '''
 class TorchSymmMemCommunicator:
     def __init__(self, group: ProcessGroup, device: Union[int, str, torch.device]):
@@ -103,6 +103,16 @@ class TorchSymmMemCommunicator:
             )
             return
         if self.world_size not in supported_max_sizes:
+            return
+        self.max_size = supported_max_sizes[self.world_size]
+        handle = torch_symm_mem.rendezvous(self.buffer, self.group.group_name)
+        if handle.multicast_ptr == 0:
+            logger.warning(
+                "TorchSymmMemCommunicator: torch symmetric memory "
+                "multicast operations are not supported."
+            )
+            self.buffer = None
+            self.disabled = True
             return
 '''
 
@@ -134,6 +144,13 @@ class TestTorchSymmMem:
         assert eight.status is ReadingStatus.AVAILABLE and "128 MiB" in eight.summary
         three = read("torch-symm-mem", root, ReadContext(arch="9.0", gpu_count=3, interconnect="nvswitch"))
         assert three.status is ReadingStatus.UNAVAILABLE and "[2, 4, 6, 8]" in three.summary
+
+    def test_without_multicast_the_admitted_size_is_disabled(self, tmp_path: Path) -> None:
+        root = symm_tree(tmp_path, SYMM_GET)
+        reading = read("torch-symm-mem", root, ReadContext(arch="9.0", gpu_count=8, interconnect="nvswitch"))
+        assert reading.status is ReadingStatus.UNAVAILABLE and "multicast" in reading.summary
+        assert reading.sites[-1].code == "if handle.multicast_ptr == 0:"
+        assert "multicast" in reading.depends_on
 
     def test_capability_floor(self, tmp_path: Path) -> None:
         reading = read("torch-symm-mem", symm_tree(tmp_path, SYMM_INDEXED),
@@ -307,6 +324,35 @@ class ServerArgs:
                 )
 '''
 
+# sglang 0.5.23 srt/arg_groups/attention_hook.py:199-220 (SM120 prefill admitted, but not with an fp8 KV cache)
+TRTLLM_0523 = '''
+def handle_attention_backend_compatibility(server_args: Any):
+    prefill_backend, decode_backend = attention_backends_of(resolved_view(server_args))
+    if "trtllm_mha" in (prefill_backend, decode_backend):
+        if prefill_backend == "trtllm_mha" and not (
+            get_platform().is_sm90 or get_platform().is_sm100 or get_platform().is_sm120
+        ):
+            raise ValueError(
+                "TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120 GPUs. "
+                "Please use a different prefill backend."
+            )
+        if (
+            prefill_backend == "trtllm_mha"
+            and get_platform().is_sm120
+            and (
+                cfg.kv_cache_dtype == "fp8_e4m3"
+                or (
+                    envs.SGLANG_SKIP_SOFTMAX_PREFILL_THRESHOLD_SCALE_FACTOR.get() or 0.0
+                )
+                > 0
+            )
+        ):
+            raise ValueError(
+                "TRTLLM FMHAv2 prefill on SM120 does not support "
+                "fp8_e4m3 KV cache or skip-softmax."
+            )
+'''
+
 
 class TestTrtllmMha:
     def test_0_5_10_refuses_prefill_and_allows_decode_on_sm120(self, tmp_path: Path) -> None:
@@ -324,6 +370,18 @@ class TestTrtllmMha:
             reading = read(fact, tmp_path, SM120_X8_PCIE)
             assert reading.status is ReadingStatus.UNAVAILABLE
             assert reading.sites[0].code == "if not is_sm100_supported():"
+
+    def test_0_5_23_admits_prefill_on_sm120_and_names_the_fp8_exception(self, tmp_path: Path) -> None:
+        write(tmp_path, "sglang/srt/server_args.py", "class ServerArgs:\n    pass\n")
+        write(tmp_path, "sglang/srt/arg_groups/attention_hook.py", TRTLLM_0523)
+        prefill = read("trtllm-fmha:prefill", tmp_path, SM120_X8_PCIE)
+        assert prefill.status is ReadingStatus.AVAILABLE
+        assert "also raises when cfg.kv_cache_dtype == 'fp8_e4m3'" in prefill.summary
+        assert [s.line for s in prefill.sites] == [4, 12]
+        hopper = read("trtllm-fmha:prefill", tmp_path, SM90_X8_NVSWITCH)
+        assert hopper.status is ReadingStatus.AVAILABLE and "also raises" not in hopper.summary
+        # the decode check is not in this excerpt: no arch check refuses decode here
+        assert read("trtllm-fmha:decode", tmp_path, SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
 
     def test_no_backend_is_absent(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", 'ATTENTION_BACKENDS = ["flashinfer", "triton"]\n')
@@ -443,6 +501,8 @@ class TestRealWheels:
         for version in ("0.5.13.post1", "0.5.14"):
             hopper = read("torch-symm-mem", wheels[version], SM90_X8_NVSWITCH)
             assert hopper.status is ReadingStatus.AVAILABLE
+            no_multicast = ReadContext(arch="9.0", gpu_count=8, interconnect="pcie")
+            assert read("torch-symm-mem", wheels[version], no_multicast).status is ReadingStatus.UNAVAILABLE
 
     def test_ar_fusion_gate_appears_in_0_5_14(self, wheels: dict[str, Path]) -> None:
         assert read("flashinfer-ar-fusion", wheels["0.5.13.post1"], SM120_X8_PCIE).status is ReadingStatus.ABSENT

@@ -99,6 +99,7 @@ class SymmMem:
     style: str                    # index (KeyError when missing) | get (disabled) | unknown
     access_site: CodeSite
     floor: tuple[int, CodeSite] | None
+    multicast_site: CodeSite | None   # ``if handle.multicast_ptr == 0:`` (disabled without multicast)
 
 
 def symm_mem(root: Path) -> SymmMem | Reading:
@@ -123,8 +124,11 @@ def symm_mem(root: Path) -> SymmMem | Reading:
                        (site(root, path, 1),))
     style, line = source.table_access(cls, table_name)
     floor = source.min_capability_site(cls)
+    multicast = next((n.lineno for n in ast.walk(cls) if isinstance(n, ast.Compare)
+                      and isinstance(n.left, ast.Attribute) and n.left.attr == "multicast_ptr"), None)
     return SymmMem(table_name, constants[table_name], site(root, table_path, assignment_line(table_tree, table_name)),
-                   style, site(root, path, line), (floor[0], site(root, path, floor[1])) if floor else None)
+                   style, site(root, path, line), (floor[0], site(root, path, floor[1])) if floor else None,
+                   site(root, path, multicast) if multicast else None)
 
 
 def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
@@ -154,11 +158,20 @@ def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
                        f"{where(found.table_site)} {found.table_name}[{major}] admits world sizes "
                        f"{admitted[major]}: {size} GPUs disabled", (found.table_site, found.access_site), depends)
+    admits = (f"{where(found.table_site)} {found.table_name}[{major}][{size}] = "
+              f"{found.table[major][size] // (1 << 20)} MiB (looked up at {where(found.access_site)} with "
+              f"{'.get' if found.style == 'get' else 'an index'})")
+    if found.multicast_site is None:
+        return Reading("torch-symm-mem", ReadingStatus.AVAILABLE, admits, (found.table_site, found.access_site),
+                       depends)
+    sites = (found.table_site, found.access_site, found.multicast_site)
+    if not ctx.multicast:
+        return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
+                       f"{admits}; {where(found.multicast_site)} multicast_ptr == 0 disables it and the target "
+                       "has no multicast", sites, (*depends, "multicast"))
     return Reading("torch-symm-mem", ReadingStatus.AVAILABLE,
-                   f"{where(found.table_site)} {found.table_name}[{major}][{size}] = "
-                   f"{found.table[major][size] // (1 << 20)} MiB (looked up at {where(found.access_site)} with "
-                   f"{'.get' if found.style == 'get' else 'an index'}); multicast is checked at run time",
-                   (found.table_site, found.access_site), depends)
+                   f"{admits}; {where(found.multicast_site)} needs multicast, which the target has", sites,
+                   (*depends, "multicast"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,6 +302,7 @@ class BackendGate:
     line: int                  # the `if` holding the arch test
     phases: frozenset[str]     # prefill / decode
     arch_tests: tuple[ast.expr, ...]
+    other_tests: tuple[ast.expr, ...] = ()   # what else the raise needs (a KV-cache dtype, CP): not an arch gate
 
 
 def conjuncts(test: ast.expr, taken: bool) -> list[ast.expr]:
@@ -324,8 +338,8 @@ def is_arch_test(test: ast.expr) -> bool:
 
 
 def backend_gates(root: Path) -> list[BackendGate]:
-    """Every raise whose path is only trtllm_mha backend tests and arch-flag tests (a raise that also
-    needs a KV-cache dtype or context parallelism is not an arch gate)."""
+    """Every raise whose path holds trtllm_mha backend tests and arch-flag tests; one that also needs
+    something else (0.5.19+: fp8 KV cache on SM120, context parallelism) keeps it in ``other_tests``."""
     gates = []
     for path in python_files(root, BACKEND_CHECK_FILES):
         tree = source.parse_file(path)
@@ -336,10 +350,11 @@ def backend_gates(root: Path) -> list[BackendGate]:
                 tests = [t for test, taken in steps for t in conjuncts(test, taken)]
                 phases = [p for t in tests if (p := backend_phases(t)) is not None]
                 arch = [t for t in tests if backend_phases(t) is None and is_arch_test(t)]
-                if phases and arch and len(phases) + len(arch) == len(tests):
+                if phases and arch:
                     line = next(test.lineno for test, _ in reversed(steps) if any(a in conjuncts(test, True)
                                                                                  for a in arch))
-                    gates.append(BackendGate(path, line, frozenset.intersection(*phases), tuple(arch)))
+                    other = tuple(t for t in tests if backend_phases(t) is None and t not in arch)
+                    gates.append(BackendGate(path, line, frozenset.intersection(*phases), tuple(arch), other))
     return gates
 
 
@@ -361,11 +376,16 @@ def trtllm_reader(phase: str) -> Callable[[Path, ReadContext], Reading]:
         if named is None:
             return Reading(fact, ReadingStatus.ABSENT, "no trtllm_mha attention backend in this SGLang",
                            (missing("srt/server_args.py"),))
-        gates = [g for g in backend_gates(root) if phase in g.phases]
+        found = [g for g in backend_gates(root) if phase in g.phases]
+        gates = [g for g in found if not g.other_tests]
+        major = major_of(ctx)
+        also = [g for g in found if g.other_tests and all(source.arch_test(t, major) for t in g.arch_tests)]
+        also_sites = tuple(site(root, g.path, g.line) for g in also)
+        conditional = "".join(f"; {where(s)} also raises when {' and '.join(ast.unparse(t) for t in g.other_tests)}"
+                              for s, g in zip(also_sites, also))
         if not gates:
             return Reading(fact, ReadingStatus.AVAILABLE,
                            f"{where(named)} names trtllm_mha; no arch check raises for {phase}", (named,), ("arch",))
-        major = major_of(ctx)
         rejecting = [g for g in gates if all(source.arch_test(t, major) for t in g.arch_tests)]
         sites = tuple(site(root, g.path, g.line) for g in (rejecting or gates))
         tests = "; ".join(f"{where(s)} `if {' and '.join(ast.unparse(t) for t in g.arch_tests)}: raise`"
@@ -374,7 +394,8 @@ def trtllm_reader(phase: str) -> Callable[[Path, ReadContext], Reading]:
             return Reading(fact, ReadingStatus.UNAVAILABLE,
                            f"{tests}: raises for capability {ctx.arch} ({phase})", sites, ("arch",))
         return Reading(fact, ReadingStatus.AVAILABLE,
-                       f"{tests}: capability {ctx.arch} passes ({phase})", sites, ("arch",))
+                       f"{tests}: capability {ctx.arch} passes ({phase}){conditional}", (*sites, *also_sites),
+                       ("arch",))
 
     read.__name__ = f"read_trtllm_{phase}"
     return read
