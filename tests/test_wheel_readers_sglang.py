@@ -274,9 +274,121 @@ class TestArFusionAutoenable:
         hopper = read("flashinfer-ar-fusion:autoenable", tmp_path, SM90_X8_NVSWITCH)
         assert hopper.status is ReadingStatus.UNAVAILABLE
 
+    def test_flags_from_layers_utils(self, tmp_path: Path) -> None:
+        # sglang 0.5.1: server_args.py:2224-2245 reads is_sm100_supported from srt/layers/utils.py:40-43
+        write(tmp_path, "sglang/srt/utils.py", "def is_cuda():\n    return True\n")
+        write(tmp_path, "sglang/srt/layers/utils.py", '''
+        def is_sm100_supported(device=None) -> bool:
+            return (torch.cuda.get_device_capability(device)[0] == 10) and (
+                torch.version.cuda >= "12.8"
+            )
+        ''')
+        write(tmp_path, "sglang/srt/server_args.py", '''
+        @dataclasses.dataclass
+        class ServerArgs:
+            enable_dp_attention: bool = False
+
+            def model_specific_adjustments(self):
+                hf_config = self.get_hf_config()
+                model_arch = hf_config.architectures[0]
+                if model_arch in ["GptOssForCausalLM"]:
+                    if is_sm100_supported():
+                        if not self.enable_dp_attention:
+                            self.enable_flashinfer_allreduce_fusion = True
+        ''')
+        sm120 = read("flashinfer-ar-fusion:autoenable", tmp_path, SM120_X8_PCIE)
+        assert sm120.status is ReadingStatus.UNAVAILABLE
+        sm100 = read("flashinfer-ar-fusion:autoenable", tmp_path, ReadContext("10.0", 8, "nvlink"))
+        assert sm100.status is ReadingStatus.AVAILABLE
+
     def test_no_autoenable_is_absent(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", "class ServerArgs:\n    tp_size: int = 1\n")
         assert read("flashinfer-ar-fusion:autoenable", tmp_path, SM120_X8_PCIE).status is ReadingStatus.ABSENT
+
+
+# sglang 0.5.14-0.5.19 srt/utils/common.py: the flags the overrides pass reads
+COMMON_SM = '''
+def is_sm100_supported(device=None) -> bool:
+    if not is_cuda_alike():
+        return False
+    return (torch.cuda.get_device_capability(device)[0] == 10) and (
+        torch.version.cuda >= "12.8"
+    )
+
+
+def is_sm90_supported(device=None) -> bool:
+    if not is_cuda_alike():
+        return False
+    return (torch.cuda.get_device_capability(device)[0] == 9) and (
+        torch.version.cuda >= "12.3"
+    )
+'''
+# sglang 0.5.15 srt/arg_groups/overrides.py:1352-1396 (the pass; its view.* fields are ServerArgs' own,
+# srt/server_args.py, as there is no arg_groups/fields/ before 0.5.20), with 0.5.19's Qwen3.5 return
+# of None (:976-989) in front: that return turns the fusion off.
+OVERRIDES_PASS = '''
+from sglang.srt.utils.common import (
+    is_sm90_supported,
+    is_sm100_supported,
+)
+
+_FLASHINFER_ALLREDUCE_FUSION_ARCHS = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "GptOssForCausalLM",
+    }
+)
+
+
+@register_post_process
+def _flashinfer_allreduce_fusion_auto_enable(view: Any) -> dict:
+    model_arch = view.get_model_config().hf_config.architectures[0]
+    if envs.SGLANG_FLASHINFER_MNNVL_CUTEDSL_AR_FUSION.get() and model_arch in {
+        "Qwen3_5MoeForCausalLM",
+    }:
+        return {"flashinfer_allreduce_fusion_backend": None}
+    if (
+        view.flashinfer_allreduce_fusion_backend is None
+        and model_arch in _FLASHINFER_ALLREDUCE_FUSION_ARCHS
+        and (is_sm90_supported() or is_sm100_supported())
+        and view.tp_size > 1
+        and not view.enable_dp_attention
+        and (view.nnodes == 1 or is_sm100_supported())
+        and view.moe_a2a_backend == "none"
+    ):
+        logger.info(
+            f"Auto-enabling FlashInfer AllReduce Fusion on SM90/SM10X for {model_arch}"
+        )
+        return {"flashinfer_allreduce_fusion_backend": "auto"}
+    return {}
+'''
+SERVER_ARGS_FIELDS = '''
+class ServerArgs:
+    tp_size: A[int, "The tensor parallelism size."] = 1
+    nnodes: A[int, "The number of nodes."] = 1
+    enable_dp_attention: A[bool, "Enabling data parallelism for attention."] = False
+    moe_a2a_backend: A[str, "Choose the backend for MoE A2A."] = "none"
+    flashinfer_allreduce_fusion_backend: A[Optional[str], "FlashInfer allreduce fusion backend."] = None
+'''
+
+
+class TestArFusionAutoenablePass:
+    @pytest.fixture
+    def root(self, tmp_path: Path) -> Path:
+        write(tmp_path, "sglang/srt/utils/common.py", COMMON_SM)
+        write(tmp_path, "sglang/srt/server_args.py", SERVER_ARGS_FIELDS)
+        write(tmp_path, "sglang/srt/arg_groups/overrides.py", OVERRIDES_PASS)
+        return tmp_path
+
+    def test_fields_from_server_args_decide_hopper(self, root: Path) -> None:
+        hopper = read("flashinfer-ar-fusion:autoenable", root, SM90_X8_NVSWITCH)
+        assert hopper.status is ReadingStatus.AVAILABLE
+        assert "DeepseekV3ForCausalLM" in hopper.summary and "Qwen3_5MoeForCausalLM" not in hopper.summary
+
+    def test_a_return_of_none_is_no_site(self, root: Path) -> None:
+        reading = read("flashinfer-ar-fusion:autoenable", root, SM120_X8_PCIE)
+        assert reading.status is ReadingStatus.UNAVAILABLE
+        assert [s.code for s in reading.sites] == ['return {"flashinfer_allreduce_fusion_backend": "auto"}']
 
 
 # sglang 0.5.10 srt/server_args.py:2364-2390 (prefill SM100 only; decode SM90/SM100/SM120)

@@ -339,18 +339,18 @@ def autoenable_sites(root: str | None = None) -> tuple[list[FusionSite], str] | 
 
 def platform_flag_majors(root: str | None = None) -> tuple[dict[str, frozenset[int]], str]:
     """Capability majors each platform flag (``is_sm100_supported``, ``is_blackwell_supported``)
-    accepts, read from SGLang's utils; their CUDA-version floor is not evaluated."""
+    accepts, read from SGLang's utils (and, for a flag they do not define, ``srt/layers/utils.py``,
+    where 0.5.1 keeps ``is_sm90_supported`` / ``is_sm100_supported``); their CUDA-version floor is
+    not evaluated."""
     path = sglang_file("srt/utils/common.py", root) or sglang_file("srt/utils.py", root)
     if path is None:
         return {}, "no sglang/srt/utils"
-    definitions: dict[str, ast.AST] = {}
-    for statement in parse_file(path).body:
-        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("is_"):
-            definitions[statement.name] = ast.Module(body=statement.body, type_ignores=[])  # not the decorators
-        elif isinstance(statement, ast.Assign):
-            for target in statement.targets:
-                if isinstance(target, ast.Name) and target.id.startswith("is_"):
-                    definitions[target.id] = statement.value
+    definitions = flag_definitions(path)
+    layers = sglang_file("srt/layers/utils.py", root)
+    added = {k: v for k, v in flag_definitions(layers).items() if k not in definitions} if layers else {}
+    if added:
+        definitions.update(added)
+        path = f"{path} (and {', '.join(added)} from {layers})"
     majors: dict[str, frozenset[int]] = {}
     for _ in range(3):  # a flag may be the `or` of flags defined after it (0.5.6: is_blackwell_supported)
         for name, definition in definitions.items():
@@ -358,6 +358,19 @@ def platform_flag_majors(root: str | None = None) -> tuple[dict[str, frozenset[i
             if found is not None:
                 majors[name] = found
     return majors, path
+
+
+def flag_definitions(path: str) -> dict[str, ast.AST]:
+    """The top-level ``def is_*`` bodies (not their decorators) and ``is_* = ...`` values of a module."""
+    definitions: dict[str, ast.AST] = {}
+    for statement in parse_file(path).body:
+        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("is_"):
+            definitions[statement.name] = ast.Module(body=statement.body, type_ignores=[])
+        elif isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name) and target.id.startswith("is_"):
+                    definitions[target.id] = statement.value
+    return definitions
 
 
 def capability_majors(definition: ast.AST, known: dict[str, frozenset[int]]) -> frozenset[int] | None:
@@ -595,9 +608,12 @@ def view_helpers(modules: Sequence[str], root: str | None = None) -> dict[str, t
 
 
 def sets_backend(statement: ast.stmt) -> bool:
-    """``return {"flashinfer_allreduce_fusion_backend": ...}``."""
+    """``return {"flashinfer_allreduce_fusion_backend": <a backend>}`` (0.5.19's
+    ``return {"flashinfer_allreduce_fusion_backend": None}`` turns it off: an earlier return, not a site)."""
     return isinstance(statement, ast.Return) and isinstance(statement.value, ast.Dict) \
-        and any(isinstance(k, ast.Constant) and k.value == PASS_KEY for k in statement.value.keys)
+        and any(isinstance(k, ast.Constant) and k.value == PASS_KEY
+                and not (isinstance(v, ast.Constant) and v.value is None)
+                for k, v in zip(statement.value.keys, statement.value.values))
 
 
 def all_of(path: Sequence[tuple[ast.expr, bool]]) -> ast.expr:
@@ -666,8 +682,12 @@ def platform_fact_majors(found: PassSites, flags: dict[str, frozenset[int]], roo
 
 def namespace_defaults(root: str | None = None) -> tuple[dict[str, Any], str]:
     """Constant defaults of the fields of every namespace Struct in arg_groups/fields/; a name two
-    namespaces declare with different defaults is left out (unknown)."""
+    namespaces declare with different defaults is left out (unknown). Before 0.5.20 there is no such
+    folder and the pass reads the fields ServerArgs declares in server_args.py."""
     folder = os.path.dirname(sglang_file(f"{FIELDS_DIR}/__init__.py", root) or "")
+    server_args = sglang_file("srt/server_args.py", root)
+    if not folder and server_args:
+        return field_defaults(parse_file(server_args)), f"ServerArgs in {server_args} (no sglang/{FIELDS_DIR})"
     defaults: dict[str, Any] = {}
     clashes: set[str] = set()
     for name in sorted(os.listdir(folder)) if folder else []:

@@ -15,7 +15,8 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
   a. its arch gate ``_resolve_backend("auto")`` (``srt/layers/flashinfer_comm_fusion.py``, from
      0.5.14; older SGLang has none and FlashInfer's own gate decides);
   b. whether ServerArgs turns ``enable_flashinfer_allreduce_fusion`` on by itself: every
-     ``self.enable_flashinfer_allreduce_fusion = True`` in ``srt/server_args.py`` is found, and the
+     ``self.enable_flashinfer_allreduce_fusion = True`` (0.5.14: ``self.flashinfer_allreduce_fusion_backend
+     = "auto"``) in ``srt/server_args.py`` is found, and the
      ServerArgs method holding it (``_handle_model_specific_adjustments``) is run for each model
      architecture its conditions name, with every field at its default, ``tp_size`` = GPU count and
      one node. 0.5.4.post2-0.5.7 do so on sm_12x (GptOss through ``is_blackwell_supported`` = majors
@@ -23,12 +24,14 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
      does for more than one GPU, FlashInfer's own gate (``flashinfer_gates.py`` beside this script,
      run as its own process) is asked too: it rejecting the arch makes the result ``fail`` (the
      server would build a module FlashInfer has no code for), it admitting it ``pass``. The
-     architectures go to the metric ``sglang_autoenables_ar_fusion``. 0.5.23 moved the decision to the
+     architectures go to the metric ``sglang_autoenables_ar_fusion``. 0.5.15 moved the decision to the
      post-process pass ``_flashinfer_allreduce_fusion_auto_enable(view)`` of ``srt/arg_groups/overrides.py``
-     (a non-empty dict = on): it is called for each architecture of ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``
+     (a dict with a backend = on; 0.5.19's ``{...: None}`` for Qwen3.5 turns it off): it is called for each architecture of ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``
      and MiMo on a view of a default ServerArgs, or its conditions are read as below, its locals and
      one-line helpers (``attn_dp_enabled_of``) inlined, ``get_platform().is_sm90`` through
-     ``runtime_context._PLATFORM_PROBES``, ``view.*`` from ``arg_groups/fields/``.
+     ``runtime_context._PLATFORM_PROBES``, ``view.*`` from ``arg_groups/fields/`` (0.5.20+) or
+     ServerArgs' own fields (0.5.15-0.5.19). The static reading is ``_sglang_source.py`` beside this
+     script, shared with the wheel tier's readers.
 
 Two ways to evaluate them for the target (major capability, GPU count, interconnect):
 
@@ -618,7 +621,7 @@ def static_autoenable(node: Node, sites: Sequence[FusionSite], path: str, why: s
     return read_autoenable(node.arch.major, node.world_size, sites, path, why)
 
 
-# ----- SGLang 0.5.23+: the auto-enable is a post-process pass of arg_groups/overrides.py
+# ----- SGLang 0.5.15+: the auto-enable is a post-process pass of arg_groups/overrides.py
 
 
 def static_pass(node: Node, found: PassSites, why: str) -> AutoEnable:
