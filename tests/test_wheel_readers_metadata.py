@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.readers import metadata as md
@@ -106,6 +107,14 @@ class TestTorchPin:
     def test_runtime_extra_counts_other_extras_do_not(self, tmp_path: Path) -> None:
         reading = read("metadata:torch-pin", release_0_5_1(tmp_path))
         assert reading.status is ReadingStatus.AVAILABLE and "torch==2.8.0 (extra srt)" in reading.summary
+
+    @pytest.mark.parametrize(("requirement", "needs"), [
+        ("cuda-python>=13.0", True), ("cuda-python==12.9", False), ("cuda-python>=12.0", False),
+        ("cuda-python", False), ("nvidia-nccl-cu13==2.28.3", True), ("flashinfer_python[cu13]==0.7.2", True),
+        ("nvidia-nccl-cu12==2.27.3", False)])
+    def test_what_needs_cuda13(self, requirement: str, needs: bool) -> None:
+        header = md.Header(1, "Requires-Dist", requirement, f"Requires-Dist: {requirement}")
+        assert md.needs_cuda13(md.Dependency(header, Requirement(requirement), None)) is needs
 
     def test_no_torch_context_with_cuda13_release_is_undecided(self, tmp_path: Path) -> None:
         ctx = ReadContext("12.0", 8, "pcie")
