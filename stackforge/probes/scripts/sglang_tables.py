@@ -72,6 +72,7 @@ import json
 import logging
 import os
 import sys
+import re
 import traceback
 import types
 from collections.abc import Iterator, Sequence
