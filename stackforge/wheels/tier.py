@@ -23,7 +23,7 @@ from packaging.utils import parse_wheel_filename
 
 from stackforge.errors import SpecError
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
-from stackforge.wheels.bisect import Point, Search, binary_search, full_scan
+from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.index import IndexConfig, Release, find_release, releases
 from stackforge.wheels import match
@@ -129,7 +129,7 @@ def outcome_reason(reading: Reading) -> str:
 
 def evidence_text(measurement: Measurement) -> str:
     """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` and the index."""
-    lines = [f"{site.path}:{site.line}: {site.code}" for site in measurement.reading.sites]
+    lines = [site_text(site) for site in measurement.reading.sites]
     if measurement.file is not None:
         lines.append(f"wheel: {measurement.file.url} sha256:{measurement.file.sha256 or 'not given by the index'}")
         if measurement.file.index:
