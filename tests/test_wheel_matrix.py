@@ -109,3 +109,10 @@ def test_pick_counts_a_wheel_pass_below_gate_evidence():
     assert any("pass on wheel evidence only" in line for line in chosen.why())
     assert any("wheel evidence only" in warning for warning in chosen.warnings())
     assert chosen.candidate.image, "the image comes from the stack's probed records, not the wheel record"
+
+
+def test_a_pruned_stack_gets_no_wheel_record():
+    from tests.matrix_fixtures import PRUNED
+    report = matrix([wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE)])
+    cell = report.row(PRUNED).cell("flashinfer-ar-fusion")
+    assert cell.status is CellStatus.PRUNED and not cell.contradicted and not cell.records
