@@ -31,6 +31,9 @@ from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
 from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
 
 SDIST_ONLY = "sdist only: not built"
+#: How long a project's release list is reused: long enough for a search and its rerun, short enough
+#: that a release published today is seen within the hour.
+LISTING_TTL_S = 3600
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -96,7 +99,7 @@ def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: I
 def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: WheelCache) -> Release:
     """Release ``version`` of ``dist`` (pre-releases and yanked ones too: it was asked for by name)."""
     found = releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
-                     cache_dir=cache.index_dir)
+                     cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
     release = find_release(found, version)
     if release is None:
         latest = ", ".join(r.version for r in found[-5:]) or "none"
@@ -280,7 +283,7 @@ def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cach
         IndexUnreachableError: an index or a file host did not answer (exit 3).
     """
     found = releases(spec.dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
-                     session=cache.session, cache_dir=cache.index_dir)
+                     session=cache.session, cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
     chosen = {r.version: r for r in releases_between(found, spec.dist, first, last)}
 
     def read(version: str) -> Measurement:
@@ -355,7 +358,7 @@ def run_wheel_jobs(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: Whe
         dist = job.spec.dist
         if dist not in listed:
             listed[dist] = releases(dist, indexes=indexes, include_pre=True, include_yanked=True,
-                                    session=cache.session, cache_dir=cache.index_dir)
+                                    session=cache.session, cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
         release = find_release(listed[dist], job.version)
         if release is None:
             record = _missing_release_record(job, indexes, run_id=run_id, host=host)
