@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from stackforge.wheels.model import CodeSite, Reading, ReadingStatus
-
-if TYPE_CHECKING:
-    from stackforge.wheels.tier import Measurement
+from stackforge.wheels.model import CodeSite, Reading, ReadingStatus, ReleaseFile
 
 #: Releases read across the range when its two ends agree (besides the ends).
 SAMPLES_WHEN_ENDS_AGREE = 6
@@ -31,6 +28,16 @@ SAMPLES_WHEN_ENDS_AGREE = 6
 class HasReading(Protocol):
     @property
     def reading(self) -> Reading: ...
+
+
+class Measurement(Protocol):
+    """What the search reports on: a reading and the wheel it was read from (``None``: no wheel)."""
+
+    @property
+    def reading(self) -> Reading: ...
+
+    @property
+    def file(self) -> ReleaseFile | None: ...
 
 
 T = TypeVar("T", bound=HasReading)
