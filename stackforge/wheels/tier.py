@@ -341,25 +341,33 @@ def plan_wheel_jobs(cells: Sequence[Any], readers: Sequence[ReaderSpec]) -> tupl
     return tuple(jobs.values())
 
 
-def run_wheel_jobs(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache, run_id: str,
-                   host: str = "", write: Callable[[ResultRecord], Any] | None = None,
+def list_releases(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache) -> dict[str, list[Release]]:
+    """The releases of every distribution the jobs read (pre-releases and yanked ones too: pinned by name).
+
+    Raises:
+        IndexUnreachableError: an index did not answer (exit 3) -- before anything is read or recorded.
+    """
+    return {dist: releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
+                           cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
+            for dist in dict.fromkeys(job.spec.dist for job in jobs)}
+
+
+def run_wheel_jobs(jobs: Sequence[WheelJob], *, listed: Mapping[str, Sequence[Release]], indexes: IndexConfig,
+                   cache: WheelCache, run_id: str, host: str = "",
+                   write: Callable[[ResultRecord], Any] | None = None,
                    on_done: Callable[[ResultRecord], None] | None = None) -> list[ResultRecord]:
-    """Read every job's release; one record per (distribution version x fact x target [x context]).
+    """Read every job's release (``listed``: :func:`list_releases`); one record per (distribution
+    version x fact x target [x context]).
 
     A pinned version the indexes do not list is recorded as an ``error`` (nothing to read), and the
     rest goes on.
 
     Raises:
-        IndexUnreachableError: an index or a file host did not answer (exit 3).
+        IndexUnreachableError: a file host did not answer (exit 3).
     """
-    listed: dict[str, list[Release]] = {}
     done: dict[tuple[str, str, str], ResultRecord] = {}
     for job in jobs:
-        dist = job.spec.dist
-        if dist not in listed:
-            listed[dist] = releases(dist, indexes=indexes, include_pre=True, include_yanked=True,
-                                    session=cache.session, cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
-        release = find_release(listed[dist], job.version)
+        release = find_release(listed[job.spec.dist], job.version)
         if release is None:
             record = _missing_release_record(job, indexes, run_id=run_id, host=host)
         else:
