@@ -191,9 +191,8 @@ def release_boundaries(records: tuple[ResultRecord, ...], feature: str) -> tuple
 
 
 def _first_line(record: ResultRecord) -> str:
-    """The code line a wheel reading was decided on (its evidence's first line), else its reason."""
-    lines = record.outcome.evidence.splitlines()
-    return lines[0] if lines and not lines[0].startswith("wheel: ") else record.outcome.reason
+    """What a wheel reading found, in one line (its reason: the reader's summary, with the code line)."""
+    return record.outcome.reason or next(iter(record.outcome.evidence.splitlines()), "")
 
 
 # ---------------------------------------------------------------------------------------------- rendering

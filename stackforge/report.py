@@ -462,9 +462,15 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
 def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], stack_id: str,
                           stack: Mapping[str, Any], plan_cell: PlanCell | None,
                           wheel: Sequence[ResultRecord]) -> None:
-    """Add to a stack's cells the wheel records of the releases it pins (same context values)."""
+    """Add to a stack's cells the wheel records of the releases it pins (same context values).
+
+    A pruned stack gets none: a release's code says nothing about a stack that cannot be installed,
+    and a pass there would read as the plan contradicted.
+    """
     from stackforge.wheels.match import record_matches, stack_context, stack_pins
 
+    if plan_cell is not None and plan_cell.pruned:
+        return
     derived = plan_cell.derived if plan_cell else None
     pins, context = stack_pins(stack, derived), stack_context(stack, derived)
     for record in wheel:
