@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("ci", "Generate CI workflows for the nightly matrix."),
     "doctor": ("doctor", "Check this host: engine, buildx, disk, GPUs, runnable targets, index, registry, CA bundle."),
     "list": ("listing", "List the known targets, features, probes or rules."),
+    "compat": ("compat", "Check the compatibility rules against the released wheels (compat verify)."),
 }
 
 
