@@ -37,6 +37,7 @@ FACT_KINDS: dict[str, str] = {
 FEATURES: tuple[str, ...] = (
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
     "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha", "nvfp4-gemm",
+    "flashinfer-mnnvl", "pcie-allreduce",
 )
 
 CONFIDENCES = ("verified", "secondary", "inferred")
@@ -121,13 +122,16 @@ class Witness:
     """Which wheel reading checks a rule: ``fact`` read from ``dist``'s wheels reads ``inside`` (one of
     these statuses) for every release inside the rule's bound on that distribution, and something else
     outside it. ``context`` overrides or completes the read context (``{python: "3.10"}``); ``over``
-    limits the releases looked at (and, for a rule with no bound on ``dist``, is the range it claims)."""
+    limits the releases looked at (and, for a rule with no bound on ``dist``, is the range it claims);
+    ``shows`` tells two rules with the same status apart by the code read (``"[self.device_capability]"``
+    for a KeyError, ``".get("`` for a clean disable)."""
 
     dist: str
     fact: str
     inside: tuple[ReadingStatus, ...]
     context: Mapping[str, Any] = field(default_factory=dict)
     over: SpecifierSet | None = None
+    shows: str = ""   # text the reading's code or summary shows inside the bound (and not outside)
 
     @property
     def version_fact(self) -> str:
@@ -262,7 +266,7 @@ def _witness(entry: LineDict, rule_id: str) -> Witness | None:
     if raw is None:
         return None
     value = require_mapping(raw, what=f"rule {rule_id} witness", source=entry.source)
-    check_keys(value, allowed={"dist", "fact", "inside", "context", "over"}, what=f"rule {rule_id} witness",
+    check_keys(value, allowed={"dist", "fact", "inside", "context", "over", "shows"}, what=f"rule {rule_id} witness",
                required={"dist", "fact", "inside"})
     source, line = value.source, value.line
     dist, fact = value["dist"], value["fact"]
@@ -279,7 +283,7 @@ def _witness(entry: LineDict, rule_id: str) -> Witness | None:
         raise SpecError(f"rule {rule_id}: witness inside {value['inside']!r} is not a reading status; valid: "
                         f"{', '.join(valid)}", source=source, line=value.line_of("inside"))
     return Witness(dist=str(dist), fact=str(fact), inside=tuple(ReadingStatus(s) for s in statuses),
-                   context=_witness_context(value, rule_id),
+                   context=_witness_context(value, rule_id), shows=str(value.get("shows", "")),
                    over=(validate_specifier(value["over"], what="witness over", source=source, line=line)
                          if "over" in value else None))
 
@@ -386,9 +390,11 @@ def _mapping_condition(fact: str, kind: str, spec: dict, *, source: str, line: i
     if len(spec) != 1:
         raise SpecError(f"condition on {fact!r} must have exactly one operator", source=source, line=line)
     (op, operand), = spec.items()
-    if op in _SET_OPS and kind in ("version", "identifier") and isinstance(operand, list):
+    if op in _SET_OPS and isinstance(operand, list) and kind != "boolean":
         if kind == "version":
             members = frozenset(parse_version(validate_version(v, what=fact, source=source, line=line)) for v in operand)
+        elif kind == "number":
+            members = frozenset(_number(fact, v, source, line) for v in operand)
         else:
             members = frozenset(_identifier(fact, v, source, line) for v in operand)
         return Condition(fact, op, members)

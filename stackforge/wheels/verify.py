@@ -300,7 +300,16 @@ def _check(reader: _Reader, witness: Witness, window: Sequence[str], index: int,
 def _agrees(witness: Witness, reading: Reading, inside: bool) -> bool | None:
     if reading.status is ReadingStatus.UNDECIDED and ReadingStatus.UNDECIDED not in witness.inside:
         return None
-    return (reading.status in witness.inside) == inside
+    return reads_inside(witness, reading) == inside
+
+
+def reads_inside(witness: Witness, reading: Reading) -> bool:
+    """Whether a reading is what the rule expects inside its bound: the status, and the code it shows."""
+    if reading.status not in witness.inside:
+        return False
+    if not witness.shows:
+        return True
+    return witness.shows in reading.summary or any(witness.shows in site.code for site in reading.sites)
 
 
 # --------------------------------------------------------------------------- measuring the real bound
@@ -316,7 +325,7 @@ def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: S
     lo, hi = _neighbour_runs(inside, index)
 
     def matches(i: int) -> bool:
-        return reader.read(witness, window[i], context.ctx).status in witness.inside
+        return reads_inside(witness, reader.read(witness, window[i], context.ctx))
 
     def status(i: int) -> str:
         return reader.read(witness, window[i], context.ctx).status.value
@@ -411,8 +420,9 @@ def render_text(report: VerifyReport) -> str:
             continue
         witness = v.witness
         assert witness is not None
+        shows = f" showing {witness.shows!r}" if witness.shows else ""
         lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
-                     f"{'/'.join(s.value for s in witness.inside)} inside")
+                     f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
         shown = v.checks if v.verdict is Verdict.WRONG else _one_context(v.checks)
         for check in shown:
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
