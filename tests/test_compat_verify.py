@@ -183,7 +183,7 @@ def test_bad_witness_data_is_a_load_error(tmp_path, witness, message):
 
 @pytest.fixture()
 def fake_wheels(monkeypatch):
-    monkeypatch.setattr("stackforge.cli.compat.wheel_sources", lambda: (fake_evaluate(), list_releases))
+    monkeypatch.setattr("stackforge.cli.compat.wheel_sources", lambda **_: (fake_evaluate(), list_releases))
 
 
 def user_compat_dir(tmp_path, bound: str):

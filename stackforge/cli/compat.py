@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -24,7 +25,12 @@ def command() -> None:
 @command.command(name="verify")
 @click.option("--rule", "rule_ids", multiple=True, metavar="ID", help="Verify only this rule (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help=f"Print versioned JSON (schema {VERIFY_SCHEMA}).")
-def verify(rule_ids: tuple[str, ...], as_json: bool) -> None:
+@click.option("--index-url", default=None, metavar="URL", help="Index to list releases from (default: pip's).")
+@click.option("--find-links", multiple=True, metavar="LOCATION", help="Extra wheel locations, as pip's --find-links.")
+@click.option("--cache", "cache_root", default=None, metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="Wheel cache (default: $STACKFORGE_WHEEL_CACHE or ~/.cache/stackforge/wheels).")
+def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find_links: tuple[str, ...],
+           cache_root: Path | None) -> None:
     """Read each rule's witness in the releases on both sides of its version bounds (last outside, first
     inside, last inside, first outside) for the rule's own targets; print CONFIRMED / WRONG (with the
     measured bound) / UNWITNESSED (why) per rule and the count witnessed / total. Exit 1 on any WRONG.
@@ -41,7 +47,7 @@ def verify(rule_ids: tuple[str, ...], as_json: bool) -> None:
     # Rules generated from SGLang's pins (tables.yaml) are data of another kind; only compat/rules here.
     rules = tuple(r for r in knowledge.rules if r.origin != PIN_RULES_ORIGIN)
     rules = _selected(rules, rule_ids)
-    evaluate, list_releases = wheel_sources()
+    evaluate, list_releases = wheel_sources(index_url=index_url, find_links=find_links, cache_root=cache_root)
     report = verify_rules(rules, knowledge.targets, evaluate=evaluate, list_releases=list_releases)
     if as_json:
         click.echo(json.dumps({"schema": VERIFY_SCHEMA, **report.to_json()}, indent=2, ensure_ascii=False))
@@ -62,8 +68,9 @@ def _selected(rules, rule_ids: tuple[str, ...]):
     return tuple(by_id[r] for r in dict.fromkeys(rule_ids))
 
 
-def wheel_sources():
-    """The real evaluator and release lister: wheels from the configured index, read from the cache."""
-    from stackforge.wheels.sources import wheel_sources as sources
+def wheel_sources(*, index_url: str | None, find_links: tuple[str, ...], cache_root: Path | None):
+    """The real evaluator and release lister: wheels from the configured indexes, read from the cache."""
+    from stackforge.wheels.readings import open_readings
 
-    return sources()
+    readings = open_readings(index_url=index_url, find_links=find_links, cache_root=cache_root)
+    return readings.evaluate, readings.list_releases
