@@ -12,11 +12,14 @@ from click.testing import CliRunner
 from stackforge.cli import cli
 from stackforge.errors import SpecError
 from stackforge.rules import load_rules, load_targets
+from stackforge.versions import parse_version
 from stackforge.wheels.model import CodeSite, Reading, ReadingStatus
 from stackforge.wheels.verify import Verdict, bound_points, verify_rules
 
 SGLANG = ["0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.16"]
-FLASHINFER = ["0.6.6", "0.6.7", "0.7.0.post1", "0.7.1", "0.7.2"]
+FLASHINFER = ["0.3.0", "0.3.1", "0.4.1", "0.5.0", "0.6.6", "0.6.7", "0.6.16.post4", "0.6.17", "0.7.0.post1",
+              "0.7.1", "0.7.2"]
+SDIST_ONLY = ("0.3.0", "0.3.1", "0.4.1")
 
 
 def fake_evaluate(calls: list | None = None):
@@ -30,8 +33,14 @@ def fake_evaluate(calls: list | None = None):
             refused = ctx.arch.startswith("12.") and version >= "0.5.14"
             status = ReadingStatus.UNAVAILABLE if refused else ReadingStatus.AVAILABLE
         elif fact == "flashinfer-jit":
-            refused = ctx.arch == "12.0" and ctx.cuda == "12.8" and version in ("0.6.7", "0.7.0.post1")
+            refused = ctx.arch == "12.0" and ctx.cuda == "12.8" and version in ("0.6.7", "0.6.16.post4", "0.6.17",
+                                                                                "0.7.0.post1")
             status = ReadingStatus.UNAVAILABLE if refused else ReadingStatus.AVAILABLE
+        elif fact == "flashinfer-ar-fusion":
+            if version in SDIST_ONLY:
+                return Reading(fact, ReadingStatus.UNDECIDED, "sdist only: not built")
+            admitted = parse_version(version) >= parse_version("0.6.17")
+            status = ReadingStatus.AVAILABLE if admitted else ReadingStatus.UNAVAILABLE
         elif fact == "ep-a2a":
             status = ReadingStatus.UNDECIDED
         else:
@@ -127,6 +136,36 @@ def test_stack_conditions_are_read_with_a_value_inside_them(tmp_path):
     assert "cuda=12.8 (inside the rule's condition)" in verdict.contexts[0]
     assert [c.version for c in verdict.checks if c.targets[0] == "rtx-pro-6000-x8-pcie"] == [
         "0.6.6", "0.6.7", "0.7.0.post1", "0.7.1"]
+
+
+FUSION_RULE = """\
+- id: fusion-gate
+  when:
+    arch: {{in: ["12.0"]}}
+    flashinfer: "{bound}"
+  then: {{effect: feature_unavailable, feature: flashinfer-ar-fusion}}
+  reason: "gate"
+  sources: [{{ref: "PyPI flashinfer-python wheels", confidence: verified}}]
+  witness: {{dist: flashinfer-python, fact: flashinfer-ar-fusion, inside: unavailable}}
+"""
+
+
+def test_a_bound_in_sdist_only_releases_is_left_unread_and_the_other_checked(tmp_path):
+    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.6.17"))).verdicts
+    assert verdict.verdict is Verdict.CONFIRMED
+    assert "undecided at flashinfer-python 0.3.0, 0.3.1: sdist only" in verdict.why
+    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.4.1"))).verdicts
+    assert verdict.verdict is Verdict.UNWITNESSED and "sdist only" in verdict.why
+
+
+def test_the_measured_bound_steps_over_sdist_only_releases(tmp_path):
+    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.0,<0.6.7"))).verdicts
+    assert verdict.verdict is Verdict.WRONG
+    assert [(m.before, m.after) for m in verdict.measured] == [("0.6.16.post4", "0.6.17")]
+    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.6.6,<0.6.17"))).verdicts
+    # 0.5.0 reads unavailable too; below it only sdists: the reading is measured from 0.5.0 on.
+    assert verdict.verdict is Verdict.WRONG
+    assert "reads unavailable at 0.5.0 and unavailable at 0.6.16.post4: no change" in verdict.measured[0].text
 
 
 def test_rules_without_a_witness_or_with_an_undecided_reading_are_unwitnessed(tmp_path):

@@ -199,13 +199,23 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
         return RuleVerdict(rule.id, Verdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
                            measured=_unique(measured), witness=witness)
     undecided = [c for c in checks if c.agrees is None]
-    if undecided:
-        first = undecided[0]
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED,
-                           f"reader undecided at {witness.dist} {first.version}: {first.reading.summary}",
-                           bound=bound, contexts=notes, checks=checks, witness=witness)
-    return RuleVerdict(rule.id, Verdict.CONFIRMED, f"{len(checks)} reading(s) agree", bound=bound, contexts=notes,
-                       checks=checks, witness=witness)
+    undecided_note = (f"undecided at {witness.dist} {', '.join(dict.fromkeys(c.version for c in undecided))}: "
+                      f"{undecided[0].reading.summary}" if undecided else "")
+    if not _decides(checks):
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
+                           checks=checks, witness=witness)
+    agreed = sum(1 for c in checks if c.agrees)
+    why = f"{agreed} reading(s) agree" + (f"; {len(undecided)} {undecided_note}" if undecided else "")
+    return RuleVerdict(rule.id, Verdict.CONFIRMED, why, bound=bound, contexts=notes, checks=checks, witness=witness)
+
+
+def _decides(checks: Sequence[Check]) -> bool:
+    """Whether the decided readings check the rule: some release inside, and some outside when the rule has
+    releases outside (a release published only as an sdist is undecided, so an old bound may stay unread)."""
+    inside = any(c.agrees is not None for c in checks if c.inside)
+    has_outside = any(not c.inside for c in checks)
+    outside = any(c.agrees is not None for c in checks if not c.inside)
+    return inside and (outside or not has_outside)
 
 
 def unwitnessed_reason(rule: Rule) -> str:
@@ -327,14 +337,21 @@ def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: S
     def matches(i: int) -> bool:
         return reads_inside(witness, reader.read(witness, window[i], context.ctx))
 
+    def decided(i: int) -> bool:
+        return reader.read(witness, window[i], context.ctx).status is not ReadingStatus.UNDECIDED
+
     def status(i: int) -> str:
         return reader.read(witness, window[i], context.ctx).status.value
 
+    while lo < hi and not decided(lo):
+        lo += 1
+    while hi > lo and not decided(hi):
+        hi -= 1
     if matches(lo) == matches(hi):
         text = (f"{witness.fact} reads {status(lo)} at {window[lo]} and {status(hi)} at {window[hi]}: "
                 f"no change between them")
         return MeasuredBound(context.targets, None, None, status(lo), status(hi), text)
-    before, after = _bisect(matches, lo, hi)
+    before, after = _bisect(matches, decided, lo, hi)
     fact = witness.version_fact
     claim = f"{fact} >={window[after]}" if matches(after) else f"{fact} <{window[after]}"
     text = (f"reading turns {status(after)} at {window[after]} (from {status(before)} at {window[before]}): "
@@ -369,16 +386,24 @@ def _neighbour_runs(inside: Sequence[bool], index: int) -> tuple[int, int]:
     return start, end
 
 
-def _bisect(matches: Callable[[int], bool], lo: int, hi: int) -> tuple[int, int]:
-    """Adjacent indices where ``matches`` changes, given matches(lo) != matches(hi)."""
+def _bisect(matches: Callable[[int], bool], decided: Callable[[int], bool], lo: int, hi: int) -> tuple[int, int]:
+    """The closest decided indices around where ``matches`` changes, given matches(lo) != matches(hi) and both
+    decided; undecided releases (sdist only) between them are stepped over."""
     low_value = matches(lo)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
+    while True:
+        between = [i for i in range(lo + 1, hi)]
+        if not between:
+            return lo, hi
+        middle = len(between) // 2
+        # The decided index nearest the middle, if any.
+        order = sorted(between, key=lambda i: (abs(i - between[middle]), i))
+        mid = next((i for i in order if decided(i)), None)
+        if mid is None:
+            return lo, hi
         if matches(mid) == low_value:
             lo = mid
         else:
             hi = mid
-    return lo, hi
 
 
 def _bound_text(witness: Witness, conditions: Sequence[Condition]) -> str:
