@@ -165,7 +165,7 @@ def test_the_measured_bound_steps_over_sdist_only_releases(tmp_path):
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.6.6,<0.6.17"))).verdicts
     # 0.5.0 reads unavailable too; below it only sdists: the reading is measured from 0.5.0 on.
     assert verdict.verdict is Verdict.WRONG
-    assert "reads unavailable at 0.5.0 and unavailable at 0.6.16.post4: no change" in verdict.measured[0].text
+    assert "0.5.0 (unavailable) and 0.6.16.post4 (unavailable) both read unavailable" in verdict.measured[0].text
 
 
 def test_rules_without_a_witness_or_with_an_undecided_reading_are_unwitnessed(tmp_path):

@@ -348,8 +348,10 @@ def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: S
     while hi > lo and not decided(hi):
         hi -= 1
     if matches(lo) == matches(hi):
-        text = (f"{witness.fact} reads {status(lo)} at {window[lo]} and {status(hi)} at {window[hi]}: "
-                f"no change between them")
+        expected = "/".join(s.value for s in witness.inside)
+        verb = "read" if matches(lo) else "read neither"
+        text = (f"{window[lo]} ({status(lo)}) and {window[hi]} ({status(hi)}) both {verb} {expected}: the reading "
+                f"does not change across {witness.version_fact} {window[lo]}..{window[hi]} the way the rule says")
         return MeasuredBound(context.targets, None, None, status(lo), status(hi), text)
     before, after = _bisect(matches, decided, lo, hi)
     fact = witness.version_fact
@@ -413,7 +415,8 @@ def _bound_text(witness: Witness, conditions: Sequence[Condition]) -> str:
     for condition in conditions:
         operand = condition.operand
         if isinstance(operand, SpecifierSet):
-            text = ",".join(sorted(str(s) for s in operand))
+            # Lower bounds first: ">=0.5.3,<0.5.14".
+            text = ",".join(str(s) for s in sorted(operand, key=lambda s: (parse_version(s.version), s.operator[0] != ">")))
             parts.append(text if condition.op == "spec" else f"not {text}")
         else:
             parts.append(f"{condition.op} {sorted(str(v) for v in operand)}")
@@ -448,13 +451,13 @@ def render_text(report: VerifyReport) -> str:
         shows = f" showing {witness.shows!r}" if witness.shows else ""
         lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
                      f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
-        shown = v.checks if v.verdict is Verdict.WRONG else _one_context(v.checks)
-        for check in shown:
+        for check, targets in _grouped(v.checks):
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
             site = check.reading.sites[0] if check.reading.sites else None
-            where = f" {site.path}:{site.line}" if site else ""
+            where = f" {site.path}:{site.line}" if site and f"{site.path}:{site.line}" not in check.reading.summary else ""
+            on = f" [{', '.join(targets)}]" if v.verdict is Verdict.WRONG else ""
             lines.append(f"    {mark:<5} {check.version:<14} {check.role:<22} {check.reading.status.value:<11}"
-                         f"{where} {check.reading.summary}".rstrip())
+                         f"{where} {check.reading.summary}{on}".rstrip())
         for m in v.measured:
             lines.append(f"    measured ({', '.join(m.targets)}): {m.text}")
     lines.append(f"witnessed {report.witnessed} / {len(report.verdicts)} rules: "
@@ -463,9 +466,12 @@ def render_text(report: VerifyReport) -> str:
     return "\n".join(lines)
 
 
-def _one_context(checks: Sequence[Check]) -> tuple[Check, ...]:
-    """A confirmed rule's checks for its first context only (the others agree too)."""
-    if not checks:
-        return ()
-    first = checks[0].targets
-    return tuple(c for c in checks if c.targets == first)
+def _grouped(checks: Sequence[Check]) -> list[tuple[Check, tuple[str, ...]]]:
+    """Checks that read the same for several contexts, once, with every target they stand for."""
+    groups: dict[tuple[Any, ...], tuple[Check, list[str]]] = {}
+    for check in checks:
+        key = (check.version, check.role, check.reading.status, check.reading.summary, check.agrees)
+        if key not in groups:
+            groups[key] = (check, [])
+        groups[key][1].extend(check.targets)
+    return [(check, tuple(targets)) for check, targets in groups.values()]
