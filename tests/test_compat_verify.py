@@ -256,3 +256,25 @@ def test_cli_unknown_rule_is_bad_input(fake_wheels):
     result = CliRunner().invoke(cli, ["compat", "verify", "--rule", "no-such-rule"])
     assert result.exit_code == 2
     assert "unknown rule no-such-rule; valid:" in result.output
+
+
+def test_a_witness_context_stands_in_for_the_targets_hardware(tmp_path):
+    """No shipped target has 6 GPUs; a rule about 6 PCIe GPUs is read on the PCIe targets as 6 GPUs."""
+    body = """\
+    - id: six-gpus
+      when:
+        arch: {in: ["12.0"]}
+        sglang: ">=0.5.14"
+        interconnect: pcie
+        gpu_count: {not_in: [1, 2, 4, 8]}
+      then: {effect: feature_unavailable, feature: torch-symm-mem}
+      reason: "six"
+      sources: [{ref: "x", confidence: verified}]
+      witness: {dist: sglang, fact: torch-symm-mem, inside: unavailable, context: {gpu_count: 6}}
+    """
+    calls: list = []
+    (verdict,) = verify(rules_from(tmp_path, body), calls).verdicts
+    assert verdict.verdict is Verdict.CONFIRMED, verdict.why
+    assert {ctx.gpu_count for *_, ctx in calls} == {6}
+    assert {t for c in verdict.checks for t in c.targets} == {
+        "rtx-pro-6000-x8-pcie as gpu_count=6", "rtx-pro-6000-x2-pcie as gpu_count=6", "rtx-5090-x1 as gpu_count=6"}

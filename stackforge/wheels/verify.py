@@ -245,12 +245,16 @@ def rule_contexts(rule: Rule, witness: Witness, targets: Mapping[str, Target]) -
             stack[fact] = value
             notes.append(f"{fact}={value} (inside the rule's condition)")
     hardware = {k: v for k, v in witness.context.items() if k not in CONTEXT_FACTS}
-    own = [t for t in targets.values() if _target_matches(rule, t)]
+    # A witness context that names the arch describes a GPU no target has (sm_121): read for it alone.
+    # Other hardware values stand in for the target's (a 6-GPU reading of the PCIe boxes), said in the name.
+    own = [] if "arch" in hardware else [t for t in targets.values() if _target_matches(rule, t, hardware)]
     by_ctx: dict[ReadContext, list[str]] = {}
     for target in own:
-        ctx = replace(ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=target.interconnect.value,
-                                  multicast=target.multicast), **stack, **hardware)
-        by_ctx.setdefault(ctx, []).append(target.name)
+        base = ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=target.interconnect.value,
+                           multicast=target.multicast)
+        ctx = replace(base, **stack, **hardware)
+        changed = [f"{k}={v}" for k, v in hardware.items() if getattr(base, k) != v]
+        by_ctx.setdefault(ctx, []).append(target.name + (f" as {','.join(changed)}" if changed else ""))
     if not by_ctx:
         if not {"arch", "gpu_count", "interconnect"} <= set(hardware):
             return "no target in targets.yaml matches the rule's hardware conditions"
@@ -260,9 +264,9 @@ def rule_contexts(rule: Rule, witness: Witness, targets: Mapping[str, Target]) -
     return tuple(_Context(ctx, tuple(names), note) for ctx, names in by_ctx.items())
 
 
-def _target_matches(rule: Rule, target: Target) -> bool:
+def _target_matches(rule: Rule, target: Target, hardware: Mapping[str, Any]) -> bool:
     facts = {"arch": target.arch, "gpu_count": target.gpu_count, "interconnect": target.interconnect.value,
-             "multicast": target.multicast, "target": target.name}
+             "multicast": target.multicast, "target": target.name, **hardware}
     return all(c.holds(facts[c.fact]) for c in rule.conditions if c.fact in TARGET_FACTS)
 
 
