@@ -37,13 +37,16 @@ from stackforge.records import ResultRecord
 from stackforge.report import MATRIX_SCHEMA, MATRIX_SCHEMA_VERSION, decide_cell, one_line
 from stackforge.results import LoadedResults, load_results
 
-__all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "CellState", "MatrixDiff", "MetricChange",
-           "MetricStats", "Snapshot", "StatusChange", "check_target", "diff_snapshots", "load_snapshot", "metric_stats",
-           "render_diff", "snapshot_from_matrix_json", "snapshot_from_records"]
+__all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "WITHIN_NOISE", "CellState", "MatrixDiff",
+           "MetricChange", "MetricStats", "Snapshot", "StatusChange", "check_target", "compare_metric",
+           "diff_snapshots", "load_snapshot", "lower_is_better", "metric_stats", "render_diff",
+           "snapshot_from_matrix_json", "snapshot_from_records"]
 
 NOISE_K = 1.0
 REL_THRESHOLD = 0.02
 NO_SPREAD_REL_THRESHOLD = 0.10
+#: The verdict of a metric change that stays within the runs' own noise.
+WITHIN_NOISE = "within noise"
 DIFF_SCHEMA = "stackforge.matrix-diff"
 DIFF_SCHEMA_VERSION = 1
 FORMATS = ("md", "json", "text")
@@ -120,7 +123,7 @@ class StatusChange:
 
 @dataclass(frozen=True, slots=True)
 class MetricChange:
-    """A metric that moved beyond noise."""
+    """A metric from A to B (``diff_snapshots`` keeps those that moved beyond noise)."""
 
     key: MetricKey
     before: MetricStats
@@ -128,7 +131,7 @@ class MetricChange:
     delta: float
     relative: float | None
     noise: float | None          # the spread the delta was compared with (None: unknown)
-    verdict: str                 # regression | improvement
+    verdict: str                 # regression | improvement | within noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +351,7 @@ def _range(stats: MetricStats) -> tuple[float, float]:
     return stats.center - half, stats.center + half
 
 
-def _lower_is_better(name: str) -> bool:
+def lower_is_better(name: str) -> bool:
     """Latencies and durations improve downwards; rates, bandwidths and throughputs upwards."""
     leaf = name.split(".")[0].lower()
     if any(token in leaf for token in _HIGHER_IS_BETTER):
@@ -365,18 +368,21 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> MatrixDiff:
                            for key in sorted(set(a.cells) | set(b.cells))
                            if _status_of(a.cells.get(key)) != _status_of(b.cells.get(key)))
     shared = sorted(set(a.metrics) & set(b.metrics))
-    changes = []
-    for key in shared:
-        before, after = a.metrics[key], b.metrics[key]
-        significant, noise = _significant(before, after)
-        if significant:
-            delta = after.center - before.center
-            worse = delta > 0 if _lower_is_better(key[3]) else delta < 0
-            changes.append(MetricChange(key, before, after, delta,
-                                        delta / before.center if before.center else None, noise,
-                                        "regression" if worse else "improvement"))
+    compared = (compare_metric(key, a.metrics[key], b.metrics[key]) for key in shared)
+    changes = [change for change in compared if change.verdict != WITHIN_NOISE]
     return MatrixDiff(a=a.label, b=b.label, status_changes=status_changes, metric_changes=tuple(changes),
                       metrics_compared=len(shared), within_noise=len(shared) - len(changes))
+
+
+def compare_metric(key: MetricKey, before: MetricStats, after: MetricStats) -> MetricChange:
+    """One metric from A to B: its delta, the noise it was compared with, and the verdict
+    (``regression``, ``improvement``, or :data:`WITHIN_NOISE` by the rule of the module docstring)."""
+    significant, noise = _significant(before, after)
+    delta = after.center - before.center
+    worse = delta > 0 if lower_is_better(key[3]) else delta < 0
+    verdict = ("regression" if worse else "improvement") if significant else WITHIN_NOISE
+    return MetricChange(key, before, after, delta, delta / before.center if before.center else None, noise,
+                        verdict)
 
 
 def _status_of(state: CellState | None) -> str | None:

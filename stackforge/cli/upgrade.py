@@ -1,0 +1,65 @@
+"""``stackforge upgrade``: two stacks side by side on a target (features gained and lost, driver floor,
+image size, benchmark deltas, the dead ends that remain)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackforge.cli._evidence import evidence_options, load_evidence, write_output
+from stackforge.cli.options import out_file_option
+from stackforge.errors import SpecError
+from stackforge.upgrade import FORMATS, StackChoice, build_upgrade, image_sizes_from_builds, render_upgrade
+
+
+@click.command(name="upgrade")
+@click.argument("stacks", nargs=-1, metavar="[FROM] [TO]")
+@click.option("--from-cuda", "from_cuda", metavar="VERSION", default=None,
+              help="Instead of FROM: the best stack of this CUDA family (pick's ranking), e.g. 12.8.")
+@click.option("--to-cuda", "to_cuda", metavar="VERSION", default=None,
+              help="Instead of TO: the best stack of this CUDA family (pick's ranking), e.g. 13.1.")
+@evidence_options
+@click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A `stackforge build --out` folder: image sizes from its build records "
+                   "(default: image sizes unknown).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@out_file_option
+def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, results: Path,
+            runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool, target: str | None,
+            skip_bad: bool, builds_dir: Path | None, fmt: str, out: Path | None) -> None:
+    """Compare stack FROM with stack TO on a target: features gained, lost, unchanged and undecided (each
+    side with its evidence: measured tier, or the rule that predicts it), the driver floor, the image
+    and its size, benchmark deltas with their spread, and the dead ends that remain after the upgrade.
+
+    \b
+    Examples:
+      stackforge upgrade --from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie --results results
+      stackforge upgrade cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312 --to-cuda 13.1 --format html --out up.html
+    """
+    before, after = _choices(stacks, from_cuda, to_cuda)
+    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                             target=target, skip_bad=skip_bad)
+    report = build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
+                           size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
+                           runs=evidence.runs, plan_only=plan_path is not None or matrix is not None)
+    write_output(render_upgrade(report, fmt), out)
+
+
+def _choices(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None) -> tuple[StackChoice, StackChoice]:
+    """FROM and TO from the arguments: stack ids, or --from-cuda / --to-cuda in place of either."""
+    wanted = 2 - (from_cuda is not None) - (to_cuda is not None)
+    if len(stacks) != wanted:
+        raise SpecError(f"upgrade needs a FROM and a TO: got {len(stacks)} stack id(s)"
+                        + (f" besides --from-cuda/--to-cuda (expected {wanted})" if wanted < 2 else ""),
+                        remedy="give two stack ids, or --from-cuda VERSION --to-cuda VERSION, or one id and "
+                               "one of those options")
+    ids = list(stacks)
+    before = StackChoice(cuda=from_cuda) if from_cuda is not None else StackChoice(stack_id=ids.pop(0))
+    after = StackChoice(cuda=to_cuda) if to_cuda is not None else StackChoice(stack_id=ids.pop(0))
+    same = (before.stack_id is not None and before.stack_id == after.stack_id
+            or before.cuda is not None and before.cuda == after.cuda)
+    if same:
+        raise SpecError(f"FROM and TO are the same ({before.describe()}): an upgrade compares two stacks",
+                        remedy="name two different stack ids or CUDA versions")
+    return before, after

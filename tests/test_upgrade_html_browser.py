@@ -1,0 +1,100 @@
+"""The HTML upgrade report in a real browser (headless Chromium): what a person sees, and the filter works.
+
+Needs Debian's ``chromium`` package (``apt-get install -y chromium``; the CI script installs it);
+skipped with that reason when /usr/bin/chromium is absent, as the matrix page's browser test. The
+screenshot is kept as a test artifact under ``tests/artifacts/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from matrix_fixtures import CU128, CU131, TARGET, plan_dict, seed_records
+from stackforge import runner
+from stackforge.report import parse_plan
+from stackforge.upgrade import StackChoice, build_upgrade
+from stackforge.upgrade_html import render_upgrade_html
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    if not CHROMIUM.exists():
+        pytest.skip("needs headless Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    path = tmp_path_factory.mktemp("html") / "upgrade.html"
+    # The CUDA 12.8 side has no measurement: its column must say "predicted only".
+    records = [r for r in seed_records() if r.stack_id != CU128]
+    report = build_upgrade(records, parse_plan(plan_dict()), TARGET, StackChoice(cuda="12.8"),
+                           StackChoice(cuda="13.1"), runs=("20260301T020000Z-aaaaaa",))
+    path.write_text(render_upgrade_html(report), encoding="utf-8")
+    return path
+
+
+def chromium(tmp_path: Path, *args: str) -> str:
+    """Run headless Chromium through the runner (the one subprocess choke point)."""
+    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}", *args]
+    result = runner.run(argv, timeout=120, tail_chars=2_000_000)
+    assert result.succeeded, f"chromium {result.describe()}: {result.output_tail[-2000:]}"
+    return result.output_tail
+
+
+def dump_dom(tmp_path: Path, url: str) -> str:
+    output = chromium(tmp_path, "--dump-dom", url)
+    start = output.find("<html")
+    assert start >= 0, output[-2000:]
+    return output[start:]
+
+
+def visible_features(dom: str) -> list[str]:
+    """Feature names of the features table rows the page shows, in display order."""
+    rows = re.findall(r'<tr class="ch-[a-z]+" data-search="([^"]*)"( hidden="")?>', dom)
+    return [search.split()[0] for search, hidden in rows if not hidden]
+
+
+def text_of(dom: str) -> str:
+    """The page's words, as a person reads them (entities decoded)."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+def test_what_a_person_sees(page, tmp_path):
+    dom = dump_dom(tmp_path, page.as_uri())
+    text = text_of(dom)
+    assert "stackforge upgrade · CUDA 12.8 → 13.1 on rtx-pro-6000-x8-pcie" in text
+    assert f"from {CU128} (predicted only)" in text and f"to {CU131}" in text
+    assert "6 of 6 features shown" in dom
+    assert visible_features(dom) == ["flashinfer-ar-fusion", "custom-allreduce", "torch-symm-mem",
+                                     "flashinfer-jit", "nccl-graph-tree", "serve"]
+    for phrase in ("➕ gained", "unavailable predicted by rule fi-arfusion-sm120", "pass measured (runtime)",
+                   "driver floor >= 570.26", ">= 590.44.01", "Dead ends that remain after the upgrade",
+                   "none: never probed on this target"):
+        assert phrase in text, phrase
+    # the deciding evidence is one click away
+    assert "RuntimeError: SymmetricMemory is not supported on this device (sm_120)" in dom
+
+
+def test_filter_from_the_address_bar(page, tmp_path):
+    dom = dump_dom(tmp_path, page.as_uri() + "?filter=" + quote("gained"))
+    assert visible_features(dom) == ["flashinfer-ar-fusion"]
+    assert "1 of 6 features shown" in dom
+    dom = dump_dom(tmp_path, page.as_uri() + "#filter=" + quote("to=pass undecided"))
+    assert visible_features(dom) == ["flashinfer-jit", "serve"]
+
+
+def test_screenshot_is_kept_as_an_artifact(page, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "upgrade_html.png"
+    shot.unlink(missing_ok=True)
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,1000", page.as_uri())
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000      # a rendered page, not a blank one
