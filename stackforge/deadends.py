@@ -6,6 +6,11 @@ cell, so it can never disagree with the matrix: a feature is dead on a stack whe
 measured ``fail`` / ``crash`` / ``timeout`` or a predicted ``unavailable``. For each dead feature
 the list names the first stack in version order where the feature is *measured* to pass, else the
 first kept stack where no rule blocks it (*predicted*, flagged as such: nobody ran it yet).
+
+Where wheel-tier records read the feature in a distribution's releases (``stackforge probe --tier
+wheel``, also of releases no stack pins), the list names the first release that unblocks it: the
+first measured pass after the newest measured failure, with the code on both sides. Without such a
+boundary it says that only a rule (or nothing) speaks for the way out.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from stackforge.errors import SpecError
+from stackforge.records import ResultRecord, Status
 from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellStatus, Cell, MatrixReport, Row, Source,
                                image_reference, source_text, target_text)
 
-__all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "Unblock", "find_dead_ends",
-           "render_deadends"]
+__all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "ReleaseBoundary", "Unblock",
+           "find_dead_ends", "release_boundaries", "render_deadends"]
 
 DEADENDS_SCHEMA = "stackforge.deadends"
 DEADENDS_SCHEMA_VERSION = 1
@@ -56,6 +64,22 @@ class Unblock:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseBoundary:
+    """Measured in a distribution's releases (wheel tier): the first release that unblocks a feature.
+
+    ``first_unblocked`` is ``None`` when the newest release read still blocks it; ``last_blocked``
+    is the newest release read that blocks it.
+    """
+
+    dist: str
+    last_blocked: str
+    first_unblocked: str | None
+    blocked_evidence: str
+    unblocked_evidence: str = ""
+    context: str = ""          # the stack-side context the readings depended on (``cuda=12.8``), or ""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadEnd:
     """A feature that is dead on at least one stack of the target."""
 
@@ -63,6 +87,7 @@ class DeadEnd:
     dead_on: tuple[DeadStack, ...]
     stacks_total: int
     unblocked_by: Unblock | None
+    boundaries: tuple[ReleaseBoundary, ...] = ()
 
     @property
     def headline(self) -> DeadStack:
@@ -93,7 +118,8 @@ def find_dead_ends(report: MatrixReport) -> DeadEndReport:
         judged = sum(row.cell(feature).status is not CellStatus.PRUNED for row in report.rows)
         if dead:
             dead_ends.append(DeadEnd(feature=feature, dead_on=dead, stacks_total=judged,
-                                     unblocked_by=_unblock(report.rows, feature)))
+                                     unblocked_by=_unblock(report.rows, feature),
+                                     boundaries=release_boundaries(report.wheel_records, feature)))
     pruned = tuple((row.stack_id, tuple(f"{f.rule}: {f.reason}" for f in row.pruned_by))
                    for row in report.rows if row.plan_status == "pruned")
     return DeadEndReport(target=report.target, target_label=target_text(report), dead_ends=tuple(dead_ends),
@@ -130,6 +156,42 @@ def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
     return None
 
 
+def release_boundaries(records: tuple[ResultRecord, ...], feature: str) -> tuple[ReleaseBoundary, ...]:
+    """Per distribution (and stack-side context), the first release measured to pass after the newest
+    release measured to fail ``feature``; distributions never measured to fail it are left out."""
+    series: dict[tuple[str, str], list[tuple[Version, str, ResultRecord]]] = {}
+    for record in records:
+        if record.feature != feature or record.outcome.status not in (Status.PASS, Status.FAIL) \
+                or len(record.provenance.versions) != 1:
+            continue
+        (dist, version), = record.provenance.versions.items()
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            continue
+        context = ", ".join(f"{name}={record.stack.get(name)}" for name in record.stack.get("depends_on", ())
+                            if name not in ("arch", "gpu_count", "interconnect", "multicast"))
+        series.setdefault((dist, context), []).append((parsed, version, record))
+    found = []
+    for (dist, context), points in sorted(series.items()):
+        points.sort(key=lambda point: point[0])
+        failing = [i for i, (_, _, r) in enumerate(points) if r.outcome.status is Status.FAIL]
+        if not failing:
+            continue
+        last = points[failing[-1]]
+        after = points[failing[-1] + 1] if failing[-1] + 1 < len(points) else None
+        found.append(ReleaseBoundary(dist=dist, last_blocked=last[1], first_unblocked=after[1] if after else None,
+                                     blocked_evidence=_first_line(last[2]),
+                                     unblocked_evidence=_first_line(after[2]) if after else "", context=context))
+    return tuple(found)
+
+
+def _first_line(record: ResultRecord) -> str:
+    """The code line a wheel reading was decided on (its evidence's first line), else its reason."""
+    lines = record.outcome.evidence.splitlines()
+    return lines[0] if lines and not lines[0].startswith("wheel: ") else record.outcome.reason
+
+
 # ---------------------------------------------------------------------------------------------- rendering
 
 
@@ -149,6 +211,8 @@ def render_deadends(report: DeadEndReport, fmt: str) -> str:
 
 
 def _how(entry: DeadStack) -> str:
+    if entry.source == "measured" and entry.tier == "wheel":
+        return f"measured (wheel) {entry.status}: read in the release's code, probe {entry.probe}"
     if entry.source == "measured":
         return f"measured {entry.status}, {entry.tier} probe {entry.probe}".rstrip()
     return f"predicted by rule {entry.rule}"
@@ -157,8 +221,31 @@ def _how(entry: DeadStack) -> str:
 def _unblock_text(unblock: Unblock | None) -> str:
     if unblock is None:
         return "no stack in this matrix unblocks it"
-    how = f"measured pass, {unblock.tier}" if unblock.basis == "measured" else "predicted, not measured"
+    if unblock.basis == "measured":
+        how = "measured (wheel) pass" if unblock.tier == "wheel" else f"measured pass, {unblock.tier}"
+    else:
+        how = "predicted, not measured"
     return f"first unblocked by {unblock.stack_id} ({how}: {unblock.detail})"
+
+
+def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
+    """The release boundaries, or a line saying when only a rule speaks for the way out."""
+    if not dead.boundaries:
+        if dead.unblocked_by is None or dead.unblocked_by.basis == "measured":
+            return []
+        return [f"the way out above rests on the rules only: no release is measured to unblock it "
+                f"(`stackforge bisect {dead.feature} --target {target}` measures it)"]
+    lines = []
+    for boundary in dead.boundaries:
+        where = f" [{boundary.context}]" if boundary.context else ""
+        if boundary.first_unblocked is None:
+            lines.append(f"still blocked in the newest {boundary.dist} release read, {boundary.last_blocked}"
+                         f"{where} (measured (wheel): {_flat(boundary.blocked_evidence)})")
+        else:
+            lines.append(f"first release measured to unblock it: {boundary.dist} {boundary.first_unblocked}{where} "
+                         f"(measured (wheel): {_flat(boundary.unblocked_evidence)}; {boundary.last_blocked} "
+                         f"blocks: {_flat(boundary.blocked_evidence)})")
+    return lines
 
 
 def _md(report: DeadEndReport) -> str:
@@ -182,6 +269,7 @@ def _md(report: DeadEndReport) -> str:
                 text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
             lines.append(text)
         lines.append(f"  - ➜ {_unblock_text(dead.unblocked_by)}")
+        lines += [f"  - ➜ {line}" for line in _boundary_text(dead, report.target)]
     if report.pruned:
         lines += ["", "Stacks pruned by the plan (cannot be built or run as a whole):"]
         lines += [f"- ⛔ `{stack}`: {'; '.join(_flat(r) for r in reasons)}"
@@ -203,6 +291,7 @@ def _text(report: DeadEndReport) -> str:
     for dead in report.dead_ends:
         lines.append(f"  {dead.feature} — DEAD END on {len(dead.dead_on)}/{dead.stacks_total} stacks "
                      f"({_flat(dead.headline.reason)}); {_unblock_text(dead.unblocked_by)}")
+        lines += [f"    {line}" for line in _boundary_text(dead, report.target)]
     for stack, reasons in report.pruned:
         lines.append(f"  pruned: {stack}: {'; '.join(_flat(r) for r in reasons)}")
     return "\n".join(lines) + "\n"
@@ -215,9 +304,16 @@ def _json(report: DeadEndReport) -> dict[str, Any]:
                            "dead_on": [_entry_json(e) for e in d.dead_on],
                            "unblocked_by": None if d.unblocked_by is None else {
                                "stack_id": d.unblocked_by.stack_id, "basis": d.unblocked_by.basis,
-                               "tier": d.unblocked_by.tier, "detail": d.unblocked_by.detail}}
+                               "tier": d.unblocked_by.tier, "detail": d.unblocked_by.detail},
+                           "release_boundaries": [_boundary_json(b) for b in d.boundaries]}
                           for d in report.dead_ends],
             "pruned": [{"stack_id": s, "reasons": list(r)} for s, r in report.pruned]}
+
+
+def _boundary_json(boundary: ReleaseBoundary) -> dict[str, Any]:
+    return {"dist": boundary.dist, "last_blocked": boundary.last_blocked,
+            "first_unblocked": boundary.first_unblocked, "blocked_evidence": boundary.blocked_evidence,
+            "unblocked_evidence": boundary.unblocked_evidence, "context": boundary.context}
 
 
 def _entry_json(entry: DeadStack) -> dict[str, Any]:

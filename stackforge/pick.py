@@ -4,7 +4,9 @@ A stack qualifies when:
 
 * the plan did not prune it for the target;
 * every required feature is *measured* to pass (a ``gate``-tier pass counts, flagged "gate evidence
-  only", when no runtime or bench result exists -- e.g. nightly CI without the GPU);
+  only", when no runtime or bench result exists -- e.g. nightly CI without the GPU; so does a
+  ``wheel``-tier pass, the release's own code read from its wheel, flagged "wheel evidence only"
+  and ranked below gate);
 * the driver, when given, meets the stack's driver floor, the one the plan shows: the highest of
   the CUDA family's minor-version compatibility floor (the plan's derived ``min_driver``), the
   target's own ``min_driver`` and any ``requires: driver`` rule (compared as versions, so
@@ -71,8 +73,9 @@ class Check:
     name: str           # a feature, or "plan" / "image" / "driver"
     met: bool
     line: str
-    gate_only: bool = False
+    gate_only: bool = False    # met on gate or wheel evidence only (nothing ran on the GPU)
     unmeasured: bool = False   # not met only because nothing measured it (no rule rules it out)
+    wheel_only: bool = False   # met on wheel evidence only (the release's code read, no image probed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,10 @@ class Candidate:
     @property
     def gate_only(self) -> bool:
         return any(c.gate_only for c in self.checks if c.met)
+
+    @property
+    def wheel_only(self) -> bool:
+        return any(c.wheel_only for c in self.checks if c.met)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,9 @@ class Pick:
     def warnings(self) -> tuple[str, ...]:
         gate_note = ("some requirements rest on gate evidence only (decided without a GPU); "
                      "run the runtime probes on the target to confirm")
+        if self.candidate.wheel_only:
+            gate_note = ("some requirements rest on wheel evidence only (the release's code read from its "
+                         "wheel, no image probed); run the gate and runtime probes to confirm")
         extra = (gate_note,) if self.candidate.gate_only else ()
         return self.candidate.warnings + extra
 
@@ -315,8 +325,11 @@ def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | No
     checks = [_plan_check(row)]
     checks += [_feature_check(row.cell(feature)) for feature in require]
     checks.append(_driver_check(row, target, driver, host_driver, target_min))
-    evidence = [r for f in require for r in row.cell(f).records if r.outcome.status is not Status.SKIP]
-    image, pinned, warnings = _image(evidence or list(row.records))
+    # Wheel-tier records read a release's wheel, not an image: they name none.
+    imaged = [r for r in row.records if r.tier is not Tier.WHEEL]
+    evidence = [r for f in require for r in row.cell(f).records
+                if r.outcome.status is not Status.SKIP and r.tier is not Tier.WHEEL]
+    image, pinned, warnings = _image(evidence or imaged)
     pinning = "pinned by digest" if pinned else "not pinned"
     checks.append(Check("image", bool(image), f"image {image} ({pinning})" if image
                         else "no image: this stack was never probed on this target", unmeasured=not image))
@@ -338,15 +351,15 @@ def _plan_check(row: Row) -> Check:
 def _feature_check(cell: Cell) -> Check:
     decisive = cell.decisive
     if cell.source is Source.MEASURED and cell.status is CellStatus.PASS and decisive is not None:
-        gate_only = decisive.tier is Tier.GATE
-        label = "pass on gate evidence only" if gate_only else "pass"
+        gate_only = decisive.tier in (Tier.GATE, Tier.WHEEL)
+        label = f"pass on {decisive.tier.value} evidence only" if gate_only else "pass"
         line = (f"{cell.feature}: {label} ({decisive.tier.value} probe {decisive.probe}: "
                 f"{one_line(cell.reason, 160)})")
         if cell.evidence:
             line += f" — evidence: {one_line(cell.evidence, 160)}"
         if cell.contradicted:
             line += " — note: contradicts a rule's prediction"
-        return Check(cell.feature, True, line, gate_only=gate_only)
+        return Check(cell.feature, True, line, gate_only=gate_only, wheel_only=decisive.tier is Tier.WHEEL)
     unmeasured = cell.source is not Source.MEASURED and cell.status in _NOT_RULED_OUT
     return Check(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
 
@@ -429,11 +442,12 @@ def _throughput(records: Sequence[ResultRecord]) -> tuple[Metric | None, int]:
 
 
 def _rank(candidate: Candidate, optimize: str) -> tuple[Any, ...]:
-    measured = not candidate.gate_only
+    # Runtime/bench evidence beats gate evidence, which beats wheel evidence (code read, not run).
+    measured = (not candidate.gate_only, not candidate.wheel_only)
     if optimize == "newest":
-        return (measured, candidate.order_key)
+        return (*measured, candidate.order_key)
     value = candidate.metric.value if candidate.metric is not None else 0.0
-    return (measured, candidate.metric_rank, value, candidate.order_key)
+    return (*measured, candidate.metric_rank, value, candidate.order_key)
 
 
 def _driver_version(driver: str | None) -> Version | None:

@@ -7,38 +7,29 @@ extra indexes and the find-links locations, taken from ``--index-url``/``--extra
 checked against its mirror. An index may speak the PEP 691 simple JSON API (PyPI, the PyTorch cuXYZ
 index; PyPI's per-release JSON API is often not proxied) or PEP 503 HTML (most mirrors), over
 http(s) or ``file://``; find-links may be a folder or a page of links. HTTP answers are cached on
-disk. An index that cannot be reached is reported as such, and the rest of the check goes on: an
+disk (the index client is :mod:`stackforge.wheels.index`). An index that cannot be reached is reported as such, and the rest of the check goes on: an
 unreachable extra index would otherwise cost pip seconds of retries per package during the build.
 """
 
 from __future__ import annotations
 
-import hashlib
-import html.parser
-import json
-import os
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
-from urllib.parse import unquote, urlsplit
-from urllib.request import url2pathname
 
 import requests
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
 
-from stackforge.pip_config import PYPI_SIMPLE, PipConfig, redact_urls, without_credentials
+from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
 from stackforge.plan import Cell, Plan
 from stackforge.versions import compact
+# The index client is shared with the wheel tier; its names stay importable from here.
+from stackforge.wheels.index import IndexConfig, Source, index_config, new_session, project_files
 
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-# JSON when the index speaks it, else the PEP 503 HTML page every index serves.
-ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-CACHE_TTL_S = 24 * 3600
-TIMEOUT = (5, 20)   # connect, read: an unreachable index must answer fast
+__all__ = ["Availability", "IndexConfig", "PackageCheck", "PreflightReport", "Source", "Wanted", "check_package",
+           "classify_files", "find_package", "index_config", "run_preflight", "wanted_packages"]
 
 
 class Availability(str, Enum):
@@ -46,73 +37,6 @@ class Availability(str, Enum):
     SDIST_ONLY = "sdist-only"      # only a source distribution: the build compiles it
     MISSING = "missing"            # the version exists but no file fits, or the version does not exist
     UNREACHABLE = "unreachable"    # the index did not answer
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """One place pip looks: an index (a page per project) or a find-links location (flat)."""
-
-    location: str
-    index: bool
-
-
-@dataclass(frozen=True, slots=True)
-class IndexConfig:
-    """Where pip looks for files, as ``pip install`` would on this machine.
-
-    Attributes:
-        index_url: the main index (``None`` with pip's ``no-index``).
-        extra_index_urls: further indexes, asked as well.
-        find_links: folders, files or pages of links (pip ``--find-links``).
-        cert: the CA bundle pip trusts (``cert``/``PIP_CERT``), or ``None`` for the default.
-    """
-
-    index_url: str | None = PYPI_SIMPLE
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    cert: str | None = None
-
-    def sources(self, primary: str) -> tuple[Source, ...]:
-        """Every location asked for a package whose own index is ``primary`` ("pypi" = the main index)."""
-        first = self.index_url if primary == "pypi" else primary
-        indexes = dict.fromkeys([*([first] if first else []), *self.extra_index_urls])
-        return (*(Source(url, index=True) for url in indexes),
-                *(Source(location, index=False) for location in dict.fromkeys(self.find_links)))
-
-    def describe(self) -> str:
-        """The locations in one line, without credentials (it is printed)."""
-        parts = [f"index {without_credentials(self.index_url)}" if self.index_url else "no index"]
-        parts += [f"extra index {without_credentials(url)}" for url in self.extra_index_urls]
-        parts += [f"find-links {without_credentials(location)}" for location in self.find_links]
-        return ", ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        """The locations for --json, without credentials."""
-        return {"index_url": without_credentials(self.index_url) if self.index_url else None,
-                "extra_index_urls": [without_credentials(url) for url in self.extra_index_urls],
-                "find_links": [without_credentials(location) for location in self.find_links]}
-
-
-def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                 find_links: Sequence[str] = (), pip_config: PipConfig | None = None,
-                 env: Mapping[str, str] | None = None) -> IndexConfig:
-    """The locations pip would ask: command-line values first, then pip's environment and config files.
-
-    As in pip, ``--index-url`` replaces the configured index while ``--extra-index-url`` and
-    ``--find-links`` add to the configured ones.
-
-    Args:
-        pip_config: pip's configuration (:func:`stackforge.pip_config.read_pip_config`).
-        env: the environment (``PIP_INDEX_URL``...); read directly too, in case pip could not be asked.
-    """
-    settings = (pip_config or PipConfig()).values(env)
-    configured_index = settings.get("index-url", PYPI_SIMPLE)
-    no_index = settings.get("no-index", "").lower() in ("1", "true", "yes", "on")
-    return IndexConfig(index_url=None if no_index and not index_url else (index_url or configured_index),
-                       extra_index_urls=tuple(dict.fromkeys([*settings.get("extra-index-url", "").split(),
-                                                             *extra_index_urls])),
-                       find_links=tuple(dict.fromkeys([*settings.get("find-links", "").split(), *find_links])),
-                       cert=settings.get("cert") or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +109,7 @@ def run_preflight(plan: Plan, *, cache_dir: str | None = None, session: requests
     """Check every kept stack's pinned packages against the indexes pip would ask."""
     indexes = indexes or IndexConfig()
     cache = Path(cache_dir or Path.home() / ".cache" / "stackforge" / "preflight")
-    session = session or requests.Session()
-    if indexes.cert:
-        session.verify = indexes.cert
+    session = session or new_session(indexes)
     checks: list[PackageCheck] = []
     seen_cells = {c.stack.id: c for c in plan.cells if not c.pruned}
     for stack_id, cell in seen_cells.items():
@@ -282,34 +204,12 @@ def _filenames(wanted: Wanted, source: Source, *, session: requests.Session, cac
         requests.RequestException / OSError / ValueError: the location did not answer usefully.
     """
     project = canonicalize_name(wanted.package)
-    if urlsplit(source.location).scheme in ("http", "https"):
-        # An index has a page per project; a find-links URL is itself the page of links.
-        url = f"{source.location.rstrip('/')}/{project}/" if source.index else source.location
-        listing = _get_filenames(url, session=session, cache=cache)
-    else:
-        listing = _listing_on_disk(source, project)
+    listing = project_files(source, project, session=session, cache=cache)
     if listing is None:
         return None
-    matching = [name for name in listing
-                if _file_project(name) == project and _file_version(name) == wanted.version]
+    matching = [entry.filename for entry in listing
+                if _file_project(entry.filename) == project and _file_version(entry.filename) == wanted.version]
     return matching or None
-
-
-def _listing_on_disk(source: Source, project: str) -> list[str] | None:
-    """A ``file://`` index (a folder per project, with an index.html or the files), or a find-links folder."""
-    location = source.location
-    path = Path(url2pathname(urlsplit(location).path)) if location.startswith("file:") else Path(location)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    if path.is_file():
-        return _links(path.read_text(encoding="utf-8", errors="replace")) if path.suffix in (".html", ".htm") \
-            else [path.name]
-    if not source.index:
-        return [child.name for child in path.iterdir() if child.is_file()]
-    page = path / project
-    if (page / "index.html").is_file():
-        return _links((page / "index.html").read_text(encoding="utf-8", errors="replace"))
-    return [child.name for child in page.iterdir() if child.is_file()] if page.is_dir() else None
 
 
 def _file_project(filename: str) -> str | None:
@@ -323,25 +223,6 @@ def _file_project(filename: str) -> str | None:
     except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
         return None
     return None
-
-
-class _LinkParser(html.parser.HTMLParser):
-    """The file names a PEP 503 page links to (the last path segment of each ``<a href>``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href") if tag == "a" else None
-        if href:
-            self.names.append(unquote(urlsplit(href).path.rstrip("/").rpartition("/")[2]))
-
-
-def _links(page: str) -> list[str]:
-    parser = _LinkParser()
-    parser.feed(page)
-    return parser.names
 
 
 def _file_version(filename: str) -> str | None:
@@ -358,27 +239,6 @@ def _file_version(filename: str) -> str | None:
             except (InvalidSdistFilename, ValueError):
                 return None
     return None
-
-
-def _get_filenames(url: str, *, session: requests.Session, cache: Path) -> list[str] | None:
-    """GET a simple-index page (JSON or HTML) as file names, with an on-disk cache; ``None`` for 404."""
-    path = cache / (hashlib.sha256(f"files:{url}".encode()).hexdigest()[:32] + ".json")
-    if path.exists() and time.time() - path.stat().st_mtime < CACHE_TTL_S:
-        return json.loads(path.read_text()).get("files")
-    response = session.get(url, headers={"Accept": ACCEPT}, timeout=TIMEOUT)
-    if response.status_code == 404:
-        names = None
-    else:
-        response.raise_for_status()
-        if "json" in response.headers.get("Content-Type", ""):
-            names = [str(f["filename"]) for f in response.json().get("files", [])]
-        else:
-            names = _links(response.text)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"url": without_credentials(url), "files": names}))
-    os.replace(tmp, path)
-    return names
 
 
 def _short(exc: Exception) -> str:

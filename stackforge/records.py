@@ -32,11 +32,13 @@ class Status(str, Enum):
 
 
 class Tier(str, Enum):
-    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements)."""
+    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements), wheel (a
+    release's wheel read from the index: no image, no GPU; :mod:`stackforge.wheels.tier`)."""
 
     GATE = "gate"
     RUNTIME = "runtime"
     BENCH = "bench"
+    WHEEL = "wheel"
 
 
 class Verdict(str, Enum):
@@ -74,7 +76,7 @@ class Provenance:
     driver: str | None = None
     gpus: list[str] = field(default_factory=list)
     host: str = ""
-    runner: str = "docker"          # docker | local
+    runner: str = "docker"          # docker | local | wheel
 
 
 @dataclass(frozen=True, slots=True)

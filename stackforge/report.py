@@ -11,7 +11,10 @@ the same function, :func:`decide_cell`):
 1. Records of the cell (same stack, target and feature; several probes may speak for one feature)
    that ``skip`` say nothing about the feature and are set aside.
 2. Of the rest, the strongest evidence level decides: records taken on the GPU (``runtime`` and
-   ``bench`` tiers) outrank ``gate`` records (decided inside the image without a GPU).
+   ``bench`` tiers) outrank ``gate`` records (decided inside the image without a GPU), which
+   outrank ``wheel`` records (the release's code read from its wheel on the index, no image: a
+   wheel record speaks for every stack that pins that release, see :mod:`stackforge.wheels.match`).
+   A cell a wheel record decides is *measured (wheel)*: below gate and runtime, above a rule.
 3. Within that level the worst outcome wins: ``crash`` > ``timeout`` > ``fail`` > ``pass`` >
    ``error``. A probe that broke (``error``) does not hide a pass, but any real failure does.
 4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
@@ -127,7 +130,7 @@ LEGEND: dict[str, str] = {
     "pruned": "the stack is incompatible as a whole (plan)", "untested": "neither measured nor predicted",
     "contradicted": "a measurement contradicts a rule's prediction (the rule needs review)",
 }
-HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "predicted": "rule"}
+HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "wheel": "wheel", "predicted": "rule"}
 
 # Metrics that best summarise a cell, in order of preference (names as stackforge/bench/scripts write
 # them: serve.py output_throughput / output_tok_s, allreduce_sweep.py peak_busbw_gbps, gemm.py
@@ -139,8 +142,11 @@ UNITS = {"output_throughput": "tok/s", "output_tok_s": "tok/s", "peak_busbw_gbps
          "min_size_latency_us": "µs",
          "latency_us": "µs", "ttft_ms": "ms"}
 _SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
-_LEVEL = {Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 1}   # GPU tiers outrank gate
-_TIER_PREFERENCE = {Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 2}
+# GPU tiers outrank gate, which outranks the wheel tier (code read, nothing run or imported).
+_LEVEL = {Tier.WHEEL: 0, Tier.GATE: 1, Tier.RUNTIME: 2, Tier.BENCH: 2}
+_TIER_PREFERENCE = {Tier.WHEEL: -1, Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 2}
+# Outcomes that say nothing about the feature: set aside when deciding a cell.
+_NO_VERDICT = frozenset({"skip", "undecided"})
 VERSION_AXES = ("cuda", "torch", "flashinfer", "sglang", "python")
 _PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD: CellStatus.HAZARD,
                      Verdict.REQUIRES: CellStatus.REQUIRES}
@@ -318,7 +324,7 @@ class Cell:
 
     @property
     def how(self) -> str:
-        """``gate`` / ``runtime`` / ``bench`` for measured cells, ``predicted`` or ``""`` otherwise."""
+        """``gate`` / ``runtime`` / ``bench`` / ``wheel`` for measured cells, ``predicted`` or ``""`` otherwise."""
         if self.source is Source.MEASURED and self.tier is not None:
             return self.tier.value
         return "predicted" if self.source is Source.PREDICTED else ""
@@ -375,6 +381,8 @@ class MatrixReport:
     runs: tuple[str, ...] = ()
     #: no probe result for this target: every cell is a rule's prediction (or untested)
     predictions_only: bool = False
+    #: every wheel-tier record of the target, also those of releases no row pins (release boundaries)
+    wheel_records: tuple[ResultRecord, ...] = ()
 
     def row(self, stack_id: str) -> Row:
         for row in self.rows:
@@ -422,18 +430,36 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
         runs: run ids the records came from, shown in the header.
     """
     mine = [r for r in records if r.target == target]
+    wheel = tuple(r for r in mine if r.tier is Tier.WHEEL)
+    imaged = [r for r in mine if r.tier is not Tier.WHEEL]
     plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
-    present = _features(mine, plan_cells.values())
+    # A wheel reading of a narrower fact (``trtllm-fmha:decode``, ``metadata:...``) is no column.
+    present = _features([*imaged, *(r for r in wheel if ":" not in r.feature)], plan_cells.values())
     columns = check_features(features, present) or present
-    stacks = _stacks(mine, plan_cells)
+    stacks = _stacks(imaged, plan_cells)
     grouped: dict[tuple[str, str], list[ResultRecord]] = {}
-    for record in mine:
+    for record in imaged:
         grouped.setdefault((record.stack_id, record.feature), []).append(record)
+    for stack_id, stack in stacks.items():
+        _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
     rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, columns)
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
     return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
                         features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
-                        runs=tuple(runs), predictions_only=not mine and bool(plan_cells))
+                        runs=tuple(runs), predictions_only=not mine and bool(plan_cells), wheel_records=wheel)
+
+
+def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], stack_id: str,
+                          stack: Mapping[str, Any], plan_cell: PlanCell | None,
+                          wheel: Sequence[ResultRecord]) -> None:
+    """Add to a stack's cells the wheel records of the releases it pins (same context values)."""
+    from stackforge.wheels.match import record_matches, stack_context, stack_pins
+
+    derived = plan_cell.derived if plan_cell else None
+    pins, context = stack_pins(stack, derived), stack_context(stack, derived)
+    for record in wheel:
+        if record_matches(record, pins, context):
+            grouped.setdefault((stack_id, record.feature), []).append(record)
 
 
 def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
@@ -503,12 +529,12 @@ def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction
 
 def _decisive(records: Sequence[ResultRecord]) -> tuple[ResultRecord | None, Status | None]:
     """The record that decides a cell, and its status (None when every record skipped)."""
-    informative = [r for r in records if r.outcome.status is not Status.SKIP]
+    informative = [r for r in records if r.outcome.status.value not in _NO_VERDICT]
     if not informative:
         return None, None
     level = max(_LEVEL[r.tier] for r in informative)
     top = [r for r in informative if _LEVEL[r.tier] == level]
-    chosen = max(top, key=lambda r: (_SEVERITY[r.outcome.status], _TIER_PREFERENCE[r.tier], r.probe))
+    chosen = max(top, key=lambda r: (_SEVERITY.get(r.outcome.status, 0), _TIER_PREFERENCE[r.tier], r.probe))
     return chosen, chosen.outcome.status
 
 

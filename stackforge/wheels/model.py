@@ -24,6 +24,7 @@ class ReleaseFile:
     requires_python: str = ""
     yanked: bool = False
     kind: str = "wheel"       # wheel | sdist
+    index: str = ""           # the location (without credentials) the file was taken from
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,10 @@ class Reading:
     summary: str                          # one line, e.g. "supported_major_versions=[9, 10]: 12 not admitted"
     sites: tuple[CodeSite, ...] = ()
     depends_on: tuple[str, ...] = ()      # ReadContext fields that decided it, e.g. ("arch", "cuda")
+    # How the code admits or refuses it, in a word or two that stays the same across releases
+    # ("raises KeyError", "disabled"): for a status that can come about in several ways. A change of
+    # manner with the same status is a change of verdict to bisect and verify.
+    manner: str = ""
 
 
 # A reader: the unpacked wheel's root (the directory holding the top-level packages and *.dist-info)

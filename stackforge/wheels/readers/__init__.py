@@ -1,0 +1,27 @@
+"""The wheel tier's readers: one pure function per (fact, distribution).
+
+Each module reads one distribution's unpacked wheel (:mod:`.flashinfer` for flashinfer-python,
+:mod:`.sglang` for sglang, :mod:`.metadata` for any distribution's METADATA) and exports
+``READERS``, a tuple of :class:`~stackforge.wheels.model.ReaderSpec`. This registry joins them;
+:func:`reader_for` is the one lookup the tier, ``bisect`` and ``compat verify`` use.
+"""
+
+from __future__ import annotations
+
+from stackforge.errors import SpecError
+from stackforge.wheels.model import ReaderSpec
+from stackforge.wheels.readers import flashinfer, metadata, sglang
+
+READERS: tuple[ReaderSpec, ...] = flashinfer.READERS + sglang.READERS + metadata.READERS
+
+
+def reader_for(fact: str, dist: str) -> ReaderSpec:
+    """The reader of ``fact`` in ``dist``'s wheel; bad input (exit 2) naming the known ones otherwise."""
+    for spec in READERS:
+        if spec.fact == fact and spec.dist == dist:
+            return spec
+    known = ", ".join(sorted(spec.fact for spec in READERS if spec.dist == dist))
+    if known:
+        raise SpecError(f"no wheel reader for fact {fact!r} of {dist}", remedy=f"facts read from {dist}: {known}")
+    dists = ", ".join(sorted({spec.dist for spec in READERS}))
+    raise SpecError(f"no wheel reader for distribution {dist!r}", remedy=f"distributions with readers: {dists}")

@@ -1,0 +1,383 @@
+"""The wheel tier: a reader run against a release's wheel, and its reading as a result record.
+
+No image, no torch, no GPU: the wheel is fetched from the configured index into the wheel cache
+(:mod:`stackforge.wheels.cache`), never installed, and a pure reader reads its files. A release
+that publishes only an sdist is reported as such (undecided), never built.
+
+A reading becomes one :class:`~stackforge.records.ResultRecord` per (distribution version x fact x
+target): tier ``wheel``, stack id ``wheel-<dist>-<version>`` (plus the context values the reading
+depended on beyond the target's hardware), stack ``{<stack key>: version, ...}`` so the matrix can
+match it to every stack that pins that version.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.tags import Tag
+from packaging.utils import parse_wheel_filename
+
+from stackforge.errors import SpecError
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.wheels.bisect import Point, Search, binary_search, full_scan
+from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.index import IndexConfig, Release, find_release, releases
+from stackforge.wheels import match
+from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
+from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
+
+SDIST_ONLY = "sdist only: not built"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """A reading and the file it was read from (``None`` when there was no wheel to read)."""
+
+    dist: str
+    version: str
+    reading: Reading
+    file: ReleaseFile | None
+    duration_s: float = 0.0
+
+
+def pick_wheel(release: Release) -> ReleaseFile | None:
+    """The wheel a reader reads: ``py3-none-any`` first, then Linux x86_64, then any wheel.
+
+    The readers read Python sources and metadata, which every wheel of a release carries alike.
+    """
+    def rank(file: ReleaseFile) -> tuple[int, str]:
+        tags: frozenset[Tag] = parse_wheel_filename(file.filename)[3]
+        if any(t.platform == "any" and t.abi == "none" for t in tags):
+            return (0, file.filename)
+        if any(t.platform.endswith("x86_64") and "linux" in t.platform for t in tags):
+            return (1, file.filename)
+        return (2, file.filename)
+    wheels = sorted(release.wheels, key=rank)
+    return wheels[0] if wheels else None
+
+
+def measure(spec: ReaderSpec, release: Release, ctx: ReadContext, *, cache: WheelCache) -> Measurement:
+    """Run ``spec``'s reader on ``release``'s wheel for ``ctx``.
+
+    A reader that breaks on a release (a file it did not expect) gives an undecided reading that
+    says so: one odd release must not stop a search over a hundred.
+    """
+    started = time.monotonic()
+    wheel = pick_wheel(release)
+    if wheel is None:
+        what = SDIST_ONLY if any(f.kind == "sdist" for f in release.files) else "no wheel published"
+        return Measurement(release.dist, release.version, Reading(spec.fact, ReadingStatus.UNDECIDED, what), None)
+    root = cache.unpacked(wheel)
+    try:
+        reading = spec.reader(root, ctx)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError, KeyError, IndexError, AttributeError,
+            TypeError) as exc:
+        reading = Reading(spec.fact, ReadingStatus.UNDECIDED,
+                          f"reader could not read this release: {type(exc).__name__}: {exc}")
+    return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
+
+
+def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: IndexConfig,
+                 cache: WheelCache) -> Reading:
+    """The reading of ``spec`` on release ``version`` of ``spec.dist``.
+
+    Raises:
+        SpecError: no such release on the configured indexes (exit 2).
+        IndexUnreachableError: an index did not answer (exit 3).
+    """
+    return measure(spec, lookup_release(spec.dist, version, indexes=indexes, cache=cache), ctx, cache=cache).reading
+
+
+def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: WheelCache) -> Release:
+    """Release ``version`` of ``dist`` (pre-releases and yanked ones too: it was asked for by name)."""
+    found = releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
+                     cache_dir=cache.index_dir)
+    release = find_release(found, version)
+    if release is None:
+        latest = ", ".join(r.version for r in found[-5:]) or "none"
+        raise SpecError(f"{dist} {version} is not on the configured indexes ({indexes.describe()}); "
+                        f"latest: {latest}", remedy="pick a published version, or pass --index-url/--find-links")
+    return release
+
+
+# --- readings -> records ----------------------------------------------------------------------------
+
+def outcome_status(status: ReadingStatus) -> Status:
+    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail."""
+    return {ReadingStatus.AVAILABLE: Status.PASS, ReadingStatus.UNAVAILABLE: Status.FAIL,
+            ReadingStatus.ABSENT: Status.FAIL}.get(status, _undecided_status())
+
+
+def _undecided_status() -> Status:
+    """``undecided`` where the records know it; ``skip`` (not applicable, no failure) otherwise."""
+    return getattr(Status, "UNDECIDED", Status.SKIP)
+
+
+def outcome_reason(reading: Reading) -> str:
+    """One line: the reading's summary, saying so when the code path is not in the release at all."""
+    if reading.status is ReadingStatus.ABSENT:
+        return f"absent in this release: {reading.summary}" if reading.summary else "absent in this release"
+    if reading.status is ReadingStatus.UNDECIDED and _undecided_status() is Status.SKIP:
+        return f"undecided: {reading.summary}"
+    return reading.summary
+
+
+def evidence_text(measurement: Measurement) -> str:
+    """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` and the index."""
+    lines = [f"{site.path}:{site.line}: {site.code}" for site in measurement.reading.sites]
+    if measurement.file is not None:
+        lines.append(f"wheel: {measurement.file.url} sha256:{measurement.file.sha256 or 'not given by the index'}")
+        if measurement.file.index:
+            lines.append(f"index: {measurement.file.index}")
+    return "\n".join(lines)
+
+
+def context_values(reading: Reading, ctx: ReadContext) -> dict[str, Any]:
+    """The context fields the reading depended on, with their values."""
+    return {name: getattr(ctx, name) for name in reading.depends_on if hasattr(ctx, name)}
+
+
+# How a stack-side context value names a record (``wheel-flashinfer-python-0.7.2-cu13.1-nvcc``).
+_ID_PARTS: dict[str, Callable[[Any], str]] = {
+    "cuda": lambda v: f"cu{v}", "torch_cuda": lambda v: f"torchcu{v}", "python": lambda v: f"py{v}",
+    "nvcc": lambda v: "nvcc" if v else "no-nvcc", "kernel_package": str,
+}
+
+
+def wheel_stack_id(dist: str, version: str, values: dict[str, Any]) -> str:
+    """``wheel-<dist>-<version>``, plus a part for each stack-side value the reading depends on."""
+    parts = [f"wheel-{dist}-{version}"]
+    parts += [_ID_PARTS.get(name, lambda v, n=name: f"{n}{v}")(value) for name, value in sorted(values.items())
+              if name not in TARGET_FIELDS and value is not None]
+    return _UNSAFE.sub("_", "-".join(parts))[:160]
+
+
+def wheel_probe_id(dist: str, fact: str) -> str:
+    """``wheel.<dist>.<fact>``, with ``:`` as ``.`` (probe ids are file names: ``trtllm-fmha:decode``)."""
+    return _UNSAFE.sub("_", f"wheel.{dist}.{fact.replace(':', '.')}")
+
+
+def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run_id: str,
+                 host: str = "") -> ResultRecord:
+    """The result record of one measurement for one target."""
+    reading = measurement.reading
+    values = context_values(reading, ctx)
+    stack: dict[str, Any] = {stack_key(measurement.dist): measurement.version, **values,
+                             "depends_on": list(reading.depends_on)}
+    return ResultRecord(
+        run_id=run_id, stack_id=wheel_stack_id(measurement.dist, measurement.version, values), stack=stack,
+        target=target, probe=wheel_probe_id(measurement.dist, reading.fact), feature=reading.fact, tier=Tier.WHEEL,
+        outcome=Outcome(status=outcome_status(reading.status), reason=outcome_reason(reading),
+                        evidence=evidence_text(measurement), duration_s=round(measurement.duration_s, 3)),
+        provenance=Provenance(image="", versions={measurement.dist: measurement.version}, host=host,
+                              runner="wheel"),
+        kind="probe", created_at=utc_now())
+
+
+def record_matches(stack: dict[str, Any], record: ResultRecord, ctx: ReadContext) -> bool:
+    """Whether a wheel-tier record speaks for ``stack`` whose read context on the target is ``ctx``."""
+    return match.record_matches(record, stack, {name: getattr(ctx, name) for name in ctx.__slots__})
+
+
+def specs_for(readers: Sequence[ReaderSpec], fact: str) -> tuple[ReaderSpec, ...]:
+    """The reader specs of ``fact`` (one per distribution it is read from)."""
+    return tuple(spec for spec in readers if spec.fact == fact)
+
+
+def context_for(stack: Any, derived: Any, target: Any) -> ReadContext:
+    """The read context of one stack on one target (a plan cell's ``stack``, ``derived``, ``target``)."""
+    return ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=str(target.interconnect.value),
+                       multicast=bool(target.multicast), cuda=stack.cuda, nvcc=bool(derived.has_nvcc),
+                       torch_cuda=derived.torch_cuda, python=stack.python, kernel_package=derived.kernel_package)
+
+
+def target_context(target: Any) -> ReadContext:
+    """The read context of a target alone (facts that depend on the hardware only)."""
+    return ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=str(target.interconnect.value),
+                       multicast=bool(target.multicast))
+
+
+# --- the reader registry, and choosing a reader ------------------------------------------------------
+
+def load_readers() -> tuple[ReaderSpec, ...]:
+    """Every reader stackforge ships (:mod:`stackforge.wheels.readers`), imported only when asked for."""
+    try:
+        from stackforge.wheels.readers import READERS
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("stackforge.wheels.readers"):
+            return ()
+        raise
+    return tuple(READERS)
+
+
+def resolve_specs(readers: Sequence[ReaderSpec], fact: str, package: str | None) -> tuple[ReaderSpec, ...]:
+    """The readers of ``fact``: the one of ``package`` when given, else every distribution it is read from.
+
+    Raises:
+        SpecError: unknown fact, or a distribution it is not read from (exit 2), listing the valid ones.
+    """
+    facts = sorted({spec.fact for spec in readers})
+    specs = tuple(sorted(specs_for(readers, fact), key=lambda spec: spec.dist))
+    if not specs:
+        raise SpecError(f"unknown feature {fact!r} for the wheel tier; known: {', '.join(facts) or 'none'}",
+                        remedy="these are the facts a wheel reader reads")
+    if package is None:
+        return specs
+    from packaging.utils import canonicalize_name
+    wanted = str(canonicalize_name(package))
+    found = tuple(spec for spec in specs if spec.dist == wanted)
+    if not found:
+        raise SpecError(f"{fact} is not read from distribution {package!r}; it is read from: "
+                        f"{', '.join(spec.dist for spec in specs)}")
+    return found
+
+
+def releases_between(found: Sequence[Release], dist: str, first: str | None, last: str | None) -> list[Release]:
+    """The releases from ``first`` to ``last`` (both included, either open).
+
+    Raises:
+        SpecError: a bound that is no version, or no release in the range (exit 2).
+    """
+    from packaging.version import InvalidVersion, Version
+    try:
+        low = Version(first) if first else None
+        high = Version(last) if last else None
+    except InvalidVersion as exc:
+        raise SpecError(f"{exc}", remedy="--from/--to take PEP 440 versions such as 0.6.16.post4") from None
+    kept = [r for r in found if (low is None or r.parsed >= low) and (high is None or r.parsed <= high)]
+    if not kept:
+        span = f"{found[0].version} .. {found[-1].version}" if found else "none"
+        raise SpecError(f"no release of {dist} between {first or 'the first'} and {last or 'the last'} "
+                        f"(releases on the indexes: {span})",
+                        remedy="widen --from/--to, or add --pre / --yanked")
+    return kept
+
+
+def target_named(targets: Mapping[str, Any], name: str) -> Any:
+    """The target profile called ``name``.
+
+    Raises:
+        SpecError: no such target (exit 2), listing the known ones.
+    """
+    if name not in targets:
+        raise SpecError(f"unknown target {name!r}; known: {', '.join(sorted(targets))}")
+    return targets[name]
+
+
+def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cache: WheelCache,
+               first: str | None = None, last: str | None = None, exhaustive: bool = False,
+               include_pre: bool = False, include_yanked: bool = False,
+               on_read: Callable[[Point[Measurement]], None] | None = None) -> Search[Measurement]:
+    """Where ``spec``'s verdict for ``ctx`` changes across the releases of ``spec.dist`` on the indexes.
+
+    Raises:
+        SpecError: no release in the range (exit 2).
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    found = releases(spec.dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
+                     session=cache.session, cache_dir=cache.index_dir)
+    chosen = {r.version: r for r in releases_between(found, spec.dist, first, last)}
+
+    def read(version: str) -> Measurement:
+        return measure(spec, chosen[version], ctx, cache=cache)
+
+    search = full_scan if exhaustive else binary_search
+    return search(list(chosen), read, on_read=on_read)
+
+
+# --- `stackforge probe --tier wheel`: the readers on the versions a matrix pins ----------------------
+
+@dataclass(frozen=True, slots=True)
+class WheelJob:
+    """One reader on one pinned release, for one stack on one target."""
+
+    spec: ReaderSpec
+    version: str
+    target: str
+    ctx: ReadContext
+
+
+def pinned_version(dist: str, stack: Any, derived: Any) -> str | None:
+    """The version of ``dist`` a stack pins (its kernel package's through the derived pin), or ``None``."""
+    if dist in ("sgl-kernel", "sglang-kernel"):
+        return (stack.kernel or derived.kernel_version) if derived.kernel_package == dist else None
+    key = STACK_KEYS.get(dist)
+    return getattr(stack, key, None) if key else None
+
+
+def select_readers(readers: Sequence[ReaderSpec], features: Sequence[str]) -> tuple[ReaderSpec, ...]:
+    """The readers of ``features`` (facts, or the features before ``:``; all when none are named).
+
+    Raises:
+        SpecError: a name no reader reads (exit 2), listing the known facts.
+    """
+    known = {spec.fact for spec in readers} | {spec.fact.split(":")[0] for spec in readers}
+    unknown = [f for f in features if f not in known]
+    if unknown:
+        raise SpecError(f"no wheel reader for: {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
+    return tuple(spec for spec in readers
+                 if not features or spec.fact in features or spec.fact.split(":")[0] in features)
+
+
+def plan_wheel_jobs(cells: Sequence[Any], readers: Sequence[ReaderSpec]) -> tuple[WheelJob, ...]:
+    """One job per kept plan cell and reader of a distribution the cell's stack pins; the same
+    (reader, version, target, context) once."""
+    jobs: dict[tuple[str, str, str, str, ReadContext], WheelJob] = {}
+    for cell in cells:
+        ctx = context_for(cell.stack, cell.derived, cell.target)
+        for spec in readers:
+            version = pinned_version(spec.dist, cell.stack, cell.derived)
+            if version is not None:
+                jobs.setdefault((spec.fact, spec.dist, version, cell.target.name, ctx),
+                                WheelJob(spec, version, cell.target.name, ctx))
+    return tuple(jobs.values())
+
+
+def run_wheel_jobs(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache, run_id: str,
+                   host: str = "", write: Callable[[ResultRecord], Any] | None = None,
+                   on_done: Callable[[ResultRecord], None] | None = None) -> list[ResultRecord]:
+    """Read every job's release; one record per (distribution version x fact x target [x context]).
+
+    A pinned version the indexes do not list is recorded as an ``error`` (nothing to read), and the
+    rest goes on.
+
+    Raises:
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    listed: dict[str, list[Release]] = {}
+    done: dict[tuple[str, str, str], ResultRecord] = {}
+    for job in jobs:
+        dist = job.spec.dist
+        if dist not in listed:
+            listed[dist] = releases(dist, indexes=indexes, include_pre=True, include_yanked=True,
+                                    session=cache.session, cache_dir=cache.index_dir)
+        release = find_release(listed[dist], job.version)
+        if release is None:
+            record = _missing_release_record(job, indexes, run_id=run_id, host=host)
+        else:
+            record = wheel_record(measure(job.spec, release, job.ctx, cache=cache), target=job.target,
+                                  ctx=job.ctx, run_id=run_id, host=host)
+        if record.key in done:
+            continue
+        done[record.key] = record
+        if write is not None:
+            write(record)
+        if on_done is not None:
+            on_done(record)
+    return list(done.values())
+
+
+def _missing_release_record(job: WheelJob, indexes: IndexConfig, *, run_id: str, host: str) -> ResultRecord:
+    dist = job.spec.dist
+    return ResultRecord(
+        run_id=run_id, stack_id=wheel_stack_id(dist, job.version, {}),
+        stack={stack_key(dist): job.version, "depends_on": []}, target=job.target,
+        probe=wheel_probe_id(dist, job.spec.fact), feature=job.spec.fact, tier=Tier.WHEEL,
+        outcome=Outcome(status=Status.ERROR, reason=f"{dist} {job.version} is not on the configured indexes",
+                        evidence=indexes.describe()),
+        provenance=Provenance(versions={dist: job.version}, host=host, runner="wheel"), created_at=utc_now())

@@ -1,0 +1,122 @@
+"""Small real wheels and a loopback package index (PEP 691 JSON or PEP 503 HTML) serving them."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import http.server
+import json
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, ReadingStatus
+
+
+def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, tag: str = "py3-none-any") -> Path:
+    """A real (zip) wheel of ``dist`` ``version`` holding ``files`` and a METADATA."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = dist.replace("-", "_")
+    path = folder / f"{stem}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr(f"{stem}-{version}.dist-info/METADATA",
+                         f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def comm_py(majors: list[int] | None) -> str:
+    """A FlashInfer-like ``flashinfer/jit/comm.py``: the arch gate, or no gate at all (``None``)."""
+    gate = "" if majors is None else f"    supported_major_versions = {majors!r}\n"
+    return f"def gen_trtllm_comm_module():\n{gate}    return build('trtllm_comm')\n"
+
+
+def read_comm_gate(root: Path, ctx: ReadContext) -> Reading:
+    """A tiny reader for tests: the ``supported_major_versions`` list of gen_trtllm_comm_module in
+    flashinfer/jit/comm.py (on one line, as in FlashInfer's releases of 2026)."""
+    path = root / "flashinfer" / "jit" / "comm.py"
+    if not path.is_file():
+        return Reading("flashinfer-ar-fusion", ReadingStatus.ABSENT, "flashinfer/jit/comm.py not in the wheel",
+                       (CodeSite("flashinfer/jit/comm.py", 0, ""),), ("arch",))
+    lines = path.read_text().splitlines()
+    start = next((n for n, line in enumerate(lines) if "def gen_trtllm_comm_module" in line), 0)
+    for number, line in enumerate(lines[start:], start + 1):
+        if "supported_major_versions" in line:
+            majors = ast.literal_eval(line.split("=", 1)[1].strip().rstrip(","))
+            major = int(ctx.arch.split(".")[0])
+            status = ReadingStatus.AVAILABLE if major in majors else ReadingStatus.UNAVAILABLE
+            verdict = "admitted" if major in majors else "not admitted"
+            return Reading("flashinfer-ar-fusion", status,
+                           f"flashinfer/jit/comm.py:{number} supported_major_versions={majors}: {major} {verdict}",
+                           (CodeSite("flashinfer/jit/comm.py", number, line.strip()),), ("arch",))
+    return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED, "no supported_major_versions in comm.py")
+
+
+COMM_SPEC = ReaderSpec("flashinfer-ar-fusion", "flashinfer-python", read_comm_gate,
+                       "flashinfer/jit/comm.py supported_major_versions")
+
+
+@dataclass
+class LoopbackIndex:
+    """What the loopback index serves: project -> [(file path, sha256 override, yanked, requires-python)]."""
+
+    projects: dict[str, list[dict]] = field(default_factory=dict)
+    html: bool = False
+    hits: list[str] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def add(self, project: str, path: Path, *, sha256: str | None = None, yanked: bool = False,
+            requires_python: str = "") -> None:
+        self.files[path.name] = path
+        self.projects.setdefault(project, []).append(
+            {"filename": path.name, "sha256": sha256 if sha256 is not None else sha256_of(path),
+             "yanked": yanked, "requires_python": requires_python})
+
+
+def serve(index: LoopbackIndex):
+    """Start a loopback HTTP server for ``index``; returns (simple URL, server). Call server.shutdown()."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            index.hits.append(self.path)
+            parts = [p for p in self.path.split("/") if p]
+            if len(parts) == 2 and parts[0] == "files" and parts[1] in index.files:
+                return self._send(index.files[parts[1]].read_bytes(), "application/octet-stream")
+            if len(parts) == 2 and parts[0] == "simple" and parts[1] in index.projects:
+                return self._page(index.projects[parts[1]])
+            self.send_response(404)
+            self.end_headers()
+
+        def _page(self, entries: list[dict]) -> None:
+            if index.html:
+                anchors = "".join(
+                    f'<a href="../../files/{e["filename"]}#sha256={e["sha256"]}"'
+                    + (f' data-requires-python="{e["requires_python"].replace(">", "&gt;")}"'
+                       if e["requires_python"] else "")
+                    + (' data-yanked=""' if e["yanked"] else "") + f'>{e["filename"]}</a>' for e in entries)
+                return self._send(f"<html><body>{anchors}</body></html>".encode(), "text/html")
+            body = {"meta": {"api-version": "1.0"},
+                    "files": [{"filename": e["filename"], "url": f"../../files/{e['filename']}",
+                               "hashes": {"sha256": e["sha256"]}, "requires-python": e["requires_python"] or None,
+                               "yanked": e["yanked"]} for e in entries]}
+            return self._send(json.dumps(body).encode(), "application/vnd.pypi.simple.v1+json")
+
+        def _send(self, body: bytes, content_type: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/simple", server

@@ -1,0 +1,111 @@
+"""Wheel-tier records in the matrix, dead ends and pick: measured (wheel), below gate and runtime, above a rule."""
+
+from __future__ import annotations
+
+from stackforge.deadends import find_dead_ends, render_deadends
+from stackforge.pick import pick
+from stackforge.records import Tier
+from stackforge.report import CellStatus, Source, build_matrix, cell_label, parse_plan
+from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
+from stackforge.wheels.tier import Measurement, wheel_record
+from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
+
+SM120 = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie")
+SITE = {"flashinfer-python": "flashinfer/jit/comm.py", "sglang": "sglang/srt/distributed/torch_symm_mem.py"}
+
+
+def wheel(dist: str, version: str, fact: str, status: ReadingStatus, code: str = "", *,
+          ctx: ReadContext = SM120, depends_on: tuple[str, ...] = ("arch",)):
+    reading = Reading(fact, status, f"{SITE.get(dist, dist)}:10 {code}", (CodeSite(SITE.get(dist, dist), 10, code),),
+                      depends_on)
+    file = ReleaseFile(dist, version, f"{dist}-{version}-py3-none-any.whl", f"https://files/{dist}-{version}.whl",
+                       "a" * 64, index="https://pypi.org/simple")
+    return wheel_record(Measurement(dist, version, reading, file), target=TARGET, ctx=ctx, run_id="wheel-run")
+
+
+def matrix(extra):
+    return build_matrix([*seed_records(), *extra], parse_plan(plan_dict()), TARGET)
+
+
+def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
+    report = matrix([wheel("sglang", "0.5.12", "custom-allreduce", ReadingStatus.UNAVAILABLE, "world_size in (2, 4)")])
+    cell = report.row(CU130).cell("custom-allreduce")
+    assert (cell.status, cell.source, cell.tier, cell.how) == (CellStatus.FAIL, Source.MEASURED, Tier.WHEEL, "wheel")
+    assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
+    assert report.row(CU131).cell("custom-allreduce").source is Source.PREDICTED, "sglang 0.5.23 was not read"
+    assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \
+        "a wheel record is no stack of its own"
+
+
+def test_gate_and_runtime_outrank_the_wheel_tier():
+    report = matrix([wheel("flashinfer-python", "0.6.14", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE),
+                     wheel("flashinfer-python", "0.7.2", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE)])
+    assert (report.row(CU130).cell("flashinfer-ar-fusion").status, report.row(CU130).cell(
+        "flashinfer-ar-fusion").tier) == (CellStatus.PASS, Tier.GATE)
+    assert report.row(CU131).cell("flashinfer-ar-fusion").tier is Tier.RUNTIME
+
+
+def test_the_wheel_tier_outranks_a_rule_and_flags_a_contradiction():
+    report = matrix([wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")])
+    cell = report.row(CU130).cell("torch-symm-mem")
+    assert (cell.status, cell.source, cell.tier) == (CellStatus.PASS, Source.MEASURED, Tier.WHEEL)
+    assert "rule contradicted by measurement" in cell.contradicted and "wheel" in cell.contradicted
+
+
+def test_a_reading_that_depends_on_the_stack_matches_only_stacks_with_that_context():
+    from dataclasses import replace
+    cu128 = wheel("flashinfer-python", "0.6.14", "flashinfer-jit", ReadingStatus.UNAVAILABLE,
+                  ctx=replace(SM120, cuda="12.8"), depends_on=("arch", "cuda"))
+    cu130 = wheel("flashinfer-python", "0.6.14", "flashinfer-jit", ReadingStatus.UNAVAILABLE,
+                  ctx=replace(SM120, cuda="13.0"), depends_on=("arch", "cuda"))
+    assert cu128.stack_id == "wheel-flashinfer-python-0.6.14-cu12.8" != cu130.stack_id
+    cell = matrix([cu128]).row(CU130).cell("flashinfer-jit")
+    assert all(r.tier is not Tier.WHEEL for r in cell.records)
+    assert any(r.tier is Tier.WHEEL for r in matrix([cu130]).row(CU130).cell("flashinfer-jit").records)
+
+
+def test_undecided_and_narrower_facts_decide_nothing_and_add_no_column():
+    report = matrix([wheel("sglang", "0.5.12", "custom-allreduce", ReadingStatus.UNDECIDED),
+                     wheel("sglang", "0.5.12", "trtllm-fmha:decode", ReadingStatus.AVAILABLE)])
+    assert report.row(CU130).cell("custom-allreduce").source is Source.PREDICTED
+    assert "trtllm-fmha:decode" not in report.features
+
+
+def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries():
+    boundary = [wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE,
+                      "supported_major_versions=[9, 10]"),
+                wheel("flashinfer-python", "0.6.16.post4", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE,
+                      "supported_major_versions=[9, 10]"),
+                wheel("flashinfer-python", "0.6.17", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE,
+                      "supported_major_versions=[9, 10, 12]"),
+                wheel("flashinfer-python", "0.7.2", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE,
+                      "supported_major_versions=[9, 10, 12]")]
+    report = find_dead_ends(matrix(boundary))
+    fusion = next(d for d in report.dead_ends if d.feature == "flashinfer-ar-fusion")
+    (found,) = fusion.boundaries
+    assert (found.dist, found.last_blocked, found.first_unblocked) == ("flashinfer-python", "0.6.16.post4", "0.6.17")
+    text = render_deadends(report, "md")
+    assert ("first release measured to unblock it: flashinfer-python 0.6.17 (measured (wheel): "
+            "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
+            "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10])") in text
+    assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]
+    tree = text.split("**nccl-graph-tree**")[1].split("- [")[0]
+    assert "rests on the rules only: no release is measured to unblock it" in tree
+    json_text = render_deadends(report, "json")
+    assert '"first_unblocked": "0.6.17"' in json_text
+
+
+def test_deadends_says_when_the_newest_release_read_still_blocks():
+    report = find_dead_ends(matrix([wheel("sglang", "0.5.9", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "KeyError"),
+                                    wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "KeyError")]))
+    text = render_deadends(report, "text")
+    assert "still blocked in the newest sglang release read, 0.5.12" in text
+
+
+def test_pick_counts_a_wheel_pass_below_gate_evidence():
+    records = [*seed_records(), wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE)]
+    chosen = pick(records, parse_plan(plan_dict()), TARGET, require=("torch-symm-mem",))
+    assert chosen.candidate.stack_id == CU130 and chosen.candidate.wheel_only and chosen.exit_code == 5
+    assert any("pass on wheel evidence only" in line for line in chosen.why())
+    assert any("wheel evidence only" in warning for warning in chosen.warnings())
+    assert chosen.candidate.image, "the image comes from the stack's probed records, not the wheel record"

@@ -1,0 +1,145 @@
+"""The wheel tier: a reader on a release's wheel, and its reading as a result record."""
+
+from __future__ import annotations
+
+import pytest
+
+from stackforge.errors import SpecError
+from stackforge.records import ResultRecord, Status, Tier
+from stackforge.results import result_schema
+from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.index import IndexConfig, find_release, releases
+from stackforge.wheels.model import ReadContext, ReadingStatus
+from stackforge.wheels.tier import (SDIST_ONLY, measure, outcome_status, pick_wheel, read_release, record_matches,
+                                    wheel_record)
+from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve, sha256_of
+
+SM120 = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie")
+
+
+@pytest.fixture
+def index(tmp_path):
+    index = LoopbackIndex()
+    for version, majors in (("0.6.16.post4", [9, 10]), ("0.6.17", [9, 10, 12])):
+        index.add("flashinfer-python", make_wheel(tmp_path / "w", "flashinfer-python", version,
+                                                  {"flashinfer/jit/comm.py": comm_py(majors)}))
+    sdist = tmp_path / "w" / "flashinfer_python-0.6.18.tar.gz"
+    sdist.write_bytes(b"sdist")
+    index.add("flashinfer-python", sdist)
+    url, server = serve(index)
+    yield IndexConfig(index_url=url), WheelCache.open(IndexConfig(index_url=url), tmp_path / "cache"), tmp_path
+    server.shutdown()
+
+
+def test_read_release_reads_the_wheel_of_that_version(index):
+    indexes, cache, _ = index
+    assert read_release(COMM_SPEC, "0.6.16.post4", SM120, indexes=indexes, cache=cache).status \
+        is ReadingStatus.UNAVAILABLE
+    reading = read_release(COMM_SPEC, "0.6.17", SM120, indexes=indexes, cache=cache)
+    assert reading.status is ReadingStatus.AVAILABLE and reading.sites[0].line == 2
+
+
+def test_an_sdist_only_release_is_undecided_and_never_built(index):
+    indexes, cache, tmp_path = index
+    reading = read_release(COMM_SPEC, "0.6.18", SM120, indexes=indexes, cache=cache)
+    assert (reading.status, reading.summary) == (ReadingStatus.UNDECIDED, SDIST_ONLY)
+    assert not (tmp_path / "cache").exists() or all(p.name == "index" for p in (tmp_path / "cache").iterdir())
+
+
+def test_an_unknown_version_is_bad_input(index):
+    indexes, cache, _ = index
+    with pytest.raises(SpecError, match="0.6.99 is not on the configured indexes.*0.6.17"):
+        read_release(COMM_SPEC, "0.6.99", SM120, indexes=indexes, cache=cache)
+
+
+def test_py3_none_any_is_preferred():
+    from stackforge.wheels.index import Release
+    from stackforge.wheels.model import ReleaseFile
+    files = tuple(ReleaseFile("x", "1", f"x-1-{tag}.whl", "u", "") for tag in
+                  ("cp312-cp312-manylinux_2_28_aarch64", "cp312-cp312-manylinux_2_28_x86_64", "py3-none-any"))
+    assert pick_wheel(Release("x", "1", files)).filename == "x-1-py3-none-any.whl"
+    assert pick_wheel(Release("x", "1", files[:2])).filename.endswith("x86_64.whl")
+
+
+def test_a_reading_becomes_a_wheel_tier_record_with_its_evidence(index):
+    indexes, cache, tmp_path = index
+    release = find_release(releases("flashinfer-python", indexes=indexes), "0.6.16.post4")
+    record = wheel_record(measure(COMM_SPEC, release, SM120, cache=cache), target="rtx-pro-6000-x8-pcie",
+                          ctx=SM120, run_id="r1")
+    assert (record.tier, record.stack_id, record.probe, record.feature) == \
+        (Tier.WHEEL, "wheel-flashinfer-python-0.6.16.post4", "wheel.flashinfer-python.flashinfer-ar-fusion",
+         "flashinfer-ar-fusion")
+    assert record.stack == {"flashinfer": "0.6.16.post4", "arch": "12.0", "depends_on": ["arch"]}
+    assert record.outcome.status is Status.FAIL
+    wheel = release.files[0]
+    assert record.outcome.evidence.splitlines()[:2] == [
+        "flashinfer/jit/comm.py:2: supported_major_versions = [9, 10]",
+        f"wheel: {wheel.url} sha256:{sha256_of(tmp_path / 'w' / wheel.filename)}"]
+    assert (record.provenance.versions, record.provenance.runner) == ({"flashinfer-python": "0.6.16.post4"}, "wheel")
+    again = ResultRecord.from_json(record.to_json())
+    assert again == record
+    import jsonschema
+    jsonschema.validate(record.to_json(), result_schema())
+
+
+def test_statuses_map_to_record_statuses():
+    assert outcome_status(ReadingStatus.AVAILABLE) is Status.PASS
+    assert outcome_status(ReadingStatus.UNAVAILABLE) is Status.FAIL
+    assert outcome_status(ReadingStatus.ABSENT) is Status.FAIL
+    assert outcome_status(ReadingStatus.UNDECIDED) is getattr(Status, "UNDECIDED", Status.SKIP)
+
+
+def test_a_record_matches_stacks_of_its_version_and_context(index):
+    indexes, cache, _ = index
+    release = find_release(releases("flashinfer-python", indexes=indexes), "0.6.17")
+    record = wheel_record(measure(COMM_SPEC, release, SM120, cache=cache), target="t", ctx=SM120, run_id="r")
+    assert record_matches({"flashinfer": "0.6.17", "sglang": "0.5.23"}, record, SM120)
+    assert record_matches({"flashinfer": "0.6.17.0"}, record, SM120)
+    assert not record_matches({"flashinfer": "0.6.16.post4"}, record, SM120)
+    assert not record_matches({"sglang": "0.6.17"}, record, SM120)
+
+
+def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from click.testing import CliRunner
+
+    from stackforge.cli import cli
+    from stackforge.results import load_results
+    from stackforge.wheels.model import ReaderSpec
+    from tests._wheel_helpers import read_comm_gate
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
+    not_served = ReaderSpec("torch-symm-mem", "sglang", read_comm_gate, "x")
+    monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: (COMM_SPEC, not_served))
+    index = LoopbackIndex()
+    index.add("flashinfer-python", make_wheel(tmp_path / "w", "flashinfer-python", "0.7.2",
+                                              {"flashinfer/jit/comm.py": comm_py([9, 10, 12])}))
+    url, server = serve(index)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("schema: 1\ntargets: [rtx-pro-6000-x8-pcie]\naxes: {cuda: ['13.1'], torch: ['2.14.1'], "
+                      "flashinfer: ['0.7.2'], sglang: ['0.5.23'], python: ['3.12', '3.13']}\n")
+    try:
+        result = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--results",
+                                          str(tmp_path / "results"), "--index-url", url])
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    records = {r.probe: r for r in load_results(tmp_path / "results").records}
+    assert set(records) == {"wheel.flashinfer-python.flashinfer-ar-fusion", "wheel.sglang.torch-symm-mem"}, \
+        "two stacks (python 3.12, 3.13) pin the same release: one record per release x fact x target"
+    fusion = records["wheel.flashinfer-python.flashinfer-ar-fusion"]
+    assert (fusion.stack_id, fusion.outcome.status, fusion.tier) == ("wheel-flashinfer-python-0.7.2", Status.PASS,
+                                                                     Tier.WHEEL)
+    missing = records["wheel.sglang.torch-symm-mem"]
+    assert missing.outcome.status is Status.ERROR and "sglang 0.5.23 is not on the configured indexes" in \
+        missing.outcome.reason
+    assert "summary: 1 pass, 1 error" in result.output
+    json.dumps(fusion.to_json())
+    refused = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--local"])
+    assert refused.exit_code == 2 and "--tier wheel and --local cannot be combined" in refused.stderr
+    assert CliRunner().invoke(cli, ["probe", "--matrix", str(matrix), "--index-url", url]).exit_code == 2
