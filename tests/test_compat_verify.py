@@ -278,3 +278,14 @@ def test_a_witness_context_stands_in_for_the_targets_hardware(tmp_path):
     assert {ctx.gpu_count for *_, ctx in calls} == {6}
     assert {t for c in verdict.checks for t in c.targets} == {
         "rtx-pro-6000-x8-pcie as gpu_count=6", "rtx-pro-6000-x2-pcie as gpu_count=6", "rtx-5090-x1 as gpu_count=6"}
+
+
+def test_a_witness_without_a_registered_reader_reads_undecided(tmp_path):
+    """A fact the loader knows but no reader registers leaves the rule unwitnessed, not the run broken."""
+    from stackforge.wheels.model import ReadContext
+    from stackforge.wheels.readings import WheelReadings
+
+    readings = WheelReadings(indexes=None, cache=None)  # no index or cache is touched before the reader
+    reading = readings.evaluate("no-such-fact", "flashinfer-python", "0.7.4", ReadContext("12.0", 8, "pcie"))
+    assert reading.status is ReadingStatus.UNDECIDED
+    assert "no wheel reader for fact 'no-such-fact'" in reading.summary

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stackforge.errors import SpecError
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.index import IndexConfig, Release, find_release, index_config, releases
-from stackforge.wheels.model import ReadContext, Reading
+from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.tier import measure
 
 
@@ -30,10 +31,14 @@ class WheelReadings:
     def evaluate(self, fact: str, dist: str, version: str, ctx: ReadContext) -> Reading:
         from stackforge.wheels.readers import reader_for
 
+        try:
+            spec = reader_for(fact, dist)
+        except SpecError as exc:   # a witness whose reader is not registered: nothing decides the rule
+            return Reading(fact, ReadingStatus.UNDECIDED, exc.one_line())
         release = find_release(self._releases(dist), version)
         if release is None:   # the lister gave this version, so it is on the index
             raise AssertionError(f"{dist} {version} not among the listed releases")
-        return measure(reader_for(fact, dist), release, ctx, cache=self.cache).reading
+        return measure(spec, release, ctx, cache=self.cache).reading
 
     def _releases(self, dist: str) -> list[Release]:
         if dist not in self.found:

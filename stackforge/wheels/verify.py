@@ -193,7 +193,7 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
     notes = tuple(c.note for c in contexts)
     wrong = [c for c in checks if c.agrees is False]
     if wrong:
-        measured = tuple(_measure(reader, witness, window, inside, check, contexts) for check in wrong)
+        measured = tuple(m for check in wrong for m in _measure(reader, witness, window, inside, check, contexts))
         why = "; ".join(f"{c.version} ({c.role}) reads {c.reading.status.value} for {','.join(c.targets)}"
                         for c in wrong)
         return RuleVerdict(rule.id, Verdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
@@ -329,40 +329,59 @@ def reads_inside(witness: Witness, reading: Reading) -> bool:
 # --------------------------------------------------------------------------- measuring the real bound
 
 def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: Sequence[bool], check: Check,
-             contexts: Sequence[_Context]) -> MeasuredBound:
+             contexts: Sequence[_Context]) -> tuple[MeasuredBound, ...]:
     """Where the reading changes near a release that disagrees with the rule.
 
     The search window spans the run of releases the failing release belongs to and the run next to it
-    across the rule's bound; the reading is assumed monotone inside it (a binary search)."""
+    across the rule's bound; :func:`stackforge.wheels.bisect.binary_search` finds where "reads as the
+    rule expects inside" flips in it (undecided releases stepped over, a few releases sampled when the
+    ends agree)."""
+    from stackforge.wheels.bisect import binary_search
+
     context = next(c for c in contexts if c.targets == check.targets)
-    index = window.index(check.version)
-    lo, hi = _neighbour_runs(inside, index)
-
-    def matches(i: int) -> bool:
-        return reads_inside(witness, reader.read(witness, window[i], context.ctx))
-
-    def decided(i: int) -> bool:
-        return reader.read(witness, window[i], context.ctx).status is not ReadingStatus.UNDECIDED
-
-    def status(i: int) -> str:
-        return reader.read(witness, window[i], context.ctx).status.value
-
-    while lo < hi and not decided(lo):
-        lo += 1
-    while hi > lo and not decided(hi):
-        hi -= 1
-    if matches(lo) == matches(hi):
-        expected = "/".join(s.value for s in witness.inside)
-        verb = "read" if matches(lo) else "read neither"
-        text = (f"{window[lo]} ({status(lo)}) and {window[hi]} ({status(hi)}) both {verb} {expected}: the reading "
-                f"does not change across {witness.version_fact} {window[lo]}..{window[hi]} the way the rule says")
-        return MeasuredBound(context.targets, None, None, status(lo), status(hi), text)
-    before, after = _bisect(matches, decided, lo, hi)
+    lo, hi = _neighbour_runs(inside, window.index(check.version))
+    search = binary_search(window[lo:hi + 1], lambda version: _Match.of(reader, witness, version, context.ctx))
     fact = witness.version_fact
-    claim = f"{fact} >={window[after]}" if matches(after) else f"{fact} <{window[after]}"
-    text = (f"reading turns {status(after)} at {window[after]} (from {status(before)} at {window[before]}): "
-            f"measured bound {claim}")
-    return MeasuredBound(context.targets, window[before], window[after], status(before), status(after), text)
+    bounds = []
+    for change in search.changes:
+        before, after = change.before.result.original, change.after.result.original
+        claim = f"{fact} >={change.after.version}" if change.after.result.matches else f"{fact} <{change.after.version}"
+        skipped = f" ({len(change.undecided)} undecided release(s) between)" if change.undecided else ""
+        text = (f"reading turns {after.status.value} at {change.after.version} (from {before.status.value} at "
+                f"{change.before.version}){skipped}: measured bound {claim}")
+        bounds.append(MeasuredBound(context.targets, change.before.version, change.after.version,
+                                    before.status.value, after.status.value, text))
+    if not bounds:
+        decided = [p for p in search.points if p.decided]
+        first, last = (decided[0], decided[-1]) if decided else (search.points[0], search.points[-1])
+        expected = "/".join(s.value for s in witness.inside)
+        verb = "read" if first.result.matches else "read neither"
+        text = (f"{first.version} ({first.result.original.status.value}) and {last.version} "
+                f"({last.result.original.status.value}) both {verb} {expected}, and so do the {len(decided)} "
+                f"release(s) read between: the reading does not change across {fact} {first.version}..{last.version} "
+                f"the way the rule says")
+        bounds.append(MeasuredBound(context.targets, None, None, first.result.original.status.value,
+                                    last.result.original.status.value, text))
+    return tuple(bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """A reading seen as what the search compares: reads as the rule expects inside, or not (or undecided)."""
+
+    reading: Reading
+    original: Reading
+    matches: bool
+
+    @classmethod
+    def of(cls, reader: _Reader, witness: Witness, version: str, ctx: ReadContext) -> _Match:
+        original = reader.read(witness, version, ctx)
+        matches = reads_inside(witness, original)
+        if original.status is ReadingStatus.UNDECIDED and ReadingStatus.UNDECIDED not in witness.inside:
+            status = ReadingStatus.UNDECIDED
+        else:
+            status = ReadingStatus.AVAILABLE if matches else ReadingStatus.UNAVAILABLE
+        return cls(replace(original, status=status, manner=""), original, matches)
 
 
 def _neighbour_runs(inside: Sequence[bool], index: int) -> tuple[int, int]:
@@ -390,26 +409,6 @@ def _neighbour_runs(inside: Sequence[bool], index: int) -> tuple[int, int]:
             other -= 1
         return other, end
     return start, end
-
-
-def _bisect(matches: Callable[[int], bool], decided: Callable[[int], bool], lo: int, hi: int) -> tuple[int, int]:
-    """The closest decided indices around where ``matches`` changes, given matches(lo) != matches(hi) and both
-    decided; undecided releases (sdist only) between them are stepped over."""
-    low_value = matches(lo)
-    while True:
-        between = [i for i in range(lo + 1, hi)]
-        if not between:
-            return lo, hi
-        middle = len(between) // 2
-        # The decided index nearest the middle, if any.
-        order = sorted(between, key=lambda i: (abs(i - between[middle]), i))
-        mid = next((i for i in order if decided(i)), None)
-        if mid is None:
-            return lo, hi
-        if matches(mid) == low_value:
-            lo = mid
-        else:
-            hi = mid
 
 
 def _bound_text(witness: Witness, conditions: Sequence[Condition]) -> str:
