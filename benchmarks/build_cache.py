@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell  # noqa: E402
+from _session import TEST_LABEL  # noqa: E402
 
 from stackforge import docker_engine, runner  # noqa: E402
 from stackforge.build import Builder, BuildOptions, BuildRecord, BuildStatus, build_stacks  # noqa: E402
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="sf-bench-"))
     real = args.torch == "pypi-cu128"
     base = dict(find_links=None if real else Path(WHEELHOUSE), ca_bundle=Path(SYSTEM_CA), out_dir=out,
-                no_deps=frozenset({"sglang"}), labels=((docker_engine.TEST_LABEL, "1"), (BENCH_LABEL, run_id)),
+                no_deps=frozenset({"sglang"}), labels=((TEST_LABEL, "1"), (BENCH_LABEL, run_id)),
                 builder=Builder(args.builder))
     if args.builder == "buildx" and not args.warm_pip_cache:
         # Only download caches go (RUN --mount=type=cache); layers and images are untouched.

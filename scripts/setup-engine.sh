@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a Debian bookworm machine for stackforge: Docker engine, debootstrap and buildx.
 #
-# For development and CI machines without a container registry (see docs/DESIGN "Development and CI
-# machines"). Idempotent: every step checks first and does nothing when its work is already done, so it
+# For development and CI machines without a container registry (see README.md, "Set up a fresh
+# machine"). Idempotent: every step checks first and does nothing when its work is already done, so it
 # is safe (and quick) to run before every CI job. Run as root:  sudo scripts/setup-engine.sh
 #
 # Steps, one output line each:

@@ -31,8 +31,9 @@ from typing import Any
 
 import yaml
 
-from stackforge import __version__
-from stackforge.errors import SpecError, UnsafeValueError
+from stackforge.envelope import check_envelope
+from stackforge.errors import RecordError, SpecError, UnsafeValueError
+from stackforge.plan import PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 from stackforge.registry import Repository
 from stackforge.shard import MAX_SHARDS, nonempty_shards
 from stackforge.versions import compact
@@ -534,7 +535,7 @@ def ci_matrix(plan: Any, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatri
         gpu_labels: arch labels (``sm_120``) that have self-hosted runners.
 
     Raises:
-        SpecError: the document is not a stackforge plan this version understands.
+        RecordError: the document is not a stackforge plan this version understands.
     """
     for label in gpu_labels:
         _check(_GPU_LABEL, label, "--gpu-label", "an arch label such as sm_120 or sm_90")
@@ -555,17 +556,14 @@ def ci_matrix(plan: Any, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatri
 
 def _plan_parts(plan: Any) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(target name -> arch, cells) from a plan document, checked enough to trust the fields used."""
-    if not isinstance(plan, dict) or plan.get("schema") != "stackforge.plan":
-        raise SpecError("not a stackforge plan (expected the output of `stackforge plan --json`)")
-    if plan.get("schema_version") != 1:
-        raise SpecError(f"plan schema_version {plan.get('schema_version')!r} is not supported (this is "
-                        f"stackforge {__version__}; it reads version 1)")
+    check_envelope(plan, schema=PLAN_SCHEMA, supported=PLAN_SCHEMA_VERSION, what="plan",
+                   make_one="make one with `stackforge plan --json`")
     try:
         targets = {str(name): str(data["arch"]) for name, data in plan["targets"].items()}
         cells = [{"stack_id": str(c["stack_id"]), "target": str(c["target"]), "status": str(c["status"])}
                  for c in plan["cells"]]
     except (KeyError, TypeError, AttributeError) as exc:
-        raise SpecError(f"plan document lacks a field the CI fan-out needs: {exc}") from None
+        raise RecordError(f"plan document lacks a field the CI fan-out needs: {exc}") from None
     return targets, cells
 
 

@@ -33,7 +33,8 @@ DEADENDS_SCHEMA = "stackforge.deadends"
 DEADENDS_SCHEMA_VERSION = 1
 FORMATS = ("md", "json", "text")
 # Predicted statuses under which a feature may work on a kept stack (no rule blocks it).
-_MAYBE_ALIVE = frozenset({CellStatus.HAZARD, CellStatus.REQUIRES, CellStatus.UNTESTED, CellStatus.SKIP})
+_MAYBE_ALIVE = frozenset({CellStatus.HAZARD, CellStatus.REQUIRES, CellStatus.UNTESTED, CellStatus.SKIP,
+                          CellStatus.UNDECIDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class DeadStack:
     probe: str = ""
     image: str = ""
     run_id: str = ""
+    undecided: str = ""            # "undecided by <probe>: <why>" when a probe ran without deciding
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,7 @@ def _dead_stack(row: Row, cell: Cell) -> DeadStack:
                      sources=tuple(prediction.sources) if prediction and predicted else (),
                      probe=decisive.probe if decisive else "",
                      image=image_reference(decisive)[0] if decisive else "",
-                     run_id=decisive.run_id if decisive else "")
+                     run_id=decisive.run_id if decisive else "", undecided=cell.undecided)
 
 
 def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
@@ -152,6 +154,8 @@ def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
             detail = ("no rule blocks it; not measured yet" if cell.status is not CellStatus.HAZARD
                       else f"works with a hazard per rule {cell.prediction.rule if cell.prediction else ''}: "
                            f"{_flat(cell.reason)}")
+            if cell.undecided:
+                detail += f" ({_flat(cell.undecided)})"
             return Unblock(row.stack_id, "predicted", None, detail)
     return None
 
@@ -267,6 +271,8 @@ def _md(report: DeadEndReport) -> str:
                 text += f" — evidence: `{_flat(entry.evidence.replace('`', chr(39)))}`"
             if entry.sources:
                 text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
+            if entry.undecided:
+                text += f" — {GLYPHS[CellStatus.UNDECIDED]} {_flat(entry.undecided)}"
             lines.append(text)
         lines.append(f"  - ➜ {_unblock_text(dead.unblocked_by)}")
         lines += [f"  - ➜ {line}" for line in _boundary_text(dead, report.target)]
@@ -320,4 +326,4 @@ def _entry_json(entry: DeadStack) -> dict[str, Any]:
     return {"stack_id": entry.stack_id, "status": entry.status, "source": entry.source, "tier": entry.tier,
             "reason": entry.reason, "evidence": entry.evidence, "rule": entry.rule,
             "sources": [dict(s) for s in entry.sources], "probe": entry.probe, "image": entry.image,
-            "run_id": entry.run_id}
+            "run_id": entry.run_id, "undecided": entry.undecided}

@@ -63,7 +63,8 @@ PARAMETER_NAMES = frozenset({
     "duration", "completed", "total_input_tokens", "total_output_tokens", "total_output_tokens_retokenized",
 })
 _PARAMETER_SUFFIXES = ("_bytes", "_size")
-# A passing cell that turns into one of these is a regression.
+# A passing cell that turns into one of these is a regression. ``undecided`` (and ``skip``,
+# ``untested``) is no verdict at all: the change is listed, but nothing measured a breakage.
 _BROKEN = frozenset({"fail", "crash", "timeout", "error", "unavailable", "pruned"})
 
 CellKey = tuple[str, str, str]            # target, stack_id, feature

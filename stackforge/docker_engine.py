@@ -46,8 +46,6 @@ LABEL_PREFIX = "io.stackforge"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 #: Identifies one stackforge invocation, so an interrupted run can remove exactly its own containers.
 RUN_LABEL = f"{LABEL_PREFIX}.run"
-#: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
-TEST_LABEL = f"{LABEL_PREFIX}.test"
 #: The owner of a container: the host name, the process id, that process's identity (its pid
 #: namespace and start time, so that a reused pid or a process in another namespace is not mistaken
 #: for the owner) and the machine's boot id (host names and the initial pid namespace repeat across

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 from stackforge.versions import compact
@@ -140,8 +140,6 @@ class Matrix:
     targets: tuple[str, ...]
     excluded: int = 0
     description: str = ""
-    # Stack ids that `include` entries added, for the plan's "why is this here" output.
-    included_ids: frozenset[str] = field(default_factory=frozenset)
 
 
 def content_hash(payload: object, length: int = 12) -> str:

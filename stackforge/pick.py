@@ -57,8 +57,12 @@ __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "C
 EXIT_PICKED = 0
 EXIT_GATE_ONLY = 5
 OPTIMIZE = ("throughput", "newest")
-#: Unmeasured cell statuses that leave a feature possible: no rule says it is unavailable.
-_NOT_RULED_OUT = frozenset({CellStatus.UNTESTED, CellStatus.HAZARD, CellStatus.REQUIRES})
+#: Unmeasured cell statuses that leave a feature possible: no rule says it is unavailable (an undecided
+#: probe is no verdict either way).
+_NOT_RULED_OUT = frozenset({CellStatus.UNTESTED, CellStatus.UNDECIDED, CellStatus.HAZARD, CellStatus.REQUIRES})
+#: Record statuses that are never evidence for an image: a skipped probe says nothing about the
+#: feature, and an undecided one could not reach what decides it.
+_NOT_EVIDENCE = frozenset({Status.SKIP, Status.UNDECIDED})
 #: What ``optimize="throughput"`` compares, most relevant first: (label, metric names as the bench
 #: scripts write them). A stack with a serving number outranks one with only a bandwidth number.
 THROUGHPUT_METRICS = (("output_throughput", ("output_throughput", "output_tok_s")),
@@ -326,17 +330,23 @@ def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | No
     checks += [_feature_check(row.cell(feature)) for feature in require]
     checks.append(_driver_check(row, target, driver, host_driver, target_min))
     # Wheel-tier records read a release's wheel, not an image: they name none.
-    imaged = [r for r in row.records if r.tier is not Tier.WHEEL]
+    imaged = [r for r in row.records if r.tier is not Tier.WHEEL and r.outcome.status is not Status.UNDECIDED]
     evidence = [r for f in require for r in row.cell(f).records
-                if r.outcome.status is not Status.SKIP and r.tier is not Tier.WHEEL]
+                if r.outcome.status not in _NOT_EVIDENCE and r.tier is not Tier.WHEEL]
     image, pinned, warnings = _image(evidence or imaged)
     pinning = "pinned by digest" if pinned else "not pinned"
     checks.append(Check("image", bool(image), f"image {image} ({pinning})" if image
-                        else "no image: this stack was never probed on this target", unmeasured=not image))
+                        else _no_image_line(row), unmeasured=not image))
     metric, rank = _throughput(row.records)
     return Candidate(stack_id=row.stack_id, stack=row.stack, image=image, pinned=pinned, checks=tuple(checks),
                      metric=metric, metric_rank=rank, warnings=warnings,
                      order_key=stack_order_key(row.stack_id, row.stack))
+
+
+def _no_image_line(row: Row) -> str:
+    if any(r.outcome.status is Status.UNDECIDED for r in row.records):
+        return "no image: every probe of this stack on this target was undecided (no evidence for an image)"
+    return "no image: this stack was never probed on this target"
 
 
 def _plan_check(row: Row) -> Check:
@@ -373,8 +383,11 @@ def _blocked_line(cell: Cell) -> str:
     if cell.status is CellStatus.PRUNED:
         return f"{cell.feature}: stack pruned"
     if cell.source is Source.PREDICTED and cell.prediction is not None:
-        return (f"{cell.feature}: predicted {cell.status.value} by rule {cell.prediction.rule} "
+        line = (f"{cell.feature}: predicted {cell.status.value} by rule {cell.prediction.rule} "
                 f"({one_line(cell.reason, 160)}), not measured")
+        return line + (f" — {one_line(cell.undecided, 200)}" if cell.undecided else "")
+    if cell.status is CellStatus.UNDECIDED:
+        return f"{cell.feature}: no verdict, {one_line(cell.undecided, 240)}"
     if cell.status is CellStatus.SKIP:
         return f"{cell.feature}: no verdict, probes skipped ({one_line(cell.reason, 160)})"
     return f"{cell.feature}: no evidence (never probed, no rule)"

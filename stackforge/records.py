@@ -27,6 +27,9 @@ class Status(str, Enum):
     FAIL = "fail"
     SKIP = "skip"        # preconditions not met (no GPU, no nvcc...): not applicable, not a failure
     ERROR = "error"      # the probe itself broke (import error, bad output)
+    # The probe ran but could not reach the decisive code path honestly (it needs a context the probe
+    # cannot provide, e.g. a running server's published config): kept with its evidence, never a verdict.
+    UNDECIDED = "undecided"
     TIMEOUT = "timeout"  # killed at its hard timeout (assigned by the runner)
     CRASH = "crash"      # died by a signal (assigned by the runner)
 

@@ -9,7 +9,9 @@ How a cell is decided (documented here because every other view -- dead ends, pi
 the same function, :func:`decide_cell`):
 
 1. Records of the cell (same stack, target and feature; several probes may speak for one feature)
-   that ``skip`` say nothing about the feature and are set aside.
+   that ``skip`` say nothing about the feature and are set aside; so are ``undecided`` ones (the
+   probe ran but could not reach the deciding code path out of its real context): they are kept,
+   with their evidence, but decide nothing.
 2. Of the rest, the strongest evidence level decides: records taken on the GPU (``runtime`` and
    ``bench`` tiers) outrank ``gate`` records (decided inside the image without a GPU), which
    outrank ``wheel`` records (the release's code read from its wheel on the index, no image: a
@@ -22,7 +24,9 @@ the same function, :func:`decide_cell`):
    by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
    "unpredicted" (a rule is missing).
 5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
-   ``requires``), a pruned stack shows ``pruned``, and anything else is ``untested``.
+   ``requires``), a pruned stack shows ``pruned``, a cell whose probes were all undecided shows
+   ``undecided``, and anything else is ``untested``. Every such cell whose records include an
+   undecided one says so: "undecided by <probe>: <why>" (:attr:`Cell.undecided`).
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ class Source(str, Enum):
 
 
 class CellStatus(str, Enum):
-    """Everything a cell can say. The first six are measured statuses (same values as Status)."""
+    """Everything a cell can say. The first six are measured statuses (same values as Status);
+    ``undecided`` (also a Status value) is a probe that ran without deciding, never a measurement."""
 
     PASS = "pass"
     FAIL = "fail"
@@ -100,6 +105,7 @@ class CellStatus(str, Enum):
     TIMEOUT = "timeout"
     ERROR = "error"
     SKIP = "skip"
+    UNDECIDED = "undecided"       # probes ran but none could decide; no rule predicts the feature
     UNAVAILABLE = "unavailable"   # predicted by a rule
     HAZARD = "hazard"             # predicted by a rule: works, with a known risk
     REQUIRES = "requires"         # predicted by a rule: works given a requirement (driver, env)
@@ -112,7 +118,7 @@ DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT
 
 GLYPHS: dict[CellStatus, str] = {
     CellStatus.PASS: "✅", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
-    CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
+    CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
     CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
 }
 CONTRADICTED_GLYPH = "‼️"
@@ -124,6 +130,7 @@ LEGEND: dict[str, str] = {
     "timeout": "measured: hung and was killed at its time limit",
     "error": "the probe itself broke (no verdict)",
     "skip": "probe not applicable here (e.g. needs a GPU)",
+    "undecided": "a probe ran but could not reach the deciding code path out of its real context (no verdict)",
     "unavailable": "predicted by a rule: not available",
     "hazard": "predicted by a rule: works with a known risk",
     "requires": "predicted by a rule: needs a driver/env",
@@ -141,12 +148,12 @@ UNITS = {"output_throughput": "tok/s", "output_tok_s": "tok/s", "peak_busbw_gbps
          "busbw_gbps": "GB/s", "busbw": "GB/s", "best_tflops": "TFLOP/s", "tflops": "TFLOP/s",
          "min_size_latency_us": "µs",
          "latency_us": "µs", "ttft_ms": "ms"}
+#: Record statuses that decide nothing about the feature: set aside when a cell is decided.
+_NO_VERDICT = frozenset({Status.SKIP, Status.UNDECIDED})
 _SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
 # GPU tiers outrank gate, which outranks the wheel tier (code read, nothing run or imported).
 _LEVEL = {Tier.WHEEL: 0, Tier.GATE: 1, Tier.RUNTIME: 2, Tier.BENCH: 2}
 _TIER_PREFERENCE = {Tier.WHEEL: -1, Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 2}
-# Outcomes that say nothing about the feature: set aside when deciding a cell.
-_NO_VERDICT = frozenset({"skip", "undecided"})
 VERSION_AXES = ("cuda", "torch", "flashinfer", "sglang", "python")
 _PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD: CellStatus.HAZARD,
                      Verdict.REQUIRES: CellStatus.REQUIRES}
@@ -307,6 +314,8 @@ class Cell:
         contradicted: set when a measured pass contradicts a rule predicting ``unavailable``.
         unpredicted: a measured dead end that no rule predicted.
         pruned_by: the pruning findings, for cells of a pruned stack.
+        undecided: "undecided by <probe>: <why>" for each undecided record, when none of the records
+            decided the cell (empty otherwise).
     """
 
     feature: str
@@ -321,6 +330,7 @@ class Cell:
     contradicted: str = ""
     unpredicted: bool = False
     pruned_by: tuple[Finding, ...] = ()
+    undecided: str = ""
 
     @property
     def how(self) -> str:
@@ -508,16 +518,23 @@ def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: Re
 
 def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction: Prediction | None,
                      pruned_by: tuple[Finding, ...]) -> Cell:
-    skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}" for r in records)
+    skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}"
+                        for r in records if r.outcome.status is Status.SKIP)
+    undecided_records = [r for r in records if r.outcome.status is Status.UNDECIDED]
+    undecided = undecided_text(undecided_records)
     if pruned_by:
         first = pruned_by[0]
         return Cell(feature=feature, status=CellStatus.PRUNED, source=Source.PREDICTED, reason=first.reason,
                     evidence=first.error or skipped, records=records, prediction=prediction,
-                    pruned_by=pruned_by)
+                    pruned_by=pruned_by, undecided=undecided)
     if prediction is not None and prediction.verdict in _PREDICTED_STATUS:
         return Cell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict], source=Source.PREDICTED,
                     reason=prediction.reason, evidence=prediction.error or skipped, records=records,
-                    prediction=prediction)
+                    prediction=prediction, undecided=undecided)
+    if undecided_records:   # probes ran, none decided, no rule speaks: nobody knows, and it says why
+        return Cell(feature=feature, status=CellStatus.UNDECIDED, source=Source.NONE, reason=undecided,
+                    evidence=undecided_records[0].outcome.evidence, records=records, prediction=prediction,
+                    undecided=undecided)
     if records:   # only skips: measured, but not applicable here
         first = records[0]
         return Cell(feature=feature, status=CellStatus.SKIP, source=Source.MEASURED, tier=first.tier,
@@ -528,14 +545,20 @@ def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction
 
 
 def _decisive(records: Sequence[ResultRecord]) -> tuple[ResultRecord | None, Status | None]:
-    """The record that decides a cell, and its status (None when every record skipped)."""
-    informative = [r for r in records if r.outcome.status.value not in _NO_VERDICT]
+    """The record that decides a cell, and its status (None when every record skipped or was undecided)."""
+    informative = [r for r in records if r.outcome.status not in _NO_VERDICT]
     if not informative:
         return None, None
     level = max(_LEVEL[r.tier] for r in informative)
     top = [r for r in informative if _LEVEL[r.tier] == level]
     chosen = max(top, key=lambda r: (_SEVERITY.get(r.outcome.status, 0), _TIER_PREFERENCE[r.tier], r.probe))
     return chosen, chosen.outcome.status
+
+
+def undecided_text(records: Sequence[ResultRecord]) -> str:
+    """``undecided by <probe>: <why>`` for each undecided record, joined by ``; ``."""
+    return "; ".join(f"undecided by {r.probe}: {r.outcome.reason}"
+                     for r in records if r.outcome.status is Status.UNDECIDED)
 
 
 def _features(records: Sequence[ResultRecord], plan_cells: Iterable[PlanCell]) -> tuple[str, ...]:
@@ -680,6 +703,8 @@ def cell_summary(cell: Cell) -> str:
     """One line: status, how, reason (the hover text)."""
     how = f" ({cell.how})" if cell.how else ""
     text = f"{cell.status.value}{how}: {cell.reason}" if cell.reason else f"{cell.status.value}{how}"
+    if cell.undecided and cell.status is not CellStatus.UNDECIDED:
+        text += f" — {cell.undecided}"
     return one_line(f"{text} — {cell.contradicted}" if cell.contradicted else text, 400)
 
 
@@ -688,9 +713,12 @@ def header_summary(report: MatrixReport) -> str:
     sources = [c.source for _, c in report.cells()]
     pruned = sum(r.plan_status == "pruned" for r in report.rows)
     contradicted = sum(bool(c.contradicted) for _, c in report.cells())
+    undecided = sum(bool(c.undecided) for _, c in report.cells())
+    untested = sum(c.status is CellStatus.UNTESTED for _, c in report.cells())
     text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
             f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
-            f"{sources.count(Source.NONE)} untested cells")
+            f"{untested} untested cells")
+    text += f" · {GLYPHS[CellStatus.UNDECIDED]} {undecided} left undecided by their probes" if undecided else ""
     text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
              if contradicted else "")
     return f"{PREDICTIONS_ONLY} · {text}" if report.predictions_only else text
@@ -733,7 +761,7 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
             "tier": cell.tier.value if cell.tier else None, "reason": cell.reason, "evidence": cell.evidence,
             "metric": None if cell.metric is None else {"name": cell.metric.name, "value": cell.metric.value,
                                                         "unit": cell.metric.unit, "probe": cell.metric.probe},
-            "contradicted": cell.contradicted, "unpredicted": cell.unpredicted,
+            "contradicted": cell.contradicted, "unpredicted": cell.unpredicted, "undecided": cell.undecided,
             "prediction": cell.prediction.to_json() if cell.prediction else None,
             "measurements": [_measurement_json(r) for r in cell.records]}
 
@@ -757,7 +785,8 @@ def render_json(report: MatrixReport) -> str:
 
 
 CSV_COLUMNS = ("target", "stack_id", "plan_status", "feature", "status", "source", "tier", "metric",
-               "metric_value", "metric_unit", "reason", "evidence", "rule", "contradicted", "image", "run_id")
+               "metric_value", "metric_unit", "reason", "evidence", "rule", "contradicted", "image", "run_id",
+               "undecided")
 
 
 def render_csv(report: MatrixReport) -> str:
@@ -776,7 +805,7 @@ def render_csv(report: MatrixReport) -> str:
                          cell.metric.unit if cell.metric else "", one_line(cell.reason, 2000),
                          one_line(cell.evidence, 2000), rule, cell.contradicted,
                          image_reference(decisive)[0] if decisive else "",
-                         decisive.run_id if decisive else ""])
+                         decisive.run_id if decisive else "", one_line(cell.undecided, 2000)])
     return out.getvalue()
 
 
@@ -862,13 +891,16 @@ def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_not
 
 def _cell_note(row: Row, cell: Cell, evidence_chars: int | None) -> str:
     """Footnote text of a cell; cells predicted by the same rule share one note."""
-    if cell.source is Source.NONE:
+    if cell.source is Source.NONE and cell.status is not CellStatus.UNDECIDED:
         return ""
     if cell.source is Source.PREDICTED and cell.prediction is not None:
         prediction = cell.prediction
-        return _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
+        note = _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
                           prediction.error, prediction.remedy, prediction.sources, evidence_chars)
-    decisive = cell.decisive or (cell.records[0] if cell.records else None)
+        return note + (_md_escape(f" — {_flat(cell.undecided)}") if cell.undecided else "")
+    undecided = next((r for r in cell.records if r.outcome.status is Status.UNDECIDED), None)
+    decisive = cell.decisive or (undecided if cell.status is CellStatus.UNDECIDED else None) \
+        or (cell.records[0] if cell.records else None)
     text = f"`{row.stack_id}` · `{cell.feature}`: {GLYPHS[cell.status]} {cell.status.value}"
     if decisive is not None:
         text += f" ({decisive.tier.value} probe `{decisive.probe}`)"

@@ -22,8 +22,8 @@ __all__ = ["render_html"]
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
 _RANK = {CellStatus.PASS: 0, CellStatus.REQUIRES: 1, CellStatus.HAZARD: 2, CellStatus.SKIP: 3,
-         CellStatus.UNTESTED: 4, CellStatus.ERROR: 5, CellStatus.UNAVAILABLE: 6, CellStatus.FAIL: 7,
-         CellStatus.TIMEOUT: 8, CellStatus.CRASH: 9, CellStatus.PRUNED: 10}
+         CellStatus.UNDECIDED: 4, CellStatus.UNTESTED: 5, CellStatus.ERROR: 6, CellStatus.UNAVAILABLE: 7,
+         CellStatus.FAIL: 8, CellStatus.TIMEOUT: 9, CellStatus.CRASH: 10, CellStatus.PRUNED: 11}
 
 # No network, ever: styles and scripts are inline, and nothing else may load.
 _CSP = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -63,7 +63,7 @@ summary::-webkit-details-marker { display: none; }
           max-height: 220px; overflow: auto; font-size: 11.5px; }
 .st-pass { background: #e8f6ec; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
 .st-unavailable { background: #fbeff2; } .st-hazard, .st-requires { background: #fff8e5; }
-.st-error { background: #f3eefc; } .st-skip, .st-untested { background: #f6f8fa; color: var(--muted); }
+.st-error { background: #f3eefc; } .st-skip, .st-untested, .st-undecided { background: #f6f8fa; color: var(--muted); }
 .st-pruned { background: #eeeeee; color: #777; }
 td.src-predicted summary { font-style: italic; }
 td.contradicted { outline: 2px dashed #cf222e; outline-offset: -3px; }
@@ -267,6 +267,8 @@ def _evidence(cell: Cell) -> str:
         parts.append(f'<p class="warn">{CONTRADICTED_GLYPH} {escape(cell.contradicted)}</p>')
     if cell.unpredicted:
         parts.append('<p class="warn">No rule predicts this failure: a compat rule is missing.</p>')
+    if cell.undecided:
+        parts.append(f"<p>{GLYPHS[CellStatus.UNDECIDED]} {escape(cell.undecided)}</p>")
     # Measurements first: they decide the cell; the rule's prediction follows for comparison.
     parts.extend(_record_html(record) for record in cell.records)
     if cell.source is Source.PREDICTED or cell.prediction is not None and cell.prediction.rule:

@@ -8,8 +8,8 @@ Layout (everything below ``<results>`` is plain files, so runs can be copied, rs
 
 Guarantees:
 
-* Writes are atomic: the text goes to a temporary file in the same folder, is flushed to disk, then
-  ``os.replace``-d over the final name. Concurrent writers (threads or processes, same or different
+* Writes are atomic (:func:`stackforge.fsio.atomic_write_text`): the text goes to a temporary file in
+  the same folder, is flushed to disk, then ``os.replace``-d over the final name. Concurrent writers (threads or processes, same or different
   keys) never leave a torn file; for the same key the last complete write wins. Temporary files
   start with ``.`` and are never read as records.
 * Loading never drops anything silently: every corrupt, partial, misplaced or newer-schema file is
@@ -34,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from stackforge import __version__
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError
+from stackforge.fsio import atomic_write_text
 from stackforge.records import ResultRecord, utc_now
 
 __all__ = [
-    "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "atomic_write_text",
-    "describe_problems", "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
+    "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
+    "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -88,9 +90,7 @@ class RunInfo:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> RunInfo:
         """Validate and load ``run.json``; corrupt, partial or newer files raise RecordError."""
-        if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
-            raise RecordError(f"not a stackforge run file (missing schema {RUN_SCHEMA!r})", path=path)
-        _check_schema_version(data.get("schema_version"), RUN_SCHEMA_VERSION, path)
+        check_envelope(data, schema=RUN_SCHEMA, supported=RUN_SCHEMA_VERSION, what="run file", path=path)
         try:
             return cls(run_id=str(data["run_id"]), started_at=str(data["started_at"]),
                        finished_at=_optional_str(data.get("finished_at")), host=str(data.get("host", "")),
@@ -135,42 +135,6 @@ def describe_problems(problems: Sequence[RecordError], source: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------------- writing
-
-
-def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
-    """Write ``text`` to ``path`` so that readers only ever see the old or the complete new file.
-
-    The temporary file lives in the same folder (``os.replace`` is only atomic within one file
-    system) and its name starts with ``.`` so the loader never mistakes it for a record. It is
-    created with mode 0666 and the process umask applies, as for any file ``open()`` creates
-    (``tempfile.mkstemp`` would make every result 0600 whatever the umask); ``mode`` sets an
-    exact mode instead (a build context file that ``COPY`` must keep readable).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = _create_temporary(path)
-    try:
-        if mode is not None:
-            os.fchmod(handle, mode)
-        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            tmp.write(text)
-            tmp.flush()
-            os.fsync(tmp.fileno())   # the data is on disk before the name points at it
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-def _create_temporary(path: Path) -> tuple[int, Path]:
-    """A new, exclusively created ``.<name>.<random>.tmp`` beside ``path``: (descriptor, path)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        candidate = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
-        try:
-            return os.open(candidate, flags, 0o666), candidate
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def record_path(run_dir: Path, key: tuple[str, str, str]) -> Path:
@@ -417,14 +381,6 @@ def _parse_time(text: str) -> datetime:
     except ValueError:
         return _OLDEST
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
-def _check_schema_version(version: Any, supported: int, path: str) -> None:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise RecordError(f"invalid schema_version {version!r}", path=path)
-    if version > supported:
-        raise RecordError(f"schema_version {version} is newer than this stackforge understands ({supported})",
-                          path=path, remedy="upgrade stackforge")
 
 
 def _safe_component(value: str, what: str) -> str:

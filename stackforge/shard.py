@@ -73,10 +73,6 @@ class Shard:
         return shard_index(key, self.total) == self.index
 
 
-#: The whole matrix as one shard (what a command does without ``--shard``).
-WHOLE = Shard(1, 1)
-
-
 def shard_index(key: str, total: int) -> int:
     """The 1-based shard of ``key`` in a ``total``-way split (stable across processes and machines)."""
     if total < 1:

@@ -21,18 +21,15 @@ and the features it speaks of).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from stackforge.data import data_dir
 from stackforge.errors import SpecError
 from stackforge.model import Target
 from stackforge.rules import Rule, load_rules, load_targets
 from stackforge.yamlio import check_keys, load_file, require_mapping
-
-if TYPE_CHECKING:  # plan imports this module; only the type is needed here
-    from stackforge.plan import Knowledge
 
 ENV_VAR = "STACKFORGE_COMPAT"
 TARGETS_FILE = "targets.yaml"
@@ -105,13 +102,14 @@ def merge_targets(shipped: dict[str, Target], user: dict[str, Target]) -> dict[s
     return {**shipped, **user}
 
 
-def override_notices(shipped: Knowledge, user: UserCompat) -> tuple[str, ...]:
+def override_notices(shipped_rules: Sequence[Rule], shipped_targets: Mapping[str, Target],
+                     user: UserCompat) -> tuple[str, ...]:
     """One line per shipped rule or target that the user directory replaces."""
-    origins = {rule.id: rule.origin for rule in shipped.rules}
+    origins = {rule.id: rule.origin for rule in shipped_rules}
     lines = [f"rule {rule.id} from {rule.origin} replaces the shipped one ({origins[rule.id]})"
              for rule in user.rules if rule.id in origins]
     lines += [f"target {name} from {user.source}/{TARGETS_FILE} replaces the shipped profile"
-              for name in user.targets if name in shipped.targets]
+              for name in user.targets if name in shipped_targets]
     return tuple(lines)
 
 

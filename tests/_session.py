@@ -11,11 +11,13 @@ import uuid
 
 from stackforge import docker_engine
 
+#: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
+TEST_LABEL = f"{docker_engine.LABEL_PREFIX}.test"
 #: Value of TEST_SESSION_LABEL: unique to this pytest session.
 SESSION_ID = uuid.uuid4().hex[:12]
-TEST_SESSION_LABEL = f"{docker_engine.TEST_LABEL}.session"
+TEST_SESSION_LABEL = f"{TEST_LABEL}.session"
 
 
 def session_labels() -> dict[str, str]:
     """The labels every image and container of this session carries."""
-    return {docker_engine.TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}
+    return {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}

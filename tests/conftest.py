@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
-from _session import SESSION_ID, TEST_SESSION_LABEL
+from _session import SESSION_ID, TEST_LABEL, TEST_SESSION_LABEL
 from _skips import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F401  (hooks, found by name)
 from stackforge import bootstrap, docker_engine, runner
 from stackforge.errors import DockerUnavailableError
@@ -69,4 +69,4 @@ def base_image(docker_client: docker.DockerClient) -> str:
 @pytest.fixture
 def test_labels() -> dict[str, str]:
     """Labels for anything a test creates: the shared test marker plus this session's id."""
-    return {docker_engine.TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}
+    return {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}

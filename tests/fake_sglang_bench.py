@@ -3,8 +3,9 @@
 
 It checks that the server answers ``/health``, sends ``--num-prompts`` real GET requests to it, and
 appends one JSONL row to ``--output-file`` with the key names of SGLang's real benchmark row
-(research/compat_facts.md §4h, read from the sglang 0.5.9 wheel). The values are derived from the
-requests it really made, so a harness that reads the wrong key gets a wrong number.
+(``python/sglang/bench_serving.py`` of https://github.com/sgl-project/sglang at v0.5.9, shipped in the
+sglang 0.5.9 wheel). The values are derived from the requests it really made, so a harness that reads
+the wrong key gets a wrong number.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Records and a plan, built in code, for the results / matrix / dead ends / pick / diff tests.
 
-The story is the project's seed: 8x RTX PRO 6000 (sm_120) on PCIe, three kept stacks from CUDA 12.8
-to 13.1 and one pruned stack. Records are real :class:`ResultRecord` objects with varied statuses
+The "seed" campaign: 8x RTX PRO 6000 (sm_120) on PCIe, three kept stacks from CUDA 12.8 to 13.1 and
+one pruned stack. Records are real :class:`ResultRecord` objects with varied statuses
 and tiers; the plan dict has the shape of ``stackforge plan --json``.
 """
 

@@ -48,7 +48,7 @@ def cpu_torch_image(docker_client, base_image, tmp_path_factory):
         pytest.skip(f"cannot fetch the CPU torch wheel and its dependencies: {download.output_tail[-500:]}")
     (context / "Dockerfile").write_text(DOCKERFILE.format(base=base_image))
     tag = f"stackforge-test/bench-cpu-torch:{_session.SESSION_ID}"
-    labels = {docker_engine.TEST_LABEL: "1", _session.TEST_SESSION_LABEL: _session.SESSION_ID}
+    labels = {_session.TEST_LABEL: "1", _session.TEST_SESSION_LABEL: _session.SESSION_ID}
     label_args = [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
     build = runner.run(["docker", "build", "--network", "host", *label_args, "-t", tag, str(context)], timeout=1200)
     assert build.succeeded, build.output_tail[-3000:]

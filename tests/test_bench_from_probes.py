@@ -1,7 +1,7 @@
 """``stackforge bench --from-probes``: backends the probes decide are measured only where they passed.
 
-The seed's lesson: custom all-reduce on eight PCIe cards and torch symmetric memory on sm_120 are
-dead ends, so benchmarking them wastes a GPU hour. With ``--from-probes`` the probe records under
+Custom all-reduce on eight PCIe cards and torch symmetric memory on sm_120 are dead ends, so
+benchmarking them wastes a GPU hour. With ``--from-probes`` the probe records under
 ``--results`` decide (as in the matrix: highest tier, worst outcome), and a skipped bench record
 names the probe that said no and carries its evidence.
 """

@@ -22,7 +22,7 @@ from test_sglang_custom_ar_dispatch import sglang0523_python  # noqa: F401  (SGL
 
 serve = load_script("serve")
 
-# SGLang's bench_serving JSONL keys (research/compat_facts.md §4h, sglang 0.5.9 wheel).
+# SGLang's bench_serving JSONL keys (python/sglang/bench_serving.py of sglang v0.5.9, github.com/sgl-project/sglang).
 SGLANG_ROW_KEYS = (
     "backend dataset_name request_rate max_concurrency sharegpt_output_len random_input_len random_output_len "
     "random_range_ratio duration completed total_input_tokens total_input_text_tokens total_input_vision_tokens "

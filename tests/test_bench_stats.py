@@ -38,7 +38,7 @@ def test_summarize_rejects_empty_and_non_finite():
 
 
 def test_coefficient_of_variation():
-    assert stats.coefficient_of_variation([1.0, 3.0]) == pytest.approx(statistics.stdev([1.0, 3.0]) / 2.0)
+    assert stats.summarize([1.0, 3.0]).cv == pytest.approx(statistics.stdev([1.0, 3.0]) / 2.0)
 
 
 def test_drop_warmup():

@@ -80,7 +80,7 @@ def test_the_cause_survives_buildkit_framing(name, cause, evidence, remedy):
 
 
 def test_tls_error_wins_over_the_no_matching_distribution_line_that_follows_it():
-    """The issue's case: the record said "No matching distribution found for torch==2.14.1"."""
+    """A TLS failure whose last pip line is "No matching distribution found for torch==2.14.1" is tls."""
     text = log("pip-tls-self-signed.txt")
     assert text.index("SSLCertVerificationError") < text.index("No matching distribution found for torch==2.14.1")
     diagnosis = diagnose(text)
@@ -411,7 +411,7 @@ def test_buildkit_failure_against_real_indexes_is_classified(docker_client, base
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_build_without_the_ca_records_tls_not_a_missing_package(docker_client, base_image, test_labels, tmp_path):
-    """The issue's case end to end (~30 s): the small stack built with --ca-bundle none behind this
+    """The same end to end (~30 s): the small stack built with --ca-bundle none behind this
     machine's re-signing proxy. pip's last words are "No matching distribution found for ..." and
     BuildKit's "failed to solve"; the record must say tls, with the remedy."""
     from stackforge.build import Builder, build_stacks

@@ -65,8 +65,7 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def module_labels() -> dict[str, str]:
     # Same keys and values as the session's test_labels fixture (which is function-scoped).
-    from _session import SESSION_ID, TEST_SESSION_LABEL
-    from stackforge.docker_engine import TEST_LABEL
+    from _session import SESSION_ID, TEST_LABEL, TEST_SESSION_LABEL
     return {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}
 
 

@@ -290,15 +290,16 @@ def test_pick_wheel_takes_a_pure_or_linux_x86_64_wheel_of_the_release():
 
 def test_declared_requirements_of_a_real_release():
     """Reads FlashInfer 0.6.6's Requires-Dist from PyPI (range requests into the wheel if need be)."""
-    from stackforge.build.requires import declared_requirements
+    from stackforge.build.requires import LookupStatus, lookup_declared
     try:
         urllib.request.urlopen("https://pypi.org/simple/", timeout=10).close()
     except OSError as error:
         pytest.skip(f"PyPI is not reachable: {error}")
-    declared = declared_requirements("flashinfer-python", "0.6.6")
-    assert declared is not None and "torch" in declared
-    assert any(line.startswith("nvidia-cutlass-dsl") for line in declared)
-    assert declared_requirements("flashinfer-python", "0.0.0.99") is None
+    found = lookup_declared("flashinfer-python", "0.6.6")
+    assert found.status is LookupStatus.FOUND, found.reason
+    assert "torch" in found.requirements
+    assert any(line.startswith("nvidia-cutlass-dsl") for line in found.requirements)
+    assert lookup_declared("flashinfer-python", "0.0.0.99").status is LookupStatus.NOT_LISTED
 
 
 @pytest.mark.parametrize("width", [80, 100, 200])

@@ -25,7 +25,7 @@ from stackforge.ci_github import (
     workflow,
 )
 from stackforge.cli import cli
-from stackforge.errors import SpecError, UnsafeValueError
+from stackforge.errors import RecordError, SpecError, UnsafeValueError
 from stackforge.results import finish_run, start_run, write_record
 from stackforge.shard import Shard, select
 
@@ -229,12 +229,13 @@ def test_ci_matrix_with_nothing_kept_starts_no_jobs() -> None:
 
 @pytest.mark.parametrize("plan, needle", [
     ({"schema": "other"}, "not a stackforge plan"),
-    ({"schema": "stackforge.plan", "schema_version": 9}, "not supported"),
+    ({"schema": "stackforge.plan", "schema_version": 9}, "newer than this stackforge understands"),
+    ({"schema": "stackforge.plan", "schema_version": "1"}, "not a positive integer"),
     ({"schema": "stackforge.plan", "schema_version": 1, "targets": {}}, "lacks a field"),
     ([], "not a stackforge plan"),
 ])
 def test_ci_matrix_refuses_documents_that_are_not_plans(plan: Any, needle: str) -> None:
-    with pytest.raises(SpecError, match=needle):
+    with pytest.raises(RecordError, match=needle):
         ci_matrix(plan, 2)
 
 

@@ -1,8 +1,8 @@
 """What the shipped compat data predicts for the stacks that matter, judged by stackforge's engine.
 
-The two default-matrix stacks (matrices/default.yaml) must survive on the story's target
-(8x RTX PRO 6000, sm_120, PCIe, no multicast) with exactly the dead ends the seed story found, and a
-few known-bad stacks must be pruned by the rule that explains why. The expectations are a table:
+The two default-matrix stacks (matrices/default.yaml) must survive on the default target
+(8x RTX PRO 6000, sm_120, PCIe, no multicast) with exactly the dead ends the rules in compat/ name,
+and a few known-bad stacks must be pruned by the rule that explains why. The expectations are a table:
 changing a rule that moves one of these predictions must change this table on purpose.
 """
 
@@ -12,16 +12,13 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from stackforge.model import Flavour, Stack
-    from stackforge.plan import evaluate_cell, load_knowledge
-except ImportError as exc:  # the engine is the lead's; the data can be checked before it exists
-    pytest.skip(f"stackforge rule engine not importable yet: {exc}", allow_module_level=True)
+from stackforge.model import Flavour, Stack
+from stackforge.plan import evaluate_cell, load_knowledge
 
 COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
 
 STACKS: dict[str, dict[str, object]] = {
-    # (A) the CUDA 12.8 stack of the story: torch 2.9.1 cu128, FlashInfer 0.6.3, SGLang 0.5.9 (sgl-kernel 0.3.21).
+    # (A) the CUDA 12.8 stack of matrices/default.yaml: torch 2.9.1 cu128, FlashInfer 0.6.3, SGLang 0.5.9 (sgl-kernel 0.3.21).
     "A": dict(cuda="12.8", torch="2.9.1", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
               flavour=Flavour.DEVEL, os="ubuntu24.04"),
     # (B) the CUDA 13.1 upgrade: torch 2.14.1 cu130, FlashInfer 0.7.2, SGLang 0.5.23 (sglang-kernel 0.4.10), wheels.
@@ -36,32 +33,32 @@ STACKS: dict[str, dict[str, object]] = {
                                  flavour=Flavour.DEVEL, os="ubuntu24.04"),
 }
 
-STORY = "rtx-pro-6000-x8-pcie"
+RTX_PCIE = "rtx-pro-6000-x8-pcie"
 
 # (stack, target, feature, expected verdict, rule the prediction must come from or "" for any)
 PREDICTIONS = [
-    # A on the story box: the four dead ends of the todo list, plus what the research adds.
-    ("A", STORY, "flashinfer-ar-fusion", "unavailable", "flashinfer-ar-fusion-sm12-gate"),
-    ("A", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
-    ("A", STORY, "torch-symm-mem", "unavailable", ""),
-    ("A", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
-    ("A", STORY, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
-    ("A", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
-    ("A", STORY, "trtllm-fmha", "unavailable", ""),
-    ("A", STORY, "nvfp4-gemm", "unavailable", "flashinfer-nvfp4-mm-fp4-sm120"),
-    ("A", STORY, "flashinfer-jit", "no-rule", ""),     # FI 0.6.3 auto-detects compute_120a with CUDA 12.8
-    ("A", STORY, "torch-kernels", "no-rule", ""),      # cu128 has sm_120 SASS
-    ("A", STORY, "kernel-arch-coverage", "no-rule", ""),
-    # B on the story box: FlashInfer 0.7.2 admits SM12x, but SGLang >= 0.5.14 rejects it itself.
-    ("B", STORY, "flashinfer-ar-fusion", "unavailable", "sglang-ar-fusion-rejects-sm12"),
-    ("B", STORY, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
-    ("B", STORY, "torch-symm-mem", "unavailable", ""),
-    ("B", STORY, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
-    ("B", STORY, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
-    ("B", STORY, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
-    ("B", STORY, "flashinfer-jit", "no-rule", ""),   # measured by the gate probe (a real JIT compile)
-    ("B", STORY, "nvfp4-gemm", "no-rule", ""),
-    ("B", STORY, "torch-kernels", "no-rule", ""),
+    # A on 8x RTX PRO 6000 over PCIe: fusion, custom all-reduce, symmetric memory and the NCCL tree, and more.
+    ("A", RTX_PCIE, "flashinfer-ar-fusion", "unavailable", "flashinfer-ar-fusion-sm12-gate"),
+    ("A", RTX_PCIE, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
+    ("A", RTX_PCIE, "torch-symm-mem", "unavailable", ""),
+    ("A", RTX_PCIE, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("A", RTX_PCIE, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
+    ("A", RTX_PCIE, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
+    ("A", RTX_PCIE, "trtllm-fmha", "unavailable", ""),
+    ("A", RTX_PCIE, "nvfp4-gemm", "unavailable", "flashinfer-nvfp4-mm-fp4-sm120"),
+    ("A", RTX_PCIE, "flashinfer-jit", "no-rule", ""),     # FI 0.6.3 auto-detects compute_120a with CUDA 12.8
+    ("A", RTX_PCIE, "torch-kernels", "no-rule", ""),      # cu128 has sm_120 SASS
+    ("A", RTX_PCIE, "kernel-arch-coverage", "no-rule", ""),
+    # B on 8x RTX PRO 6000 over PCIe: FlashInfer 0.7.2 admits SM12x, but SGLang >= 0.5.14 rejects it itself.
+    ("B", RTX_PCIE, "flashinfer-ar-fusion", "unavailable", "sglang-ar-fusion-rejects-sm12"),
+    ("B", RTX_PCIE, "custom-allreduce", "unavailable", "sglang-custom-ar-pcie-gt2"),
+    ("B", RTX_PCIE, "torch-symm-mem", "unavailable", ""),
+    ("B", RTX_PCIE, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
+    ("B", RTX_PCIE, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
+    ("B", RTX_PCIE, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
+    ("B", RTX_PCIE, "flashinfer-jit", "no-rule", ""),   # measured by the gate probe (a real JIT compile)
+    ("B", RTX_PCIE, "nvfp4-gemm", "no-rule", ""),
+    ("B", RTX_PCIE, "torch-kernels", "no-rule", ""),
     # The same stacks on other hardware: the SM120/PCIe dead ends must not leak onto Hopper + NVSwitch.
     ("B", "h200-x8-nvswitch", "flashinfer-ar-fusion", "no-rule", ""),
     ("B", "h200-x8-nvswitch", "custom-allreduce", "no-rule", ""),
@@ -74,23 +71,23 @@ PREDICTIONS = [
 # (stack, target, rules that must fire, rules that must not fire)
 FIRED = [
     # All of a feature's reasons are kept, not only the one the prediction shows.
-    ("A", STORY, {"sglang-torch-symm-mem-keyerror-sm12", "torch-symm-mem-needs-multicast",
+    ("A", RTX_PCIE, {"sglang-torch-symm-mem-keyerror-sm12", "torch-symm-mem-needs-multicast",
                   "driver-blackwell-570"},
      {"sglang-torch-symm-mem-disabled-sm12", "flashinfer-sm120-needs-cuda129-nvcc"}),
-    ("B", STORY, {"sglang-torch-symm-mem-disabled-sm12", "torch-symm-mem-needs-multicast",
+    ("B", RTX_PCIE, {"sglang-torch-symm-mem-disabled-sm12", "torch-symm-mem-needs-multicast",
                   "driver-blackwell-570"},
      {"flashinfer-ar-fusion-sm12-gate", "sglang-torch-symm-mem-keyerror-sm12", "sglang-cuda13-stack"}),
 ]
 
 # (stack, target, pruned?, rules among the pruning ones)
 PRUNING = [
-    ("A", STORY, False, set()),
-    ("B", STORY, False, set()),
+    ("A", RTX_PCIE, False, set()),
+    ("B", RTX_PCIE, False, set()),
     ("A", "h200-x8-nvswitch", False, set()),
     ("B", "b200-x8", False, set()),
-    ("cu126", STORY, True, {"cuda-min-toolkit-sm100-sm120", "torch-cu12-pre128-no-blackwell"}),
-    ("torch212-on-12.8", STORY, True, {"torch-no-cu128-from-212"}),
-    ("sglang0.5.23-on-12.8", STORY, True, {"sglang-cuda13-stack", "torch-no-cu128-from-212"}),
+    ("cu126", RTX_PCIE, True, {"cuda-min-toolkit-sm100-sm120", "torch-cu12-pre128-no-blackwell"}),
+    ("torch212-on-12.8", RTX_PCIE, True, {"torch-no-cu128-from-212"}),
+    ("sglang0.5.23-on-12.8", RTX_PCIE, True, {"sglang-cuda13-stack", "torch-no-cu128-from-212"}),
 ]
 
 
@@ -131,6 +128,6 @@ def test_pruning(knowledge, stack, target, pruned, because):
 
 
 def test_default_matrix_keeps_both_stacks(knowledge):
-    """Both families of matrices/default.yaml survive the rules on the story's target."""
-    kept = {ident for ident in ("A", "B") if not _cell(knowledge, ident, STORY).pruned}
+    """Both families of matrices/default.yaml survive the rules on the default target."""
+    kept = {ident for ident in ("A", "B") if not _cell(knowledge, ident, RTX_PCIE).pruned}
     assert kept == {"A", "B"}

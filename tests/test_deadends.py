@@ -1,4 +1,4 @@
-"""Dead ends: the machine-made todo list of the seed, with evidence and the stack that unblocks each."""
+"""Dead ends: every dead feature of the seed records, with evidence and the stack that unblocks each."""
 
 from __future__ import annotations
 
@@ -34,6 +34,22 @@ def test_first_unblocking_stack_prefers_measurements(dead):
     assert (fusion.stack_id, fusion.basis, fusion.tier) == (CU130, "measured", "gate")
     tree = by_feature["nccl-graph-tree"].unblocked_by
     assert (tree.stack_id, tree.basis) == (CU130, "predicted")          # nobody ran it: flagged as such
+
+
+def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
+    undecided = record(CU130, "torch-symm-mem", "undecided", tier="gate", probe="gate.sglang.symm-mem",
+                       reason="needs a running server")
+    measured_dead = record(CU131, "nccl-graph-tree", "fail")
+    kept_open = record(CU131, "nccl-graph-tree", "undecided", tier="gate", probe="gate.y", reason="no context")
+    dead = find_dead_ends(build_matrix([undecided, measured_dead, kept_open], parse_plan(plan_dict()), TARGET))
+    symm = next(d for d in dead.dead_ends if d.feature == "torch-symm-mem")
+    predicted = next(e for e in symm.dead_on if e.stack_id == CU130)       # the rule's prediction still shows
+    assert (predicted.status, predicted.source) == ("unavailable", "predicted")
+    assert predicted.undecided == "undecided by gate.sglang.symm-mem: needs a running server"
+    assert "🤷 undecided by gate.sglang.symm-mem: needs a running server" in render_deadends(dead, "md")
+    tree = next(d for d in dead.dead_ends if d.feature == "nccl-graph-tree")
+    assert [e.stack_id for e in tree.dead_on] == [CU131]                   # the measured fail, not the undecided
+    assert find_dead_ends(build_matrix([undecided], empty_plan(), TARGET)).dead_ends == ()
 
 
 def test_custom_allreduce_passing_is_not_a_dead_end_and_pruned_stacks_are_listed_once(dead):

@@ -13,10 +13,11 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from _session import TEST_LABEL
 from _skips import skip_gpu_only
 
 from stackforge import docker_engine
-from stackforge.docker_engine import MANAGED_LABEL, RUN_LABEL, TEST_LABEL, Bind
+from stackforge.docker_engine import MANAGED_LABEL, RUN_LABEL, Bind
 from stackforge.errors import CommandError, DockerUnavailableError, HostError
 
 

@@ -124,6 +124,25 @@ def test_unpinned_images_and_mixed_images_warn():
     assert "2 different images" in warnings
 
 
+def test_an_undecided_record_is_never_evidence_for_an_image():
+    passed = record(CU131, "serve", "pass", tier="bench", metrics=serve_metrics(100.0),
+                    created_at="2026-03-01T00:00:00+00:00")
+    undecided = record(CU131, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server",
+                       image="stackforge/elsewhere:9", digest="sha256:" + "e" * 64,
+                       created_at="2026-03-09T00:00:00+00:00")                 # newer, another image
+    chosen = pick([passed, undecided], empty_plan(), TARGET, ["serve"])
+    assert chosen.reference == DIGESTS[CU131] and "different images" not in " ".join(chosen.warnings())
+    # Only undecided records: the feature has no verdict (not ruled out) and there is no image to offer.
+    only = record(CU130, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server")
+    with pytest.raises(NothingQualifiesError):
+        pick([only], empty_plan(), TARGET, ["serve"])
+    candidate = evaluate_candidates([only], empty_plan(), TARGET, ["serve"])[0]
+    checks = {c.name: c for c in candidate.blockers}
+    assert checks["serve"].line == "serve: no verdict, undecided by gate.x: needs a running server"
+    assert checks["serve"].unmeasured
+    assert checks["image"].line.startswith("no image: every probe of this stack on this target was undecided")
+
+
 def test_unknown_feature_and_optimize_are_spec_errors(plan):
     with pytest.raises(SpecError, match="unknown feature.*flashinfer-ar-fushion"):
         pick(seed_records(), plan, TARGET, ["flashinfer-ar-fushion"])

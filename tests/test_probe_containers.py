@@ -20,7 +20,7 @@ from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
 from stackforge.docker_engine import MANAGED_LABEL
 from stackforge.model import Interconnect, Target
 from stackforge.probes.campaign import ProbeJob, run_jobs
-from stackforge.probes.catalog import Preconditions, ProbeSpec, probe_by_id
+from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
 from stackforge.probes.execute import HostGpus, ImageRef, ProbeContext, run_in_container
 from stackforge.records import Status
 
@@ -30,6 +30,7 @@ MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
 RTX = Target(name="rtx-pro-6000-x8-pcie", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=8,
              interconnect=Interconnect.PCIE)
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
+PROBES = {probe.id: probe for probe in catalog()}
 
 
 def spec(probe_id: str, script: str, tier: str = "gate", timeout: float = 5.0) -> ProbeSpec:
@@ -77,7 +78,7 @@ def test_runtime_probes_skip_without_a_gpu(docker_client, base_image):
     stack, _ = small_cell()
     image = ImageRef(ref=base_image, image_id=docker_client.images.get(base_image).id)
     ctx = ProbeContext(run_id="test-skip", target=RTX, host_gpus=NO_GPU)
-    record = run_in_container(docker_client, image, stack, probe_by_id("runtime.nccl.graph-tree"), ctx)
+    record = run_in_container(docker_client, image, stack, PROBES["runtime.nccl.graph-tree"], ctx)
     assert record.outcome.status is Status.SKIP
     assert record.outcome.reason == "no GPU on this host: nvidia-smi not found on the host"
 
@@ -86,12 +87,12 @@ def test_runtime_probes_skip_without_a_gpu(docker_client, base_image):
 def two_fi_images(docker_client, base_image, tmp_path_factory):
     """Two small real images that differ in FlashInfer (0.6.6 vs 0.7.2), built with BuildKit."""
     from stackforge.build import Builder, BuildOptions, build_stacks
-    from stackforge.docker_engine import TEST_LABEL, buildx_available, remove_labelled
+    from stackforge.docker_engine import buildx_available, remove_labelled
     if not buildx_available():
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     if not Path(WHEELHOUSE).is_dir():
         pytest.skip(f"needs the wheelhouse {WHEELHOUSE} (torch CPU wheel)")
-    from _session import SESSION_ID, TEST_SESSION_LABEL
+    from _session import SESSION_ID, TEST_LABEL, TEST_SESSION_LABEL
     labels = {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID, "io.stackforge.test.fi-gate": "1"}
     options = BuildOptions(find_links=Path(WHEELHOUSE), ca_bundle=Path(SYSTEM_CA) if Path(SYSTEM_CA).is_file() else None,
                            out_dir=tmp_path_factory.mktemp("fi-build"), no_deps=frozenset({"sglang"}),
@@ -107,7 +108,7 @@ def two_fi_images(docker_client, base_image, tmp_path_factory):
 @pytest.mark.slow
 def test_fi_allreduce_fusion_gate_differs_between_real_images(docker_client, two_fi_images):
     ctx = ProbeContext(run_id="test-fi-gate", target=RTX, host_gpus=NO_GPU)
-    fusion = probe_by_id("gate.flashinfer.ar-fusion")
+    fusion = PROBES["gate.flashinfer.ar-fusion"]
     old_stack, old_image = two_fi_images["0.6.6"]
     new_stack, new_image = two_fi_images["0.7.2"]
     old = run_in_container(docker_client, old_image, old_stack, fusion, ctx)

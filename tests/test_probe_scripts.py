@@ -44,7 +44,7 @@ def run_script(python: Path | str, script: str | Path, *args: str, env: dict[str
     assert last.startswith("STACKFORGE_RESULT "), f"last line is not a result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     payload = json.loads(last[len("STACKFORGE_RESULT "):])
     assert set(payload) == {"status", "reason", "evidence", "metrics", "facts"}
-    assert payload["status"] in ("pass", "fail", "skip", "error")
+    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided")
     assert "\n" not in payload["reason"]
     assert proc.returncode == 0
     return payload
@@ -102,6 +102,14 @@ def fi072_python() -> Path:
     dependencies: it does not import, so the SGLang probe reads its files (static)."""
     return venvs.build_venv("fi-0.7.2-sgl-0.5.23", [
         *venvs.flashinfer_steps("0.7.2", "apache-tvm-ffi>=0.1.11,<0.2"), ["--no-deps", "sglang==0.5.23"]])
+
+
+@pytest.fixture(scope="session")
+def sglang0523_live_python() -> Path:
+    """SGLang 0.5.23 importable with a CPU torch (the venv tests/test_sglang_custom_ar_dispatch.py
+    builds, same recipe): the SGLang probe runs its communicator constructors here (live)."""
+    return venvs.build_venv("sgl-0.5.23-custom-ar", [
+        *venvs.torch_steps(), ["--no-deps", "sglang==0.5.23"], list(venvs.SGLANG_0523_IMPORT_DEPS)])
 
 
 @pytest.fixture(scope="session")
@@ -332,6 +340,122 @@ def test_sglang_0523_static_symm_mem_disables_sm120_cleanly(fi072_python):
     assert "multicast" in hopper["reason"]
 
 
+def test_sglang_0523_live_symm_mem_on_hopper_is_the_tables_decision_not_a_server_context_error(
+        sglang0523_live_python):
+    """0.5.23's TorchSymmMemCommunicator reads get_exec() (torch_symm_mem.py:104) after its table checks;
+    outside a server that raises "config namespace 'exec' not published". That was reported as a fail;
+    the table (all_reduce_utils.py:3, keys 9 and 10, sizes 2/4/6/8) is what decides."""
+    hopper = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch", "--feature", "torch-symm-mem")
+    assert hopper["metrics"]["method"] == "live", hopper
+    assert hopper["status"] == "pass", hopper
+    assert "SGLang's size table decides: TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (all_reduce_utils.py:3)" \
+        in hopper["reason"]
+    assert "passed its table checks (torch_symm_mem.py:80-91) live" in hopper["reason"]
+    assert "server-only state (torch_symm_mem.py:104)" in hopper["reason"]
+    assert "torch_symm_mem.py:104 `get_exec().comm.enable_scattered_sconv`" in hopper["evidence"]
+    assert "ValueError: config namespace 'exec' not published (runtime_context.py:1069)" in hopper["evidence"]
+    assert "Traceback (most recent call last)" in hopper["evidence"]          # the traceback, as evidence
+    blackwell_pc = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
+                              "--interconnect", "pcie", "--feature", "torch-symm-mem")
+    assert blackwell_pc["status"] == "fail"                                   # SGLang's own clean disable
+    assert "TorchSymmMemCommunicator: Device capability 12 not supported" in blackwell_pc["reason"]
+
+
+FAKE_RUNTIME_CONTEXT = """\
+class _Context:
+    _config_bags = None
+
+    def config_bag(self, name):
+        if not self._config_bags or name not in self._config_bags:
+            raise ValueError(f"config namespace {name!r} not published")
+        return self._config_bags[name]
+
+
+_CONTEXT = _Context()
+
+
+def get_exec():
+    return _CONTEXT.config_bag("exec")
+"""
+FAKE_SYMM_MEM = """\
+import logging
+import types
+
+import torch
+import torch.distributed as dist
+
+from sglang.srt.distributed.device_communicators.all_reduce_utils import TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
+from sglang.srt.runtime_context import get_exec
+
+torch_symm_mem = types.SimpleNamespace(empty=None)
+logger = logging.getLogger(__name__)
+
+
+class TorchSymmMemCommunicator:
+    def __init__(self, group, device):
+        self.disabled = True
+        {before_table}
+        self.device_capability = torch.cuda.get_device_capability(device)[0]
+        sizes = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(self.device_capability)
+        if sizes is None:
+            logger.warning("TorchSymmMemCommunicator: Device capability %s not supported, "
+                           "communicator is not available.", self.device_capability)
+            return
+        if dist.get_world_size(group) not in sizes:
+            logger.warning("TorchSymmMemCommunicator: World size %d not supported, "
+                           "communicator is not available.", dist.get_world_size(group))
+            return
+        self.buffer = torch_symm_mem.empty(1024)
+"""
+
+
+def fake_sglang(root: Path, before_table: str) -> Path:
+    """A package named sglang with a symmetric-memory communicator whose constructor runs
+    ``before_table`` ahead of its size table (keys 9 and 10, sizes 4 and 8)."""
+    comm = root / "sglang" / "srt" / "distributed" / "device_communicators"
+    comm.mkdir(parents=True)
+    for folder in (root / "sglang", root / "sglang" / "srt", comm.parent, comm):
+        (folder / "__init__.py").write_text("")
+    (root / "sglang" / "srt" / "runtime_context.py").write_text(FAKE_RUNTIME_CONTEXT)
+    (comm / "all_reduce_utils.py").write_text("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {4: 1, 8: 2}, 10: {4: 1, 8: 2}}\n")
+    (comm / "torch_symm_mem.py").write_text(FAKE_SYMM_MEM.replace("{before_table}", before_table))
+    info = root / "sglang-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n")
+    return root
+
+
+def test_symm_mem_stopped_by_server_only_state_before_its_table_is_undecided_or_the_tables_no(
+        torch_python, tmp_path):
+    root = fake_sglang(tmp_path / "context-first", "get_exec()  # server-only state, ahead of the table")
+    env = {"PYTHONPATH": str(root)}
+    admitted = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--interconnect",
+                          "nvswitch", "--feature", "torch-symm-mem", env=env)
+    assert admitted["status"] == "undecided", admitted               # the table admits, but nothing before it ran
+    assert "stopped at server-only state before its table checks" in admitted["reason"]
+    assert "ValueError: config namespace 'exec' not published (runtime_context.py:" in admitted["evidence"]
+    assert "[table] TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {4: 1, 8: 2}, 10: {4: 1, 8: 2}}" in admitted["evidence"]
+    assert admitted["metrics"]["feature_status"]["torch-symm-mem"] == "undecided"
+    denied = run_script(torch_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8", "--feature",
+                        "torch-symm-mem", env=env)
+    assert denied["status"] == "fail"                                 # no entry for 12: the table says no
+    assert "SGLang's size table decides: no entry for capability 12 (keys [9, 10])" in denied["reason"]
+    assert "all_reduce_utils.py:1" in denied["reason"] and "torch_symm_mem.py:" in denied["reason"]
+    odd_size = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "2", "--feature",
+                          "torch-symm-mem", env=env)
+    assert "no world size 2 for capability 9 (sizes [4, 8])" in odd_size["reason"] and odd_size["status"] == "fail"
+
+
+def test_symm_mem_error_raised_by_the_communicator_itself_stays_its_verdict(torch_python, tmp_path):
+    # The same words raised by the communicator's own code (not runtime_context.py) are SGLang's answer.
+    root = fake_sglang(tmp_path / "own-error", "raise ValueError(\"config namespace 'exec' not published\")")
+    result = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--feature",
+                        "torch-symm-mem", env={"PYTHONPATH": str(root)})
+    assert result["status"] == "fail", result
+    assert "raises ValueError: config namespace 'exec' not published" in result["reason"]
+
+
 def test_sglang_053_static_symm_mem_keyerror(sglang053_python):
     result = run_script(sglang053_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "4",
                         "--feature", "torch-symm-mem")
@@ -411,6 +535,8 @@ def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
     assert result["metrics"]["method"] == "live"
     assert "sglang.srt.layers.flashinfer_comm_fusion has no function _resolve_backend" in result["evidence"]
     assert "gate.flashinfer.ar-fusion" in result["reason"]
+    # Read in the wheels: flashinfer_comm_fusion.py:47 defines it in 0.5.14, 0.5.13.post1 has none.
+    assert "SGLang has one from 0.5.14" in result["reason"]
 
 
 def ar_fusion(python: Path, arch: str, gpus: str) -> dict:
@@ -526,6 +652,62 @@ def test_kernel_cubins_reads_a_real_shared_object(bare_python, tmp_path):
         other = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "cuobjdump",
                            "--cuobjdump", cuobjdump, "--path", str(package))
         assert "sm_120a" in other["evidence"] and "compute_90" in other["evidence"]
+
+
+def flashinfer_cubin_layout(root: Path, extra: dict[str, list[tuple[int, int, int]]] | None = None) -> Path:
+    """A flashinfer_cubin package laid out like the 0.6.13 wheel (cubins/<hash>/<family>/...), the files
+    synthetic fatbins with the archs the real ones carry (sm_100f, sm_103a)."""
+    package = root / "flashinfer_cubin"
+    files = {"cubins/158f6fa1/fmha/trtllm-gen/fmhaSm100fKernel_QkvE4m3OBfloat16H128PagedKv.cubin": [(2, 100, 0x200011)],
+             "cubins/d2c5915b/batched_gemm-91e0ba0-896b90b/Bmm_Bfloat16_E4m3E4m3_Fp32_sm103a.cubin": [(2, 103, 0x100011)],
+             "cubins/10f64528/gemm-91e0ba0-2710384/Gemm_Bfloat16_E4m3E4m3_Fp32_t128x8x128_sm100f.cubin": [(2, 100, 0x200011)],
+             "cubins/a72d85b0/deep-gemm/kernel.fp8_m_grouped_gemm.007404769193.cubin": [(2, 100, 0x200011)],
+             **(extra or {})}
+    for relative, entries in files.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(synthetic_fatbin(entries))
+    return package
+
+
+def test_kernel_cubins_judges_only_the_kernels_the_target_would_use(bare_python, tmp_path):
+    """flashinfer-cubin's trtllm-gen / DeepGEMM cubins are SM10x-only by design: no sm_90 / sm_120 code in
+    them is no gap (this was a fail), and the evidence says what was excluded, why, and from which source."""
+    package = flashinfer_cubin_layout(tmp_path)
+    for arch, sm in (("12.0", "sm_120"), ("9.0", "sm_90")):
+        result = run_script(bare_python, "kernel_cubins.py", "--arch", arch, "--method", "parse", "--path",
+                            str(package))
+        assert result["status"] == "skip", result
+        assert result["reason"].startswith(f"no kernel that {sm} would use in flashinfer_cubin; not judged")
+        assert "trtllm-gen FMHA (1 files)" in result["reason"] and "DeepGEMM (1 files)" in result["reason"]
+        assert (f"excluded, not used on {sm}: trtllm-gen FMHA, 1 files (built for compute capability 10.x only"
+                in result["evidence"])
+        assert "flashinfer/artifacts.py:141-142" in result["evidence"]
+        assert "deep_gemm.py:1382" in result["evidence"]
+        assert result["metrics"]["packages"]["flashinfer_cubin"]["excluded"] == {
+            "trtllm-gen FMHA": 1, "trtllm-gen batched GEMM (fused MoE)": 1, "trtllm-gen GEMM": 1, "DeepGEMM": 1}
+    blackwell = run_script(bare_python, "kernel_cubins.py", "--arch", "10.0", "--method", "parse", "--path",
+                           str(package))
+    assert blackwell["status"] == "pass"                     # SM10x uses them: judged, and they cover it
+    assert "flashinfer_cubin: 3/4 files" in blackwell["reason"] and "not judged" not in blackwell["reason"]
+
+
+def test_kernel_cubins_exclusions_hide_no_real_gap(bare_python, tmp_path):
+    # A flashinfer_cubin file outside the SM10x-only families is judged like any other.
+    package = flashinfer_cubin_layout(tmp_path, {"cubins/aaaa/fmha/cudnn/sdpa_sm90.cubin": [(2, 90, 0x100011)]})
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(package))
+    assert result["status"] == "fail", result
+    assert result["reason"].startswith("no code for sm_120 in flashinfer_cubin (sm_90a); not judged")
+    # Another package is judged whatever flashinfer_cubin holds.
+    kernels = tmp_path / "sgl_kernel"
+    kernels.mkdir()
+    (kernels / "common_ops.fatbin").write_bytes(synthetic_fatbin([(2, 120, 0x200011)]))
+    both = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                      str(flashinfer_cubin_layout(tmp_path / "clean")), "--path", str(kernels))
+    assert both["status"] == "pass", both
+    assert both["reason"].startswith("sgl_kernel carry code for sm_120 (sgl_kernel: 1/1 files")
+    assert "not judged, built for other GPUs by design: flashinfer_cubin: trtllm-gen" in both["reason"]
 
 
 def test_kernel_cubins_skips_without_kernel_packages(bare_python):

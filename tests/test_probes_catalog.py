@@ -16,9 +16,9 @@ from stackforge.probes.catalog import (
     Preconditions,
     ProbeSpec,
     catalog,
-    probe_by_id,
-    unmet_preconditions,
 )
+
+PROBES = {spec.id: spec for spec in catalog()}
 
 RULE_FEATURES = {"torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
                  "custom-allreduce", "kernel-arch-coverage", "nccl-graph-tree", "ep-a2a"}
@@ -64,29 +64,20 @@ def test_shared_script_specs_pick_their_feature():
 
 
 def test_specs_are_frozen_and_validated():
-    spec = probe_by_id("gate.flashinfer.ar-fusion")
+    spec = PROBES["gate.flashinfer.ar-fusion"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.tier = "runtime"  # type: ignore[misc]
     with pytest.raises(SpecError):
         ProbeSpec("x", "f", "bench", "x.py", "d")
     with pytest.raises(SpecError):
         ProbeSpec("x", "f", "gate", "../x.py", "d")
-    with pytest.raises(SpecError, match="unknown probe"):
-        probe_by_id("gate.nope")
 
 
-def test_unmet_preconditions():
-    runtime = probe_by_id("runtime.nccl.graph-tree")
-    assert "at least 2 GPUs" in unmet_preconditions(runtime, target_gpus=1, gpu_visible=True)
-    assert "none is visible" in unmet_preconditions(runtime, target_gpus=8, gpu_visible=False)
-    assert unmet_preconditions(runtime, target_gpus=8, gpu_visible=True) is None
-    nvcc = probe_by_id("gate.nvcc.codegen")
-    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=False)
-    assert unmet_preconditions(nvcc, target_gpus=8, gpu_visible=False, nvcc_present=None) is None
-    fusion = probe_by_id("gate.flashinfer.ar-fusion")
-    assert "flashinfer-python" in unmet_preconditions(fusion, target_gpus=8, gpu_visible=False,
-                                                      installed={"torch": "2.13.0"})
+def test_preconditions_default_to_none():
     assert Preconditions() == Preconditions(0, False, False, ())
+    runtime = PROBES["runtime.nccl.graph-tree"].preconditions
+    assert runtime.min_gpus == 2 and runtime.needs_gpu_arch
+    assert PROBES["gate.nvcc.codegen"].preconditions.needs_nvcc
 
 
 @pytest.mark.parametrize("spec", catalog(), ids=lambda s: s.id)
@@ -102,4 +93,26 @@ def test_scripts_accept_the_target_and_fixed_arguments(spec):
     assert last.startswith("STACKFORGE_RESULT ")
     payload = json.loads(last.split(" ", 1)[1])
     assert "arguments rejected" not in payload["reason"], payload
-    assert payload["status"] in ("pass", "fail", "skip", "error")
+    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided")
+
+
+def test_a_script_may_say_undecided_and_the_runner_keeps_it():
+    """``undecided`` (the script could not reach what decides the feature) is a status a script may
+    print; the runner records it as such, with the script's reason and evidence."""
+    import sys
+
+    from stackforge.probes.execute import outcome_from_ending
+    from stackforge.records import Status
+
+    sys.path.insert(0, str(SCRIPTS_DIR))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    line = sf.result_line("undecided", "needs a running server", "ValueError: config namespace 'exec' not published")
+    outcome, _ = outcome_from_ending(exit_code=0, timed_out=False, signal=None, output=f"log\n{line}\n",
+                                     duration_s=1.0, timeout_s=60.0)
+    assert (outcome.status, outcome.reason) == (Status.UNDECIDED, "needs a running server")
+    assert outcome.evidence == "ValueError: config namespace 'exec' not published"
+    with pytest.raises(ValueError, match="status must be one of"):
+        sf.result_line("maybe", "x")

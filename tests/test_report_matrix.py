@@ -56,6 +56,59 @@ def test_skips_fall_back_to_the_prediction_then_to_skip():
     assert decide_cell("x", []).status is CellStatus.UNTESTED
 
 
+def test_an_undecided_record_is_kept_but_decides_nothing():
+    """A probe that could not reach the deciding code path (``undecided``) is evidence kept in the cell,
+    never a verdict: the prediction shows, else the cell is undecided and says by whom and why."""
+    undecided = record(CU131, "torch-symm-mem", "undecided", tier="gate", probe="gate.sglang.symm-mem",
+                       reason="the constructor needs a running server's published config",
+                       evidence="ValueError: config namespace 'exec' not published")
+    alone = decide_cell("torch-symm-mem", [undecided])
+    assert (alone.status, alone.source, alone.tier) == (CellStatus.UNDECIDED, Source.NONE, None)
+    assert alone.reason == ("undecided by gate.sglang.symm-mem: the constructor needs a running server's "
+                            "published config")
+    assert alone.evidence == "ValueError: config namespace 'exec' not published"
+    assert alone.records == (undecided,) and alone.decisive is None and not alone.dead
+    predicted = decide_cell("torch-symm-mem", [undecided], RULES["torch-symm-mem-sm120"])
+    assert (predicted.status, predicted.source) == (CellStatus.UNAVAILABLE, Source.PREDICTED)
+    assert predicted.reason == RULES["torch-symm-mem-sm120"].reason
+    assert predicted.undecided.startswith("undecided by gate.sglang.symm-mem: ")
+    skipped = record(CU131, "torch-symm-mem", "skip", reason="no GPU on this host")
+    assert decide_cell("torch-symm-mem", [skipped, undecided]).status is CellStatus.UNDECIDED
+    # Any real verdict decides; the undecided record stays as evidence only.
+    run_pass = record(CU131, "torch-symm-mem", "pass")
+    measured = decide_cell("torch-symm-mem", [undecided, run_pass])
+    assert (measured.status, measured.source, measured.undecided) == (CellStatus.PASS, Source.MEASURED, "")
+    assert undecided in measured.records
+    assert decide_cell("torch-symm-mem", [undecided, record(CU131, "torch-symm-mem", "error")]).status \
+        is CellStatus.ERROR
+
+
+def test_undecided_cells_render_with_who_and_why():
+    plan = parse_plan(plan_dict())
+    records = [*seed_records(),
+               record(CU131, "nccl-graph-tree", "undecided", tier="gate", probe="gate.x",
+                      reason="needs a server", evidence="ValueError: config namespace 'exec' not published"),
+               record(CU130, "torch-symm-mem", "undecided", tier="gate", probe="gate.y", reason="needs a server too")]
+    report = build_matrix(records, plan, TARGET)
+    cell = report.row(CU131).cell("nccl-graph-tree")
+    assert cell.status is CellStatus.UNDECIDED
+    md = render_md(report)
+    assert "🤷 undecided" in md and "left undecided by their probes" in md
+    assert "undecided by gate.x: needs a server" in md and "config namespace 'exec' not published" in md
+    assert "undecided by gate.y: needs a server too" in md         # a predicted cell says it too
+    data = json.loads(render_json(report))
+    assert "undecided" in data["legend"]
+    cells = {(r["stack_id"], c["feature"]): c for r in data["rows"] for c in r["cells"]}
+    assert cells[(CU131, "nccl-graph-tree")]["status"] == "undecided"
+    assert cells[(CU130, "torch-symm-mem")]["status"] == "unavailable"
+    assert cells[(CU130, "torch-symm-mem")]["undecided"] == "undecided by gate.y: needs a server too"
+    rows = list(csv.DictReader(io.StringIO(render_csv(report))))
+    assert next(r for r in rows if r["stack_id"] == CU131 and r["feature"] == "nccl-graph-tree")["undecided"] \
+        == "undecided by gate.x: needs a server"
+    html = render_html(report)
+    assert 'data-status="undecided"' in html and "undecided by gate.y: needs a server too" in html
+
+
 def test_measured_pass_against_a_rule_is_flagged_not_hidden():
     cell = decide_cell("flashinfer-ar-fusion", [record(CU130, "flashinfer-ar-fusion", "pass")],
                        RULES["fi-arfusion-sm120"])
@@ -139,7 +192,7 @@ def test_bad_plans_are_record_errors(data, fragment):
 
 
 def test_the_real_plan_json_is_understood(tmp_path):
-    """Consume what `stackforge plan --json` really prints (the lead's planner and shipped data)."""
+    """Consume what `stackforge plan --json` really prints (the real planner and the shipped data)."""
     from stackforge.cli import cli
 
     result = CliRunner().invoke(cli, ["plan", "--json"])
@@ -215,7 +268,7 @@ def test_json_envelope(report):
     assert set(row) == {"stack_id", "stack", "plan_status", "pruned_by", "derived", "images", "cells"}
     cell = row["cells"][0]
     assert set(cell) == {"feature", "status", "source", "tier", "reason", "evidence", "metric", "contradicted",
-                         "unpredicted", "prediction", "measurements"}
+                         "unpredicted", "undecided", "prediction", "measurements"}
     assert [m["tier"] for m in cell["measurements"]] == ["gate", "runtime"]
     assert data["rows"][1]["pruned_by"][0]["rule"] == "torch-no-cu128-from-212"
 

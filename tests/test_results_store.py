@@ -15,9 +15,10 @@ from matrix_fixtures import CU128, CU131, TARGET, record, seed_records
 from stackforge.build.records import BuildRecord, BuildStatus
 from stackforge.build.records import write_record as write_build_record
 from stackforge.errors import RecordError
+from stackforge.fsio import atomic_write_text
 from stackforge.records import RESULT_SCHEMA_VERSION, Outcome, ResultRecord
-from stackforge.results import (RUN_FILE, RunInfo, atomic_write_text, finish_run, load_results, merge_records,
-                                merge_runs, read_run_info, record_path, result_schema, start_run, write_record)
+from stackforge.results import (RUN_FILE, RunInfo, finish_run, load_results, merge_records, merge_runs,
+                                read_run_info, record_path, result_schema, start_run, write_record)
 
 
 def make_run(root: Path, records, run_id: str = "20260301T020000Z-aaaaaa") -> Path:
@@ -342,6 +343,13 @@ def check(instance, schema, where="$"):
 @pytest.mark.parametrize("rec", seed_records(), ids=lambda r: f"{r.stack_id[:5]}-{r.probe}")
 def test_every_record_validates_against_the_schema(rec):
     assert check(rec.to_json(), result_schema()) == []
+
+
+def test_an_undecided_record_validates_and_round_trips():
+    rec = record(CU128, "torch-symm-mem", "undecided", tier="gate", reason="needs a running server",
+                 evidence="ValueError: config namespace 'exec' not published")
+    assert check(rec.to_json(), result_schema()) == []
+    assert ResultRecord.from_json(json.loads(rec.dumps())) == rec
 
 
 @pytest.mark.parametrize("mutate, fragment", [

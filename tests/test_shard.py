@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from stackforge.errors import SpecError
 from stackforge.model import Stack
-from stackforge.shard import WHOLE, Shard, click_shard_option, nonempty_shards, select, shard_index, split
+from stackforge.shard import Shard, click_shard_option, nonempty_shards, select, shard_index, split
 
 
 def _random_ids(rng: random.Random, count: int) -> list[str]:
@@ -135,7 +135,7 @@ def test_select_uses_stack_id_by_default_and_none_means_all() -> None:
     stacks = [Stack(cuda="13.1", torch=f"2.14.{n}", flashinfer="0.7.2", sglang="0.5.23", python="3.12")
               for n in range(12)]
     assert select(stacks, None) == tuple(stacks)
-    assert select(stacks, WHOLE) == tuple(stacks)
+    assert select(stacks, Shard(1, 1)) == tuple(stacks)
     for shard in Shard.all_of(3):
         assert all(shard_index(s.id, 3) == shard.index for s in select(stacks, shard))
 

@@ -62,11 +62,6 @@ def algbw_gbps(size_bytes: float, seconds: float) -> float:
     return size_bytes / seconds / GB
 
 
-def busbw_gbps(collective: str, size_bytes: float, seconds: float, n_ranks: int) -> float:
-    """Bus bandwidth in GB/s: ``algbw * busbw_factor(collective, n_ranks)``."""
-    return algbw_gbps(size_bytes, seconds) * busbw_factor(collective, n_ranks)
-
-
 def gemm_flops(m: int, n: int, k: int) -> int:
     """Floating-point operations of an ``[m,k] x [k,n]`` matrix product: one multiply and one add
     per (row, column, inner) triple, ``2*m*n*k``."""

@@ -57,11 +57,6 @@ def summarize(samples: Sequence[float]) -> Summary:
                    maximum=max(values), mean=mean, stdev=stdev, cv=cv)
 
 
-def coefficient_of_variation(samples: Sequence[float]) -> float:
-    """``stdev / mean`` of ``samples`` (see :func:`summarize`)."""
-    return summarize(samples).cv
-
-
 def drop_warmup(samples: Sequence[float], warmup: int) -> tuple[float, ...]:
     """The samples after the first ``warmup`` ones (JIT, allocator and clock warm-up are not data).
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import http.server
 import shutil
-import socket
 import threading
 import urllib.parse
 from pathlib import Path
@@ -116,9 +115,3 @@ def _bind(port: int, handler: type[http.server.BaseHTTPRequestHandler]) -> http.
         return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError:
         return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-
-
-def port_is_free(port: int) -> bool:
-    """True when nothing listens on 127.0.0.1:port (used by tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        return probe.connect_ex(("127.0.0.1", port)) != 0

@@ -10,16 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from stackforge.build.records import BuildStatus
-
-if TYPE_CHECKING:
-    from stackforge.build.scheduler import BuildSummary
+from stackforge.build.records import BuildStatus, BuildSummary
 
 _STYLE = {"built": "green", "cached": "cyan", "failed": "red", "skipped": "yellow", "interrupted": "magenta"}
 

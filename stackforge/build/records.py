@@ -15,8 +15,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError
-from stackforge.results import atomic_write_text
+from stackforge.fsio import atomic_write_text
 
 BUILD_SCHEMA = "stackforge.build"
 BUILD_SCHEMA_VERSION = 1
@@ -101,12 +102,7 @@ class BuildRecord:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> "BuildRecord":
         """Validate and load; corrupt, partial or newer-schema records raise RecordError."""
-        if not isinstance(data, dict) or data.get("schema") != BUILD_SCHEMA:
-            raise RecordError(f"not a stackforge build record (missing schema {BUILD_SCHEMA!r})", path=path)
-        version = data.get("schema_version")
-        if not isinstance(version, int) or version > BUILD_SCHEMA_VERSION:
-            raise RecordError(f"build record schema_version {version!r} is newer than this stackforge "
-                              f"understands ({BUILD_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+        check_envelope(data, schema=BUILD_SCHEMA, supported=BUILD_SCHEMA_VERSION, what="build record", path=path)
         fields = {k: v for k, v in data.items() if k not in ("schema", "schema_version")}
         try:
             fields["status"] = BuildStatus(fields["status"])
@@ -116,6 +112,30 @@ class BuildRecord:
             return cls(**fields)
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"partial or corrupt build record: {type(exc).__name__}: {exc}", path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSummary:
+    """The outcome of one build run: a record per stack, in the order given."""
+
+    records: tuple[BuildRecord, ...]
+    builder: str
+    duration_s: float
+    interrupted: bool = False
+    warnings: tuple[str, ...] = ()   # one line each, e.g. dependency layers dropped (index unreachable)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Ids of the stacks whose build failed."""
+        return tuple(r.stack_id for r in self.records if r.status is BuildStatus.FAILED)
+
+    @property
+    def ok(self) -> bool:
+        """True when every stack has a usable image."""
+        return all(r.status.ok for r in self.records) and not self.interrupted
+
+    def count(self, status: BuildStatus) -> int:
+        return sum(1 for r in self.records if r.status is status)
 
 
 def record_path(out_dir: Path, stack_id: str) -> Path:

@@ -89,13 +89,6 @@ def lookup_declared(package: str, version: str, *, index_url: str | None = None,
     return Declared(LookupStatus.FOUND, tuple(message.get_all("Requires-Dist") or ()))
 
 
-def declared_requirements(package: str, version: str, *, index_url: str | None = None,
-                          ca_bundle: Path | None = None, timeout: float = 20.0) -> tuple[str, ...] | None:
-    """The ``Requires-Dist`` lines of ``package==version``, or None if unknown (see :func:`lookup_declared`)."""
-    found = lookup_declared(package, version, index_url=index_url, ca_bundle=ca_bundle, timeout=timeout)
-    return found.requirements if found.status is LookupStatus.FOUND else None
-
-
 def _pick_wheel(files: list[dict], package: str, version: str) -> dict | None:
     """A wheel of this release: pure Python, or for x86_64 Linux (requirements rarely differ)."""
     wanted = Version(version)

@@ -41,8 +41,8 @@ from stackforge.build.classify import diagnose
 from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
 from stackforge.build.options import Builder, BuildOptions
 from stackforge.build.progress import Board, ProgressView, summary_table
-from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, log_path, read_record,
-                                      write_record)
+from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, BuildSummary, log_path,
+                                      read_record, write_record)
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.build.verify import VerifyReport, label_check, verify_image
 from stackforge.derive import Derived
@@ -53,30 +53,6 @@ from stackforge.records import Status, utc_now
 from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
 
 Cell = tuple[Stack, Derived]
-
-
-@dataclass(frozen=True, slots=True)
-class BuildSummary:
-    """The outcome of one build run: a record per stack, in the order given."""
-
-    records: tuple[BuildRecord, ...]
-    builder: str
-    duration_s: float
-    interrupted: bool = False
-    warnings: tuple[str, ...] = ()   # one line each, e.g. dependency layers dropped (index unreachable)
-
-    @property
-    def failed(self) -> tuple[str, ...]:
-        """Ids of the stacks whose build failed."""
-        return tuple(r.stack_id for r in self.records if r.status is BuildStatus.FAILED)
-
-    @property
-    def ok(self) -> bool:
-        """True when every stack has a usable image."""
-        return all(r.status.ok for r in self.records) and not self.interrupted
-
-    def count(self, status: BuildStatus) -> int:
-        return sum(1 for r in self.records if r.status is status)
 
 
 @dataclass

@@ -22,7 +22,8 @@ def load_compat_overlay(folder: Path) -> UserCompat:
     from stackforge.user_compat import load_user_compat, override_notices
 
     overlay = load_user_compat(folder)
-    for line in override_notices(load_knowledge(), overlay):
+    shipped = load_knowledge()
+    for line in override_notices(shipped.rules, shipped.targets, overlay):
         click.echo(f"stackforge: notice: {line}", err=True)
     return overlay
 

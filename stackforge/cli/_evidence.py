@@ -1,7 +1,7 @@
 """Options and loading shared by ``matrix``, ``deadends`` and ``pick``: results + plan -> evidence.
 
 Only parsing and dispatch live here: the loaders are :func:`stackforge.results.load_results` and
-:func:`stackforge.report.parse_plan`; planning is the lead's :func:`stackforge.plan.plan_file`.
+:func:`stackforge.report.parse_plan`; planning is :func:`stackforge.plan.plan_file`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import click
 
 from stackforge.cli.options import out_path_error, refuse_together
 from stackforge.errors import RecordError, StackforgeError
+from stackforge.fsio import atomic_write_text
 from stackforge.records import ResultRecord
 from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
-from stackforge.results import (LoadedResults, atomic_write_text, describe_problems, holds_results,
-                                load_results)
+from stackforge.results import LoadedResults, describe_problems, holds_results, load_results
 
 F = Callable[..., object]
 

@@ -11,7 +11,7 @@ import click
 
 from stackforge.cli.options import check_out_path, out_path_error
 from stackforge.errors import SpecError
-from stackforge.results import atomic_write_text
+from stackforge.fsio import atomic_write_text
 
 
 @click.group(name="ci")

@@ -4,12 +4,3 @@ The scripts live in :mod:`stackforge.probes.scripts` (standalone files, mounted 
 container at ``/stackforge/probes``); :mod:`stackforge.probes.catalog` says which exist, what they
 decide and what they need.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-
-def scripts_dir() -> Path:
-    """The directory holding the probe scripts (what a runner mounts at /stackforge/probes)."""
-    return Path(__file__).resolve().parent / "scripts"

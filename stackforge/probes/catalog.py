@@ -9,8 +9,8 @@ fixed ones that pick a variant (``--feature flashinfer-ar-fusion``, ``--algo tre
 Preconditions say when running a probe makes sense at all: ``min_gpus`` (GPUs in the target),
 ``needs_gpu_arch`` (a GPU of the target arch must be visible: the runtime tier), ``needs_nvcc`` and
 ``needs_packages`` (installed distributions). Every script also checks what it needs itself and
-reports an unmet need as ``skip`` with the reason, so a runner may use these to skip early but
-never has to.
+reports an unmet need as ``skip`` with the reason; the preconditions here are what ``stackforge list
+probes`` shows, not a check the runner makes.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "turning the fusion on by itself (0.5.4.post2-0.5.7 on sm_12x), with FlashInfer's gate, for the target",
               Preconditions(needs_packages=("sglang",)), 300.0, ("--feature", "flashinfer-ar-fusion")),
     ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",
-              "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects",
+              "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects, judged for "
+              "the kernels the target would use (SM10x-only FlashInfer cubin families listed as excluded)",
               Preconditions(), 600.0),
     ProbeSpec("runtime.flashinfer.jit", "flashinfer-jit", "runtime", "flashinfer_run.py",
               "FlashInfer JIT-builds rmsnorm and single-request decode attention for the visible GPU (fresh "
@@ -150,32 +151,3 @@ def known_features(probes: Sequence[ProbeSpec] = _CATALOG) -> tuple[str, ...]:
     """Every feature name: the rules' vocabulary first, then those only a probe decides."""
     return tuple(dict.fromkeys((*FEATURES, *(spec.feature for spec in probes))))
 
-
-def probe_by_id(probe_id: str) -> ProbeSpec:
-    """The probe with this id; SpecError naming the known ids otherwise."""
-    for spec in _CATALOG:
-        if spec.id == probe_id:
-            return spec
-    raise SpecError(f"unknown probe {probe_id!r}; known: {', '.join(s.id for s in _CATALOG)}")
-
-
-def unmet_preconditions(spec: ProbeSpec, *, target_gpus: int, gpu_visible: bool,
-                        nvcc_present: bool | None = None,
-                        installed: dict[str, str] | None = None) -> str | None:
-    """Why ``spec`` cannot say anything for this target/image, or None. Pure.
-
-    ``nvcc_present`` and ``installed`` are what is known about the image; None means unknown
-    (then the script itself decides and reports).
-    """
-    pre = spec.preconditions
-    if target_gpus < pre.min_gpus:
-        return f"{spec.id} needs a target with at least {pre.min_gpus} GPUs; the target has {target_gpus}"
-    if pre.needs_gpu_arch and not gpu_visible:
-        return f"{spec.id} runs on a GPU of the target arch and none is visible"
-    if pre.needs_nvcc and nvcc_present is False:
-        return f"{spec.id} needs nvcc and the image has none"
-    if installed is not None:
-        missing = [p for p in pre.needs_packages if p not in installed]
-        if missing:
-            return f"{spec.id} needs {', '.join(missing)} in the image"
-    return None

@@ -10,8 +10,11 @@ The result-line contract: a script prints human logs freely and, as its LAST std
 
     STACKFORGE_RESULT {"status": ..., "reason": ..., "evidence": ..., "metrics": {...}, "facts": {...}}
 
-with status in pass | fail | skip | error. ``timeout`` and ``crash`` are assigned by the runner that
-watches the script, never by the script. :func:`emit` prints that line and ends the process at once
+with status in pass | fail | skip | error | undecided. ``undecided``: the script ran but could not
+reach the code path that decides the feature honestly (it needs a context only the real program
+provides, such as a running server's published config); its evidence says why, and it is never a
+pass or a fail. ``timeout`` and ``crash`` are assigned by the runner that watches the script, never
+by the script. :func:`emit` prints that line and ends the process at once
 (``os._exit``) so no atexit hook, C library or child process can print after it.
 """
 
@@ -42,7 +45,7 @@ from contextlib import contextmanager
 from typing import Any
 
 RESULT_PREFIX = "STACKFORGE_RESULT "
-STATUSES = ("pass", "fail", "skip", "error")
+STATUSES = ("pass", "fail", "skip", "error", "undecided")
 INTERCONNECTS = ("pcie", "nvlink", "nvswitch")
 NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
 

@@ -15,7 +15,10 @@ otherwise (or with ``--method parse``) the files are read directly, standard lib
   version 8 on, the low byte before), the ``a``/``f`` suffix in ptxas' ``-arch`` note.
 
 A package covers the target when at least one of its files has SASS that runs on it (same major,
-minor <= target; ``a`` only on its own arch) or PTX that JIT-compiles to it. No GPU needed.
+minor <= target; ``a`` only on its own arch) or PTX that JIT-compiles to it. Only the kernels the
+target would use are judged: a kernel family its project builds and dispatches for other
+architectures only (:data:`ARCH_SCOPED_KERNELS`, e.g. FlashInfer's trtllm-gen cubins, SM10x only) is
+listed as excluded, with why and the public source, and its missing code is no gap. No GPU needed.
 """
 
 from __future__ import annotations
@@ -39,6 +42,53 @@ FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
 DEVICE_SUFFIXES = (".so", ".cubin", ".fatbin")
 CODE = re.compile(r"(sm|compute)_(\d+)([af]?)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelFamily:
+    """Prebuilt kernels of one package that their project builds, and dispatches to, only on GPUs of
+    some compute-capability majors: on any other target they are never loaded."""
+
+    package: str             # the package directory (site-packages/<package>)
+    name: str
+    path: str                # regular expression on the file's path inside the package
+    majors: tuple[int, ...]  # the compute-capability majors the kernels are built for
+    why: str
+    source: str
+
+    def excludes(self, package: str, relative: str, target: sf.Arch) -> bool:
+        return (package == self.package and target.major not in self.majors
+                and re.search(self.path, relative.replace(os.sep, "/")) is not None)
+
+
+_FI = "flashinfer-python 0.7.2 wheel, flashinfer/"
+#: What the public wheels were read for, printed once under the exclusions.
+SCOPED_KERNELS_CHECKED = ("flashinfer-cubin 0.6.13 wheel: 15,653 of its 15,970 cubins (fmha/trtllm-gen, batched_gemm-*, "
+                          "gemm-*) are named Sm100a / Sm100f / Sm103a / sm100f / sm103a, the other 317 (deep-gemm) "
+                          "all read as sm_100f; fmha/cute-dsl holds only the checksums of sm_100a, sm_103a, sm_110a")
+#: Kernel families built for some architectures only, by design (not a coverage gap elsewhere).
+ARCH_SCOPED_KERNELS = (
+    KernelFamily("flashinfer_cubin", "trtllm-gen FMHA", r"(^|/)fmha/trtllm-gen/", (10,),
+                 "TensorRT-LLM-gen attention kernels, published for Blackwell SM10x only (Sm100a/Sm100f/Sm103a, "
+                 "Rubin Sm107a)",
+                 f"{_FI}artifacts.py:141-142, {_FI}jit/trtllm_gen_metainfo.py:46-48 (BLACKWELL_CUBIN_ARCHS), "
+                 f"{_FI}mla/_batch_mla/_backends/trtllm_gen_backend.py:173-178 ('trtllm-gen MLA requires "
+                 "SM100/SM103/SM107')"),
+    KernelFamily("flashinfer_cubin", "trtllm-gen batched GEMM (fused MoE)", r"(^|/)batched_gemm-[^/]*/", (10,),
+                 "TensorRT-LLM-gen batched-GEMM kernels of the trtllm-gen fused MoE, SM10x only",
+                 f"{_FI}artifacts.py:141-142, {_FI}jit/fused_moe.py:378-381 (the module's kernel list is "
+                 f"filtered to BLACKWELL_CUBIN_ARCHS, {_FI}jit/trtllm_gen_metainfo.py:46-48)"),
+    KernelFamily("flashinfer_cubin", "trtllm-gen GEMM", r"(^|/)gemm-[^/]*/", (10,),
+                 "TensorRT-LLM-gen GEMM kernels, SM10x only",
+                 f"{_FI}artifacts.py:141-142, {_FI}jit/gemm/core.py:722-725 (the trtllm-gen GEMM runner "
+                 "targets supported_major_versions=[10])"),
+    KernelFamily("flashinfer_cubin", "DeepGEMM", r"(^|/)deep-gemm/", (10,),
+                 "DeepGEMM's SM100 FP8 grouped GEMMs (SM100FP8GemmRuntime)",
+                 f"{_FI}deep_gemm.py:1382 and :1489 (@supported_compute_capability([100, 103, 107]))"),
+    KernelFamily("flashinfer_cubin", "CuTe-DSL FMHA", r"(^|/)fmha/cute-dsl/", (10, 11),
+                 "CuTe-DSL attention kernels published per arch for sm_100a/sm_103a/sm_107a/sm_110a only",
+                 f"{_FI}artifacts.py:154-159 (DSL_FMHA_ARCHS)"),
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -245,15 +295,45 @@ def covers(code: str, target: sf.Arch) -> bool:
     return bool(match) and sf.code_runs_on(match.group(1), int(match.group(2)), match.group(3), target)
 
 
+def relative_path(path: str, root: str) -> str:
+    return os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
+
+
+def split_scoped(name: str, root: str, files: Sequence[str], target: sf.Arch,
+                 families: Sequence[KernelFamily] = ARCH_SCOPED_KERNELS
+                 ) -> tuple[list[str], dict[KernelFamily, list[str]]]:
+    """(files the target would use, {family: files excluded because the family is not for the target})."""
+    judged: list[str] = []
+    excluded: dict[KernelFamily, list[str]] = {}
+    for path in files:
+        family = next((f for f in families if f.excludes(name, relative_path(path, root), target)), None)
+        if family is None:
+            judged.append(path)
+        else:
+            excluded.setdefault(family, []).append(path)
+    return judged, excluded
+
+
+def exclusion_lines(excluded: dict[KernelFamily, list[str]], target: sf.Arch) -> list[str]:
+    lines = [f"  excluded, not used on {target.sm_name}: {family.name}, {len(paths)} files (built for compute "
+             f"capability {'/'.join(f'{m}.x' for m in family.majors)} only: {family.why}; source: {family.source})"
+             for family, paths in excluded.items()]
+    return lines + [f"  (checked: {SCOPED_KERNELS_CHECKED})"] if lines else []
+
+
 def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch,
+              excluded: dict[KernelFamily, list[str]] | None = None,
               list_limit: int = 12) -> tuple[str, dict[str, object]]:
-    """One evidence block and one metrics entry for a package."""
+    """One evidence block and one metrics entry for a package (``results``: the files judged)."""
+    excluded = excluded or {}
     with_code = [r for r in results if r.has_code]
     covering = [r for r in with_code if any(covers(c, target) for c in (*r.sass, *r.ptx))]
     histogram = Counter(c for r in with_code for c in (*r.sass, *r.ptx))
-    lines = [f"{name} ({root}): {len(covering)}/{len(with_code)} files with device code cover {target.sm_name}"]
+    lines = [f"{name} ({root}): {len(covering)}/{len(with_code)} judged files with device code cover "
+             f"{target.sm_name}"]
+    lines += exclusion_lines(excluded, target)
     for result in with_code[:list_limit]:
-        rel = os.path.relpath(result.path, root) if os.path.isdir(root) else os.path.basename(result.path)
+        rel = relative_path(result.path, root)
         ptx = f" ptx: {' '.join(result.ptx)}" if result.ptx else ""
         lines.append(f"  {rel}: {' '.join(result.sass) or '-'}{ptx}")
     if len(with_code) > list_limit:
@@ -263,7 +343,8 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
     if errors:
         lines.append(f"  unreadable: {len(errors)} (first: {errors[0].path}: {errors[0].error})")
     metrics = {"files": len(results), "files_with_device_code": len(with_code), "covering": len(covering),
-               "archs": dict(sorted(histogram.items(), key=lambda i: code_sort_key(i[0])))}
+               "archs": dict(sorted(histogram.items(), key=lambda i: code_sort_key(i[0]))),
+               "excluded": {family.name: len(paths) for family, paths in excluded.items()}}
     return "\n".join(lines), metrics
 
 
@@ -285,25 +366,33 @@ def main(argv: Sequence[str]) -> None:
     if args.method == "cuobjdump" and not cuobjdump:
         sf.emit("error", "--method cuobjdump but no cuobjdump in this image", facts=facts)
     read = (lambda path: cuobjdump_file(cuobjdump, path)) if cuobjdump else parse_file
-    blocks, per_package, uncovered = [], {}, []
+    blocks, per_package, uncovered, not_judged = [], {}, [], []
     for name, root in sorted(roots.items()):
-        evidence, metrics = summarize(name, root, [read(p) for p in device_files(root)], target)
+        judged, excluded = split_scoped(name, root, device_files(root), target)
+        evidence, metrics = summarize(name, root, [read(p) for p in judged], target, excluded)
         blocks.append(evidence)
         per_package[name] = metrics
         if metrics["files_with_device_code"] and not metrics["covering"]:
             uncovered.append(f"{name} ({', '.join(metrics['archs'])})")
+        if excluded:
+            not_judged.append(f"{name}: {', '.join(f'{f.name} ({len(p)} files)' for f, p in excluded.items())}")
     method = f"cuobjdump ({cuobjdump})" if cuobjdump else "ELF/fatbin parser"
     metrics = {"method": method, "packages": per_package}
     evidence = "\n".join(blocks)
     with_code = [n for n, m in per_package.items() if m["files_with_device_code"]]
+    excluded_text = (f"; not judged, built for other GPUs by design: {'; '.join(not_judged)}" if not_judged else "")
+    if not with_code and not_judged:
+        sf.emit("skip", f"no kernel that {target.sm_name} would use in {', '.join(roots)}{excluded_text}",
+                evidence, metrics, facts)
     if not with_code:
         sf.emit("skip", f"kernel packages found ({', '.join(roots)}) but no device code in them", evidence,
                 metrics, facts)
     if uncovered:
-        sf.emit("fail", f"no code for {target.sm_name} in {'; '.join(uncovered)}", evidence, metrics, facts)
+        sf.emit("fail", f"no code for {target.sm_name} in {'; '.join(uncovered)}{excluded_text}", evidence,
+                metrics, facts)
     sf.emit("pass", f"{', '.join(with_code)} carry code for {target.sm_name} ("
             + "; ".join(f"{n}: {per_package[n]['covering']}/{per_package[n]['files_with_device_code']} files"
-                        for n in with_code) + f"; read by {method})", evidence, metrics, facts)
+                        for n in with_code) + f"; read by {method}){excluded_text}", evidence, metrics, facts)
 
 
 def find_cuobjdump(explicit: str) -> str:
