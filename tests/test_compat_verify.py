@@ -289,3 +289,14 @@ def test_a_witness_without_a_registered_reader_reads_undecided(tmp_path):
     reading = readings.evaluate("no-such-fact", "flashinfer-python", "0.7.4", ReadContext("12.0", 8, "pcie"))
     assert reading.status is ReadingStatus.UNDECIDED
     assert "no wheel reader for fact 'no-such-fact'" in reading.summary
+
+
+def test_every_shipped_witness_has_a_registered_reader():
+    """A witness whose (fact, dist) no reader registers could never be checked: the data must not promise it."""
+    from stackforge.wheels.readers import READERS
+
+    registered = {(spec.fact, spec.dist) for spec in READERS}
+    missing = sorted({(r.id, r.witness.fact, r.witness.dist) for r in load_rules()
+                      if r.witness is not None and (r.witness.fact, r.witness.dist) not in registered})
+    assert not missing, missing
+    assert sum(1 for r in load_rules() if r.witness is not None) >= 30
