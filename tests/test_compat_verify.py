@@ -300,3 +300,27 @@ def test_every_shipped_witness_has_a_registered_reader():
                       if r.witness is not None and (r.witness.fact, r.witness.dist) not in registered})
     assert not missing, missing
     assert sum(1 for r in load_rules() if r.witness is not None) >= 30
+
+
+def test_a_witness_context_outside_the_rules_own_conditions_is_unwitnessed(tmp_path):
+    body = SYMM_RULE.format(bound=">=0.5.14").replace(
+        "inside: unavailable}", 'inside: unavailable, context: {arch: "9.0", gpu_count: 2, interconnect: pcie}}')
+    (verdict,) = verify(rules_from(tmp_path, body)).verdicts
+    assert verdict.verdict is Verdict.UNWITNESSED
+    assert verdict.why == "the witness context's arch is outside the rule's own conditions"
+
+
+def test_the_text_says_which_stack_values_were_read(tmp_path, fake_wheels):
+    folder = tmp_path / "compat"
+    folder.mkdir()
+    (folder / "gate.yaml").write_text("schema: 1\nrules:\n" + textwrap.indent(textwrap.dedent("""\
+    - id: jit-gate
+      when: {arch: {in: ["12.0"]}, flashinfer: ">=0.6.7,<0.7.1", nvcc: true, cuda: "<12.9"}
+      then: {effect: feature_unavailable, feature: flashinfer-jit}
+      reason: "gate"
+      sources: [{ref: "PyPI flashinfer-python==0.7.1 wheel", confidence: verified}]
+      witness: {dist: flashinfer-python, fact: flashinfer-jit, inside: unavailable}
+    """), "  "))
+    result = CliRunner().invoke(cli, ["--compat", str(folder), "compat", "verify", "--rule", "jit-gate"])
+    assert result.exit_code == 0, result.output
+    assert "read with cuda=12.8 (inside the rule's condition); nvcc=True (inside the rule's condition)" in result.output

@@ -259,6 +259,10 @@ def rule_contexts(rule: Rule, witness: Witness, targets: Mapping[str, Target]) -
         if not {"arch", "gpu_count", "interconnect"} <= set(hardware):
             return "no target in targets.yaml matches the rule's hardware conditions"
         ctx = ReadContext(**{"multicast": False, **hardware, **stack})
+        outside = [c.fact for c in rule.conditions
+                   if c.fact in TARGET_FACTS and c.fact != "target" and not c.holds(getattr(ctx, c.fact))]
+        if outside:
+            return f"the witness context's {', '.join(outside)} is outside the rule's own conditions"
         by_ctx[ctx] = [f"arch {ctx.arch} x{ctx.gpu_count} {ctx.interconnect} (witness context)"]
     note = "; ".join(notes)
     return tuple(_Context(ctx, tuple(names), note) for ctx, names in by_ctx.items())
@@ -454,6 +458,8 @@ def render_text(report: VerifyReport) -> str:
         shows = f" showing {witness.shows!r}" if witness.shows else ""
         lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
                      f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
+        if v.contexts and v.contexts[0]:
+            lines.append(f"    read with {v.contexts[0]}")
         for check, targets in _grouped(v.checks):
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
             site = check.reading.sites[0] if check.reading.sites else None
