@@ -231,10 +231,10 @@ class TestArFusionGate:
                                                    "raise ValueError("]
         assert read("flashinfer-ar-fusion", tmp_path, SM90_X8_NVSWITCH).status is ReadingStatus.AVAILABLE
 
-    def test_file_without_the_gate_is_absent(self, tmp_path: Path) -> None:
+    def test_file_without_the_gate_admits_the_arch(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/layers/flashinfer_comm_fusion.py",
               "def ensure_workspace_initialized():\n    pass\n")
-        assert read("flashinfer-ar-fusion", tmp_path, SM120_X8_PCIE).status is ReadingStatus.ABSENT
+        assert read("flashinfer-ar-fusion", tmp_path, SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
 
 
 # sglang 0.5.4.post2 srt/utils/common.py:195-200 and srt/server_args.py (field defaults :271 :332 :473,
@@ -617,7 +617,7 @@ class TestRealWheels:
             assert read("torch-symm-mem", wheels[version], no_multicast).status is ReadingStatus.UNAVAILABLE
 
     def test_ar_fusion_gate_appears_in_0_5_14(self, wheels: dict[str, Path]) -> None:
-        assert read("flashinfer-ar-fusion", wheels["0.5.13.post1"], SM120_X8_PCIE).status is ReadingStatus.ABSENT
+        assert read("flashinfer-ar-fusion", wheels["0.5.13.post1"], SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
         gate = read("flashinfer-ar-fusion", wheels["0.5.14"], SM120_X8_PCIE)
         assert gate.status is ReadingStatus.UNAVAILABLE
         assert [s.line for s in gate.sites] == [49, 50]

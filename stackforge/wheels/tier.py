@@ -111,22 +111,16 @@ def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: Whee
 # --- readings -> records ----------------------------------------------------------------------------
 
 def outcome_status(status: ReadingStatus) -> Status:
-    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail."""
+    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail;
+    the reader could not tell -> undecided (kept with its evidence, deciding no cell)."""
     return {ReadingStatus.AVAILABLE: Status.PASS, ReadingStatus.UNAVAILABLE: Status.FAIL,
-            ReadingStatus.ABSENT: Status.FAIL}.get(status, _undecided_status())
-
-
-def _undecided_status() -> Status:
-    """``undecided`` where the records know it; ``skip`` (not applicable, no failure) otherwise."""
-    return getattr(Status, "UNDECIDED", Status.SKIP)
+            ReadingStatus.ABSENT: Status.FAIL, ReadingStatus.UNDECIDED: Status.UNDECIDED}[status]
 
 
 def outcome_reason(reading: Reading) -> str:
     """One line: the reading's summary, saying so when the code path is not in the release at all."""
     if reading.status is ReadingStatus.ABSENT:
         return f"absent in this release: {reading.summary}" if reading.summary else "absent in this release"
-    if reading.status is ReadingStatus.UNDECIDED and _undecided_status() is Status.SKIP:
-        return f"undecided: {reading.summary}"
     return reading.summary
 
 

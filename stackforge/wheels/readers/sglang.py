@@ -153,7 +153,8 @@ def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
         outcome = "raises KeyError" if found.style == "index" else "disabled=True (communicator not available)"
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
                        f"{where(found.access_site)} {lookup}: capability {major} not in {admitted}: {outcome}",
-                       (found.access_site, found.table_site), depends)
+                       (found.access_site, found.table_site), depends,
+                       manner="raises KeyError" if found.style == "index" else "disabled")
     if size not in found.table[major]:
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
                        f"{where(found.table_site)} {found.table_name}[{major}] admits world sizes "
@@ -230,7 +231,9 @@ def read_ar_fusion_gate(root: Path, ctx: ReadContext) -> Reading:
         None)
     if path is None or function is None:
         looked = f"no {FUSION_GATE} in sglang/{FUSION_FILE}" if path else f"no sglang/{FUSION_FILE}"
-        return Reading("flashinfer-ar-fusion", ReadingStatus.ABSENT,
+        # No gate of SGLang's own: SGLang admits the arch and FlashInfer's gate alone decides, so a
+        # matrix cell takes FlashInfer's reading rather than a "fail" for a gate that is not there.
+        return Reading("flashinfer-ar-fusion", ReadingStatus.AVAILABLE,
                        f"{looked}: SGLang has no arch gate of its own (FlashInfer's decides)",
                        (missing(FUSION_FILE),))
     gate = source.arch_raise(function)
