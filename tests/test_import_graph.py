@@ -44,8 +44,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 #: Edges (importer, imported) that go up a layer today. Each one names its way out.
 KNOWN_LAYER_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # render writes the build context with results.atomic_write_text; stackforge.fsio has it now.
-    ("stackforge.render", "stackforge.results"),
     # --from-probes decides a cell as the matrix does (report.decide_cell); the decision belongs
     # below both bench and report.
     ("stackforge.bench.run", "stackforge.report"),
