@@ -21,6 +21,7 @@ readonly WHEELHOUSE="${STACKFORGE_WHEELHOUSE:-/opt/wheels}"
 readonly TORCH_VERSION="2.13.0+cpu"
 readonly TORCH_VENV="$CACHE/test-torch-venv"
 readonly SKIP_REPORT="$CACHE/skips.tsv"
+readonly WHEEL_CACHE="$CACHE/wheels"   # compat verify's wheels, kept between runs (content-addressed)
 
 say() { printf 'ci: %s\n' "$*"; }
 die() { printf 'ci: error: %s\n' "$*" >&2; exit 1; }
@@ -146,6 +147,24 @@ check_skips() {
   say "skips: $(awk -F '\t' '{n += $2} END {print n + 0}' "$SKIP_REPORT") GPU-only, none other"
 }
 
+step_compat_verify() {
+  # Every rule a wheel reader can witness, read in the PyPI wheels on both sides of its bounds: a rule
+  # whose bound is off by one release fails the run (exit 1 names it and the measured bound). It needs
+  # PyPI; the wheel cache under .cache/ makes a rerun cheap.
+  local started; started=$(date +%s)
+  local status=0
+  STACKFORGE_WHEEL_CACHE="$PWD/$WHEEL_CACHE" "$VENV/bin/stackforge" compat verify >"$CACHE/compat-verify.txt" 2>&1 \
+    || status=$?
+  grep -E '^(WRONG|    (WRONG|measured))' "$CACHE/compat-verify.txt" | sed 's/^/ci:   /' >&2 || true
+  tail -n 1 "$CACHE/compat-verify.txt" | sed 's/^/ci: compat verify: /'
+  say "compat verify: exited with status $status after $(seconds_since "$started") s (full output: $CACHE/compat-verify.txt)"
+  case "$status" in
+    0) ;;
+    1) die "compat verify found rules whose bounds the wheels contradict (above)" ;;
+    *) tail -n 5 "$CACHE/compat-verify.txt" >&2; die "compat verify could not run (status $status)" ;;
+  esac
+}
+
 main() {
   local started; started=$(date +%s)
   mkdir -p "$CACHE"
@@ -157,6 +176,7 @@ main() {
   step_base_image
   step_readme_install
   step_tests "$@"
+  step_compat_verify
   say "passed in $(seconds_since "$started") s"
 }
 

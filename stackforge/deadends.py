@@ -1,7 +1,7 @@
 """Dead ends: every feature that does not work on a target, with reason, evidence, and the way out.
 
-The machine-made version of the todo list in the project's story ("Flashinfer allreduce fusion
-SM120 -- DEAD END (JIT doesn't support SM120)"). It is computed from the matrix report, cell by
+The dead ends, machine-made ("Flashinfer allreduce fusion SM120 -- DEAD END (JIT doesn't support
+SM120)" is one). It is computed from the matrix report, cell by
 cell, so it can never disagree with the matrix: a feature is dead on a stack when its cell is a
 measured ``fail`` / ``crash`` / ``timeout`` or a predicted ``unavailable``. For each dead feature
 the list names the first stack in version order where the feature is *measured* to pass, else the
@@ -191,9 +191,8 @@ def release_boundaries(records: tuple[ResultRecord, ...], feature: str) -> tuple
 
 
 def _first_line(record: ResultRecord) -> str:
-    """The code line a wheel reading was decided on (its evidence's first line), else its reason."""
-    lines = record.outcome.evidence.splitlines()
-    return lines[0] if lines and not lines[0].startswith("wheel: ") else record.outcome.reason
+    """What a wheel reading found, in one line (its reason: the reader's summary, with the code line)."""
+    return record.outcome.reason or next(iter(record.outcome.evidence.splitlines()), "")
 
 
 # ---------------------------------------------------------------------------------------------- rendering

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError, SpecError
 from stackforge.records import ResultRecord
 from stackforge.report import MATRIX_SCHEMA, MATRIX_SCHEMA_VERSION, decide_cell, one_line
@@ -181,12 +182,7 @@ def snapshot_from_matrix_json(data: Any, label: str, *, target: str | None = Non
     Raises:
         RecordError: not a matrix JSON, or a newer schema version.
     """
-    if not isinstance(data, dict) or data.get("schema") != MATRIX_SCHEMA:
-        raise RecordError(f"not a stackforge matrix JSON (schema {MATRIX_SCHEMA!r})", path=label)
-    if not isinstance(data.get("schema_version"), int) or data["schema_version"] > MATRIX_SCHEMA_VERSION:
-        raise RecordError(f"matrix schema_version {data.get('schema_version')!r} is newer than this "
-                          f"stackforge understands ({MATRIX_SCHEMA_VERSION})", path=label,
-                          remedy="upgrade stackforge")
+    check_envelope(data, schema=MATRIX_SCHEMA, supported=MATRIX_SCHEMA_VERSION, what="matrix JSON", path=label)
     name = str((data.get("target") or {}).get("name", ""))
     if target is not None and name != target:
         return Snapshot(label=label, cells={}, metrics={}, targets=frozenset({name}))

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError
 
 RESULT_SCHEMA = "stackforge.result"
@@ -115,12 +116,7 @@ class ResultRecord:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> "ResultRecord":
         """Validate and load a record; corrupt, partial or newer-schema records raise RecordError."""
-        if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
-            raise RecordError("not a stackforge result record (missing schema 'stackforge.result')", path=path)
-        version = data.get("schema_version")
-        if not isinstance(version, int) or version > RESULT_SCHEMA_VERSION:
-            raise RecordError(f"record schema_version {version!r} is newer than this stackforge understands "
-                              f"({RESULT_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+        check_envelope(data, schema=RESULT_SCHEMA, supported=RESULT_SCHEMA_VERSION, what="result record", path=path)
         try:
             outcome = dict(data["outcome"])
             outcome["status"] = Status(outcome["status"])

@@ -32,7 +32,7 @@ from stackforge.data import data_dir
 from stackforge.derive import Derived
 from stackforge.errors import SpecError, UnsafeValueError
 from stackforge.model import Flavour, Stack, content_hash
-from stackforge.results import atomic_write_text
+from stackforge.fsio import atomic_write_text
 from stackforge.versions import parse_version
 
 #: Schema of the ``io.stackforge.*`` label set (bump when keys change meaning).

@@ -42,6 +42,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from stackforge.envelope import check_envelope
 from stackforge.errors import RecordError, SpecError
 from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
 
@@ -226,13 +227,8 @@ def parse_plan(data: Any, *, path: str = "") -> PlanView:
     Raises:
         RecordError: not a plan, a newer schema version, or a malformed cell (with the path).
     """
-    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
-        raise RecordError(f"not a stackforge plan (missing schema {PLAN_SCHEMA!r}); "
-                          "make one with `stackforge plan --json`", path=path)
-    version = data.get("schema_version")
-    if not isinstance(version, int) or version > PLAN_SCHEMA_VERSION:
-        raise RecordError(f"plan schema_version {version!r} is newer than this stackforge understands "
-                          f"({PLAN_SCHEMA_VERSION})", path=path, remedy="upgrade stackforge")
+    check_envelope(data, schema=PLAN_SCHEMA, supported=PLAN_SCHEMA_VERSION, what="plan", path=path,
+                   make_one="make one with `stackforge plan --json`")
     _refuse_plan_without_driver_floor(data, path)
     try:
         matrix = data.get("matrix") or {}
@@ -462,9 +458,15 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
 def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], stack_id: str,
                           stack: Mapping[str, Any], plan_cell: PlanCell | None,
                           wheel: Sequence[ResultRecord]) -> None:
-    """Add to a stack's cells the wheel records of the releases it pins (same context values)."""
+    """Add to a stack's cells the wheel records of the releases it pins (same context values).
+
+    A pruned stack gets none: a release's code says nothing about a stack that cannot be installed,
+    and a pass there would read as the plan contradicted.
+    """
     from stackforge.wheels.match import record_matches, stack_context, stack_pins
 
+    if plan_cell is not None and plan_cell.pruned:
+        return
     derived = plan_cell.derived if plan_cell else None
     pins, context = stack_pins(stack, derived), stack_context(stack, derived)
     for record in wheel:

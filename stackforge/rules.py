@@ -19,6 +19,7 @@ from stackforge.data import data_dir, display_path
 from stackforge.errors import SpecError
 from stackforge.model import Interconnect, Target
 from stackforge.versions import parse_version, validate_identifier, validate_specifier, validate_version
+from stackforge.wheels.model import ReadContext, ReadingStatus
 from stackforge.yamlio import LineDict, check_keys, load_file, require_mapping
 
 RULES_SCHEMA = 1
@@ -36,9 +37,27 @@ FACT_KINDS: dict[str, str] = {
 FEATURES: tuple[str, ...] = (
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
     "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha", "nvfp4-gemm",
+    "flashinfer-mnnvl", "pcie-allreduce",
 )
 
 CONFIDENCES = ("verified", "secondary", "inferred")
+
+# Which `when` fact holds the version of each distribution a wheel reader reads (a rule's bound on
+# that fact is what `stackforge compat verify` checks in the releases on both sides of it).
+WITNESS_DISTS: dict[str, str] = {
+    "flashinfer-python": "flashinfer", "sglang": "sglang", "sgl-kernel": "kernel", "sglang-kernel": "kernel",
+}
+# The facts a wheel reader decides, per distribution (docs/ and stackforge/wheels/readers/ use the same
+# names); metadata facts are read from any distribution's METADATA.
+WITNESS_FACTS: dict[str, tuple[str, ...]] = {
+    "flashinfer-python": ("flashinfer-ar-fusion", "flashinfer-ar-fusion:gate-present", "flashinfer-mnnvl",
+                          "flashinfer-jit", "trtllm-fmha", "nvfp4-gemm", "flashinfer-pcie-ipc-ar"),
+    "sglang": ("torch-symm-mem", "torch-symm-mem:flag", "custom-allreduce", "flashinfer-ar-fusion",
+               "flashinfer-ar-fusion:autoenable", "trtllm-fmha:prefill", "trtllm-fmha:decode", "sglang-pcie-ipc-ar",
+               "ep-a2a"),
+}
+METADATA_FACTS = ("metadata:requires-python", "metadata:torch-pin", "metadata:kernel-package")
+WITNESS_CONTEXT_KEYS = tuple(ReadContext.__dataclass_fields__)
 _NUMBER_OPS = ("gt", "ge", "lt", "le", "eq")
 _SET_OPS = ("in", "not_in")
 
@@ -99,6 +118,28 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class Witness:
+    """Which wheel reading checks a rule: ``fact`` read from ``dist``'s wheels reads ``inside`` (one of
+    these statuses) for every release inside the rule's bound on that distribution, and something else
+    outside it. ``context`` overrides or completes the read context (``{python: "3.10"}``); ``over``
+    limits the releases looked at (and, for a rule with no bound on ``dist``, is the range it claims);
+    ``shows`` tells two rules with the same status apart by the code read (``"[self.device_capability]"``
+    for a KeyError, ``".get("`` for a clean disable)."""
+
+    dist: str
+    fact: str
+    inside: tuple[ReadingStatus, ...]
+    context: Mapping[str, Any] = field(default_factory=dict)
+    over: SpecifierSet | None = None
+    shows: str = ""   # text the reading's code or summary shows inside the bound (and not outside)
+
+    @property
+    def version_fact(self) -> str:
+        """The ``when`` fact that holds this distribution's version (``sglang``, ``flashinfer``, ``kernel``)."""
+        return WITNESS_DISTS[self.dist]
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One piece of compatibility knowledge."""
 
@@ -113,6 +154,8 @@ class Rule:
     remedy: str = ""
     requires: Mapping[str, Any] = field(default_factory=dict)
     origin: str = ""   # file:line
+    witness: Witness | None = None   # how a wheel reader checks the rule (stackforge compat verify)
+    unwitnessed: str = ""            # why no wheel reader can check it, when the data says so
 
     @property
     def confidence(self) -> str:
@@ -200,8 +243,8 @@ def _load_rule_file(path: Path) -> list[Rule]:
 
 def parse_rule(entry: LineDict) -> Rule:
     """Build one :class:`Rule` from its YAML mapping, validating every field."""
-    check_keys(entry, allowed={"id", "when", "then", "reason", "remedy", "sources"}, what="rule",
-               required={"id", "when", "then", "reason", "sources"})
+    check_keys(entry, allowed={"id", "when", "then", "reason", "remedy", "sources", "witness", "unwitnessed"},
+               what="rule", required={"id", "when", "then", "reason", "sources"})
     rule_id = validate_identifier(entry["id"], what="rule id", source=entry.source, line=entry.line_of("id"))
     when = require_mapping(entry["when"], what=f"rule {rule_id} when", source=entry.source)
     then = require_mapping(entry["then"], what=f"rule {rule_id} then", source=entry.source)
@@ -213,7 +256,57 @@ def parse_rule(entry: LineDict) -> Rule:
                 effect=effect, reason=_text(entry, "reason"), sources=_sources(entry, rule_id), feature=feature,
                 component=str(then.get("component", "")), error=str(then.get("error", "")),
                 remedy=str(entry.get("remedy", "")), requires=_requires(then, effect, rule_id),
-                origin=f"{display_path(entry.source)}:{entry.line}")
+                origin=f"{display_path(entry.source)}:{entry.line}", witness=_witness(entry, rule_id),
+                unwitnessed=_unwitnessed(entry, rule_id))
+
+
+def _witness(entry: LineDict, rule_id: str) -> Witness | None:
+    """The rule's ``witness:`` mapping, validated against the readers' vocabulary."""
+    raw = entry.get("witness")
+    if raw is None:
+        return None
+    value = require_mapping(raw, what=f"rule {rule_id} witness", source=entry.source)
+    check_keys(value, allowed={"dist", "fact", "inside", "context", "over", "shows"}, what=f"rule {rule_id} witness",
+               required={"dist", "fact", "inside"})
+    source, line = value.source, value.line
+    dist, fact = value["dist"], value["fact"]
+    if dist not in WITNESS_DISTS:
+        raise SpecError(f"rule {rule_id}: witness dist {dist!r} is not read by any wheel reader; valid: "
+                        f"{', '.join(WITNESS_DISTS)}", source=source, line=value.line_of("dist"))
+    facts = WITNESS_FACTS.get(dist, ()) + METADATA_FACTS
+    if fact not in facts:
+        raise SpecError(f"rule {rule_id}: unknown witness fact {fact!r} for {dist}; valid: {', '.join(facts)}",
+                        source=source, line=value.line_of("fact"))
+    statuses = value["inside"] if isinstance(value["inside"], list) else [value["inside"]]
+    valid = [s.value for s in ReadingStatus]
+    if not statuses or any(s not in valid for s in statuses):
+        raise SpecError(f"rule {rule_id}: witness inside {value['inside']!r} is not a reading status; valid: "
+                        f"{', '.join(valid)}", source=source, line=value.line_of("inside"))
+    return Witness(dist=str(dist), fact=str(fact), inside=tuple(ReadingStatus(s) for s in statuses),
+                   context=_witness_context(value, rule_id), shows=str(value.get("shows", "")),
+                   over=(validate_specifier(value["over"], what="witness over", source=source, line=line)
+                         if "over" in value else None))
+
+
+def _witness_context(value: LineDict, rule_id: str) -> dict[str, Any]:
+    raw = value.get("context")
+    if raw is None:
+        return {}
+    context = require_mapping(raw, what=f"rule {rule_id} witness context", source=value.source)
+    unknown = sorted(set(context) - set(WITNESS_CONTEXT_KEYS))
+    if unknown:
+        raise SpecError(f"rule {rule_id}: unknown witness context key(s) {', '.join(unknown)}; valid: "
+                        f"{', '.join(WITNESS_CONTEXT_KEYS)}", source=context.source, line=context.line)
+    return dict(context)
+
+
+def _unwitnessed(entry: LineDict, rule_id: str) -> str:
+    if "unwitnessed" not in entry:
+        return ""
+    if "witness" in entry:
+        raise SpecError(f"rule {rule_id}: both witness and unwitnessed; keep one", source=entry.source,
+                        line=entry.line_of("unwitnessed"))
+    return _text(entry, "unwitnessed")
 
 
 def _text(entry: LineDict, key: str) -> str:
@@ -297,9 +390,11 @@ def _mapping_condition(fact: str, kind: str, spec: dict, *, source: str, line: i
     if len(spec) != 1:
         raise SpecError(f"condition on {fact!r} must have exactly one operator", source=source, line=line)
     (op, operand), = spec.items()
-    if op in _SET_OPS and kind in ("version", "identifier") and isinstance(operand, list):
+    if op in _SET_OPS and isinstance(operand, list) and kind != "boolean":
         if kind == "version":
             members = frozenset(parse_version(validate_version(v, what=fact, source=source, line=line)) for v in operand)
+        elif kind == "number":
+            members = frozenset(_number(fact, v, source, line) for v in operand)
         else:
             members = frozenset(_identifier(fact, v, source, line) for v in operand)
         return Condition(fact, op, members)

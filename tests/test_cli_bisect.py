@@ -147,3 +147,15 @@ def test_results_records_every_release_read_and_deadends_names_the_boundary(bise
     assert len(records) == len(search["read"]) and {r.tier for r in records} == {Tier.WHEEL}
     (boundary,) = release_boundaries(records, "flashinfer-ar-fusion")
     assert (boundary.last_blocked, boundary.first_unblocked) == ("0.6.16.post4", "0.6.17")
+
+
+def test_stack_side_context_options_reach_the_readers(bisect_cli):
+    invoke, _, _ = bisect_cli
+    result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--cuda", "12.8", "--python", "3.12",
+                    "--torch-cuda", "12.8", "--kernel-package", "sglang-kernel", "--json", "--from", "0.6.17")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["context"] == {
+        "arch": "12.0", "gpu_count": 8, "interconnect": "pcie", "multicast": False, "cuda": "12.8", "nvcc": True,
+        "python": "3.12", "torch_cuda": "12.8", "kernel_package": "sglang-kernel"}
+    text = invoke("flashinfer-ar-fusion", "--target", TARGET, "--cuda", "12.8", "--from", "0.6.17")
+    assert "(sm_120, 8x pcie, CUDA 12.8)" in text.stdout

@@ -37,13 +37,13 @@ ALL_FACTS = VERSION_FACTS | set(IDENTIFIER_VALUES) | NUMBER_FACTS | BOOLEAN_FACT
 FEATURES = {
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
     "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha",
-    "nvfp4-gemm",
+    "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
 }
 EFFECTS = {"incompatible", "feature_unavailable", "hazard", "requires"}
 CONFIDENCES = {"verified", "secondary", "inferred"}
 NUMBER_OPS = {"gt", "ge", "lt", "le", "eq"}
 
-RULE_KEYS = {"id", "when", "then", "reason", "remedy", "sources"}
+RULE_KEYS = {"id", "when", "then", "reason", "remedy", "sources", "witness", "unwitnessed"}
 REQUIRED_RULE_KEYS = {"id", "when", "then", "reason", "sources"}
 THEN_KEYS = {"effect", "feature", "component", "error", "requires"}
 SOURCE_KEYS = {"ref", "url", "confidence"}
@@ -139,6 +139,10 @@ def _check_condition(fact: str, condition: Any, where: str, target_names: set[st
             assert value in allowed, f"{where}: {fact}={value!r} is not one of {sorted(allowed)}"
     elif fact in NUMBER_FACTS:
         assert isinstance(condition, dict) and len(condition) == 1, f"{where}: use one of {NUMBER_OPS}"
+        if set(condition) <= {"in", "not_in"}:
+            values = _check_set_condition(condition, where)
+            assert all(isinstance(v, int) and not isinstance(v, bool) for v in values), f"{where}: ints only"
+            return
         (op, number), = condition.items()
         assert op in NUMBER_OPS, f"{where}: unknown number operator {op!r}"
         assert isinstance(number, int) and not isinstance(number, bool), f"{where}: {op} needs an int"
@@ -524,3 +528,42 @@ def test_private_marker_check_catches_the_old_citations() -> None:
                  "NVIDIA/nccl#317", "compat/tables.yaml cuda_toolkit_driver",
                  "pytorch/test-infra tools/scripts/generate_binary_build_matrix.py@626d4e70"):
         assert not _private_or_missing(good), good
+
+
+# ----------------------------------------------------------------------------- witnesses
+
+WITNESS_KEYS = {"dist", "fact", "inside", "context", "over", "shows"}
+WITNESS_DIST_FACT = {"flashinfer-python": "flashinfer", "sglang": "sglang", "sgl-kernel": "kernel",
+                     "sglang-kernel": "kernel"}
+READING_STATUSES = {"available", "unavailable", "absent", "undecided"}
+CONTEXT_KEYS = {"arch", "gpu_count", "interconnect", "multicast", "cuda", "nvcc", "torch_cuda", "python",
+                "kernel_package"}
+
+
+@pytest.mark.parametrize("rule", RULE_PARAMS)
+def test_rule_says_how_the_wheels_check_it_or_why_they_cannot(rule: dict[str, Any]) -> None:
+    """Every rule has a witness (a wheel reading that checks it) or says why none can."""
+    assert ("witness" in rule) != ("unwitnessed" in rule), "exactly one of witness / unwitnessed"
+    if "unwitnessed" in rule:
+        assert isinstance(rule["unwitnessed"], str) and len(rule["unwitnessed"].strip()) >= 15
+        return
+    witness = rule["witness"]
+    assert isinstance(witness, dict) and set(witness) <= WITNESS_KEYS, f"witness keys: {sorted(witness)}"
+    assert witness["dist"] in WITNESS_DIST_FACT, f"unknown witness dist {witness['dist']!r}"
+    inside = witness["inside"] if isinstance(witness["inside"], list) else [witness["inside"]]
+    assert set(inside) <= READING_STATUSES, f"inside must be reading statuses, got {inside}"
+    assert set(witness.get("context", {})) <= CONTEXT_KEYS
+    if "over" in witness:
+        _check_specifier(witness["over"], f"{rule['id']} witness.over")
+    # A witnessed rule either bounds the witness's distribution or names the releases it claims.
+    assert WITNESS_DIST_FACT[witness["dist"]] in rule["when"] or "over" in witness, (
+        "a witness needs a version bound on its distribution or an `over` range")
+
+
+def test_witness_facts_are_those_the_loader_knows() -> None:
+    from stackforge.rules import METADATA_FACTS, WITNESS_FACTS
+
+    for _, rule in ALL_RULES:
+        if "witness" in rule:
+            witness = rule["witness"]
+            assert witness["fact"] in WITNESS_FACTS.get(witness["dist"], ()) + METADATA_FACTS, rule["id"]

@@ -23,7 +23,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "stackforge"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("stackforge.__init__", "stackforge.errors", "stackforge.fsio", "stackforge.envelope",
                     "stackforge.yamlio", "stackforge.versions", "stackforge.model", "stackforge.data",
-                    "stackforge.records", "stackforge.textfit", "stackforge.shard")),
+                    "stackforge.records", "stackforge.textfit", "stackforge.shard",
+                    # stdlib-only reading of SGLang's source, mounted into images beside the probe
+                    # scripts and imported on the host by the wheel tier's readers
+                    "stackforge.probes.scripts._sglang_source")),
     ("edges", ("stackforge.runner", "stackforge.registry", "stackforge.docker_engine", "stackforge.bootstrap",
                "stackforge.pip_config")),
     ("plan", ("stackforge.rules", "stackforge.derive", "stackforge.matrix", "stackforge.user_compat",
@@ -41,8 +44,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 #: Edges (importer, imported) that go up a layer today. Each one names its way out.
 KNOWN_LAYER_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # render writes the build context with results.atomic_write_text; stackforge.fsio has it now.
-    ("stackforge.render", "stackforge.results"),
     # --from-probes decides a cell as the matrix does (report.decide_cell); the decision belongs
     # below both bench and report.
     ("stackforge.bench.run", "stackforge.report"),

@@ -66,7 +66,7 @@ def test_corrupt_records_refuse_with_every_path(workspace):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("stackforge: error: 2 unusable result files in results:")
     assert str(Path("results/run-a") / CU131 / TARGET / "torn.json") in lines[0]
-    assert "newer.json: record schema_version 2 is newer than this stackforge understands (1)" in lines[0]
+    assert "newer.json: result record schema_version 2 is newer than this stackforge understands (1)" in lines[0]
     assert "--skip-bad" in lines[0]
 
     skipped = invoke("matrix", "--plan", "plan.json", "--skip-bad")

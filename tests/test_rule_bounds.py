@@ -23,6 +23,21 @@ BOUNDS = [
      "METADATA: 0.5.10.post1 torch==2.9.1, cuda-python==12.9; 0.5.11 torch==2.11.0, cuda-python>=13.0"),
     ("flashinfer-cuda128-dropped", "flashinfer", "0.6.17", "0.6.18",
      "METADATA:262 'Supported CUDA Versions': 0.6.17 '12.6, 12.8, 13.0, 13.1'; 0.6.18 '12.9, 13.0, and 13.4'"),
+    # Found by `stackforge compat verify` in the wheels (each rule cites both files).
+    ("sglang-python-min-311", "sglang", "0.5.21", "0.5.22", "METADATA:213 Requires-Python >=3.10 -> >=3.11"),
+    ("sglang-python-min-310", "sglang", "0.5.22", "0.5.21", "0.5.22 is sglang-python-min-311's"),
+    ("sglang-kernel-renamed", "sglang", "0.5.9", "0.5.10", "METADATA: sgl-kernel==0.3.21 -> sglang-kernel==0.4.1"),
+    ("sglang-kernel-old-name", "sglang", "0.5.10", "0.5.9", "METADATA: sglang-kernel==0.4.1 in 0.5.10"),
+    ("sglang-kernel-old-name", "sglang", "0.4.0.post2", "0.4.1", "0.4.0.post2 requires no kernel package"),
+    ("sglang-trtllm-mha-sm12", "sglang", "0.5.10", "0.5.9", "server_args.py: decode admits SM120 from 0.5.10"),
+    ("sglang-trtllm-mha-prefill-sm12", "sglang", "0.5.19", "0.5.18",
+     "attention_hook.py:133 admits SM120 prefill from 0.5.19; server_args.py:6016 refuses it in 0.5.18"),
+    ("sglang-moe-a2a-flag-absent", "sglang", "0.4.10.post2", "0.4.10.post1",
+     "server_args.py:1384 declares --moe-a2a-backend in 0.4.10.post2"),
+    ("flashinfer-mnnvl-sm12", "flashinfer", "0.6.12", "0.6.13", "jit/comm.py:41 supported_major_versions=[9, 10]"),
+    ("flashinfer-pcie-ipc-ar-absent", "flashinfer", "0.7.0", "0.6.18.post1", "comm/pcie_ipc_ar.py from 0.7.0"),
+    ("flashinfer-python-min-310", "flashinfer", "0.5.2", "0.5.3", "METADATA:8 Requires-Python >=3.9 -> >=3.10"),
+    ("sglang-pcie-ipc-ar-absent", "sglang", "0.5.21", "0.5.20", "environ.py:1354 SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"),
 ]
 
 

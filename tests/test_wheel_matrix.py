@@ -86,8 +86,8 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     assert (found.dist, found.last_blocked, found.first_unblocked) == ("flashinfer-python", "0.6.16.post4", "0.6.17")
     text = render_deadends(report, "md")
     assert ("first release measured to unblock it: flashinfer-python 0.6.17 (measured (wheel): "
-            "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
-            "flashinfer/jit/comm.py:10: supported_major_versions=[9, 10])") in text
+            "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
+            "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10])") in text
     assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]
     tree = text.split("**nccl-graph-tree**")[1].split("- [")[0]
     assert "rests on the rules only: no release is measured to unblock it" in tree
@@ -109,3 +109,10 @@ def test_pick_counts_a_wheel_pass_below_gate_evidence():
     assert any("pass on wheel evidence only" in line for line in chosen.why())
     assert any("wheel evidence only" in warning for warning in chosen.warnings())
     assert chosen.candidate.image, "the image comes from the stack's probed records, not the wheel record"
+
+
+def test_a_pruned_stack_gets_no_wheel_record():
+    from tests.matrix_fixtures import PRUNED
+    report = matrix([wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE)])
+    cell = report.row(PRUNED).cell("flashinfer-ar-fusion")
+    assert cell.status is CellStatus.PRUNED and not cell.contradicted and not cell.records

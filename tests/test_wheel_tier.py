@@ -143,3 +143,8 @@ def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):
     refused = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--local"])
     assert refused.exit_code == 2 and "--tier wheel and --local cannot be combined" in refused.stderr
     assert CliRunner().invoke(cli, ["probe", "--matrix", str(matrix), "--index-url", url]).exit_code == 2
+    dead = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--results",
+                                    str(tmp_path / "results2"), "--index-url", "http://127.0.0.1:9/simple"])
+    assert dead.exit_code == 3 and "http://127.0.0.1:9/simple" in dead.stderr and "refused" in dead.stderr
+    assert not (tmp_path / "results2").exists() or not any((tmp_path / "results2").iterdir()), \
+        "an index that does not answer leaves no run behind"

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("ci", "Generate CI workflows for the nightly matrix."),
     "doctor": ("doctor", "Check this host: engine, buildx, disk, GPUs, runnable targets, index, registry, CA bundle."),
     "list": ("listing", "List the known targets, features, probes or rules."),
+    "compat": ("compat", "Check the compatibility rules against the released wheels (compat verify)."),
     "bisect": ("bisect", "Find the release where a feature's verdict changes, read from the wheels on the index."),
 }
 

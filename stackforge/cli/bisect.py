@@ -27,6 +27,10 @@ from stackforge.cli.options import index_options
               help="CUDA toolkit of the stack (with nvcc), for facts that depend on it (flashinfer-jit).")
 @click.option("--python", "python", metavar="VER", default=None,
               help="Python of the stack, for metadata:requires-python.")
+@click.option("--torch-cuda", "torch_cuda", metavar="VER", default=None,
+              help="CUDA of the stack's torch wheel (13.0), for metadata:torch-pin.")
+@click.option("--kernel-package", "kernel_package", type=click.Choice(["sgl-kernel", "sglang-kernel"]),
+              default=None, help="The stack's SGLang kernel package, for metadata:kernel-package.")
 @click.option("--json", "as_json", is_flag=True, help="Print the search as JSON.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also record every release read as a wheel-tier result in a new run under this folder "
@@ -34,7 +38,7 @@ from stackforge.cli.options import index_options
 @index_options
 def command(feature: str, target_name: str, package: str | None, first: str | None, last: str | None,
             exhaustive: bool, include_pre: bool, include_yanked: bool, cuda: str | None, python: str | None,
-            as_json: bool, results_root: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+            torch_cuda: str | None, kernel_package: str | None, as_json: bool, results_root: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
             find_links: Path | None) -> None:
     """Find the release of a distribution where FEATURE's verdict on a target changes, reading each
     release's wheel (downloaded with no dependencies into the wheel cache, never installed).
@@ -69,14 +73,15 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     ctx = target_context(target)
     if cuda:
         ctx = replace(ctx, cuda=cuda, nvcc=True)
-    if python:
-        ctx = replace(ctx, python=python)
+    ctx = replace(ctx, python=python or None, torch_cuda=torch_cuda or None, kernel_package=kernel_package)
     indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
                            find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
                            env=os.environ)
     cache = WheelCache.open(indexes)
-    context = f"{target.sm}, {target.gpu_count}x {target.interconnect.value}" + \
-        (f", CUDA {cuda}" if cuda else "") + (f", Python {python}" if python else "")
+    context = ", ".join([target.sm, f"{target.gpu_count}x {target.interconnect.value}",
+                         *(f"{name} {value}" for name, value in (("CUDA", cuda), ("Python", python),
+                                                                  ("torch CUDA", torch_cuda),
+                                                                  ("kernel package", kernel_package)) if value)])
     searches, texts, missing, measured = [], [], [], []
     for spec in specs:
         try:

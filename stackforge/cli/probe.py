@@ -88,7 +88,8 @@ def _probe_wheels(matrix, cuda, targets, only, shard, features, results_root, in
     from stackforge.results import finish_run, start_run, write_record
     from stackforge.wheels.cache import WheelCache
     from stackforge.wheels.index import index_config
-    from stackforge.wheels.tier import load_readers, plan_wheel_jobs, run_wheel_jobs, select_readers
+    from stackforge.wheels.tier import (list_releases, load_readers, plan_wheel_jobs, run_wheel_jobs,
+                                        select_readers)
 
     readers = select_readers(load_readers(), features)
     matrix_path = resolve_matrix_path(matrix)
@@ -98,11 +99,13 @@ def _probe_wheels(matrix, cuda, targets, only, shard, features, results_root, in
     indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
                            find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
                            env=os.environ)
+    cache = WheelCache.open(indexes)
+    listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
     run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
                         shard=str(shard) if shard else None)
     click.echo(f"reading wheels for {len(wanted)} stack(s), {len(jobs)} reading(s) -> {run_dir} "
                f"({indexes.describe()})")
-    records = run_wheel_jobs(jobs, indexes=indexes, cache=WheelCache.open(indexes), run_id=run_dir.name,
+    records = run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
                              host=socket.gethostname(), write=lambda record: write_record(run_dir, record),
                              on_done=_echo)
     finish_run(run_dir)

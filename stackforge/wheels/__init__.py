@@ -8,5 +8,6 @@ verify`` are built on it.
 
 Layout: :mod:`.model` (the contract between the parts), :mod:`.index` (releases and files from an
 index), :mod:`.cache` (download, verify, unpack), :mod:`.readers` (one reader per feature),
-:mod:`.tier` (readings -> result records), :mod:`.bisect`, :mod:`.verify` (rules against readings).
+:mod:`.tier` (readings -> result records), :mod:`.match` (which stacks a wheel record speaks for),
+:mod:`.bisect`, :mod:`.verify` (rules against readings).
 """

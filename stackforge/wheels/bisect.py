@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from stackforge.wheels.model import Reading, ReadingStatus
-
-if TYPE_CHECKING:
-    from stackforge.wheels.tier import Measurement
+from stackforge.wheels.model import CodeSite, Reading, ReadingStatus, ReleaseFile
 
 #: Releases read across the range when its two ends agree (besides the ends).
 SAMPLES_WHEN_ENDS_AGREE = 6
@@ -31,6 +28,16 @@ SAMPLES_WHEN_ENDS_AGREE = 6
 class HasReading(Protocol):
     @property
     def reading(self) -> Reading: ...
+
+
+class Measurement(Protocol):
+    """What the search reports on: a reading and the wheel it was read from (``None``: no wheel)."""
+
+    @property
+    def reading(self) -> Reading: ...
+
+    @property
+    def file(self) -> ReleaseFile | None: ...
 
 
 T = TypeVar("T", bound=HasReading)
@@ -168,6 +175,13 @@ def _changes(ordered: tuple[Point[T], ...]) -> tuple[Change[T], ...]:
 
 # --- what a search found, as text and JSON ----------------------------------------------------------
 
+def site_text(site: CodeSite, *, sep: str = ": ") -> str:
+    """``path:line: code``; ``path: not in this release`` for a file's absence (line 0)."""
+    if site.line == 0:
+        return f"{site.path}: not in this release" if not site.code else f"{site.path}: {site.code}"
+    return f"{site.path}:{site.line}{sep}{site.code}"
+
+
 def headline(dist: str, change: Change[Measurement]) -> str:
     """``flashinfer-python 0.6.16.post4 <path:line code> -> 0.6.17 <path:line code>``: on each side the
     first code line that differs between the two readings (the line the verdict turned on)."""
@@ -178,7 +192,7 @@ def headline(dist: str, change: Change[Measurement]) -> str:
         if not sites:
             return f"{point.version} ({point.verdict_text}) {point.result.reading.summary}"
         site = sites[min(differing, len(sites) - 1)] if differing is not None else sites[-1]
-        return f"{point.version} ({point.verdict_text}) {site.path}:{site.line} {site.code}"
+        return f"{point.version} ({point.verdict_text}) {site_text(site, sep=' ')}"
     skipped = (f" [undecided between: {', '.join(p.version for p in change.undecided)}]"
                if change.undecided else "")
     return f"{dist} {side(change.before, before)} -> {side(change.after, after)}{skipped}"
@@ -219,7 +233,7 @@ def _undecided_groups(points: Sequence[Point[Measurement]]) -> list[str]:
 def _evidence_lines(point: Point[Measurement]) -> list[str]:
     reading, file = point.result.reading, point.result.file
     lines = [f"  {point.version}: {point.verdict_text}: {reading.summary}"]
-    lines += [f"      {site.path}:{site.line}: {site.code}" for site in reading.sites]
+    lines += [f"      {site_text(site)}" for site in reading.sites]
     if file is not None:
         lines.append(f"      wheel: {file.url} sha256:{file.sha256 or 'not given by the index'} "
                      f"(index {file.index})")

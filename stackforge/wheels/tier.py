@@ -23,7 +23,7 @@ from packaging.utils import parse_wheel_filename
 
 from stackforge.errors import SpecError
 from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
-from stackforge.wheels.bisect import Point, Search, binary_search, full_scan
+from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.index import IndexConfig, Release, find_release, releases
 from stackforge.wheels import match
@@ -31,6 +31,9 @@ from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
 from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
 
 SDIST_ONLY = "sdist only: not built"
+#: How long a project's release list is reused: long enough for a search and its rerun, short enough
+#: that a release published today is seen within the hour.
+LISTING_TTL_S = 3600
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -96,7 +99,7 @@ def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: I
 def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: WheelCache) -> Release:
     """Release ``version`` of ``dist`` (pre-releases and yanked ones too: it was asked for by name)."""
     found = releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
-                     cache_dir=cache.index_dir)
+                     cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
     release = find_release(found, version)
     if release is None:
         latest = ", ".join(r.version for r in found[-5:]) or "none"
@@ -108,28 +111,22 @@ def lookup_release(dist: str, version: str, *, indexes: IndexConfig, cache: Whee
 # --- readings -> records ----------------------------------------------------------------------------
 
 def outcome_status(status: ReadingStatus) -> Status:
-    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail."""
+    """The record status of a reading: the code admits it -> pass; refuses it or lacks it -> fail;
+    the reader could not tell -> undecided (kept with its evidence, deciding no cell)."""
     return {ReadingStatus.AVAILABLE: Status.PASS, ReadingStatus.UNAVAILABLE: Status.FAIL,
-            ReadingStatus.ABSENT: Status.FAIL}.get(status, _undecided_status())
-
-
-def _undecided_status() -> Status:
-    """``undecided`` where the records know it; ``skip`` (not applicable, no failure) otherwise."""
-    return getattr(Status, "UNDECIDED", Status.SKIP)
+            ReadingStatus.ABSENT: Status.FAIL, ReadingStatus.UNDECIDED: Status.UNDECIDED}[status]
 
 
 def outcome_reason(reading: Reading) -> str:
     """One line: the reading's summary, saying so when the code path is not in the release at all."""
     if reading.status is ReadingStatus.ABSENT:
         return f"absent in this release: {reading.summary}" if reading.summary else "absent in this release"
-    if reading.status is ReadingStatus.UNDECIDED and _undecided_status() is Status.SKIP:
-        return f"undecided: {reading.summary}"
     return reading.summary
 
 
 def evidence_text(measurement: Measurement) -> str:
     """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` and the index."""
-    lines = [f"{site.path}:{site.line}: {site.code}" for site in measurement.reading.sites]
+    lines = [site_text(site) for site in measurement.reading.sites]
     if measurement.file is not None:
         lines.append(f"wheel: {measurement.file.url} sha256:{measurement.file.sha256 or 'not given by the index'}")
         if measurement.file.index:
@@ -280,7 +277,7 @@ def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cach
         IndexUnreachableError: an index or a file host did not answer (exit 3).
     """
     found = releases(spec.dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
-                     session=cache.session, cache_dir=cache.index_dir)
+                     session=cache.session, cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
     chosen = {r.version: r for r in releases_between(found, spec.dist, first, last)}
 
     def read(version: str) -> Measurement:
@@ -338,25 +335,33 @@ def plan_wheel_jobs(cells: Sequence[Any], readers: Sequence[ReaderSpec]) -> tupl
     return tuple(jobs.values())
 
 
-def run_wheel_jobs(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache, run_id: str,
-                   host: str = "", write: Callable[[ResultRecord], Any] | None = None,
+def list_releases(jobs: Sequence[WheelJob], *, indexes: IndexConfig, cache: WheelCache) -> dict[str, list[Release]]:
+    """The releases of every distribution the jobs read (pre-releases and yanked ones too: pinned by name).
+
+    Raises:
+        IndexUnreachableError: an index did not answer (exit 3) -- before anything is read or recorded.
+    """
+    return {dist: releases(dist, indexes=indexes, include_pre=True, include_yanked=True, session=cache.session,
+                           cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
+            for dist in dict.fromkeys(job.spec.dist for job in jobs)}
+
+
+def run_wheel_jobs(jobs: Sequence[WheelJob], *, listed: Mapping[str, Sequence[Release]], indexes: IndexConfig,
+                   cache: WheelCache, run_id: str, host: str = "",
+                   write: Callable[[ResultRecord], Any] | None = None,
                    on_done: Callable[[ResultRecord], None] | None = None) -> list[ResultRecord]:
-    """Read every job's release; one record per (distribution version x fact x target [x context]).
+    """Read every job's release (``listed``: :func:`list_releases`); one record per (distribution
+    version x fact x target [x context]).
 
     A pinned version the indexes do not list is recorded as an ``error`` (nothing to read), and the
     rest goes on.
 
     Raises:
-        IndexUnreachableError: an index or a file host did not answer (exit 3).
+        IndexUnreachableError: a file host did not answer (exit 3).
     """
-    listed: dict[str, list[Release]] = {}
     done: dict[tuple[str, str, str], ResultRecord] = {}
     for job in jobs:
-        dist = job.spec.dist
-        if dist not in listed:
-            listed[dist] = releases(dist, indexes=indexes, include_pre=True, include_yanked=True,
-                                    session=cache.session, cache_dir=cache.index_dir)
-        release = find_release(listed[dist], job.version)
+        release = find_release(listed[job.spec.dist], job.version)
         if release is None:
             record = _missing_release_record(job, indexes, run_id=run_id, host=host)
         else:

@@ -15,7 +15,8 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
   a. its arch gate ``_resolve_backend("auto")`` (``srt/layers/flashinfer_comm_fusion.py``, from
      0.5.14; older SGLang has none and FlashInfer's own gate decides);
   b. whether ServerArgs turns ``enable_flashinfer_allreduce_fusion`` on by itself: every
-     ``self.enable_flashinfer_allreduce_fusion = True`` in ``srt/server_args.py`` is found, and the
+     ``self.enable_flashinfer_allreduce_fusion = True`` (0.5.14: ``self.flashinfer_allreduce_fusion_backend
+     = "auto"``) in ``srt/server_args.py`` is found, and the
      ServerArgs method holding it (``_handle_model_specific_adjustments``) is run for each model
      architecture its conditions name, with every field at its default, ``tp_size`` = GPU count and
      one node. 0.5.4.post2-0.5.7 do so on sm_12x (GptOss through ``is_blackwell_supported`` = majors
@@ -23,12 +24,14 @@ SGLang decides in its own code whether these all-reduce paths exist for a node:
      does for more than one GPU, FlashInfer's own gate (``flashinfer_gates.py`` beside this script,
      run as its own process) is asked too: it rejecting the arch makes the result ``fail`` (the
      server would build a module FlashInfer has no code for), it admitting it ``pass``. The
-     architectures go to the metric ``sglang_autoenables_ar_fusion``. 0.5.23 moved the decision to the
+     architectures go to the metric ``sglang_autoenables_ar_fusion``. 0.5.15 moved the decision to the
      post-process pass ``_flashinfer_allreduce_fusion_auto_enable(view)`` of ``srt/arg_groups/overrides.py``
-     (a non-empty dict = on): it is called for each architecture of ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``
+     (a dict with a backend = on; 0.5.19's ``{...: None}`` for Qwen3.5 turns it off): it is called for each architecture of ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``
      and MiMo on a view of a default ServerArgs, or its conditions are read as below, its locals and
      one-line helpers (``attn_dp_enabled_of``) inlined, ``get_platform().is_sm90`` through
-     ``runtime_context._PLATFORM_PROBES``, ``view.*`` from ``arg_groups/fields/``.
+     ``runtime_context._PLATFORM_PROBES``, ``view.*`` from ``arg_groups/fields/`` (0.5.20+) or
+     ServerArgs' own fields (0.5.15-0.5.19). The static reading is ``_sglang_source.py`` beside this
+     script, shared with the wheel tier's readers.
 
 Two ways to evaluate them for the target (major capability, GPU count, interconnect):
 
@@ -68,8 +71,8 @@ import importlib.util
 import json
 import logging
 import os
-import re
 import sys
+import re
 import traceback
 import types
 from collections.abc import Iterator, Sequence
@@ -77,18 +80,18 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import _sfprobe as sf
+from _sglang_source import (AUTOENABLE_PASS, COMM, FUSION_FLAG, OVERRIDES_MODULE, PASS_KEY, SYMM_MODULES,
+                            SYMM_TABLES, AutoEnable, FusionSite, PassSites, arch_raise, arch_test, autoenable_sites,
+                            class_node, fill, min_capability, module_constants, named_archs, parse_file, pass_sites,
+                            pcie_gate, read_autoenable, read_pass, sglang_file, size_gate_messages, table_access,
+                            warnings_in)
 
 FEATURES = ("torch-symm-mem", "custom-allreduce", "flashinfer-ar-fusion")
-COMM = "sglang.srt.distributed.device_communicators"
-SYMM_MODULES = ((f"{COMM}.torch_symm_mem", "TorchSymmMemCommunicator"), (f"{COMM}.symm_mem", "SymmMemCommunicator"))
-SYMM_TABLES = ("TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES", "SYMM_MEM_ALL_REDUCE_MAX_SIZES")
 CAR_MODULE = f"{COMM}.custom_all_reduce"
 CAR_UTILS = f"{COMM}.custom_all_reduce_utils"
 FUSION_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
 FUSION_GATE = "_resolve_backend"
 SGLANG_UTILS = "sglang.srt.utils.common"
-#: The arch flags SGLang's gate reads: ``is_sm90`` / ``is_sm100_supported`` name capability majors 9 / 10.
-ARCH_FLAG = re.compile(r"^_?is_sm(\d+)(?:_supported)?$")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -439,98 +442,8 @@ def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.Verd
 
 
 # --------------------------------------------------------------------------------------------
-# Static evaluation (ast over the installed files)
+# Static evaluation (ast over the installed files; the reading itself is _sglang_source.py's)
 # --------------------------------------------------------------------------------------------
-
-def sglang_file(relative: str) -> str | None:
-    """Path of a file inside the installed sglang package, found without importing sglang."""
-    spec = importlib.util.find_spec("sglang")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        path = os.path.join(root, relative)
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def parse_file(path: str) -> ast.Module:
-    with open(path, encoding="utf-8") as handle:
-        return ast.parse(handle.read(), filename=path)
-
-
-def literal(node: ast.AST, names: dict[str, Any]) -> Any:
-    """Evaluate constant expressions (numbers, names bound earlier, + - * // **, containers)."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in names:
-        return names[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -literal(node.operand, names)
-    if isinstance(node, ast.BinOp):
-        left, right = literal(node.left, names), literal(node.right, names)
-        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-               ast.FloorDiv: lambda a, b: a // b, ast.Pow: lambda a, b: a ** b, ast.LShift: lambda a, b: a << b}
-        if type(node.op) in ops:
-            return ops[type(node.op)](left, right)
-    if isinstance(node, ast.Dict):
-        return {literal(k, names): literal(v, names) for k, v in zip(node.keys, node.values) if k is not None}
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [literal(e, names) for e in node.elts]
-    if isinstance(node, ast.Call) and flag_name(node) in ("frozenset", "set", "tuple", "list") \
-            and len(node.args) == 1 and not node.keywords:  # 0.5.23: frozenset({"DeepseekV3ForCausalLM", ...})
-        return literal(node.args[0], names)
-    raise ValueError(f"not a constant expression: {ast.dump(node)[:80]}")
-
-
-def module_constants(tree: ast.Module) -> dict[str, Any]:
-    """Top-level ``NAME = <constant expression>`` (or ``NAME: type = ...``) assignments of a module."""
-    names: dict[str, Any] = {}
-    for statement in tree.body:
-        targets = statement.targets if isinstance(statement, ast.Assign) else \
-            [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else []
-        if len(targets) == 1 and isinstance(targets[0], ast.Name):
-            try:
-                names[targets[0].id] = literal(statement.value, names)
-            except (ValueError, TypeError, ArithmeticError):
-                pass
-    return names
-
-
-def message_text(node: ast.AST) -> str:
-    """The format string of a log call's first argument (f-string fields kept as {name})."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
-                       for v in node.values)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return message_text(node.left) + message_text(node.right)
-    return ast.unparse(node)
-
-
-def warnings_in(node: ast.AST) -> list[tuple[int, str]]:
-    """(line, format string) of every ``logger.warning(...)`` under ``node``."""
-    found = []
-    for call in ast.walk(node):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
-                and call.func.attr in ("warning", "warn") and call.args:
-            found.append((call.lineno, message_text(call.args[0])))
-    return sorted(found)
-
-
-def fill(message: str, *values: Any, **fields: Any) -> str:
-    """Render a %-style or {field} log message the way logging / f-strings would."""
-    try:
-        message = message % values if "%" in message else message
-    except (TypeError, ValueError):
-        pass
-    try:
-        return message.format_map(fields) if fields and "{" in message else message
-    except (KeyError, IndexError, ValueError):
-        return message
-
-
-def class_node(tree: ast.Module, name: str) -> ast.ClassDef | None:
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -648,32 +561,6 @@ def static_symm_mem(node: Node, import_error: str) -> sf.Verdict:
     return symm_verdict(where, "reached the symmetric-memory allocation", [], node, "static: " + prefix)
 
 
-def table_access(cls: ast.ClassDef, table_name: str) -> tuple[str, int]:
-    """How the constructor looks the capability up: ``index`` (KeyError when missing) or
-    ``get`` (a clean disable), and where."""
-    accesses = []
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == table_name:
-            accesses.append((node.lineno, "index"))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == table_name:
-            accesses.append((node.lineno, "get"))
-    if not accesses:
-        return "unknown", cls.lineno
-    line, style = min(accesses)
-    return style, line
-
-
-def min_capability(cls: ast.ClassDef) -> int | None:
-    """K in ``if self.device_capability < K`` (SGLang's floor), if the constructor has one."""
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) \
-                and node.left.attr == "device_capability" and len(node.ops) == 1 \
-                and isinstance(node.ops[0], ast.Lt) and isinstance(node.comparators[0], ast.Constant):
-            return int(node.comparators[0].value)
-    return None
-
-
 def static_custom_ar(node: Node, import_error: str) -> sf.Verdict:
     """Evaluate the custom all-reduce gates from SGLang's files."""
     paths = [p for p in (sglang_file("srt/distributed/device_communicators/custom_all_reduce.py"),
@@ -706,36 +593,6 @@ def static_custom_ar(node: Node, import_error: str) -> sf.Verdict:
     return car_verdict(where, "reached the P2P check", [], node, sizes, prefix)
 
 
-def pcie_gate(tree: ast.Module) -> tuple[int, str, int] | None:
-    """(K, message, line) of ``if world_size > K and not full_nvlink: logger.warning(message)``."""
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.BoolOp)
-                and isinstance(node.test.op, ast.And)):
-            continue
-        threshold = next((int(v.comparators[0].value) for v in node.test.values
-                          if isinstance(v, ast.Compare) and isinstance(v.left, ast.Name)
-                          and v.left.id == "world_size" and isinstance(v.ops[0], ast.Gt)
-                          and isinstance(v.comparators[0], ast.Constant)), None)
-        negated = any(isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
-                      and isinstance(v.operand, ast.Name) and v.operand.id == "full_nvlink"
-                      for v in node.test.values)
-        messages = warnings_in(ast.Module(body=node.body, type_ignores=[]))
-        if threshold is not None and negated and messages:
-            return threshold, messages[0][1], node.lineno
-    return None
-
-
-def size_gate_messages(tree: ast.Module) -> list[str]:
-    """Messages of ``if world_size not in ...: logger.warning(...)``."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
-                and isinstance(node.test.left, ast.Name) and node.test.left.id == "world_size" \
-                and isinstance(node.test.ops[0], ast.NotIn):
-            found.extend(m for _, m in warnings_in(ast.Module(body=node.body, type_ignores=[])))
-    return found
-
-
 def static_ar_fusion(node: Node, import_error: str) -> sf.Verdict:
     """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node."""
     relative = FUSION_MODULE.replace("sglang.", "", 1).replace(".", "/") + ".py"
@@ -761,164 +618,17 @@ def static_ar_fusion(node: Node, import_error: str) -> sf.Verdict:
     return fusion_verdict(where, outcome, node, prefix)
 
 
-def arch_raise(function: ast.FunctionDef) -> tuple[ast.expr, str, int] | None:
-    """(test, ``Error: message``, line) of the first ``if <test on is_smXX flags>: raise Error("...")``."""
-    for node in sorted((n for n in ast.walk(function) if isinstance(n, ast.If)), key=lambda n: n.lineno):
-        flags = [leaf for leaf in ast.walk(node.test) if ARCH_FLAG.match(flag_name(leaf) or "")]
-        raised = next((s.exc for s in node.body if isinstance(s, ast.Raise) and isinstance(s.exc, ast.Call)), None)
-        if flags and raised is not None:
-            text = message_text(raised.args[0]) if raised.args else ""
-            return node.test, f"{ast.unparse(raised.func)}: {text}", node.lineno
-    return None
-
-
-def flag_name(node: ast.AST) -> str | None:
-    """``is_sm90`` for ``get_platform().is_sm90``, ``is_sm90_supported()``, ``_is_sm90_supported``."""
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return None
-
-
-def platform_fact(node: ast.AST) -> str | None:
-    """``is_sm90`` for ``get_platform().is_sm90`` (0.5.23's platform facts), else None."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) \
-            and flag_name(node.value) == "get_platform" and not node.value.args:
-        return node.attr
-    return None
-
-
-def arch_test(test: ast.expr, major: int) -> bool:
-    """Evaluate a boolean of arch flags (``not (a or b)``) for a capability major."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return not arch_test(test.operand, major)
-    if isinstance(test, ast.BoolOp):
-        values = [arch_test(v, major) for v in test.values]
-        return all(values) if isinstance(test.op, ast.And) else any(values)
-    match = ARCH_FLAG.match(flag_name(test) or "")
-    if match is None:
-        raise ValueError(f"not an arch flag: {ast.unparse(test)}")
-    return int(match.group(1)) // 10 == major
-
-
 # --------------------------------------------------------------------------------------------
 # ServerArgs turning FlashInfer allreduce fusion on by itself
 # --------------------------------------------------------------------------------------------
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
-FUSION_FLAG = "enable_flashinfer_allreduce_fusion"
 #: torch.version.cuda answered for a CPU build of torch: 12.8 is the first CUDA release that targets
 #: sm_100 / sm_120, so the CUDA floors of SGLang's flags (12.3 for sm90, 12.8 for Blackwell) are met
 #: and the capability decides, as it does for any torch that can run on the target.
 CPU_TORCH_CUDA = "12.8"
-#: SGLang's platform helpers that do not depend on the device: a CUDA build of SGLang.
-PLATFORM_CONSTANTS = {"is_cuda": True, "is_cuda_alike": True, "is_hip": False, "is_npu": False,
-                      "is_xpu": False, "is_musa": False, "is_cpu": False, "is_hpu": False}
-#: Names on the path that only the real device answers (0.5.7+: ``"H20" in get_device_name()``);
-#: the target is taken not to be an H20.
-DEVICE_NAME_ANSWERS = {"is_h20_device": False}
 FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
 FLASHINFER_GATE_TIMEOUT_S = 180.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FusionSite:
-    """One ``self.enable_flashinfer_allreduce_fusion = True`` in ServerArgs (0.5.23+: one
-    ``return {"flashinfer_allreduce_fusion_backend": ...}`` of the overrides pass) and the ``if`` tests
-    on the way to it (``taken`` False: the statement sits in that test's ``else``)."""
-
-    method: str
-    line: int
-    path: tuple[tuple[ast.expr, bool], ...]
-    owner: str = "ServerArgs."
-    action: str = f"self.{FUSION_FLAG} = True"
-
-    def describe(self, filename: str) -> str:
-        conditions = " and ".join(ast.unparse(test) if taken else f"not ({ast.unparse(test)})"
-                                  for test, taken in self.path)
-        return f"{filename}:{self.line} {self.owner}{self.method}: `{self.action}` when {conditions or 'always'}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AutoEnable:
-    """The model architectures for which ServerArgs turns the fusion flag on for the node."""
-
-    archs: tuple[str, ...]  # turned on
-    named: tuple[str, ...]  # every architecture the code on those paths names
-    undecided: tuple[str, ...]  # the static reading could not decide
-    method: str  # live | static
-    evidence: str
-
-
-def fusion_sites(tree: ast.Module) -> list[FusionSite]:
-    """Every place in ServerArgs that sets the fusion flag to True, with its path conditions."""
-    cls = class_node(tree, "ServerArgs")
-    if cls is None:
-        return []
-    return [FusionSite(method.name, statement.lineno, path)
-            for method in cls.body if isinstance(method, ast.FunctionDef)
-            for statement, path in guarded_statements(method.body, ()) if sets_fusion_flag(statement)]
-
-
-def guarded_statements(body: Sequence[ast.stmt], path: tuple[tuple[ast.expr, bool], ...]
-                       ) -> Iterator[tuple[ast.stmt, tuple[tuple[ast.expr, bool], ...]]]:
-    """Statements of a body (nested functions and classes excluded) with the ``if`` tests above them."""
-    for statement in body:
-        yield statement, path
-        if isinstance(statement, ast.If):
-            yield from guarded_statements(statement.body, (*path, (statement.test, True)))
-            yield from guarded_statements(statement.orelse, (*path, (statement.test, False)))
-        elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for field in ("body", "orelse", "finalbody"):
-                yield from guarded_statements(getattr(statement, field, None) or [], path)
-            for handler in getattr(statement, "handlers", None) or []:
-                yield from guarded_statements(handler.body, path)
-
-
-def sets_fusion_flag(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) \
-        and statement.value.value is True \
-        and any(isinstance(t, ast.Attribute) and t.attr == FUSION_FLAG and isinstance(t.value, ast.Name)
-                and t.value.id == "self" for t in statement.targets)
-
-
-def named_archs(sites: Sequence[FusionSite], constants: dict[str, Any] | None = None) -> tuple[str, ...]:
-    """The architectures the path conditions compare ``model_arch`` with, in the code's order
-    (a module constant compared with, 0.5.23's ``_FLASHINFER_ALLREDUCE_FUSION_ARCHS``, by its value)."""
-    constants = constants or {}
-    found: list[str] = []
-    for site in sites:
-        for test, _ in site.path:
-            for node in ast.walk(test):
-                if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name)
-                        and node.left.id == "model_arch"):
-                    continue
-                for compared in node.comparators:
-                    if isinstance(compared, ast.Name) and isinstance(constants.get(compared.id), list):
-                        compared = ast.List([ast.Constant(v) for v in constants[compared.id]], ast.Load())
-                    values = compared.elts if isinstance(compared, (ast.List, ast.Tuple, ast.Set)) else [compared]
-                    for value in values:
-                        is_name = isinstance(value, ast.Constant) and isinstance(value.value, str)
-                        if is_name and value.value not in found:
-                            found.append(value.value)
-    return tuple(found)
-
-
-def autoenable_sites() -> tuple[list[FusionSite], str] | str:
-    """(sites, server_args.py path), or why there is nothing to evaluate."""
-    path = sglang_file("srt/server_args.py")
-    if path is None:
-        return "no sglang/srt/server_args.py in this SGLang"
-    sites = fusion_sites(parse_file(path))
-    if not sites:
-        # Later SGLang (0.5.23) decides this in a pass of sglang/srt/arg_groups/overrides.py: evaluate_pass.
-        return f"{path} has no `self.{FUSION_FLAG} = True` in ServerArgs"
-    if not named_archs(sites):
-        return f"{path}: the conditions on `self.{FUSION_FLAG} = True` name no model architecture"
-    return sites, path
 
 
 # ----- live: ServerArgs' own method, run for each architecture
@@ -1061,7 +771,8 @@ def live_autoenable(torch: Any, node: Node, sites: Sequence[FusionSite], path: s
                         getattr(args, method)()
                 except Exception as exc:  # noqa: BLE001 - an unanswered question: the static reading decides
                     return f"ServerArgs.{method}() for {arch} raised {sf.describe_exception(exc)}"
-            turned_on = getattr(args, FUSION_FLAG) is True
+            # 0.5.14 sets flashinfer_allreduce_fusion_backend instead of the deprecated flag
+            turned_on = getattr(args, FUSION_FLAG) is True or getattr(args, PASS_KEY, None) is not None
             said = [m for m in logs if "allreduce fusion" in m.lower()]
             outcomes[arch] = f"{FUSION_FLAG}={turned_on}" + (f" (SGLang logged: {'; '.join(said)})" if said else "")
             if turned_on:
@@ -1077,361 +788,18 @@ def live_autoenable(torch: Any, node: Node, sites: Sequence[FusionSite], path: s
 
 # ----- static: the same conditions read from the files
 
-def platform_flag_majors() -> tuple[dict[str, frozenset[int]], str]:
-    """Capability majors each platform flag (``is_sm100_supported``, ``is_blackwell_supported``)
-    accepts, read from SGLang's utils; their CUDA-version floor is not evaluated."""
-    path = sglang_file("srt/utils/common.py") or sglang_file("srt/utils.py")
-    if path is None:
-        return {}, "no sglang/srt/utils"
-    definitions: dict[str, ast.AST] = {}
-    for statement in parse_file(path).body:
-        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("is_"):
-            definitions[statement.name] = ast.Module(body=statement.body, type_ignores=[])  # not the decorators
-        elif isinstance(statement, ast.Assign):
-            for target in statement.targets:
-                if isinstance(target, ast.Name) and target.id.startswith("is_"):
-                    definitions[target.id] = statement.value
-    majors: dict[str, frozenset[int]] = {}
-    for _ in range(3):  # a flag may be the `or` of flags defined after it (0.5.6: is_blackwell_supported)
-        for name, definition in definitions.items():
-            found = capability_majors(definition, majors)
-            if found is not None:
-                majors[name] = found
-    return majors, path
-
-
-def capability_majors(definition: ast.AST, known: dict[str, frozenset[int]]) -> frozenset[int] | None:
-    """``partial(_check_cuda_device_version, device_capability_majors=[10, 12])``,
-    ``get_device_capability(device)[0] in [10, 12]`` / ``== 10``, or an ``or`` of known flags."""
-    try:
-        for node in ast.walk(definition):
-            if isinstance(node, ast.Call):
-                for keyword in node.keywords:
-                    if keyword.arg == "device_capability_majors":
-                        return frozenset(literal(keyword.value, {}))
-            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Subscript) \
-                    and "get_device_capability" in ast.unparse(node.left.value):
-                value = literal(node.comparators[0], {})
-                if isinstance(node.ops[0], ast.In):
-                    return frozenset(value)
-                if isinstance(node.ops[0], ast.Eq):
-                    return frozenset([value])
-    except (ValueError, TypeError):
-        return None
-    called = [known.get(name) for n in ast.walk(definition) if isinstance(n, ast.Call)
-              and (name := flag_name(n) or "") not in PLATFORM_CONSTANTS]  # `if not is_cuda_alike(): return`
-    if called and all(c is not None for c in called):
-        return frozenset().union(*called)
-    return None
-
-
-def field_defaults(tree: ast.Module) -> dict[str, Any]:
-    """``name: type = <constant>`` defaults of the ServerArgs dataclass."""
-    return class_defaults(class_node(tree, "ServerArgs"))
-
-
-def class_defaults(cls: ast.ClassDef | None) -> dict[str, Any]:
-    """``name: type = <constant>`` defaults of a class body."""
-    defaults: dict[str, Any] = {}
-    for statement in cls.body if cls else []:
-        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:
-            try:
-                defaults[statement.target.id] = literal(statement.value, {})
-            except (ValueError, TypeError, ArithmeticError):
-                pass
-    return defaults
-
-
-UNKNOWN = object()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PathFacts:
-    """What a path condition may be evaluated against."""
-
-    arch: str
-    major: int
-    flags: dict[str, frozenset[int]]
-    fields: dict[str, Any]
-    constants: dict[str, Any] = dataclasses.field(default_factory=dict)  # the module's constants
-
-
-def truth(test: ast.expr, facts: PathFacts, unknown: list[str]) -> bool | None:
-    """Three-valued evaluation of a path condition (None: cannot be decided from the files; the
-    sub-expression goes to ``unknown``)."""
-    if isinstance(test, ast.BoolOp):
-        inner: list[str] = []
-        values = [truth(v, facts, inner) for v in test.values]
-        decisive = isinstance(test.op, ast.Or)  # True decides an `or`, False an `and`
-        if decisive in values:
-            return decisive  # what it could not decide did not matter
-        unknown.extend(inner)
-        return None if None in values else not decisive
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        value = truth(test.operand, facts, unknown)
-        return None if value is None else not value
-    if (isinstance(test, ast.Call) and not test.args) or platform_fact(test):
-        name = flag_name(test) or ""
-        if name in facts.flags:
-            return facts.major in facts.flags[name]
-        if name in PLATFORM_CONSTANTS:
-            return PLATFORM_CONSTANTS[name]
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        left, right = value_of(test.left, facts), value_of(test.comparators[0], facts)
-        if left is not UNKNOWN and right is not UNKNOWN:
-            compare = {ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-                       ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
-                       ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
-                       ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-                       ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b}.get(type(test.ops[0]))
-            try:
-                if compare is not None:
-                    return bool(compare(left, right))
-            except TypeError:  # e.g. None > 1: not decided here
-                pass
-    value = value_of(test, facts)
-    if value is not UNKNOWN:
-        return bool(value)
-    unknown.append(ast.unparse(test))
-    return None
-
-
-def value_of(node: ast.expr, facts: PathFacts) -> Any:
-    if isinstance(node, ast.Name) and node.id == "model_arch":
-        return facts.arch
-    if isinstance(node, ast.Name) and node.id in DEVICE_NAME_ANSWERS:
-        return DEVICE_NAME_ANSWERS[node.id]
-    if isinstance(node, ast.Name) and node.id in facts.constants:
-        return facts.constants[node.id]
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "view"):
-        return facts.fields.get(node.attr, UNKNOWN)  # ServerArgs' methods read self.*, 0.5.23's passes view.*
-    try:
-        return literal(node, {})
-    except (ValueError, TypeError, ArithmeticError):
-        return UNKNOWN
-
 
 def static_autoenable(node: Node, sites: Sequence[FusionSite], path: str, why: str) -> AutoEnable:
     """Evaluate the path conditions of every auto-enable for each architecture they name."""
-    flags, utils_path = platform_flag_majors()
-    fields = {**field_defaults(parse_file(path)), "tp_size": node.world_size, "nnodes": 1}
-    facts = PathFacts("", node.arch.major, flags, fields)
-    archs, undecided, lines = judge_sites(sites, named_archs(sites), facts, f"{FUSION_FLAG}=")
-    how = (f"[ServerArgs, static: {why}; read {path}, not run; platform flags as capability majors from "
-           f"{utils_path} {used_flags(flags, sites)} (their CUDA-version floor not evaluated); fields at their "
-           f"defaults with tp_size={node.world_size}, nnodes=1; is_h20_device taken as False]")
-    return AutoEnable(tuple(archs), named_archs(sites), tuple(undecided), "static",
-                      "\n".join([how, *(site.describe(os.path.basename(path)) for site in sites), *lines]))
+    return read_autoenable(node.arch.major, node.world_size, sites, path, why)
 
 
-def judge_sites(sites: Sequence[FusionSite], archs_named: Sequence[str], base: PathFacts, label: str
-                ) -> tuple[list[str], list[str], list[str]]:
-    """(turned on, undecided, one evidence line each) over the architectures: on when every path
-    condition of some site holds for it."""
-    archs, undecided, lines = [], [], []
-    for arch in archs_named:
-        facts = dataclasses.replace(base, arch=arch)
-        unknown: list[str] = []
-        values = []
-        for site in sites:
-            conditions = [truth(test, facts, unknown) for test, _ in site.path]
-            conditions = [c if taken or c is None else not c for c, (_, taken) in zip(conditions, site.path)]
-            values.append(False if False in conditions else None if None in conditions else True)
-        if True in values:
-            archs.append(arch)
-            lines.append(f"{arch}: {label}True")
-        elif None in values:
-            undecided.append(arch)
-            lines.append(f"{arch}: undecided (depends on {'; '.join(dict.fromkeys(unknown))})")
-        else:
-            lines.append(f"{arch}: {label}False")
-    return archs, undecided, lines
-
-
-def used_flags(flags: dict[str, frozenset[int]], sites: Sequence[FusionSite]) -> dict[str, list[int]]:
-    """The platform flags the path conditions read, with their capability majors."""
-    read = {flag_name(n) or platform_fact(n) for site in sites for test, _ in site.path for n in ast.walk(test)}
-    return {name: sorted(majors) for name, majors in flags.items() if name in read}
-
-
-# ----- SGLang 0.5.23+: the auto-enable is a post-process pass of arg_groups/overrides.py
-
-OVERRIDES_MODULE = "sglang.srt.arg_groups.overrides"
-#: ``_flashinfer_allreduce_fusion_auto_enable(view) -> dict`` (``@register_post_process``, run from
-#: ``arg_groups/model_hook.py`` through ``run_post_process_pass``), sglang 0.5.23
-#: ``srt/arg_groups/overrides.py``: a non-empty dict turns the fusion on.
-AUTOENABLE_PASS = "_flashinfer_allreduce_fusion_auto_enable"
-PASS_KEY = "flashinfer_allreduce_fusion_backend"
-#: ``get_platform().<fact>`` -> probe of ``sglang.srt.utils.common`` (0.5.23 ``srt/runtime_context.py``).
-PLATFORM_PROBES = "_PLATFORM_PROBES"
-#: Where 0.5.23 declares the ServerArgs fields (one msgspec Struct per namespace).
-FIELDS_DIR = "srt/arg_groups/fields"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PassSites:
-    """The pass's returns that turn the fusion on, read from overrides.py."""
-
-    sites: tuple[FusionSite, ...]
-    path: str
-    archs: tuple[str, ...]  # what the conditions name, MiMo's and _FLASHINFER_ALLREDUCE_FUSION_ARCHS
-    constants: dict[str, Any]  # overrides.py's module constants
-    imports: dict[str, str]  # module-level ``from sglang.X import name``: name -> sglang.X
-    notes: tuple[str, ...]  # how the conditions were read
-
-
-class Inliner(ast.NodeTransformer):
-    """Replace local names by their values and calls of one-line helpers (``attn_dp_enabled_of(view)``)
-    by their return expression, so that the conditions read only ``view.*``, ``model_arch`` and the platform."""
-
-    def __init__(self, names: dict[str, ast.expr], helpers: dict[str, tuple[ast.FunctionDef, str]],
-                 used: list[str], depth: int = 0) -> None:
-        self.names, self.helpers, self.used, self.depth = names, helpers, used, depth
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        return copy.deepcopy(self.names[node.id]) if isinstance(node.ctx, ast.Load) and node.id in self.names else node
-
-    def visit_Call(self, node: ast.Call) -> ast.expr:
-        self.generic_visit(node)
-        name = node.func.id if isinstance(node.func, ast.Name) else ""
-        function, where = self.helpers.get(name, (None, ""))
-        params = [a.arg for a in function.args.args] if function else []
-        if function is None or node.keywords or len(params) != len(node.args) or self.depth > 8:
-            return node
-        self.used.append(f"{name} ({where})")
-        body = copy.deepcopy(single_return(function))
-        return Inliner(dict(zip(params, node.args)), self.helpers, self.used, self.depth + 1).visit(body)
-
-
-def single_return(function: ast.FunctionDef) -> ast.expr | None:
-    """The expression of a function whose body is only ``return <expr>`` (docstring and imports aside)."""
-    body = [s for s in function.body if not isinstance(s, (ast.Import, ast.ImportFrom))
-            and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
-        return body[0].value
-    return None
-
-
-def imported_names(tree: ast.Module) -> dict[str, str]:
-    return {alias.asname or alias.name: statement.module for statement in tree.body
-            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("sglang.")
-            for alias in statement.names}
-
-
-def module_path(module: str) -> str | None:
-    return sglang_file(module.replace("sglang.", "", 1).replace(".", "/") + ".py")
-
-
-def view_helpers(modules: Sequence[str]) -> dict[str, tuple[ast.FunctionDef, str]]:
-    """One-line functions taking arguments (``attn_dp_enabled_of(cfg)``) of the modules, first module first."""
-    helpers: dict[str, tuple[ast.FunctionDef, str]] = {}
-    for module in dict.fromkeys(modules):
-        path = module_path(module)
-        for statement in parse_file(path).body if path else []:
-            if isinstance(statement, ast.FunctionDef) and statement.args.args and single_return(statement) \
-                    and statement.name not in helpers:
-                helpers[statement.name] = (statement, f"{os.path.basename(path)}:{statement.lineno}")
-    return helpers
-
-
-def sets_backend(statement: ast.stmt) -> bool:
-    """``return {"flashinfer_allreduce_fusion_backend": ...}``."""
-    return isinstance(statement, ast.Return) and isinstance(statement.value, ast.Dict) \
-        and any(isinstance(k, ast.Constant) and k.value == PASS_KEY for k in statement.value.keys)
-
-
-def all_of(path: Sequence[tuple[ast.expr, bool]]) -> ast.expr:
-    """One expression for "every test on this path holds"."""
-    tests = [test if taken else ast.UnaryOp(ast.Not(), test) for test, taken in path]
-    return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests) if tests else ast.Constant(True)
-
-
-def pass_sites() -> PassSites | str:
-    """The pass's returns that set the backend, each with its ``if`` tests and the negated tests of
-    every earlier ``return`` (MiMo's ``return {}``), locals and one-line helpers inlined."""
-    path = sglang_file("srt/arg_groups/overrides.py")
-    if path is None:
-        return "no sglang/srt/arg_groups/overrides.py in this SGLang"
-    tree = parse_file(path)
-    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == AUTOENABLE_PASS), None)
-    if function is None:
-        return f"{path} has no function {AUTOENABLE_PASS}"
-    imports = imported_names(tree)
-    used: list[str] = []
-    helpers = view_helpers([OVERRIDES_MODULE, *imports.values()])
-    names: dict[str, ast.expr] = {}
-    for statement in function.body:  # model_arch stays: value_of answers it
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
-                and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id != "model_arch":
-            names[statement.targets[0].id] = Inliner(names, helpers, used).visit(copy.deepcopy(statement.value))
-    returns = [(s, p) for s, p in guarded_statements(function.body, ()) if isinstance(s, ast.Return)]
-    sites = []
-    for statement, own in returns:
-        if sets_backend(statement):
-            earlier = [(all_of(p), False) for s, p in returns if s.lineno < statement.lineno and not sets_backend(s)]
-            tests = tuple((Inliner(names, helpers, used).visit(copy.deepcopy(t)), taken) for t, taken in
-                          (*earlier, *own))
-            sites.append(FusionSite(AUTOENABLE_PASS, statement.lineno, tests, "", ast.unparse(statement)))
-    constants = module_constants(tree)
-    archs = named_archs(sites, constants)
-    if not archs:
-        return f"{path}: {AUTOENABLE_PASS} has no return setting {PASS_KEY} under a model_arch condition"
-    notes = (f"{AUTOENABLE_PASS} at {os.path.basename(path)}:{function.lineno}, {pass_callers(path)}",
-             f"inlined: local names {', '.join(names)}; helpers {', '.join(dict.fromkeys(used)) or 'none'}")
-    return PassSites(tuple(sites), path, archs, constants, imports, notes)
-
-
-def pass_callers(overrides_path: str) -> str:
-    """Where arg_groups/ runs the pass (``run_post_process_pass(server_args, <pass>)``)."""
-    folder = os.path.dirname(overrides_path)
-    found = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                found += [f"{name}:{number}" for number, line in enumerate(handle, 1)
-                          if "run_post_process_pass(" in line and AUTOENABLE_PASS in line]
-    return f"run from {', '.join(found)}" if found else "no run_post_process_pass call for it found in arg_groups/"
-
-
-def platform_fact_majors(found: PassSites, flags: dict[str, frozenset[int]]) -> tuple[dict[str, frozenset[int]], str]:
-    """``get_platform()`` facts (``is_sm90``) as the majors of the probes they read (``is_sm90_supported``)."""
-    path = module_path(found.imports.get("get_platform", ""))
-    if path is None:
-        return {}, "get_platform's module not found"
-    probes = module_constants(parse_file(path)).get(PLATFORM_PROBES, {})
-    facts = {fact: flags[probe] for fact, probe in probes.items() if probe in flags} if isinstance(probes, dict) else {}
-    return facts, f"{path} {PLATFORM_PROBES}"
-
-
-def namespace_defaults() -> tuple[dict[str, Any], str]:
-    """Constant defaults of the fields of every namespace Struct in arg_groups/fields/; a name two
-    namespaces declare with different defaults is left out (unknown)."""
-    folder = os.path.dirname(sglang_file(f"{FIELDS_DIR}/__init__.py") or "")
-    defaults: dict[str, Any] = {}
-    clashes: set[str] = set()
-    for name in sorted(os.listdir(folder)) if folder else []:
-        if name.endswith(".py"):
-            for cls in (n for n in parse_file(os.path.join(folder, name)).body if isinstance(n, ast.ClassDef)):
-                for field, value in class_defaults(cls).items():
-                    clashes |= {field} if field in defaults and defaults[field] != value else set()
-                    defaults.setdefault(field, value)
-    return {k: v for k, v in defaults.items() if k not in clashes}, folder or f"no sglang/{FIELDS_DIR}"
+# ----- SGLang 0.5.15+: the auto-enable is a post-process pass of arg_groups/overrides.py
 
 
 def static_pass(node: Node, found: PassSites, why: str) -> AutoEnable:
     """The pass's conditions evaluated three-valued for each architecture they name."""
-    flags, utils_path = platform_flag_majors()
-    facts_majors, probes_at = platform_fact_majors(found, flags)
-    fields, fields_at = namespace_defaults()
-    fields.update(tp_size=node.world_size, nnodes=1)
-    base = PathFacts("", node.arch.major, {**flags, **facts_majors}, fields, found.constants)
-    archs, undecided, lines = judge_sites(found.sites, found.archs, base, "returns a backend: ")
-    how = (f"[{AUTOENABLE_PASS}, static: {why}; read {found.path}, not run; {'; '.join(found.notes)}; "
-           f"get_platform() facts as capability majors {used_flags(base.flags, found.sites)} (through {probes_at} "
-           f"from {utils_path}; CUDA-version floor not evaluated); view.* at the field defaults of {fields_at} with "
-           f"tp_size={node.world_size}, nnodes=1; model config beyond architectures unknown]")
-    return AutoEnable(tuple(archs), found.archs, tuple(undecided), "static", "\n".join(
-        [how, *(site.describe(os.path.basename(found.path)) for site in found.sites), *lines]))
+    return read_pass(node.arch.major, node.world_size, found, why)
 
 
 def pass_outcome(module: Any, cls: Any, arch: str, node: Node) -> tuple[bool | None, str]:

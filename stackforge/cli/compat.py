@@ -1,0 +1,76 @@
+"""``stackforge compat ...``: commands about the compatibility knowledge itself.
+
+``compat verify`` reads the rules' witnesses in the released wheels (see
+:mod:`stackforge.wheels.verify`); it exits 1 when a rule's bound disagrees with the wheels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from stackforge.cli._compat import PIN_RULES_ORIGIN, user_compat
+from stackforge.errors import SpecError
+
+VERIFY_SCHEMA = "stackforge.compat-verify/1"
+
+
+@click.group(name="compat")
+def command() -> None:
+    """Check the compatibility knowledge (compat/rules) against the released wheels."""
+
+
+@command.command(name="verify")
+@click.option("--rule", "rule_ids", multiple=True, metavar="ID", help="Verify only this rule (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help=f"Print versioned JSON (schema {VERIFY_SCHEMA}).")
+@click.option("--index-url", default=None, metavar="URL", help="Index to list releases from (default: pip's).")
+@click.option("--find-links", multiple=True, metavar="LOCATION", help="Extra wheel locations, as pip's --find-links.")
+@click.option("--cache", "cache_root", default=None, metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="Wheel cache (default: $STACKFORGE_WHEEL_CACHE or ~/.cache/stackforge/wheels).")
+def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find_links: tuple[str, ...],
+           cache_root: Path | None) -> None:
+    """Read each rule's witness in the releases on both sides of its version bounds (last outside, first
+    inside, last inside, first outside) for the rule's own targets; print CONFIRMED / WRONG (with the
+    measured bound) / UNWITNESSED (why) per rule and the count witnessed / total. Exit 1 on any WRONG.
+
+    \b
+    Examples:
+      stackforge compat verify
+      stackforge compat verify --rule sglang-ar-fusion-rejects-sm12 --json
+    """
+    from stackforge.plan import load_knowledge
+    from stackforge.wheels.verify import render_text, verify_rules
+
+    knowledge = load_knowledge(user=user_compat())
+    # Rules generated from SGLang's pins (tables.yaml) are data of another kind; only compat/rules here.
+    rules = tuple(r for r in knowledge.rules if r.origin != PIN_RULES_ORIGIN)
+    rules = _selected(rules, rule_ids)
+    evaluate, list_releases = wheel_sources(index_url=index_url, find_links=find_links, cache_root=cache_root)
+    report = verify_rules(rules, knowledge.targets, evaluate=evaluate, list_releases=list_releases)
+    if as_json:
+        click.echo(json.dumps({"schema": VERIFY_SCHEMA, **report.to_json()}, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_text(report))
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _selected(rules, rule_ids: tuple[str, ...]):
+    if not rule_ids:
+        return rules
+    by_id = {r.id: r for r in rules}
+    unknown = [r for r in rule_ids if r not in by_id]
+    if unknown:
+        raise SpecError(f"unknown rule {', '.join(unknown)}; valid: {', '.join(sorted(by_id))}",
+                        remedy="stackforge list rules")
+    return tuple(by_id[r] for r in dict.fromkeys(rule_ids))
+
+
+def wheel_sources(*, index_url: str | None, find_links: tuple[str, ...], cache_root: Path | None):
+    """The real evaluator and release lister: wheels from the configured indexes, read from the cache."""
+    from stackforge.wheels.readings import open_readings
+
+    readings = open_readings(index_url=index_url, find_links=find_links, cache_root=cache_root)
+    return readings.evaluate, readings.list_releases

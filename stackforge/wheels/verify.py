@@ -1,0 +1,486 @@
+"""``stackforge compat verify``: every rule a wheel reader can witness, checked in the releases on both
+sides of each of its version bounds.
+
+A rule's ``witness`` names the reading that decides it (a fact read from a distribution's wheels) and
+the reading status expected inside the rule's bound. For each bound on that distribution the releases
+checked are the last release outside, the first inside, the last inside and the first outside (those
+that exist), for each of the rule's own targets (the targets in ``compat/targets.yaml`` its hardware
+conditions match). A rule is CONFIRMED when every release inside reads as expected and every release
+outside reads otherwise, WRONG when one does not (with the bound the readings show, found by a binary
+search between the releases checked), UNWITNESSED when no reader can decide it (with why).
+
+The module is pure: wheels are read through an injected evaluator ``(fact, dist, version, ctx) ->
+Reading`` and releases listed through ``(dist) -> versions``, so the logic is tested without network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from stackforge.model import Target
+from stackforge.rules import Condition, Rule, Witness
+from stackforge.versions import parse_version
+from stackforge.wheels.model import Reading, ReadContext, ReadingStatus
+
+Evaluate = Callable[[str, str, str, ReadContext], Reading]
+ListReleases = Callable[[str], Sequence[str]]
+
+# Hardware conditions a target answers; a rule's own targets are those that satisfy all of them.
+TARGET_FACTS = ("arch", "gpu_count", "interconnect", "multicast", "target")
+# Stack conditions a reading can depend on: a value inside the condition is chosen from these
+# candidates (the highest that satisfies it, so "<12.9" reads as 12.8), or the witness context gives one.
+CONTEXT_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "cuda": ("12.4", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2"),
+    "torch_cuda": ("12.4", "12.6", "12.8", "12.9", "13.0", "13.2"),
+    "python": ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13"),
+}
+CONTEXT_FACTS = ("cuda", "nvcc", "torch_cuda", "python", "kernel_package")
+
+
+class Verdict(str, Enum):
+    """What the wheels say about one rule."""
+
+    CONFIRMED = "confirmed"
+    WRONG = "wrong"
+    UNWITNESSED = "unwitnessed"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One release read for one context, and whether it agrees with the rule."""
+
+    version: str
+    role: str                 # "last release outside", "first release inside", ...
+    inside: bool              # the rule covers this release
+    targets: tuple[str, ...]  # the targets this context stands for
+    reading: Reading
+    agrees: bool | None       # None: the reader could not decide
+
+    def to_json(self) -> dict[str, Any]:
+        reading = self.reading
+        return {"version": self.version, "role": self.role, "inside": self.inside, "targets": list(self.targets),
+                "status": reading.status.value, "summary": reading.summary, "agrees": self.agrees,
+                "sites": [{"path": s.path, "line": s.line, "code": s.code} for s in reading.sites]}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredBound:
+    """Where the reading actually changes between two releases next to each other (or that it does not)."""
+
+    targets: tuple[str, ...]
+    before: str | None        # last release reading the other way (None: none in the window)
+    after: str | None         # first release reading the new way
+    before_status: str
+    after_status: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"targets": list(self.targets), "before": self.before, "after": self.after,
+                "before_status": self.before_status, "after_status": self.after_status, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVerdict:
+    """The verdict on one rule, with every release read and, when WRONG, the measured bounds."""
+
+    rule_id: str
+    verdict: Verdict
+    why: str
+    bound: str = ""                       # "sglang >=0.5.14"
+    contexts: tuple[str, ...] = ()        # how each read context was chosen
+    checks: tuple[Check, ...] = ()
+    measured: tuple[MeasuredBound, ...] = ()
+    witness: Witness | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        witness = self.witness
+        return {"rule": self.rule_id, "verdict": self.verdict.value, "why": self.why, "bound": self.bound,
+                "witness": None if witness is None else {
+                    "dist": witness.dist, "fact": witness.fact, "inside": [s.value for s in witness.inside],
+                    "context": dict(witness.context)},
+                "contexts": list(self.contexts), "checks": [c.to_json() for c in self.checks],
+                "measured": [m.to_json() for m in self.measured]}
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Every rule's verdict; ``witnessed`` counts the rules a reading decided (confirmed or wrong)."""
+
+    verdicts: tuple[RuleVerdict, ...]
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(1 for v in self.verdicts if v.verdict is verdict)
+
+    @property
+    def witnessed(self) -> int:
+        return self.count(Verdict.CONFIRMED) + self.count(Verdict.WRONG)
+
+    @property
+    def ok(self) -> bool:
+        return self.count(Verdict.WRONG) == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"witnessed": self.witnessed, "total": len(self.verdicts),
+                "confirmed": self.count(Verdict.CONFIRMED), "wrong": self.count(Verdict.WRONG),
+                "unwitnessed": self.count(Verdict.UNWITNESSED), "rules": [v.to_json() for v in self.verdicts]}
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    ctx: ReadContext
+    targets: tuple[str, ...]
+    note: str
+
+
+@dataclass(slots=True)
+class _Reader:
+    """The evaluator with a memo: a release is read once per context however many rules ask."""
+
+    evaluate: Evaluate
+    memo: dict[tuple[str, str, str, ReadContext], Reading] = field(default_factory=dict)
+
+    def read(self, witness: Witness, version: str, ctx: ReadContext) -> Reading:
+        key = (witness.fact, witness.dist, version, ctx)
+        if key not in self.memo:
+            self.memo[key] = self.evaluate(witness.fact, witness.dist, version, ctx)
+        return self.memo[key]
+
+
+# --------------------------------------------------------------------------- entry point
+
+def verify_rules(rules: Sequence[Rule], targets: Mapping[str, Target], *, evaluate: Evaluate,
+                 list_releases: ListReleases) -> VerifyReport:
+    """Verify each rule (see the module docstring); releases are listed once per distribution."""
+    reader = _Reader(evaluate)
+    releases: dict[str, tuple[str, ...]] = {}
+
+    def releases_of(dist: str) -> tuple[str, ...]:
+        if dist not in releases:
+            releases[dist] = tuple(sorted(list_releases(dist), key=parse_version))
+        return releases[dist]
+
+    return VerifyReport(tuple(verify_rule(rule, targets, reader=reader, releases_of=releases_of) for rule in rules))
+
+
+def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
+                releases_of: Callable[[str], tuple[str, ...]]) -> RuleVerdict:
+    """The verdict on one rule."""
+    witness = rule.witness
+    if witness is None:
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, unwitnessed_reason(rule))
+    contexts = rule_contexts(rule, witness, targets)
+    if isinstance(contexts, str):
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, contexts, witness=witness)
+    conditions = tuple(c for c in rule.conditions if c.fact == witness.version_fact)
+    all_releases = releases_of(witness.dist)
+    window = tuple(v for v in all_releases if witness.over is None or witness.over.contains(v, prereleases=True))
+    bound = _bound_text(witness, conditions)
+    if not window:
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
+                           bound=bound, witness=witness)
+    inside = tuple(all(c.holds(v) for c in conditions) for v in window)
+    if not any(inside):
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"no {witness.dist} release inside {bound} "
+                           f"(releases {window[0]}..{window[-1]})", bound=bound, witness=witness)
+    points = bound_points(inside)
+    checks = tuple(_check(reader, witness, window, index, role, inside[index], context)
+                   for index, role in points for context in contexts)
+    notes = tuple(c.note for c in contexts)
+    wrong = [c for c in checks if c.agrees is False]
+    if wrong:
+        measured = tuple(m for check in wrong for m in _measure(reader, witness, window, inside, check, contexts))
+        why = "; ".join(f"{c.version} ({c.role}) reads {c.reading.status.value} for {','.join(c.targets)}"
+                        for c in wrong)
+        return RuleVerdict(rule.id, Verdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
+                           measured=_unique(measured), witness=witness)
+    undecided = [c for c in checks if c.agrees is None]
+    undecided_note = (f"undecided at {witness.dist} {', '.join(dict.fromkeys(c.version for c in undecided))}: "
+                      f"{undecided[0].reading.summary}" if undecided else "")
+    if not _decides(checks):
+        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
+                           checks=checks, witness=witness)
+    agreed = sum(1 for c in checks if c.agrees)
+    why = f"{agreed} reading(s) agree" + (f"; {len(undecided)} {undecided_note}" if undecided else "")
+    return RuleVerdict(rule.id, Verdict.CONFIRMED, why, bound=bound, contexts=notes, checks=checks, witness=witness)
+
+
+def _decides(checks: Sequence[Check]) -> bool:
+    """Whether the decided readings check the rule: some release inside, and some outside when the rule has
+    releases outside (a release published only as an sdist is undecided, so an old bound may stay unread)."""
+    inside = any(c.agrees is not None for c in checks if c.inside)
+    has_outside = any(not c.inside for c in checks)
+    outside = any(c.agrees is not None for c in checks if not c.inside)
+    return inside and (outside or not has_outside)
+
+
+def unwitnessed_reason(rule: Rule) -> str:
+    """Why a rule without a witness is not checked: what its data says, or what it lacks."""
+    if rule.unwitnessed:
+        return rule.unwitnessed
+    if not any(c.fact in ("flashinfer", "sglang", "kernel") for c in rule.conditions):
+        return "no version bound on a wheel-read distribution and no reader for its fact"
+    return "no wheel reader for this fact"
+
+
+# --------------------------------------------------------------------------- contexts
+
+def rule_contexts(rule: Rule, witness: Witness, targets: Mapping[str, Target]) -> tuple[_Context, ...] | str:
+    """The read contexts of a rule's own targets (one per distinct context), or why there are none."""
+    stack: dict[str, Any] = {}
+    notes: list[str] = []
+    for fact in CONTEXT_FACTS:
+        conditions = [c for c in rule.conditions if c.fact == fact]
+        if fact in witness.context:
+            stack[fact] = witness.context[fact]
+            notes.append(f"{fact}={witness.context[fact]} (witness context)")
+        elif conditions:
+            value = _value_inside(fact, conditions)
+            if value is None:
+                return f"no {fact} value satisfies the rule's condition"
+            stack[fact] = value
+            notes.append(f"{fact}={value} (inside the rule's condition)")
+    hardware = {k: v for k, v in witness.context.items() if k not in CONTEXT_FACTS}
+    # A witness context that names the arch describes a GPU no target has (sm_121): read for it alone.
+    # Other hardware values stand in for the target's (a 6-GPU reading of the PCIe boxes), said in the name.
+    own = [] if "arch" in hardware else [t for t in targets.values() if _target_matches(rule, t, hardware)]
+    by_ctx: dict[ReadContext, list[str]] = {}
+    for target in own:
+        base = ReadContext(arch=target.arch, gpu_count=target.gpu_count, interconnect=target.interconnect.value,
+                           multicast=target.multicast)
+        ctx = replace(base, **stack, **hardware)
+        changed = [f"{k}={v}" for k, v in hardware.items() if getattr(base, k) != v]
+        by_ctx.setdefault(ctx, []).append(target.name + (f" as {','.join(changed)}" if changed else ""))
+    if not by_ctx:
+        if not {"arch", "gpu_count", "interconnect"} <= set(hardware):
+            return "no target in targets.yaml matches the rule's hardware conditions"
+        ctx = ReadContext(**{"multicast": False, **hardware, **stack})
+        outside = [c.fact for c in rule.conditions
+                   if c.fact in TARGET_FACTS and c.fact != "target" and not c.holds(getattr(ctx, c.fact))]
+        if outside:
+            return f"the witness context's {', '.join(outside)} is outside the rule's own conditions"
+        by_ctx[ctx] = [f"arch {ctx.arch} x{ctx.gpu_count} {ctx.interconnect} (witness context)"]
+    note = "; ".join(notes)
+    return tuple(_Context(ctx, tuple(names), note) for ctx, names in by_ctx.items())
+
+
+def _target_matches(rule: Rule, target: Target, hardware: Mapping[str, Any]) -> bool:
+    facts = {"arch": target.arch, "gpu_count": target.gpu_count, "interconnect": target.interconnect.value,
+             "multicast": target.multicast, "target": target.name, **hardware}
+    return all(c.holds(facts[c.fact]) for c in rule.conditions if c.fact in TARGET_FACTS)
+
+
+def _value_inside(fact: str, conditions: list[Condition]) -> Any:
+    """A value every condition on ``fact`` holds for: the condition's own value for booleans and names,
+    the highest candidate version otherwise."""
+    if fact in ("nvcc", "kernel_package"):
+        values = [c.operand for c in conditions if c.op == "eq"]
+        return values[0] if values and all(c.holds(values[0]) for c in conditions) else None
+    inside = [v for v in CONTEXT_CANDIDATES[fact] if all(c.holds(v) for c in conditions)]
+    return inside[-1] if inside else None
+
+
+# --------------------------------------------------------------------------- releases to read
+
+def bound_points(inside: Sequence[bool]) -> tuple[tuple[int, str], ...]:
+    """The releases on both sides of each bound: for every run of releases inside the rule, the last
+    release outside before it, its first and last release, and the first release outside after it."""
+    points: dict[int, str] = {}
+    index = 0
+    while index < len(inside):
+        if not inside[index]:
+            index += 1
+            continue
+        start = index
+        while index < len(inside) and inside[index]:
+            index += 1
+        end = index - 1
+        if start > 0:
+            points.setdefault(start - 1, "last release outside")
+        points.setdefault(start, "first release inside")
+        points.setdefault(end, "last release inside")
+        if end + 1 < len(inside):
+            points.setdefault(end + 1, "first release outside")
+    return tuple(sorted(points.items()))
+
+
+def _check(reader: _Reader, witness: Witness, window: Sequence[str], index: int, role: str, inside: bool,
+           context: _Context) -> Check:
+    reading = reader.read(witness, window[index], context.ctx)
+    return Check(version=window[index], role=role, inside=inside, targets=context.targets, reading=reading,
+                 agrees=_agrees(witness, reading, inside))
+
+
+def _agrees(witness: Witness, reading: Reading, inside: bool) -> bool | None:
+    if reading.status is ReadingStatus.UNDECIDED and ReadingStatus.UNDECIDED not in witness.inside:
+        return None
+    return reads_inside(witness, reading) == inside
+
+
+def reads_inside(witness: Witness, reading: Reading) -> bool:
+    """Whether a reading is what the rule expects inside its bound: the status, and the code it shows."""
+    if reading.status not in witness.inside:
+        return False
+    if not witness.shows:
+        return True
+    return witness.shows in reading.summary or any(witness.shows in site.code for site in reading.sites)
+
+
+# --------------------------------------------------------------------------- measuring the real bound
+
+def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: Sequence[bool], check: Check,
+             contexts: Sequence[_Context]) -> tuple[MeasuredBound, ...]:
+    """Where the reading changes near a release that disagrees with the rule.
+
+    The search window spans the run of releases the failing release belongs to and the run next to it
+    across the rule's bound; :func:`stackforge.wheels.bisect.binary_search` finds where "reads as the
+    rule expects inside" flips in it (undecided releases stepped over, a few releases sampled when the
+    ends agree)."""
+    from stackforge.wheels.bisect import binary_search
+
+    context = next(c for c in contexts if c.targets == check.targets)
+    lo, hi = _neighbour_runs(inside, window.index(check.version))
+    search = binary_search(window[lo:hi + 1], lambda version: _Match.of(reader, witness, version, context.ctx))
+    fact = witness.version_fact
+    bounds = []
+    for change in search.changes:
+        before, after = change.before.result.original, change.after.result.original
+        claim = f"{fact} >={change.after.version}" if change.after.result.matches else f"{fact} <{change.after.version}"
+        skipped = f" ({len(change.undecided)} undecided release(s) between)" if change.undecided else ""
+        text = (f"reading turns {after.status.value} at {change.after.version} (from {before.status.value} at "
+                f"{change.before.version}){skipped}: measured bound {claim}")
+        bounds.append(MeasuredBound(context.targets, change.before.version, change.after.version,
+                                    before.status.value, after.status.value, text))
+    if not bounds:
+        decided = [p for p in search.points if p.decided]
+        first, last = (decided[0], decided[-1]) if decided else (search.points[0], search.points[-1])
+        expected = "/".join(s.value for s in witness.inside)
+        verb = "read" if first.result.matches else "read neither"
+        text = (f"{first.version} ({first.result.original.status.value}) and {last.version} "
+                f"({last.result.original.status.value}) both {verb} {expected}, and so do the {len(decided)} "
+                f"release(s) read between: the reading does not change across {fact} {first.version}..{last.version} "
+                f"the way the rule says")
+        bounds.append(MeasuredBound(context.targets, None, None, first.result.original.status.value,
+                                    last.result.original.status.value, text))
+    return tuple(bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """A reading seen as what the search compares: reads as the rule expects inside, or not (or undecided)."""
+
+    reading: Reading
+    original: Reading
+    matches: bool
+
+    @classmethod
+    def of(cls, reader: _Reader, witness: Witness, version: str, ctx: ReadContext) -> _Match:
+        original = reader.read(witness, version, ctx)
+        matches = reads_inside(witness, original)
+        if original.status is ReadingStatus.UNDECIDED and ReadingStatus.UNDECIDED not in witness.inside:
+            status = ReadingStatus.UNDECIDED
+        else:
+            status = ReadingStatus.AVAILABLE if matches else ReadingStatus.UNAVAILABLE
+        return cls(replace(original, status=status, manner=""), original, matches)
+
+
+def _neighbour_runs(inside: Sequence[bool], index: int) -> tuple[int, int]:
+    """The span of the run holding ``index`` plus the run beside it across the bound nearest ``index``."""
+    start = index
+    while start > 0 and inside[start - 1] == inside[index]:
+        start -= 1
+    end = index
+    while end + 1 < len(inside) and inside[end + 1] == inside[index]:
+        end += 1
+    # Extend across the nearer bound of the run (a failing first/last release sits next to one).
+    if index - start <= end - index and start > 0:
+        other = start - 1
+        while other > 0 and inside[other - 1] == inside[start - 1]:
+            other -= 1
+        return other, end
+    if end + 1 < len(inside):
+        other = end + 1
+        while other + 1 < len(inside) and inside[other + 1] == inside[end + 1]:
+            other += 1
+        return start, other
+    if start > 0:
+        other = start - 1
+        while other > 0 and inside[other - 1] == inside[start - 1]:
+            other -= 1
+        return other, end
+    return start, end
+
+
+def _bound_text(witness: Witness, conditions: Sequence[Condition]) -> str:
+    if not conditions:
+        return f"{witness.version_fact} {witness.over}" if witness.over is not None else f"any {witness.version_fact}"
+    parts = []
+    for condition in conditions:
+        operand = condition.operand
+        if isinstance(operand, SpecifierSet):
+            # Lower bounds first: ">=0.5.3,<0.5.14".
+            text = ",".join(str(s) for s in sorted(operand, key=lambda s: (parse_version(s.version), s.operator[0] != ">")))
+            parts.append(text if condition.op == "spec" else f"not {text}")
+        else:
+            parts.append(f"{condition.op} {sorted(str(v) for v in operand)}")
+    return f"{witness.version_fact} {' and '.join(parts)}"
+
+
+def _unique(measured: Sequence[MeasuredBound]) -> tuple[MeasuredBound, ...]:
+    """One entry per distinct measurement, naming every target it was measured for."""
+    merged: dict[tuple[Any, ...], MeasuredBound] = {}
+    for m in measured:
+        key = (m.before, m.after, m.text)
+        if key in merged:
+            targets = merged[key].targets + tuple(t for t in m.targets if t not in merged[key].targets)
+            merged[key] = replace(merged[key], targets=targets)
+        else:
+            merged[key] = m
+    return tuple(merged.values())
+
+
+# --------------------------------------------------------------------------- text
+
+def render_text(report: VerifyReport) -> str:
+    """One line per rule; a WRONG rule also shows the releases that disagree and the measured bound."""
+    lines: list[str] = []
+    for v in report.verdicts:
+        head = f"{v.verdict.value.upper():<11} {v.rule_id}"
+        if v.verdict is Verdict.UNWITNESSED:
+            lines.append(f"{head}: {v.why}")
+            continue
+        witness = v.witness
+        assert witness is not None
+        shows = f" showing {witness.shows!r}" if witness.shows else ""
+        lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
+                     f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
+        if v.contexts and v.contexts[0]:
+            lines.append(f"    read with {v.contexts[0]}")
+        for check, targets in _grouped(v.checks):
+            mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
+            site = check.reading.sites[0] if check.reading.sites else None
+            where = f" {site.path}:{site.line}" if site and f"{site.path}:{site.line}" not in check.reading.summary else ""
+            on = f" [{', '.join(targets)}]" if v.verdict is Verdict.WRONG else ""
+            lines.append(f"    {mark:<5} {check.version:<14} {check.role:<22} {check.reading.status.value:<11}"
+                         f"{where} {check.reading.summary}{on}".rstrip())
+        for m in v.measured:
+            lines.append(f"    measured ({', '.join(m.targets)}): {m.text}")
+    lines.append(f"witnessed {report.witnessed} / {len(report.verdicts)} rules: "
+                 f"{report.count(Verdict.CONFIRMED)} confirmed, {report.count(Verdict.WRONG)} wrong, "
+                 f"{report.count(Verdict.UNWITNESSED)} unwitnessed")
+    return "\n".join(lines)
+
+
+def _grouped(checks: Sequence[Check]) -> list[tuple[Check, tuple[str, ...]]]:
+    """Checks that read the same for several contexts, once, with every target they stand for."""
+    groups: dict[tuple[Any, ...], tuple[Check, list[str]]] = {}
+    for check in checks:
+        key = (check.version, check.role, check.reading.status, check.reading.summary, check.agrees)
+        if key not in groups:
+            groups[key] = (check, [])
+        groups[key][1].extend(check.targets)
+    return [(check, tuple(targets)) for check, targets in groups.values()]
