@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli.build import ca_choice, image_options, selected_cells
-from stackforge.cli.options import out_folder_checked, shard_option, stack_selection
+from stackforge.cli.options import ca_choice, image_options, out_folder_checked, selection, shard_option, stack_selection
 
 
 @click.command(name="render")
@@ -29,6 +28,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
 
     from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
     from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack, write_context
+    from stackforge.selection import cells_to_build
 
     # The same CA default as `build`: a bundle adds its secret mount to the Dockerfile, so render and
     # build must agree on it for the tags to match.
@@ -38,7 +38,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
                             ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
     lookup = RequirementsLookup(index_url, ca.path)
-    cells = selected_cells(matrix, cuda, targets, only, shard)
+    cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
     warned: set[str] = set()
