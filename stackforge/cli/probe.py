@@ -70,7 +70,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
 
 
 def _echo_start(started: CampaignStarted) -> None:
-    if started.indexes:
+    if started.indexes is not None:
         click.echo(f"reading wheels for {started.stacks} stack(s), {started.jobs} reading(s) -> {started.run_dir} "
                    f"({started.indexes})")
     else:

@@ -230,8 +230,8 @@ class CampaignStarted:
     stacks: int
     jobs: int
     run_dir: Path
-    #: the wheel tier's index locations, as words; empty for probes that run
-    indexes: str = ""
+    #: the wheel tier's index locations, as words; None for probes that run
+    indexes: str | None = None
 
 
 def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Callable[[], Any],
