@@ -72,6 +72,7 @@ def test_the_cli_of_probe_bench_and_render_only_dispatches():
     graph = import_graph(PACKAGE_ROOT, "stackforge")
     assert "stackforge.cli.build" not in graph["stackforge.cli.render"]
     for command in ("stackforge.cli.probe", "stackforge.cli.bench"):
-        workflow = {"stackforge.plan", "stackforge.shard", "stackforge.wheels.tier", "stackforge.probes.execute",
-                    "stackforge.bench.run.plan_bench"}
+        workflow = {"stackforge.plan", "stackforge.shard", "stackforge.data", "stackforge.pip_config",
+                    "stackforge.wheels.tier", "stackforge.wheels.index", "stackforge.wheels.cache",
+                    "stackforge.probes.execute", "stackforge.probes.catalog"}
         assert not workflow & graph[command], command
