@@ -8,7 +8,7 @@ out over; the workflow's ``plan`` job calls it through ``stackforge ci shards``.
 The workflow, job by job::
 
     plan      (CPU)  stackforge plan --json; which shards have work; which GPU jobs exist
-    build     (CPU)  one job per shard: build and push to the registry (BuildKit registry cache)
+    build     (CPU)  one job per shard: build and push to the registry
     gate      (CPU)  one job per shard: gate-tier probes in the pushed images (no GPU needed)
     runtime   (GPU)  one job per arch label x target x shard on self-hosted runners
     bench     (GPU)  the same fan-out, after the runtime probes
