@@ -122,7 +122,7 @@ def find_dead_ends(report: MatrixReport) -> DeadEndReport:
             dead_ends.append(DeadEnd(feature=feature, dead_on=dead, stacks_total=judged,
                                      unblocked_by=_unblock(report.rows, feature),
                                      boundaries=release_boundaries(report.wheel_records, feature)))
-    pruned = tuple((row.stack_id, tuple(f"{f.rule}: {f.reason}" for f in row.pruned_by))
+    pruned = tuple((row.stack_id, tuple(f"{f.rule.id}: {f.rule.reason}" for f in row.pruned_by))
                    for row in report.rows if row.plan_status == "pruned")
     return DeadEndReport(target=report.target, target_label=target_text(report), dead_ends=tuple(dead_ends),
                          pruned=pruned, predictions_only=report.predictions_only)

@@ -35,7 +35,7 @@ Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +44,11 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.derive import DriverFloor, cell_driver_floor
 from stackforge.errors import NothingQualifiesError, SpecError
+from stackforge.plan import Plan
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
-from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
-                               check_features, headline_value, image_reference, one_line, parse_plan,
+from stackforge.report import (UNITS, Cell, CellStatus, Metric, Row, Source, build_matrix,
+                               check_features, headline_value, image_reference, one_line,
                                stack_order_key)
 
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
@@ -189,15 +190,15 @@ class Pick:
         return self.candidate.warnings + extra
 
 
-def pick(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
          require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput", *,
          scope: Scope | None = None) -> Pick:
     """Pick the best image for ``target`` by evidence.
 
     Args:
         records: measured results (any targets).
-        plan: the plan (predictions, pruned stacks, derived minimum drivers): the dict of
-            ``stackforge plan --json`` or its :func:`stackforge.report.parse_plan` view.
+        plan: the plan (predictions, pruned stacks, driver floors); a plan file is read with
+            :meth:`stackforge.plan.Plan.from_json`.
         target: target profile name.
         require: features that must work.
         driver: the host's driver version (``"580.95.05"``), or None to skip the driver check.
@@ -234,21 +235,20 @@ def shortfall_remedy(target: str) -> str:
             "or `stackforge matrix` for the evidence")
 
 
-def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+def evaluate_candidates(records: Sequence[ResultRecord], plan: Plan, target: str,
                         require: Sequence[str] = (), driver: str | None = None,
                         optimize: str = "throughput", *, scope: Scope | None = None) -> tuple[Candidate, ...]:
     """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements."""
     if optimize not in OPTIMIZE:
         raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
     host_driver = _driver_version(driver)
-    view = plan if isinstance(plan, PlanView) else parse_plan(plan)
-    report = build_matrix(records, view, target)
+    report = build_matrix(records, plan, target)
     unmeasured = [f for f in require if f not in report.features]
     if unmeasured:
         # A feature only a probe decides (p2p-access...) has no column until a record measures it; it is
         # still a feature (the same names `matrix --feature` and `list features` know), its cells unknown.
         check_features(unmeasured, report.features)
-        report = build_matrix(records, view, target, features=(*report.features, *unmeasured))
+        report = build_matrix(records, plan, target, features=(*report.features, *unmeasured))
     target_min = report.target_info.get("min_driver")
     rows = (scope or Scope()).select(report.rows)
     return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)
@@ -351,7 +351,7 @@ def _no_image_line(row: Row) -> str:
 
 def _plan_check(row: Row) -> Check:
     if row.plan_status == "pruned":
-        why = "; ".join(f"rule {f.rule}: {one_line(f.reason, 200)}" for f in row.pruned_by)
+        why = "; ".join(f"rule {f.rule.id}: {one_line(f.rule.reason, 200)}" for f in row.pruned_by)
         return Check("plan", False, f"stack pruned by the plan ({why})")
     if row.plan_status == "unplanned":
         return Check("plan", True, "stack measured but not in the plan (no rule checked it)")
@@ -399,16 +399,15 @@ def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFlo
     ``requires: driver`` rules), never recomputed from ``derived``. A stack the plan does not list has
     only the target's hardware floor."""
     if row.driver_floor is not None:
-        version = row.driver_floor.get("version")
-        return DriverFloor(None if version is None else str(version),
-                           tuple(str(b) for b in row.driver_floor.get("because") or ()))
+        return row.driver_floor
     return cell_driver_floor(None, "", target, target_min, ())
 
 
 def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,
                   target_min: str | None) -> Check:
     floor = row_driver_floor(row, target, target_min)
-    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
+    specs = [(f.rule.id, str(f.rule.requires["driver"])) for f in row.findings
+             if f.rule.requires and f.rule.requires.get("driver")]
     wanted = floor.text() if floor.version else ""
     because = f" ({'; '.join(floor.because)})" if floor.because else ""
     if host is None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from stackforge.pick import row_driver_floor
+from stackforge.rules import Finding
 from stackforge.records import ResultRecord
 from stackforge.report import (CONTRADICTED_GLYPH, GLYPHS, HOW_LABELS, LEGEND, Cell, CellStatus,
                                MatrixReport, Row, Source, cell_summary, header_summary, image_display,
@@ -232,7 +233,7 @@ def _stack_head(row: Row, target: str, target_min: str | None) -> str:
 
 
 def _pruned_details(row: Row) -> str:
-    items = "".join(f"<li><b>{escape(f.rule)}</b>: {escape(f.reason)}{_sources(f.sources)}</li>"
+    items = "".join(f"<li><b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}{_rule_sources(f)}</li>"
                     for f in row.pruned_by)
     return f'<details><summary>⛔ pruned</summary><ul class="ev">{items}</ul></details>'
 
@@ -280,8 +281,8 @@ def _evidence(cell: Cell) -> str:
 
 def _prediction_html(cell: Cell) -> str:
     if cell.status is CellStatus.PRUNED:
-        return "".join(f"<p>⛔ pruned by rule <b>{escape(f.rule)}</b>: {escape(f.reason)}"
-                       f"{_sources(f.sources)}</p>" for f in cell.pruned_by)
+        return "".join(f"<p>⛔ pruned by rule <b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}"
+                       f"{_rule_sources(f)}</p>" for f in cell.pruned_by)
     prediction = cell.prediction
     if prediction is None or not prediction.rule:
         return ""
@@ -312,6 +313,10 @@ def _record_html(record: ResultRecord) -> str:
 
 def _metrics_text(metrics: Mapping[str, object]) -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(metrics.items()))
+
+
+def _rule_sources(finding: Finding) -> str:
+    return _sources([s.to_json() for s in finding.rule.sources])
 
 
 def _sources(sources: Sequence[Mapping[str, str]]) -> str:

@@ -37,9 +37,10 @@ from stackforge.deadends import DeadEnd, find_dead_ends
 from stackforge.derive import DriverFloor
 from stackforge.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
 from stackforge.errors import SpecError
+from stackforge.plan import Plan
 from stackforge.pick import Candidate, choose, evaluate_candidates, predicted_to_qualify, row_driver_floor
 from stackforge.records import ResultRecord, Status, Tier
-from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, VERSION_AXES, Cell, CellStatus, MatrixReport, PlanView,
+from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, VERSION_AXES, Cell, CellStatus, MatrixReport,
                                Row, Source, build_matrix, one_line, target_text)
 from stackforge.versions import validate_version
 
@@ -203,7 +204,7 @@ class UpgradeReport:
 # ---------------------------------------------------------------------------------------------- building
 
 
-def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, before: StackChoice,
+def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, before: StackChoice,
                   after: StackChoice, *, size_of: Callable[[str], ImageSize] | None = None, runs: Sequence[str] = (),
                   plan_only: bool = False) -> UpgradeReport:
     """Compare two stacks of ``target``.
@@ -310,7 +311,7 @@ def _side(role: str, row: Row, why: str, candidate: Candidate | None, report: Ma
 def evidence_label(cell: Cell) -> str:
     """``measured (<tier>)``, ``predicted by rule <id>``, or ``no evidence``: never a prediction called measured."""
     if cell.status is CellStatus.PRUNED:
-        return "predicted by rule " + ", ".join(f.rule for f in cell.pruned_by) + " (stack pruned)"
+        return "predicted by rule " + ", ".join(f.rule.id for f in cell.pruned_by) + " (stack pruned)"
     if cell.source is Source.MEASURED and cell.tier is not None:
         return f"measured ({cell.tier.value})"
     if cell.source is Source.PREDICTED and cell.prediction is not None and cell.prediction.rule:
@@ -495,7 +496,9 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
 
 
 def _side_json(side: Side) -> dict[str, Any]:
-    return {"stack_id": side.stack_id, "stack": side.stack, "plan_status": side.plan_status, "why": side.why,
+    # Keys sorted: the document reads the same whether the plan was planned here or read from a file.
+    return {"stack_id": side.stack_id, "stack": dict(sorted(side.stack.items())), "plan_status": side.plan_status,
+            "why": side.why,
             "evidence": side.evidence, "image": side.image or None, "pinned": side.pinned,
             "built_image": side.image_size.built_image or None,
             "image_size_bytes": side.image_size.bytes, "image_size_note": side.image_size.note,

@@ -21,8 +21,8 @@ from stackforge.deadends import find_dead_ends
 from stackforge.errors import NothingQualifiesError
 from stackforge.model import Interconnect, Target
 from stackforge.records import ResultRecord, Status
-from stackforge.report import (CellStatus, PlanView, Source, build_matrix, decide_cell, empty_plan, parse_plan,
-                               render_json)
+from stackforge.plan import Plan
+from stackforge.report import CellStatus, Source, build_matrix, decide_cell, render_json
 from stackforge.pick import pick
 from stackforge.results import load_results, start_run, write_record
 
@@ -32,7 +32,7 @@ GATE_PROBES = (("torch_arch.py", "torch-kernels"), ("nvcc_codegen.py", "nvcc-cod
                ("flashinfer_gates.py", "flashinfer-jit"))
 
 
-def assert_consistent(records: list[ResultRecord], plan: PlanView, target: str) -> None:
+def assert_consistent(records: list[ResultRecord], plan: Plan, target: str) -> None:
     """Every invariant that ties records, matrix, dead ends and pick together."""
     report = build_matrix(records, plan, target)
     mine = [r for r in records if r.target == target]
@@ -104,11 +104,11 @@ def _qualifies_by_hand(report, row, require, driver) -> bool:
 
 
 def test_seed_records_are_consistent():
-    assert_consistent(seed_records(), parse_plan(plan_dict()), TARGET)
+    assert_consistent(seed_records(), Plan.from_json(plan_dict()), TARGET)
 
 
 def test_seed_records_without_a_plan_are_consistent():
-    assert_consistent(seed_records(), empty_plan(), TARGET)
+    assert_consistent(seed_records(), Plan.empty(), TARGET)
 
 
 # ---------------------------------------------------------------------------------------------- real probe runs
@@ -144,10 +144,10 @@ def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
 def test_real_probe_runs_are_consistent(tmp_path):
     """Real gate probes for the default matrix's kept stacks, on sm_120 and on a V100 (sm_70) profile."""
     from stackforge.data import default_matrix_path
-    from stackforge.plan import plan_file
+    from stackforge.plan import Plan, plan_file
 
     plan_obj = plan_file(default_matrix_path())
-    plan = parse_plan(json.loads(json.dumps(plan_obj.to_json())))
+    plan = Plan.from_json(json.loads(json.dumps(plan_obj.to_json())))
     rtx = next(c.target for c in plan_obj.cells)
     # A user-added profile the shipped toolkit dropped (CUDA 13 nvcc has no sm_70): a real dead end.
     v100 = Target(name="v100-x8-nvlink", gpu="Tesla V100", arch="7.0", gpu_count=8, interconnect=Interconnect.NVLINK)
@@ -156,9 +156,9 @@ def test_real_probe_runs_are_consistent(tmp_path):
     statuses = {r.outcome.status for r in records}
     assert statuses <= set(Status) and all(r.outcome.reason for r in records)
     assert_consistent(records, plan, rtx.name)
-    assert_consistent(records, empty_plan(), v100.name)
+    assert_consistent(records, Plan.empty(), v100.name)
     nvcc = [r for r in records if r.feature == "nvcc-codegen" and r.target == v100.name]
     if nvcc and nvcc[0].outcome.status is Status.FAIL:
-        dead = find_dead_ends(build_matrix(records, empty_plan(), v100.name))
+        dead = find_dead_ends(build_matrix(records, Plan.empty(), v100.name))
         entry = next(d for d in dead.dead_ends if d.feature == "nvcc-codegen")
         assert "sm_70" in entry.headline.evidence                    # the compiler's own words

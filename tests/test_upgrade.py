@@ -12,14 +12,15 @@ from matrix_fixtures import CU128, CU130, CU131, PRUNED, STACKS, TARGET, plan_di
 from stackforge.build.records import BuildRecord, BuildStatus, write_record as write_build_record
 from stackforge.cli import cli
 from stackforge.errors import SpecError
-from stackforge.report import CellStatus, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import CellStatus
 from stackforge.upgrade import (Change, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
                                 render_upgrade, upgrade_to_json)
 from upgrade_fixtures import UPGRADE_DATA, write_workspace
 
 
 def upgrade(records, before: StackChoice, after: StackChoice, plan=None, **kwargs):
-    return build_upgrade(records, parse_plan(plan or plan_dict()), TARGET, before, after, **kwargs)
+    return build_upgrade(records, Plan.from_json(plan or plan_dict()), TARGET, before, after, **kwargs)
 
 
 def by_cuda(old: str, new: str) -> tuple[StackChoice, StackChoice]:

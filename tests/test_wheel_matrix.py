@@ -5,7 +5,8 @@ from __future__ import annotations
 from stackforge.deadends import find_dead_ends, render_deadends
 from stackforge.pick import pick
 from stackforge.records import Tier
-from stackforge.report import CellStatus, Source, build_matrix, cell_label, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import CellStatus, Source, build_matrix, cell_label
 from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
 from stackforge.wheels.tier import Measurement, wheel_record
 from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
@@ -24,7 +25,7 @@ def wheel(dist: str, version: str, fact: str, status: ReadingStatus, code: str =
 
 
 def matrix(extra):
-    return build_matrix([*seed_records(), *extra], parse_plan(plan_dict()), TARGET)
+    return build_matrix([*seed_records(), *extra], Plan.from_json(plan_dict()), TARGET)
 
 
 def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
@@ -104,7 +105,7 @@ def test_deadends_says_when_the_newest_release_read_still_blocks():
 
 def test_pick_counts_a_wheel_pass_below_gate_evidence():
     records = [*seed_records(), wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE)]
-    chosen = pick(records, parse_plan(plan_dict()), TARGET, require=("torch-symm-mem",))
+    chosen = pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",))
     assert chosen.candidate.stack_id == CU130 and chosen.candidate.wheel_only and chosen.exit_code == 5
     assert any("pass on wheel evidence only" in line for line in chosen.why())
     assert any("wheel evidence only" in warning for warning in chosen.warnings())
