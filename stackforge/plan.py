@@ -89,14 +89,15 @@ def judged_cell(stack: Stack, target: Target, derived: Derived, findings: tuple[
     """A cell with its predictions and driver floor worked out from the findings."""
     return PlanCell(stack=stack, target=target, derived=derived, findings=findings,
                     predictions=tuple(_predict(feature, findings) for feature in FEATURES),
-                    driver_floor=_driver_floor(stack, target, derived, findings))
+                    driver_floor=_driver_floor(target, derived, findings))
 
 
-def _driver_floor(stack: Stack, target: Target, derived: Derived, findings: tuple[Finding, ...]) -> DriverFloor:
+def _driver_floor(target: Target, derived: Derived, findings: tuple[Finding, ...]) -> DriverFloor:
     """The one driver floor of a cell (CUDA family, target hardware, ``requires`` rules)."""
     requires = [(f.rule.id, str(f.rule.requires["driver"])) for f in findings
                 if f.rule.requires and f.rule.requires.get("driver")]
-    return cell_driver_floor(derived.min_driver, derived.min_driver_reason, target.name, target.min_driver, requires)
+    return cell_driver_floor(derived.min_driver, derived.min_driver_reason, target.name, target.min_driver,
+                             requires)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,8 @@ class Plan:
                        make_one="make one with `stackforge plan --json`")
         _refuse_plan_without_driver_floor(data, path)
         try:
-            targets = {str(name): Target.from_json(dict(t)) for name, t in (data.get("targets") or {}).items()}
+            targets = {str(name): Target.from_json(dict(profile))
+                       for name, profile in (data.get("targets") or {}).items()}
             cells = tuple(PlanCell.from_json(c, targets) for c in data["cells"])
             matrix = data.get("matrix") or {}
             stacks = tuple(dict.fromkeys(c.stack for c in cells))
@@ -172,8 +174,8 @@ def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> Non
     """
     cells = data.get("cells") or ()
     if any(isinstance(cell, Mapping) and "driver_floor" not in cell for cell in cells):
-        raise RecordError("plan JSON written by an older stackforge (its cells have no driver_floor)", path=path,
-                          remedy="re-run `stackforge plan --json` to write it again")
+        raise RecordError("plan JSON written by an older stackforge (its cells have no driver_floor)",
+                          path=path, remedy="re-run `stackforge plan --json` to write it again")
 
 
 def _predict(feature: str, findings: tuple[Finding, ...]) -> Prediction:

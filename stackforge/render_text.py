@@ -39,7 +39,8 @@ def plan_table(plan: Plan, width: int | None = None) -> str:
              "", *wrap_line("KEPT (predicted: features rules say are unavailable or a hazard; predictions come from "
                             "rules, not measurements; driver: the minimum driver, --explain says why)", width)]
     lines += fit_table([[c.stack.id, c.target.name, c.derived.base_image, _torch_source(c),
-                         c.driver_floor.text(), _dead_ends(c)] for c in kept] or [["(none)", "", "", "", "", ""]],
+                         c.driver_floor.text(), _dead_ends(c)] for c in kept]
+                       or [["(none)", "", "", "", "", ""]],
                        ["stack", "target", "base image", "torch from", "driver", "predicted"], width)
     if pruned:
         lines += ["", *wrap_line("PRUNED (first rule shown; --explain STACK_ID lists all)", width)]

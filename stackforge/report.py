@@ -26,7 +26,7 @@ the same function, :func:`decide_cell`):
 5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
    ``requires``), a pruned stack shows ``pruned``, a cell whose probes were all undecided shows
    ``undecided``, and anything else is ``untested``. Every such cell whose records include an
-   undecided one says so: "undecided by <probe>: <why>" (:attr:`Cell.undecided`).
+   undecided one says so: "undecided by <probe>: <why>" (:attr:`ReportCell.undecided`).
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ __all__ = [
     "MATRIX_SCHEMA",
     "MATRIX_SCHEMA_VERSION",
     "PREDICTIONS_ONLY",
-    "Cell",
+    "ReportCell",
     "CellStatus",
     "MatrixReport",
     "Metric",
-    "Row",
-    "Source",
+    "ReportRow",
+    "CellSource",
     "build_matrix",
     "check_features",
     "choose_target",
@@ -83,7 +83,7 @@ MATRIX_SCHEMA_VERSION = 1
 FORMATS = ("md", "html", "json", "csv")
 
 
-class Source(str, Enum):
+class CellSource(str, Enum):
     """Where a cell's status comes from."""
 
     MEASURED = "measured"    # a probe or benchmark ran and decided it
@@ -173,7 +173,7 @@ class Metric:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
+class ReportCell:
     """One stack x feature cell.
 
     Attributes:
@@ -193,7 +193,7 @@ class Cell:
 
     feature: str
     status: CellStatus
-    source: Source
+    source: CellSource
     tier: Tier | None = None
     reason: str = ""
     evidence: str = ""
@@ -208,9 +208,9 @@ class Cell:
     @property
     def how(self) -> str:
         """``gate`` / ``runtime`` / ``bench`` / ``wheel`` for measured cells, ``predicted`` or ``""`` otherwise."""
-        if self.source is Source.MEASURED and self.tier is not None:
+        if self.source is CellSource.MEASURED and self.tier is not None:
             return self.tier.value
-        return "predicted" if self.source is Source.PREDICTED else ""
+        return "predicted" if self.source is CellSource.PREDICTED else ""
 
     @property
     def dead(self) -> bool:
@@ -220,23 +220,23 @@ class Cell:
     @property
     def decisive(self) -> ResultRecord | None:
         """The record that decided a measured cell."""
-        return _decisive(self.records)[0] if self.source is Source.MEASURED else None
+        return _decisive(self.records)[0] if self.source is CellSource.MEASURED else None
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class ReportRow:
     """One stack: its plan status and one cell per feature."""
 
     stack_id: str
     stack: dict[str, Any]
     plan_status: str              # kept | pruned | unplanned (measured, but not in the plan)
-    cells: tuple[Cell, ...]
+    cells: tuple[ReportCell, ...]
     pruned_by: tuple[Finding, ...] = ()
     derived: dict[str, Any] | None = None
     findings: tuple[Finding, ...] = ()
     driver_floor: DriverFloor | None = None    # the plan cell's; None for a stack the plan does not list
 
-    def cell(self, feature: str) -> Cell:
+    def cell(self, feature: str) -> ReportCell:
         for cell in self.cells:
             if cell.feature == feature:
                 return cell
@@ -258,7 +258,7 @@ class MatrixReport:
     target: str
     target_info: dict[str, Any]
     features: tuple[str, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[ReportRow, ...]
     matrix_name: str = ""
     matrix_source: str = ""
     runs: tuple[str, ...] = ()
@@ -267,13 +267,13 @@ class MatrixReport:
     #: every wheel-tier record of the target, also those of releases no row pins (release boundaries)
     wheel_records: tuple[ResultRecord, ...] = ()
 
-    def row(self, stack_id: str) -> Row:
+    def row(self, stack_id: str) -> ReportRow:
         for row in self.rows:
             if row.stack_id == stack_id:
                 return row
         raise KeyError(stack_id)
 
-    def cells(self) -> Iterable[tuple[Row, Cell]]:
+    def cells(self) -> Iterable[tuple[ReportRow, ReportCell]]:
         for row in self.rows:
             for cell in row.cells:
                 yield row, cell
@@ -288,7 +288,8 @@ def choose_target(records: Sequence[ResultRecord], plan: Plan, target: str | Non
     Raises:
         SpecError: no target is known, or several are and none was chosen.
     """
-    known = sorted({r.target for r in records} | {c.target.name for c in plan.cells} | {t.name for t in plan.targets})
+    known = sorted({r.target for r in records} | {c.target.name for c in plan.cells}
+                   | {t.name for t in plan.targets})
     if target:
         if known and target not in known:
             raise SpecError(f"no results or plan entries for target {target!r}; known: {', '.join(known)}")
@@ -369,7 +370,7 @@ def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, 
 
 
 def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
-                pruned_by: Sequence[Finding] = ()) -> Cell:
+                pruned_by: Sequence[Finding] = ()) -> ReportCell:
     """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
     records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
     decisive, status = _decisive(records)
@@ -379,7 +380,7 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
 
 
 def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: ResultRecord, status: Status,
-                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> Cell:
+                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> ReportCell:
     predicted_dead = prediction is not None and prediction.verdict is Verdict.UNAVAILABLE
     contradicted = ""
     if status is Status.PASS and predicted_dead:
@@ -391,38 +392,39 @@ def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: Re
                         f"({', '.join(f.rule.id for f in pruned_by)}), but {decisive.tier.value} probe "
                         f"{decisive.probe} passed")
     unpredicted = CellStatus(status.value) in DEAD_STATUSES and not predicted_dead and not pruned_by
-    return Cell(feature=feature, status=CellStatus(status.value), source=Source.MEASURED, tier=decisive.tier,
-                reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
-                metric=key_metric(records), records=records, prediction=prediction, contradicted=contradicted,
-                unpredicted=unpredicted, pruned_by=pruned_by)
+    return ReportCell(feature=feature, status=CellStatus(status.value), source=CellSource.MEASURED,
+                      tier=decisive.tier, reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
+                      metric=key_metric(records), records=records, prediction=prediction,
+                      contradicted=contradicted, unpredicted=unpredicted, pruned_by=pruned_by)
 
 
 def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction: Prediction | None,
-                     pruned_by: tuple[Finding, ...]) -> Cell:
+                     pruned_by: tuple[Finding, ...]) -> ReportCell:
     skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}"
                         for r in records if r.outcome.status is Status.SKIP)
     undecided_records = [r for r in records if r.outcome.status is Status.UNDECIDED]
     undecided = undecided_text(undecided_records)
     if pruned_by:
         first = pruned_by[0]
-        return Cell(feature=feature, status=CellStatus.PRUNED, source=Source.PREDICTED, reason=first.rule.reason,
-                    evidence=first.rule.error or skipped, records=records, prediction=prediction,
-                    pruned_by=pruned_by, undecided=undecided)
+        return ReportCell(feature=feature, status=CellStatus.PRUNED, source=CellSource.PREDICTED,
+                          reason=first.rule.reason, evidence=first.rule.error or skipped, records=records,
+                          prediction=prediction, pruned_by=pruned_by, undecided=undecided)
     if prediction is not None and prediction.verdict in _PREDICTED_STATUS:
-        return Cell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict], source=Source.PREDICTED,
-                    reason=prediction.reason, evidence=prediction.error or skipped, records=records,
-                    prediction=prediction, undecided=undecided)
+        return ReportCell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict],
+                          source=CellSource.PREDICTED, reason=prediction.reason,
+                          evidence=prediction.error or skipped, records=records, prediction=prediction,
+                          undecided=undecided)
     if undecided_records:   # probes ran, none decided, no rule speaks: nobody knows, and it says why
-        return Cell(feature=feature, status=CellStatus.UNDECIDED, source=Source.NONE, reason=undecided,
-                    evidence=undecided_records[0].outcome.evidence, records=records, prediction=prediction,
-                    undecided=undecided)
+        return ReportCell(feature=feature, status=CellStatus.UNDECIDED, source=CellSource.NONE,
+                          reason=undecided, evidence=undecided_records[0].outcome.evidence, records=records,
+                          prediction=prediction, undecided=undecided)
     if records:   # only skips: measured, but not applicable here
         first = records[0]
-        return Cell(feature=feature, status=CellStatus.SKIP, source=Source.MEASURED, tier=first.tier,
-                    reason=first.outcome.reason, evidence=first.outcome.evidence or skipped, records=records,
-                    prediction=prediction)
-    return Cell(feature=feature, status=CellStatus.UNTESTED, source=Source.NONE, prediction=prediction,
-                reason="no probe result and no rule for this feature yet")
+        return ReportCell(feature=feature, status=CellStatus.SKIP, source=CellSource.MEASURED,
+                          tier=first.tier, reason=first.outcome.reason,
+                          evidence=first.outcome.evidence or skipped, records=records, prediction=prediction)
+    return ReportCell(feature=feature, status=CellStatus.UNTESTED, source=CellSource.NONE,
+                      prediction=prediction, reason="no probe result and no rule for this feature yet")
 
 
 def _decisive(records: Sequence[ResultRecord]) -> tuple[ResultRecord | None, Status | None]:
@@ -458,16 +460,16 @@ def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell])
 
 
 def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
-         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> Row:
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
     cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by)
                   for f in features)
     status = plan_cell.status if plan_cell else "unplanned"
-    return Row(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
-               derived=plan_cell.derived.to_json() if plan_cell else None,
-               findings=plan_cell.findings if plan_cell else (),
-               driver_floor=plan_cell.driver_floor if plan_cell else None)
+    return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
+                     derived=plan_cell.derived.to_json() if plan_cell else None,
+                     findings=plan_cell.findings if plan_cell else (),
+                     driver_floor=plan_cell.driver_floor if plan_cell else None)
 
 
 def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -570,7 +572,7 @@ def source_text(source: Mapping[str, str]) -> str:
     return f"{source.get('ref', '')}{f' ({confidence})' if confidence else ''}"
 
 
-def cell_label(cell: Cell) -> str:
+def cell_label(cell: ReportCell) -> str:
     """The short text of a cell: glyph, how it was decided, key metric (e.g. ``✅ bench 1,520 tok/s``)."""
     parts = [(CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]]
     if cell.how:
@@ -580,7 +582,7 @@ def cell_label(cell: Cell) -> str:
     return " ".join(parts)
 
 
-def cell_summary(cell: Cell) -> str:
+def cell_summary(cell: ReportCell) -> str:
     """One line: status, how, reason (the hover text)."""
     how = f" ({cell.how})" if cell.how else ""
     text = f"{cell.status.value}{how}: {cell.reason}" if cell.reason else f"{cell.status.value}{how}"
@@ -597,7 +599,8 @@ def header_summary(report: MatrixReport) -> str:
     undecided = sum(bool(c.undecided) for _, c in report.cells())
     untested = sum(c.status is CellStatus.UNTESTED for _, c in report.cells())
     text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
-            f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
+            f"{sources.count(CellSource.MEASURED)} measured, "
+            f"{sources.count(CellSource.PREDICTED)} predicted, "
             f"{untested} untested cells")
     text += f" · {GLYPHS[CellStatus.UNDECIDED]} {undecided} left undecided by their probes" if undecided else ""
     text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
@@ -631,7 +634,7 @@ def report_to_json(report: MatrixReport) -> dict[str, Any]:
             "rows": [_row_json(row) for row in report.rows]}
 
 
-def _row_json(row: Row) -> dict[str, Any]:
+def _row_json(row: ReportRow) -> dict[str, Any]:
     return {"stack_id": row.stack_id, "stack": row.stack, "plan_status": row.plan_status,
             "pruned_by": [_finding_json(f) for f in row.pruned_by], "derived": row.derived,
             "images": list(row.images()), "cells": [_cell_json(cell) for cell in row.cells]}
@@ -646,7 +649,7 @@ def _finding_json(finding: Finding) -> dict[str, Any]:
             "requires": dict(rule.requires)}
 
 
-def _cell_json(cell: Cell) -> dict[str, Any]:
+def _cell_json(cell: ReportCell) -> dict[str, Any]:
     return {"feature": cell.feature, "status": cell.status.value, "source": cell.source.value,
             "tier": cell.tier.value if cell.tier else None, "reason": cell.reason, "evidence": cell.evidence,
             "metric": None if cell.metric is None else {"name": cell.metric.name, "value": cell.metric.value,
@@ -759,7 +762,7 @@ def _provenance_line(report: MatrixReport) -> str:
     return " · ".join(parts)
 
 
-def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
+def _md_row(row: ReportRow, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
             measured_notes: bool) -> str:
     stack = f"`{row.stack_id}`"
     if row.plan_status == "pruned":
@@ -772,18 +775,18 @@ def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_not
         if cell.status is CellStatus.PRUNED:
             cells.append("—")     # the stack cell says why; repeating ⛔ in every column is noise
             continue
-        wanted = cell.source is not Source.MEASURED or measured_notes and (
+        wanted = cell.source is not CellSource.MEASURED or measured_notes and (
             pass_notes or cell.status is not CellStatus.PASS or bool(cell.contradicted))
         note = _cell_note(row, cell, evidence_chars) if wanted else ""
         cells.append(_md_escape(cell_label(cell)) + (notes.ref(note) if note else ""))
     return f"| {stack} | " + " | ".join(cells) + " |"
 
 
-def _cell_note(row: Row, cell: Cell, evidence_chars: int | None) -> str:
+def _cell_note(row: ReportRow, cell: ReportCell, evidence_chars: int | None) -> str:
     """Footnote text of a cell; cells predicted by the same rule share one note."""
-    if cell.source is Source.NONE and cell.status is not CellStatus.UNDECIDED:
+    if cell.source is CellSource.NONE and cell.status is not CellStatus.UNDECIDED:
         return ""
-    if cell.source is Source.PREDICTED and cell.prediction is not None:
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None:
         prediction = cell.prediction
         note = _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
                           prediction.error, prediction.remedy, prediction.sources, evidence_chars)
@@ -821,7 +824,7 @@ def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, r
     return _md_escape(text)
 
 
-def _pruned_note(row: Row) -> str:
+def _pruned_note(row: ReportRow) -> str:
     parts = []
     for finding in row.pruned_by:
         part = f"pruned by rule `{finding.rule.id}`: {_flat(finding.rule.reason)}"

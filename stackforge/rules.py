@@ -185,7 +185,8 @@ class Finding:
         feature = data.get("feature")
         return cls(Rule(id=str(data["rule"]), conditions=(), effect=Effect(data["effect"]),
                         reason=str(data.get("reason", "")), sources=sources,
-                        feature=None if feature is None else str(feature), component=str(data.get("component", "")),
+                        feature=None if feature is None else str(feature),
+                        component=str(data.get("component", "")),
                         error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
                         requires=dict(data.get("requires") or {}), origin=str(data.get("origin", ""))))
 

@@ -95,7 +95,8 @@ def _derived(stack_id: str) -> dict[str, Any]:
             "torch_requirement": f"torch=={stack['torch']}", "kernel_package": None, "kernel_version": None,
             "flashinfer_extra": None, "cuda_image_version": f"{stack['cuda']}.0",
             "base_image": f"nvidia/cuda:{stack['cuda']}.0-devel-ubuntu24.04", "base_python": "3.12",
-            "toolkit_wheels": {}, "has_nvcc": True, "min_driver": MIN_DRIVER[stack_id], "min_driver_reason": "",
+            "toolkit_wheels": {}, "has_nvcc": True, "min_driver": MIN_DRIVER[stack_id],
+            "min_driver_reason": "",
             "toolkit_driver": None, "expected_arch_list": [], "sglang_pins": {}}
 
 

@@ -68,11 +68,13 @@ def _plan(cells: list[tuple[str, str, str]], targets: dict[str, str]) -> Plan:
     labels = list(dict.fromkeys(label for label, _, _ in cells))
     stacks = {label: Stack(cuda="13.1", torch=f"2.14.{n}", flashinfer="0.7.2", sglang="0.5.23", python="3.12")
               for n, label in enumerate(labels)}
-    derived = Derived(torch_variant="cu130", torch_cuda="13.0", torch_index_url=None, torch_requirement="torch",
-                      kernel_package=None, kernel_version=None, flashinfer_extra=None, cuda_image_version="13.1.0",
+    derived = Derived(torch_variant="cu130", torch_cuda="13.0", torch_index_url=None,
+                      torch_requirement="torch", kernel_package=None, kernel_version=None,
+                      flashinfer_extra=None, cuda_image_version="13.1.0",
                       base_image="nvidia/cuda:13.1.0-devel-ubuntu24.04", base_python="3.12")
     prune = Finding(Rule(id="prune", conditions=(), effect=Effect.INCOMPATIBLE, reason="pruned", sources=()))
-    return Plan(matrix=Matrix(name="m", source="m.yaml", stacks=tuple(stacks.values()), targets=tuple(targets)),
+    matrix = Matrix(name="m", source="m.yaml", stacks=tuple(stacks.values()), targets=tuple(targets))
+    return Plan(matrix=matrix,
                 targets=tuple(profiles.values()),
                 cells=tuple(PlanCell(stack=stacks[label], target=profiles[target], derived=derived,
                                      findings=(prune,) if status == "pruned" else (), predictions=(),

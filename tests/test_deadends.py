@@ -42,7 +42,8 @@ def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
                        reason="needs a running server")
     measured_dead = record(CU131, "nccl-graph-tree", "fail")
     kept_open = record(CU131, "nccl-graph-tree", "undecided", tier="gate", probe="gate.y", reason="no context")
-    dead = find_dead_ends(build_matrix([undecided, measured_dead, kept_open], Plan.from_json(plan_dict()), TARGET))
+    plan = Plan.from_json(plan_dict())
+    dead = find_dead_ends(build_matrix([undecided, measured_dead, kept_open], plan, TARGET))
     symm = next(d for d in dead.dead_ends if d.feature == "torch-symm-mem")
     predicted = next(e for e in symm.dead_on if e.stack_id == CU130)       # the rule's prediction still shows
     assert (predicted.status, predicted.source) == ("unavailable", "predicted")

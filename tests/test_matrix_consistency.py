@@ -22,7 +22,7 @@ from stackforge.errors import NothingQualifiesError
 from stackforge.model import Interconnect, Target
 from stackforge.records import ResultRecord, Status
 from stackforge.plan import Plan
-from stackforge.report import CellStatus, Source, build_matrix, decide_cell, render_json
+from stackforge.report import CellStatus, CellSource, build_matrix, decide_cell, render_json
 from stackforge.pick import pick
 from stackforge.results import load_results, start_run, write_record
 
@@ -50,7 +50,8 @@ def _matrix_reflects_records(report, records) -> None:
         again = decide_cell(cell.feature, mine, cell.prediction, row.pruned_by)
         assert (again.status, again.source, again.tier) == (cell.status, cell.source, cell.tier)
         informative = [r for r in mine if r.outcome.status is not Status.SKIP]
-        assert (cell.source is Source.MEASURED and cell.status is not CellStatus.SKIP) == bool(informative)
+        measured = cell.source is CellSource.MEASURED and cell.status is not CellStatus.SKIP
+        assert measured == bool(informative)
         json_cell = next(c for c in json_rows[row.stack_id]["cells"] if c["feature"] == cell.feature)
         assert (json_cell["status"], json_cell["source"]) == (cell.status.value, cell.source.value)
 
@@ -65,10 +66,11 @@ def _dead_ends_are_exactly_the_dead_cells(report) -> None:
         unblock = entry.unblocked_by
         if unblock is not None and unblock.basis == "measured":
             cell = report.row(unblock.stack_id).cell(entry.feature)
-            assert cell.status is CellStatus.PASS and cell.source is Source.MEASURED
+            assert cell.status is CellStatus.PASS and cell.source is CellSource.MEASURED
             earlier = order[:order.index(unblock.stack_id)]
             assert not any(report.row(s).cell(entry.feature).status is CellStatus.PASS
-                           and report.row(s).cell(entry.feature).source is Source.MEASURED for s in earlier)
+                           and report.row(s).cell(entry.feature).source is CellSource.MEASURED
+                           for s in earlier)
         if unblock is None:
             assert not any(row.cell(entry.feature).status is CellStatus.PASS for row in report.rows)
 
@@ -87,7 +89,7 @@ def _picks_never_take_a_dead_or_unmeasured_feature(report, records, plan, target
         for feature in require:
             cell = row.cell(feature)
             assert (feature, row.stack_id) not in dead
-            assert cell.source is Source.MEASURED and cell.status is CellStatus.PASS
+            assert cell.source is CellSource.MEASURED and cell.status is CellStatus.PASS
         gate_only = any(row.cell(f).tier.value == "gate" for f in require)
         assert chosen.exit_code == (5 if gate_only else 0)
         assert chosen.reference and any(chosen.reference.endswith(r.provenance.digest or r.provenance.image_id or "")
@@ -100,7 +102,8 @@ def _qualifies_by_hand(report, row, require, driver) -> bool:
         return False
     if driver == "1.0" and ((row.derived or {}).get("min_driver") or report.target_info.get("min_driver")):
         return False
-    return all(row.cell(f).source is Source.MEASURED and row.cell(f).status is CellStatus.PASS for f in require)
+    return all(row.cell(f).source is CellSource.MEASURED and row.cell(f).status is CellStatus.PASS
+               for f in require)
 
 
 def test_seed_records_are_consistent():

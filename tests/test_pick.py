@@ -30,7 +30,8 @@ def test_measured_pass_new_enough_driver_best_throughput(plan):
 
 
 def test_a_plan_read_from_its_json_is_picked_from():
-    chosen = pick(seed_records(), Plan.from_json(plan_dict(), path="plan.json"), TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    plan = Plan.from_json(plan_dict(), path="plan.json")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
     assert chosen.candidate.stack_id == CU131
 
 
@@ -121,7 +122,8 @@ def test_unpinned_images_and_mixed_images_warn():
     assert "not pinned by digest" in warnings
     assert "2 different images" not in warnings                                   # same image id both times
     other = dataclasses.replace(records[1], provenance=dataclasses.replace(records[1].provenance, image_id="sha256:2"))
-    warnings = " ".join(pick([records[0], other], Plan.empty(), TARGET, ["serve", "flashinfer-jit"]).warnings())
+    chosen = pick([records[0], other], Plan.empty(), TARGET, ["serve", "flashinfer-jit"])
+    warnings = " ".join(chosen.warnings())
     assert "2 different images" in warnings
 
 
@@ -168,8 +170,8 @@ def test_requires_driver_rules_are_honoured():
     cell["findings"].append({"rule": "cuda131-driver", "effect": "requires", "feature": None, "reason": "r",
                              "requires": {"driver": ">=600"}, "sources": []})
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old"):
-        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET, ["flashinfer-jit"],
-             driver="595.10")
+        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
+             ["flashinfer-jit"], driver="595.10")
 
 
 def test_pick_json(plan):
@@ -189,5 +191,5 @@ def test_the_driver_floor_is_the_plan_cells_not_recomputed_from_derived():
     cell["derived"]["min_driver"] = "1"
     cell["driver_floor"] = {"version": "600", "because": ["CUDA 13.x: driver >= 600 [>= 600]"]}
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old: this stack needs >= 600"):
-        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET, ["flashinfer-jit"],
-             driver="595.10")
+        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
+             ["flashinfer-jit"], driver="595.10")

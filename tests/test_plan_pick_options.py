@@ -103,8 +103,7 @@ def test_pick_respects_the_plan_it_is_given(workspace):
 
 def test_scope_without_plan_keeps_measured_stacks():
     from stackforge.pick import Scope
-    chosen = pick(seed_records(), Plan.from_json({"schema": "stackforge.plan", "schema_version": 1, "cells": []}),
-                  TARGET, scope=Scope(plan_only=False))
+    chosen = pick(seed_records(), Plan.empty(), TARGET, scope=Scope(plan_only=False))
     assert chosen.candidate.stack_id == CU131
 
 

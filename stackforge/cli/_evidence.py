@@ -141,7 +141,8 @@ def _plan_matrix(matrix: str | None, target: str | None) -> Plan:
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
 
-    return plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (), user_compat=user_compat())
+    return plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (),
+                     user_compat=user_compat())
 
 
 def read_plan(path: Path) -> Plan:
