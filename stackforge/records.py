@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
+from collections.abc import Mapping
 from typing import Any
 
 from stackforge.envelope import check_envelope
@@ -146,6 +147,14 @@ class Prediction:
         data["verdict"] = self.verdict.value
         data["sources"] = [dict(s) for s in self.sources]
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Prediction":
+        """Inverse of :meth:`to_json`."""
+        return cls(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
+                   rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
+                   error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                   sources=tuple(dict(s) for s in data.get("sources", ())))
 
 
 def utc_now() -> str:

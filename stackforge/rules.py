@@ -176,6 +176,20 @@ class Finding:
                 "requires": dict(rule.requires), "confidence": rule.confidence,
                 "sources": [s.to_json() for s in rule.sources], "origin": rule.origin}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """Inverse of :meth:`to_json`, but for the rule's conditions: a finding records that the rule
+        fired, not the test that made it fire, so the rule comes back with none."""
+        sources = tuple(Source(ref=str(s["ref"]), confidence=str(s["confidence"]), url=str(s.get("url", "")))
+                        for s in data.get("sources", ()))
+        feature = data.get("feature")
+        return cls(Rule(id=str(data["rule"]), conditions=(), effect=Effect(data["effect"]),
+                        reason=str(data.get("reason", "")), sources=sources,
+                        feature=None if feature is None else str(feature),
+                        component=str(data.get("component", "")),
+                        error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                        requires=dict(data.get("requires") or {}), origin=str(data.get("origin", ""))))
+
 
 class Evaluator:
     """Evaluates rules against fact dicts, memoising each condition per distinct value.

@@ -12,14 +12,15 @@ from matrix_fixtures import CU128, CU130, CU131, PRUNED, STACKS, TARGET, plan_di
 from stackforge.build.records import BuildRecord, BuildStatus, write_record as write_build_record
 from stackforge.cli import cli
 from stackforge.errors import SpecError
-from stackforge.report import CellStatus, parse_plan
-from stackforge.upgrade import (Change, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
+from stackforge.plan import Plan
+from stackforge.report import CellStatus
+from stackforge.upgrade import (ChangeKind, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
                                 render_upgrade, upgrade_to_json)
 from upgrade_fixtures import UPGRADE_DATA, write_workspace
 
 
 def upgrade(records, before: StackChoice, after: StackChoice, plan=None, **kwargs):
-    return build_upgrade(records, parse_plan(plan or plan_dict()), TARGET, before, after, **kwargs)
+    return build_upgrade(records, Plan.from_json(plan or plan_dict()), TARGET, before, after, **kwargs)
 
 
 def by_cuda(old: str, new: str) -> tuple[StackChoice, StackChoice]:
@@ -35,15 +36,15 @@ def invoke(*args: str, workspace=UPGRADE_DATA):
 
 
 @pytest.mark.parametrize(("before", "after", "change"), [
-    (CellStatus.FAIL, CellStatus.PASS, Change.GAINED),
-    (CellStatus.UNAVAILABLE, CellStatus.HAZARD, Change.GAINED),
-    (CellStatus.PASS, CellStatus.CRASH, Change.LOST),
-    (CellStatus.REQUIRES, CellStatus.PRUNED, Change.LOST),
-    (CellStatus.PASS, CellStatus.HAZARD, Change.UNCHANGED),
-    (CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, Change.UNCHANGED),
-    (CellStatus.UNTESTED, CellStatus.PASS, Change.UNDECIDED),     # nothing says it was dead before
-    (CellStatus.PASS, CellStatus.SKIP, Change.UNDECIDED),         # nothing says it is dead after
-    (CellStatus.FAIL, CellStatus.ERROR, Change.UNDECIDED),        # a broken probe is no verdict
+    (CellStatus.FAIL, CellStatus.PASS, ChangeKind.GAINED),
+    (CellStatus.UNAVAILABLE, CellStatus.HAZARD, ChangeKind.GAINED),
+    (CellStatus.PASS, CellStatus.CRASH, ChangeKind.LOST),
+    (CellStatus.REQUIRES, CellStatus.PRUNED, ChangeKind.LOST),
+    (CellStatus.PASS, CellStatus.HAZARD, ChangeKind.UNCHANGED),
+    (CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, ChangeKind.UNCHANGED),
+    (CellStatus.UNTESTED, CellStatus.PASS, ChangeKind.UNDECIDED),     # nothing says it was dead before
+    (CellStatus.PASS, CellStatus.SKIP, ChangeKind.UNDECIDED),         # nothing says it is dead after
+    (CellStatus.FAIL, CellStatus.ERROR, ChangeKind.UNDECIDED),        # a broken probe is no verdict
 ])
 def test_change_of_a_feature(before, after, change):
     assert change_of(before, after) == change
@@ -58,7 +59,8 @@ def test_best_stack_of_each_family_and_the_evidence_of_each_side():
     assert changes["custom-allreduce"] == ("unchanged", "measured (runtime)", "predicted by rule custom-ar-pcie")
     assert changes["serve"][1:] == ("measured (bench)", "measured (bench)")
     assert changes["nccl-graph-tree"] == ("undecided", "measured (runtime)", "no evidence")
-    assert [f.change for f in report.features] == sorted((f.change for f in report.features), key=Change.ORDER.index)
+    changes = [f.change for f in report.features]
+    assert changes == sorted(changes, key=ChangeKind.ORDER.index)
     assert report.before.driver_floor.version == "570.26" and report.after.driver_floor.version == "590.44.01"
 
 

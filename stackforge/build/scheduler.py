@@ -53,7 +53,7 @@ from stackforge.records import Status, utc_now
 from stackforge.registry import Repository
 from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
 
-Cell = tuple[Stack, Derived]
+BuildCell = tuple[Stack, Derived]
 
 
 @dataclass
@@ -75,7 +75,7 @@ class _Run:
     warnings: list[str] = field(default_factory=list)   # appended by workers (list.append is atomic)
 
 
-def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker.DockerClient,
+def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: docker.DockerClient,
                  progress: bool = False) -> BuildSummary:
     """Build every cell; return the summary (a failed stack does not raise; Ctrl-C does).
 
@@ -125,7 +125,7 @@ def choose_builder(wanted: Builder) -> str:
 # ------------------------------------------------------------------------------------------ the run
 
 
-def _run_all(run: _Run, cells: Sequence[Cell], progress: bool) -> tuple[list[BuildRecord], int | None]:
+def _run_all(run: _Run, cells: Sequence[BuildCell], progress: bool) -> tuple[list[BuildRecord], int | None]:
     """Run the workers; on Ctrl-C stop them and tidy up.
 
     Returns (records in input order, the interrupting signal or None when the run was not interrupted).
@@ -446,8 +446,8 @@ class _Job:
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _unique(cells: Sequence[Cell]) -> list[Cell]:
-    seen: dict[str, Cell] = {}
+def _unique(cells: Sequence[BuildCell]) -> list[BuildCell]:
+    seen: dict[str, BuildCell] = {}
     for stack, derived in cells:
         if stack.id in seen and seen[stack.id] != (stack, derived):
             raise SpecError(f"two different stacks share the id {stack.id}")
