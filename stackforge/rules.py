@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from packaging.specifiers import SpecifierSet
 
@@ -469,3 +469,12 @@ def _target(name: str, entry: LineDict) -> Target:
 def specifier_text(spec: SpecifierSet) -> str:
     """Human form of a specifier set, sorted for stable output."""
     return ",".join(sorted(str(s) for s in spec))
+
+
+def features_only_nvcc_decides(rules: Sequence[Rule]) -> frozenset[str]:
+    """Features some rule makes unavailable for the lack of nvcc alone (its one condition is
+    ``nvcc``): they follow the image's flavour (devel, or toolkit wheels that carry nvcc), not the
+    versions of the stack."""
+    return frozenset(rule.feature for rule in rules
+                     if rule.feature and rule.effect is Effect.FEATURE_UNAVAILABLE
+                     and [condition.fact for condition in rule.conditions] == ["nvcc"])

@@ -24,6 +24,7 @@ plan keeps is taken instead. The report says which stack was taken and why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,11 +67,14 @@ class ChangeKind:
     LOST = "lost"
     UNCHANGED = "unchanged"
     UNDECIDED = "undecided"
-    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED)
-    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔"})
+    FLAVOUR = "flavour"
+    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED, FLAVOUR)
+    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔", FLAVOUR: "🧰"})
     MEANING = MappingProxyType({GAINED: "dead before, works after", LOST: "works before, dead after",
                                 UNCHANGED: "the same verdict on both sides",
-                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)"})
+                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)",
+                                FLAVOUR: "differs because one image has nvcc and the other not (its flavour), "
+                                         "not because of the upgrade"})
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -207,7 +211,7 @@ class UpgradeReport:
 
 def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, before: StackChoice,
                   after: StackChoice, *, size_of: Callable[[str], ImageSize] | None = None, runs: Sequence[str] = (),
-                  plan_only: bool = False) -> UpgradeReport:
+                  plan_only: bool = False, nvcc_features: frozenset[str] = frozenset()) -> UpgradeReport:
     """Compare two stacks of ``target``.
 
     Args:
@@ -217,6 +221,9 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
         size_of: a stack id's image size (:func:`image_sizes_from_builds`); without it sizes are "unknown".
         runs: run ids the records came from.
         plan_only: only the plan's stacks may be taken for a CUDA family (as ``pick --plan``).
+        nvcc_features: features that only an image with nvcc has
+            (:func:`stackforge.rules.features_only_nvcc_decides`): when one side's image has nvcc and
+            the other's not, their change is the flavour's, not the upgrade's.
 
     Raises:
         SpecError: an unknown stack id or CUDA family (naming the known ones), both sides the same stack,
@@ -235,6 +242,8 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
                         remedy="name two different stack ids or CUDA versions")
     old_row, new_row = report.row(old.stack_id), report.row(new.stack_id)
     features = tuple(_feature_change(f, old_row.cell(f), new_row.cell(f)) for f in report.features)
+    if _has_nvcc(old_row) != _has_nvcc(new_row):
+        features = tuple(_flavour_change(c) if c.feature in nvcc_features else c for c in features)
     ordered = tuple(sorted(features, key=lambda c: ChangeKind.ORDER.index(c.change)))
     return UpgradeReport(target=target, target_label=target_text(report), before=old, after=new,
                          features=ordered, metrics=_metric_deltas(old_row, new_row),
@@ -337,6 +346,18 @@ def change_of(before: CellStatus, after: CellStatus) -> str:
     if before in WORKS | DEAD and after in WORKS | DEAD:
         return ChangeKind.UNCHANGED
     return ChangeKind.UNDECIDED
+
+
+def _has_nvcc(row: ReportRow) -> bool | None:
+    """Whether the row's image has nvcc, as the plan derived it (None when the plan does not say)."""
+    return (row.derived or {}).get("has_nvcc")
+
+
+def _flavour_change(change: FeatureChange) -> FeatureChange:
+    """A gained or lost nvcc-only feature, relabelled: the images differ in flavour there."""
+    if change.change not in (ChangeKind.GAINED, ChangeKind.LOST):
+        return change
+    return dataclasses.replace(change, change=ChangeKind.FLAVOUR)
 
 
 def _feature_change(feature: str, before: ReportCell, after: ReportCell) -> FeatureChange:
@@ -448,7 +469,8 @@ def floor_change(report: UpgradeReport) -> str:
 
 
 def summary_line(report: UpgradeReport) -> str:
-    counts = ", ".join(f"{report.count(c)} {c}" for c in ChangeKind.ORDER)
+    counts = ", ".join(f"{report.count(c)} {c}" for c in ChangeKind.ORDER
+                       if c != ChangeKind.FLAVOUR or report.count(c))
     moved = [m for m in report.metrics if m.verdict != "within noise"]
     bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
              else "no benchmark measured on both sides")
@@ -545,8 +567,8 @@ def render_md(report: UpgradeReport) -> str:
     legend = " · ".join(f"{ChangeKind.GLYPHS[c]} {c}: {ChangeKind.MEANING[c]}" for c in ChangeKind.ORDER)
     lines += ["", "**Legend** " + legend
               + ". *measured (gate)* = decided inside the image without a GPU · *measured (runtime)* = a probe on "
-              "the GPU · *measured (bench)* = a benchmark · *predicted by rule X* = a compat rule says so, nothing "
-              "measured it.", "", "#### Evidence", ""]
+              "the GPU · *measured (bench)* = a benchmark · *measured (wheel)* = the release's own code read from "
+              "its wheel, no image · *predicted by rule X* = a compat rule says so, nothing measured it.", "", "#### Evidence", ""]
     for item in report.features:
         if item.before == item.after:     # the same rule (or nothing) on both sides: say it once
             lines.append(f"- `{item.feature}` ({item.change}) — both: {_md_cell(item.after)}")

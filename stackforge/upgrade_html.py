@@ -127,7 +127,7 @@ def _features(report: UpgradeReport) -> str:
     legend = "".join(f'<span class="ch-{c}">{ChangeKind.GLYPHS[c]} {c}: '
                      f'{escape(ChangeKind.MEANING[c])}</span>' for c in ChangeKind.ORDER)
     legend += ("<span><i>measured (gate)</i> = inside the image, no GPU · <i>measured (runtime)</i> = a probe on "
-               "the GPU · <i>measured (bench)</i> = a benchmark · <i>predicted by rule X</i> = not measured</span>")
+               "the GPU · <i>measured (bench)</i> = a benchmark · <i>measured (wheel)</i> = the release's code read from its wheel · <i>predicted by rule X</i> = not measured</span>")
     heads = (f'<th scope="col">feature</th><th scope="col">change</th>'
              f'<th scope="col">from {escape(_column(report.before))}</th>'
              f'<th scope="col">to {escape(_column(report.after))}</th>')

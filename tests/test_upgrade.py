@@ -64,6 +64,30 @@ def test_best_stack_of_each_family_and_the_evidence_of_each_side():
     assert report.before.driver_floor.version == "570.26" and report.after.driver_floor.version == "590.44.01"
 
 
+def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not_the_upgrades():
+    plan = plan_dict()
+    for cell in plan["cells"]:
+        if cell["stack_id"] == CU128:
+            cell["derived"]["has_nvcc"] = False       # the FROM image is a flavour without nvcc
+    same_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), nvcc_features=frozenset({"flashinfer-jit"}))
+    other_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), plan=plan,
+                            nvcc_features=frozenset({"flashinfer-jit"}))
+    change = {f.feature: f.change for f in same_flavour.features}
+    assert change["flashinfer-jit"] == ChangeKind.GAINED
+    change = {f.feature: f.change for f in other_flavour.features}
+    assert change["flashinfer-jit"] == ChangeKind.FLAVOUR
+    assert change["custom-allreduce"] == ChangeKind.UNCHANGED       # not an nvcc-only feature
+    assert "1 flavour" in render_upgrade(other_flavour, "md")
+    assert "flavour" not in render_upgrade(same_flavour, "md").split("\n")[2]
+
+
+def test_the_shipped_rules_name_the_features_only_nvcc_decides():
+    from stackforge.plan import load_knowledge
+    from stackforge.rules import features_only_nvcc_decides
+
+    assert features_only_nvcc_decides(load_knowledge().rules) == {"flashinfer-jit", "nvcc-codegen"}
+
+
 def test_gate_evidence_is_labelled_gate():
     report = upgrade(seed_records(), StackChoice(stack_id=CU128), StackChoice(stack_id=CU130))
     jit = next(f for f in report.features if f.feature == "flashinfer-jit")
