@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from stackforge.bench.catalog import suite_names
 from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli.options import refuse_together, refuse_unused, selection, shard_option, stack_selection
 from stackforge.records import ResultRecord
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 @click.command(name="bench")
 @stack_selection
 @shard_option
-@click.option("--suite", "suites", multiple=True, type=click.Choice(["allreduce", "gemm", "serve"]),
+@click.option("--suite", "suites", multiple=True, type=click.Choice(suite_names()),
               help="Bench suite (repeatable; default: allreduce and gemm, plus serve when --model is given).")
 @click.option("--allreduce-backend", "variants", multiple=True, metavar="VARIANT",
               help="All-reduce variant to measure: nccl, nccl-ring, nccl-tree, custom, symm-mem, "
