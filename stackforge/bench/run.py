@@ -20,7 +20,8 @@ from typing import Any
 from stackforge.bench.catalog import SCRIPTS_DIR, BenchSpec
 from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.model import Stack, Target
-from stackforge.probes import execute, jobs
+from stackforge.probes import execute
+from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
 from stackforge.probes.jobs import HostGpus, ImageRef, Job, JobKind, gpus_for, unserved_gpus
 from stackforge.records import Outcome, Provenance, ResultRecord, Status
@@ -33,8 +34,6 @@ PROBE_SCRIPTS_DIR = execute.SCRIPTS_DIR
 #: Evidence kept in a record: a bench's table or a server log tail decides its result.
 EVIDENCE_CHARS = 8000
 _SCRIPT_STATUSES = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.ERROR})
-#: One bench in a job: its plan unit is the runner's :class:`~stackforge.probes.jobs.Job`.
-BenchJob = Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +117,8 @@ def plan_bench(plan: Any, specs: Sequence[BenchSpec], options: BenchOptions, *, 
     return tuple(planned)
 
 
-def gate_on_probes(jobs: Sequence[BenchJob], records: Sequence[ResultRecord],
-                   probe_features: frozenset[str]) -> tuple[BenchJob, ...]:
+def gate_on_probes(jobs: Sequence[Job], records: Sequence[ResultRecord],
+                   probe_features: frozenset[str]) -> tuple[Job, ...]:
     """``--from-probes``: a bench for a feature the probes decide runs only where they said ``pass`` (pure).
 
     The probe records of a (stack, target, feature) decide as in the matrix (the highest tier that
@@ -157,7 +156,7 @@ def gate_on_probes(jobs: Sequence[BenchJob], records: Sequence[ResultRecord],
 
 def bench_argv(job: Job, *, python: str, scripts_root: str) -> list[str]:
     """The command line of one bench script."""
-    return jobs.argv(job, python=python, scripts_root=scripts_root)
+    return job_runner.argv(job, python=python, scripts_root=scripts_root)
 
 
 # ---------------------------------------------------------------------------------------------- the kind
@@ -205,26 +204,26 @@ def outcome_from_payload(payload: Mapping[str, Any], *, duration_s: float = 0.0,
                          target: Target | None = None) -> Outcome:
     """A bench script's ``STACKFORGE_RESULT`` payload -> :class:`Outcome` (see
     :func:`stackforge.probes.jobs.outcome_from_payload`)."""
-    return jobs.outcome_from_payload(bench_kind(), payload, duration_s=duration_s, target=target)
+    return job_runner.outcome_from_payload(bench_kind(), payload, duration_s=duration_s, target=target)
 
 
 def outcome_from_ending(*, exit_code: int | None, timed_out: bool, signal: int | None, output: str,
                         duration_s: float, timeout_s: float,
                         target: Target | None = None) -> tuple[Outcome, dict[str, Any]]:
     """How a bench process ended (and what it printed) -> (Outcome, facts), judged as for probes."""
-    return jobs.outcome_from_ending(bench_kind(), exit_code=exit_code, timed_out=timed_out, signal=signal,
+    return job_runner.outcome_from_ending(bench_kind(), exit_code=exit_code, timed_out=timed_out, signal=signal,
                                     output=output, duration_s=duration_s, timeout_s=timeout_s, target=target)
 
 
 def bench_provenance(facts: Mapping[str, Any], image: ImageRef | None, host_gpus: HostGpus,
                      runner_kind: str) -> Provenance:
     """Provenance of a bench result: what the script saw installed, the image, the host (as for probes)."""
-    return jobs.provenance_from_facts(facts, image, host_gpus, runner_kind)
+    return job_runner.provenance_from_facts(facts, image, host_gpus, runner_kind)
 
 
 def bench_record(job: Job, outcome: Outcome, provenance: Provenance, *, run_id: str) -> ResultRecord:
     """The result record of one bench (tier ``bench``, kind ``bench``)."""
-    return jobs.make_record(bench_kind(), job, outcome, provenance, run_id=run_id)
+    return job_runner.make_record(bench_kind(), job, outcome, provenance, run_id=run_id)
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -236,14 +235,14 @@ def run_job_locally(job: Job, *, run_id: str, host_gpus: HostGpus, python: str =
 
     The script finds the shared ``_sfprobe.py`` in the repository layout (``../../probes/scripts``).
     """
-    return jobs.run_job_locally(bench_kind(scripts_dir=scripts_dir), job, run_id=run_id, host_gpus=host_gpus,
+    return job_runner.run_job_locally(bench_kind(scripts_dir=scripts_dir), job, run_id=run_id, host_gpus=host_gpus,
                                 python=python, log_path=log_path)
 
 
 def run_job_in_container(client: Any, image: ImageRef, job: Job, options: BenchOptions, *, run_id: str,
                          host_gpus: HostGpus, log_path: Path | None = None) -> ResultRecord:
     """Run one bench in a fresh container of ``image`` (removed afterwards)."""
-    return jobs.run_job_in_container(bench_kind(options), client, image, job, run_id=run_id, host_gpus=host_gpus,
+    return job_runner.run_job_in_container(bench_kind(options), client, image, job, run_id=run_id, host_gpus=host_gpus,
                                      log_path=log_path)
 
 
@@ -256,7 +255,7 @@ def run_bench_jobs(planned: Sequence[Job], options: BenchOptions, *, run_id: str
 
     One at a time on purpose: two benchmarks on the same GPUs would measure each other.
     """
-    return jobs.run_jobs(bench_kind(options), planned, run_id=run_id, host_gpus=host_gpus, write=write,
+    return job_runner.run_jobs(bench_kind(options), planned, run_id=run_id, host_gpus=host_gpus, write=write,
                          client=client, local_python=local_python if client is not None else
                          local_python or sys.executable, parallel=1, log_dir=log_dir, builds_dir=builds_dir,
                          on_done=on_done)
@@ -269,6 +268,6 @@ def describe_metrics(record: ResultRecord) -> str:
     return describe(record.outcome.metrics)
 
 
-__all__ = ["BenchJob", "BenchOptions", "bench_argv", "bench_kind", "bench_record", "gpus_for", "outcome_from_ending",
+__all__ = ["BenchOptions", "bench_argv", "bench_kind", "bench_record", "gpus_for", "outcome_from_ending",
            "outcome_from_payload", "plan_bench", "run_bench_jobs", "run_job_in_container", "run_job_locally",
            "script_args", "with_link_context"]
