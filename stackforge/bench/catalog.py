@@ -208,7 +208,7 @@ def select_benches(specs: tuple[BenchSpec, ...], *, suites: tuple[str, ...] = ()
     if unknown:
         raise SpecError(f"unknown suite(s): {', '.join(unknown)}; known: {', '.join(known_suites)}")
     variants = allreduce_variants or DEFAULT_ALLREDUCE_VARIANTS
-    known_variants = [s.variant for s in specs if s.suite == "allreduce"]
+    known_variants = suite_variants("allreduce", specs)
     unknown = [v for v in variants if v not in known_variants]
     if unknown:
         raise SpecError(f"unknown all-reduce variant(s): {', '.join(unknown)}; known: {', '.join(known_variants)}")
@@ -222,6 +222,11 @@ def select_benches(specs: tuple[BenchSpec, ...], *, suites: tuple[str, ...] = ()
 def suite_names(specs: Sequence[BenchSpec] | None = None) -> tuple[str, ...]:
     """Every suite, in catalog order."""
     return tuple(dict.fromkeys(s.suite for s in (catalog() if specs is None else specs)))
+
+
+def suite_variants(suite: str, specs: Sequence[BenchSpec] | None = None) -> tuple[str, ...]:
+    """The variants of one suite, in catalog order (``--allreduce-backend`` choices)."""
+    return tuple(s.variant for s in (catalog() if specs is None else specs) if s.suite == suite)
 
 
 def default_suites(specs: Sequence[BenchSpec] | None = None, *, model_dir: Path | None) -> tuple[str, ...]:
