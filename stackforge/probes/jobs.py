@@ -215,7 +215,7 @@ class JobKind:
         tidy_reason: collapse the reason's whitespace to one line.
         strict_metrics: turn non-finite floats and tuples of the metrics into strict JSON.
         finish_metrics: adds context to a script's metrics (the bench: the target's link peak).
-        mounts: the container mounts of a job besides none (the scripts' folder included).
+        mounts: a job's container mounts, the scripts' folder included; None: only the scripts' folder.
         env: extra environment for every script.
     """
 
@@ -480,7 +480,7 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
     and the exception re-raised; jobs stopped that way write no record.
     """
     if client is None and local_python is None:
-        raise ProbeError(f"{kind.name}s need a Docker client or --local")
+        raise ProbeError(f"{kind.name} scripts need a Docker client or --local")
     found = dict(images or {})
     if client is not None:
         for job in jobs:
