@@ -349,8 +349,14 @@ def _range(stats: MetricStats) -> tuple[float, float]:
 
 
 def lower_is_better(name: str) -> bool:
-    """Latencies and durations improve downwards; rates, bandwidths and throughputs upwards."""
+    """As the bench catalog declares the metric; else latencies and durations improve downwards,
+    rates, bandwidths and throughputs upwards (metrics no bench declares, from other writers)."""
+    from stackforge.bench.catalog import metric_direction
+
     leaf = name.split(".")[0].lower()
+    declared = metric_direction(leaf)
+    if declared is not None:
+        return declared == "lower"
     if any(token in leaf for token in _HIGHER_IS_BETTER):
         return False
     return any(token in leaf for token in _LOWER_IS_BETTER) or leaf.endswith(_TIME_UNITS)

@@ -15,8 +15,9 @@ A stack qualifies when:
 
 Among the qualifiers, measured evidence beats gate-only evidence, then the best metric wins
 (``optimize="throughput"``: serving ``output_throughput`` (median when repeated), else all-reduce
-``peak_busbw_gbps``, else GEMM ``best_tflops``, see :data:`THROUGHPUT_METRICS`; a stack with a
-serving number outranks one with only a bandwidth number), then the newer stack (PEP 440 order of
+``peak_busbw_gbps``, else GEMM ``best_tflops``, as the bench catalog declares them: see
+:func:`stackforge.bench.catalog.throughput_metrics`; a stack with a serving number outranks one with
+only a bandwidth number), then the newer stack (PEP 440 order of
 CUDA, torch, FlashInfer, SGLang, Python). ``optimize="newest"`` skips the metric.
 
 Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pick`):
@@ -47,11 +48,11 @@ from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.plan import Plan
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
-from stackforge.report import (UNITS, ReportCell, CellStatus, Metric, ReportRow, CellSource, build_matrix,
+from stackforge.report import (ReportCell, CellStatus, Metric, ReportRow, CellSource, build_matrix,
                                check_features, headline_value, image_reference, one_line,
                                stack_order_key)
 
-__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Pick",
+__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "Candidate", "Pick",
            "RequirementCheck", "Scope",
            "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
            "predicted_to_qualify", "predictions_only_shortfall", "row_driver_floor", "shortfall_remedy"]
@@ -65,11 +66,6 @@ _NOT_RULED_OUT = frozenset({CellStatus.UNTESTED, CellStatus.UNDECIDED, CellStatu
 #: Record statuses that are never evidence for an image: a skipped probe says nothing about the
 #: feature, and an undecided one could not reach what decides it.
 _NOT_EVIDENCE = frozenset({Status.SKIP, Status.UNDECIDED})
-#: What ``optimize="throughput"`` compares, most relevant first: (label, metric names as the bench
-#: scripts write them). A stack with a serving number outranks one with only a bandwidth number.
-THROUGHPUT_METRICS = (("output_throughput", ("output_throughput", "output_tok_s")),
-                      ("busbw", ("peak_busbw_gbps", "busbw_gbps", "busbw")),
-                      ("tflops", ("best_tflops", "tflops")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,14 +442,19 @@ def _image(records: Sequence[ResultRecord]) -> tuple[str, bool, tuple[str, ...]]
 
 def _throughput(records: Sequence[ResultRecord]) -> tuple[Metric | None, int]:
     """Best throughput metric of a stack, and how relevant it is (serve > all-reduce > GEMM > none)."""
+    from stackforge.bench.catalog import metric_units, throughput_metrics
+
+    # What ``optimize="throughput"`` compares, most relevant first, as the bench catalog declares it:
+    # a stack with a serving number outranks one with only a bandwidth number.
+    ranked, units = throughput_metrics(), metric_units()
     passing = [r for r in records if r.outcome.status is Status.PASS]
-    for index, (label, names) in enumerate(THROUGHPUT_METRICS):
+    for index, (label, names) in enumerate(ranked):
         found = [(value, r.probe, name) for r in passing for name in names
                  if (value := headline_value(r.outcome.metrics.get(name))) is not None]
         if found:
             value, probe, name = max(found)
-            rank = len(THROUGHPUT_METRICS) - index
-            return Metric(name=label, value=value, unit=UNITS.get(name, ""), probe=probe), rank
+            rank = len(ranked) - index
+            return Metric(name=label, value=value, unit=units.get(name, ""), probe=probe), rank
     return None, 0
 
 

@@ -135,15 +135,6 @@ LEGEND: dict[str, str] = {
 }
 HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "wheel": "wheel", "predicted": "rule"}
 
-# Metrics that best summarise a cell, in order of preference (names as stackforge/bench/scripts write
-# them: serve.py output_throughput / output_tok_s, allreduce_sweep.py peak_busbw_gbps, gemm.py
-# best_tflops {dtype: value}; the short names cover other writers).
-KEY_METRIC_NAMES = ("output_throughput", "output_tok_s", "peak_busbw_gbps", "busbw_gbps", "busbw",
-                    "best_tflops", "tflops", "min_size_latency_us", "latency_us", "ttft_ms")
-UNITS = {"output_throughput": "tok/s", "output_tok_s": "tok/s", "peak_busbw_gbps": "GB/s",
-         "busbw_gbps": "GB/s", "busbw": "GB/s", "best_tflops": "TFLOP/s", "tflops": "TFLOP/s",
-         "min_size_latency_us": "µs",
-         "latency_us": "µs", "ttft_ms": "ms"}
 #: Record statuses that decide nothing about the feature: set aside when a cell is decided.
 _NO_VERDICT = frozenset({Status.SKIP, Status.UNDECIDED})
 _SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
@@ -516,13 +507,17 @@ def headline_value(value: Any) -> float | None:
 
 
 def key_metric(records: Sequence[ResultRecord]) -> Metric | None:
-    """The cell's headline number: the first of :data:`KEY_METRIC_NAMES` found in a passing record."""
+    """The cell's headline number: the first of the bench catalog's summary metrics (its
+    :func:`~stackforge.bench.catalog.summary_metric_names`, units as declared there) found in a passing record."""
+    from stackforge.bench.catalog import metric_units, summary_metric_names
+
+    units = metric_units()
     passing = [r for r in records if r.outcome.status is Status.PASS]
-    for name in KEY_METRIC_NAMES:
+    for name in summary_metric_names():
         for record in sorted(passing, key=lambda r: -_TIER_PREFERENCE[r.tier]):
             value = headline_value(record.outcome.metrics.get(name))
             if value is not None:
-                return Metric(name=name, value=value, unit=UNITS.get(name, ""), probe=record.probe)
+                return Metric(name=name, value=value, unit=units.get(name, ""), probe=record.probe)
     return None
 
 

@@ -126,3 +126,26 @@ def test_gpu_benches_follow_the_same_assignment(tmp_path, monkeypatch):
     assert gpus_for(gloo, RTX, host).docker_gpus() is None, "the CPU harness self-test gets no GPU"
     reason, evidence = unmet_precondition(gemm, B200, host, options)
     assert reason.startswith("no GPU of compute capability 10.0") and "590.48.01" in evidence
+
+
+def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, monkeypatch):
+    """A runtime probe needing two GPUs, for a one-GPU target, is a skip with the reason before any
+    process starts (the interpreter below does not exist); one the target meets is scheduled to run."""
+    from stackforge.probes.campaign import ProbeJob, run_jobs
+    from stackforge.probes.execute import plan_probe_job
+
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    host = detect_host_gpus(None)
+    single = Target(name="rtx-x1", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=1,
+                    interconnect=Interconnect.PCIE)
+    pair = ProbeSpec(id="t.runtime.pair", feature="p2p-access", tier="runtime", script="visible_gpus.py",
+                     description="needs two GPUs", preconditions=Preconditions(min_gpus=2, needs_gpu_arch=True))
+    assert plan_probe_job(_stack(), pair, RTX, host).skip_reason is None
+    planned = plan_probe_job(_stack(), pair, single, host)
+    assert planned.skip_reason == "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2"
+    written = []
+    records = run_jobs([ProbeJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
+                       local_python="/nonexistent/python", scripts_dir=MISBEHAVE)
+    assert [(r.outcome.status, r.outcome.reason, r.outcome.evidence) for r in records] == [
+        (Status.SKIP, "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2", "rtx-x1: gpu_count=1")]
+    assert written == records

@@ -12,7 +12,6 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -120,8 +119,10 @@ def test_seed_records_without_a_plan_are_consistent():
 def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
     from stackforge.probes.execute import HostGpus, ProbeContext, run_locally
 
-    specs = [SimpleNamespace(id=script.removesuffix(".py").replace("_", "-"), script=script, args=(), feature=feature,
-                             tier="gate", default_timeout_s=180)
+    from stackforge.probes.catalog import ProbeSpec
+
+    specs = [ProbeSpec(id=script.removesuffix(".py").replace("_", "-"), feature=feature, tier="gate", script=script,
+                       description=f"{script} as a gate probe", default_timeout_s=180)
              for script, feature in GATE_PROBES if (SCRIPTS / script).is_file()]
     if not specs:
         pytest.skip(f"no gate probe scripts in {SCRIPTS}")

@@ -45,8 +45,11 @@ class BenchRequest:
 
 
 def default_suites(model_dir: Path | None) -> tuple[str, ...]:
-    """All-reduce and GEMM; serving too when there is a model to serve."""
-    return ("allreduce", "gemm", "serve") if model_dir else ("allreduce", "gemm")
+    """Every suite of the catalog; those that serve a model only when there is one (all-reduce and
+    GEMM; serving too with a model)."""
+    from stackforge.bench import catalog
+
+    return catalog.default_suites(model_dir=model_dir)
 
 
 def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: Callable[[], Any],

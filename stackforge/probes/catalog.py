@@ -9,8 +9,10 @@ fixed ones that pick a variant (``--feature flashinfer-ar-fusion``, ``--algo tre
 Preconditions say when running a probe makes sense at all: ``min_gpus`` (GPUs in the target),
 ``needs_gpu_arch`` (a GPU of the target arch must be visible: the runtime tier), ``needs_nvcc`` and
 ``needs_packages`` (installed distributions). Every script also checks what it needs itself and
-reports an unmet need as ``skip`` with the reason; the preconditions here are what ``stackforge list
-probes`` shows, not a check the runner makes.
+reports an unmet need as ``skip`` with the reason. Where a job is scheduled
+(:func:`stackforge.probes.execute.plan_probe_job`) the preconditions the host and target decide
+(GPUs of the target's arch on the host, ``min_gpus``) turn the job into a ``skip`` before a container
+starts; what the image holds (nvcc, packages) only the script can see.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ class ProbeSpec:
     preconditions: Preconditions = Preconditions()
     default_timeout_s: float = 300.0
     args: tuple[str, ...] = ()
+
+    @property
+    def needs_gpu(self) -> bool:
+        """Runtime probes get the host GPUs of the target's arch; gate probes none (their arch comes
+        from ``--target``, so a visible card of another arch cannot colour the answer)."""
+        return self.tier == "runtime"
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -1,0 +1,532 @@
+"""One job runner for the probe and bench scripts: plan a job, run it (in an image or locally), record it.
+
+A :class:`Job` is one script for one (stack, target): its spec (anything with the :class:`JobSpec`
+attributes: a probe or a bench), its full argument list, its hard timeout, and -- decided where the
+job is scheduled -- why it is skipped without starting anything. A :class:`JobKind` says what
+differs between the two families of scripts: the record kind, where the scripts are mounted, how
+much of their output is evidence, which statuses a script may report and how its metrics are
+finished (the bench adds the link peak).
+
+Pure: :func:`outcome_from_ending` (how the process ended -> :class:`~stackforge.records.Outcome`),
+:func:`outcome_from_payload` (a ``STACKFORGE_RESULT`` payload -> Outcome), :func:`make_record`,
+:func:`skip_record`, :func:`missing_image_record`, :func:`gpus_for`. The edge: :func:`run_job_locally`
+(through :mod:`stackforge.runner`), :func:`run_job_in_container` (through
+:func:`stackforge.docker_engine.run_container`) and the job loop :func:`run_jobs`.
+
+Only the software under test decides a result: a job cut short by its run's interruption (the
+``cancel`` flag) raises :class:`~stackforge.errors.Interrupted`, and one whose container the engine
+stopped raises :class:`~stackforge.errors.ContainerStoppedByEngine`; neither becomes a record.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import platform
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stackforge import runner
+from stackforge.errors import Interrupted, ProbeError
+from stackforge.model import Stack, Target
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
+
+STACK_ID_LABEL = "io.stackforge.stack.id"
+#: Every script runs with these (no stale bytecode in a read-only mount; output as it happens).
+SCRIPT_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+# ---------------------------------------------------------------------------------------------- the host
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    """The image a stack's jobs run in, as it really is."""
+
+    ref: str
+    image_id: str
+    digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostGpu:
+    """One GPU as nvidia-smi lists it: its index, name and compute capability (``"12.0"``; None
+    when the driver's nvidia-smi is too old to report ``compute_cap``)."""
+
+    index: int
+    name: str
+    arch: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.index}: {self.name} ({self.arch or 'arch unknown'})"
+
+
+@dataclass(frozen=True, slots=True)
+class HostGpus:
+    """What the host offers for GPU jobs, and the evidence for it."""
+
+    available: bool
+    evidence: str
+    names: tuple[str, ...] = ()
+    driver: str | None = None
+    devices: tuple[HostGpu, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAssignment:
+    """The host GPUs one run for one target gets.
+
+    On a mixed host (say four H100 and two RTX PRO 6000) a run for an sm_120 target must see only
+    the sm_120 cards: a rank on the wrong card would measure the wrong GPU. ``devices`` None means
+    every GPU (nvidia-smi did not report compute capabilities; the scripts then check the arch of
+    what they see themselves); an empty tuple means none.
+    """
+
+    devices: tuple[int, ...] | None
+    skip_reason: str | None = None
+
+    def docker_gpus(self) -> str | None:
+        """The ``docker run --gpus`` value: ``all``, ``device=4,5``, or None for no GPU."""
+        if self.devices is None:
+            return "all"
+        return f"device={','.join(map(str, self.devices))}" if self.devices else None
+
+    def environment(self) -> dict[str, str]:
+        """``CUDA_VISIBLE_DEVICES`` for a process on this host (``--local``); empty when all are given.
+
+        The indices are nvidia-smi's, which orders GPUs by PCI bus id; CUDA's own default order is
+        fastest first, so on a mixed host ``CUDA_VISIBLE_DEVICES=4,5`` alone may name other cards.
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number them as nvidia-smi does.
+        """
+        if self.devices is None:
+            return {}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
+
+
+NO_GPUS = GpuAssignment(devices=())
+
+
+def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
+    """The GPUs of this host whose compute capability is the target's (pure).
+
+    Args:
+        host_gpus: from :func:`detect_host_gpus`.
+        target: the target the run speaks for; its ``arch`` is ``"major.minor"``.
+    """
+    if not host_gpus.available:
+        return GpuAssignment((), f"no GPU on this host: {host_gpus.evidence}")
+    if not host_gpus.devices or any(d.arch is None for d in host_gpus.devices):
+        return GpuAssignment(None)
+    matching = tuple(d.index for d in host_gpus.devices if d.arch == target.arch)
+    if not matching:
+        listed = "; ".join(d.describe() for d in host_gpus.devices)
+        return GpuAssignment((), f"no GPU of compute capability {target.arch} ({target.name}) on this host: {listed}")
+    return GpuAssignment(matching)
+
+
+def detect_host_gpus(client: Any | None) -> HostGpus:
+    """Whether this host can give containers (or local processes) a GPU, with the evidence."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return HostGpus(False, "nvidia-smi not found on the host")
+    result = runner.run([smi, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"], timeout=30)
+    if not result.succeeded and "compute_cap" in result.output_tail:  # drivers before 510 lack the field
+        result = runner.run([smi, f"--query-gpu={SMI_FIELDS_OLD}", "--format=csv,noheader"], timeout=30)
+    rows = [r.split(",") for r in result.output_tail.strip().splitlines() if "," in r]
+    if not result.succeeded or not rows:
+        return HostGpus(False, f"nvidia-smi failed: {result.describe()}: {result.output_tail.strip()[-300:]}")
+    devices = tuple(parse_smi_row(row) for row in rows)
+    names = tuple(d.name for d in devices)
+    driver = rows[0][2].strip()
+    if client is not None:
+        runtimes = sorted((client.info().get("Runtimes") or {}).keys())
+        if "nvidia" not in runtimes:
+            return HostGpus(False, f"GPUs {', '.join(names)} present but the engine has no nvidia runtime "
+                                   f"(runtimes: {', '.join(runtimes)})", names, driver, devices)
+    listed = "; ".join(d.describe() for d in devices)
+    return HostGpus(True, f"{len(devices)} GPU(s): {listed}; driver {driver}", names, driver, devices)
+
+
+#: nvidia-smi columns: index, name, driver_version[, compute_cap].
+SMI_FIELDS = "index,name,driver_version,compute_cap"
+SMI_FIELDS_OLD = "index,name,driver_version"
+
+
+def parse_smi_row(row: list[str]) -> HostGpu:
+    """One ``nvidia-smi --query-gpu=SMI_FIELDS`` CSV row (already split on commas)."""
+    arch = row[3].strip() if len(row) > 3 and row[3].strip() not in ("", "[N/A]") else None
+    return HostGpu(index=int(row[0]), name=row[1].strip(), arch=arch)
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+class JobSpec(Protocol):
+    """What the runner reads of a probe or bench spec."""
+
+    @property
+    def id(self) -> str: ...          # the record's ``probe`` field
+    @property
+    def feature(self) -> str: ...
+    @property
+    def tier(self) -> str: ...        # a :class:`~stackforge.records.Tier` value
+    @property
+    def script(self) -> str: ...      # file name under the kind's scripts folder
+    @property
+    def args(self) -> tuple[str, ...]: ...
+    @property
+    def default_timeout_s(self) -> float: ...
+    @property
+    def needs_gpu(self) -> bool: ...  # gets the host GPUs of the target's arch
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One script for one (stack, target): its arguments and timeout, or why it is skipped."""
+
+    stack: Stack
+    target: Target
+    spec: Any   # a JobSpec: stackforge.probes.catalog.ProbeSpec or stackforge.bench.catalog.BenchSpec
+    args: tuple[str, ...]
+    timeout_s: float
+    skip_reason: str | None = None
+    skip_evidence: str = ""
+
+
+def _same_metrics(metrics: dict[str, Any], target: Target | None) -> dict[str, Any]:
+    return metrics
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    """What differs between probe and bench scripts (passed explicitly to the runner).
+
+    Attributes:
+        name: the record's ``kind`` and the word in messages (``probe``, ``bench``).
+        scripts_dir: the host folder of the scripts.
+        container_root: where ``scripts_dir`` is mounted in a container.
+        evidence_chars: how much of a script's evidence (or output tail) a record keeps.
+        tail_chars: how much output the runner keeps to find the result line in.
+        statuses: what a script may report itself (timeouts and crashes are the runner's to observe).
+        tidy_reason: collapse the reason's whitespace to one line.
+        strict_metrics: turn non-finite floats and tuples of the metrics into strict JSON.
+        finish_metrics: adds context to a script's metrics (the bench: the target's link peak).
+        mounts: a job's container mounts, the scripts' folder included; None: only the scripts' folder.
+        env: extra environment for every script.
+    """
+
+    name: str
+    scripts_dir: Path
+    container_root: str
+    evidence_chars: int
+    tail_chars: int
+    statuses: frozenset[Status]
+    tidy_reason: bool = False
+    strict_metrics: bool = False
+    finish_metrics: Callable[[dict[str, Any], Target | None], dict[str, Any]] = _same_metrics
+    mounts: Callable[[Job], list[Any]] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def container_mounts(self, job: Job) -> list[Any]:
+        """The job's mounts: the kind's own, else its scripts' folder (copied to a remote engine)."""
+        if self.mounts is not None:
+            return self.mounts(job)
+        from stackforge import docker_engine
+        return [docker_engine.Bind(self.scripts_dir, self.container_root, copy_to_remote=True)]
+
+
+def argv(job: Job, *, python: str, scripts_root: str) -> list[str]:
+    """The command line of one job's script."""
+    return [python, f"{scripts_root}/{job.spec.script}", *job.args]
+
+
+def gpus_for(spec: Any, target: Target, host_gpus: HostGpus) -> GpuAssignment:
+    """The host GPUs of the target's arch for a spec that needs a GPU (a mixed host gives each target
+    its own cards); none otherwise, so a visible card of another arch cannot colour a gate's answer."""
+    return assign_gpus(host_gpus, target) if spec.needs_gpu else NO_GPUS
+
+
+def unserved_gpus(spec: Any, target: Target, host_gpus: HostGpus) -> tuple[str, str] | None:
+    """(reason, host evidence) when ``spec`` needs GPUs this host cannot give ``target``, else None."""
+    reason = gpus_for(spec, target, host_gpus).skip_reason
+    return (reason, host_gpus.evidence) if reason else None
+
+
+# ---------------------------------------------------------------------------------------------- outcomes
+
+
+def json_safe(value: Any) -> Any:
+    """Strict-JSON copy of a payload value: non-finite floats become strings, tuples lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def outcome_from_ending(kind: JobKind, *, exit_code: int | None, timed_out: bool, signal: int | None, output: str,
+                        duration_s: float, timeout_s: float,
+                        target: Target | None = None) -> tuple[Outcome, dict[str, Any]]:
+    """Pure: how a script's process ended (and what it printed) -> (Outcome, the facts it reported)."""
+    tail = output[-kind.evidence_chars:]
+    if timed_out:
+        return Outcome(Status.TIMEOUT, f"killed at its {timeout_s:g} s timeout", evidence=tail,
+                       duration_s=duration_s), {}
+    if signal is not None:
+        name = runner.signal_name(signal)
+        return Outcome(Status.CRASH, f"{kind.name} process died by {name} (exit status {exit_code})",
+                       evidence=tail, metrics={"signal": signal}, duration_s=duration_s), {}
+    payload = parse_result_line(output)
+    if payload is None:
+        return Outcome(Status.ERROR, f"{kind.name} printed no STACKFORGE_RESULT line (exit status {exit_code})",
+                       evidence=tail, duration_s=duration_s), {}
+    facts = payload.get("facts")
+    return (outcome_from_payload(kind, payload, duration_s=duration_s, target=target),
+            dict(facts) if isinstance(facts, Mapping) else {})
+
+
+def outcome_from_payload(kind: JobKind, payload: Mapping[str, Any], *, duration_s: float = 0.0,
+                         target: Target | None = None) -> Outcome:
+    """A script's ``STACKFORGE_RESULT`` payload -> :class:`Outcome`. A malformed payload is an ``error``;
+    ``timeout``/``crash`` are the runner's to observe, so a script claiming them is an ``error`` too."""
+    evidence = str(payload.get("evidence") or "")[-kind.evidence_chars:]
+    try:
+        status = Status(payload.get("status"))
+    except ValueError:
+        return Outcome(Status.ERROR, f"{kind.name} reported unknown status {payload.get('status')!r}",
+                       evidence=evidence, duration_s=duration_s)
+    if status not in kind.statuses:
+        return Outcome(Status.ERROR, f"{kind.name} claimed status {status.value}", evidence=evidence,
+                       duration_s=duration_s)
+    metrics = payload.get("metrics") or {}
+    if not isinstance(metrics, Mapping):
+        return Outcome(Status.ERROR, f"{kind.name} metrics are a {type(metrics).__name__}, not an object",
+                       evidence=evidence, duration_s=duration_s)
+    metrics = kind.finish_metrics(json_safe(metrics) if kind.strict_metrics else dict(metrics), target)
+    reason = str(payload.get("reason") or "")
+    return Outcome(status, " ".join(reason.split()) if kind.tidy_reason else reason, evidence=evidence,
+                   metrics=metrics, duration_s=duration_s)
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+def provenance_from_facts(facts: Mapping[str, Any], image: ImageRef | None, host_gpus: HostGpus,
+                          runner_kind: str) -> Provenance:
+    """What was observed about the image and host (installed versions, not requested ones)."""
+    versions = {str(k): str(v) for k, v in (facts.get("versions") or {}).items() if v is not None}
+    return Provenance(
+        image=image.ref if image else "", image_id=image.image_id if image else None,
+        digest=image.digest if image else None, versions=versions,
+        torch_arch_list=[str(a) for a in facts.get("torch_arch_list") or []],
+        torch_git_version=facts.get("torch_git_version"), torch_cuda=facts.get("torch_cuda"),
+        nvcc=facts.get("nvcc"), driver=facts.get("driver") or host_gpus.driver,
+        gpus=[str(g) for g in facts.get("gpus") or host_gpus.names], host=platform.node(), runner=runner_kind)
+
+
+def make_record(kind: JobKind, job: Job, outcome: Outcome, provenance: Provenance, *, run_id: str) -> ResultRecord:
+    """The result record of one job (its tier is the spec's)."""
+    return ResultRecord(run_id=run_id, stack_id=job.stack.id, stack=job.stack.to_json(), target=job.target.name,
+                        probe=job.spec.id, feature=job.spec.feature, tier=Tier(job.spec.tier), outcome=outcome,
+                        provenance=provenance, kind=kind.name, created_at=utc_now())
+
+
+def skip_record(kind: JobKind, job: Job, *, run_id: str, image: ImageRef | None, host_gpus: HostGpus,
+                runner_kind: str) -> ResultRecord:
+    """The record of a job skipped where it was scheduled (nothing ran): its reason and evidence."""
+    outcome = Outcome(Status.SKIP, job.skip_reason or "", evidence=job.skip_evidence)
+    return make_record(kind, job, outcome, provenance_from_facts({}, image, host_gpus, runner_kind), run_id=run_id)
+
+
+def missing_image_record(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus) -> ResultRecord:
+    """A stack without a built image cannot run its jobs: an honest error record, not a silent gap."""
+    outcome = Outcome(Status.ERROR, f"no image built for stack {job.stack.id}",
+                      evidence=f"no local image carries the label {STACK_ID_LABEL}={job.stack.id}")
+    return make_record(kind, job, outcome, provenance_from_facts({}, None, host_gpus, "docker"), run_id=run_id)
+
+
+def cut_short(kind: JobKind, job: Job) -> Interrupted:
+    """The error for a job its run's interruption stopped: nothing was measured, so no record."""
+    return Interrupted(f"{kind.name} {job.spec.id} on {job.stack.id} for {job.target.name} was cut short by the "
+                       f"run's interruption; not recorded")
+
+
+# ---------------------------------------------------------------------------------------------- images
+
+
+def find_stack_image(client: Any, stack: Stack) -> ImageRef | None:
+    """The newest local image built for ``stack`` (found by its stack-id label)."""
+    images = client.images.list(filters={"label": f"{STACK_ID_LABEL}={stack.id}"})
+    if not images:
+        return None
+    newest = max(images, key=lambda image: image.attrs.get("Created", ""))
+    tags = newest.tags or [newest.id]
+    digests = newest.attrs.get("RepoDigests") or []
+    return ImageRef(ref=tags[0], image_id=newest.id, digest=digests[0] if digests else None)
+
+
+def image_from_build_record(client: Any, builds_dir: Path, stack: Stack) -> ImageRef | None:
+    """The image a build record names: the local image if it is here, else pulled by its digest.
+
+    This is the registry hand-off: images built (and pushed) on one machine are probed on another
+    by digest, never by a tag that may have moved since.
+    """
+    from stackforge.build.records import read_record
+    from stackforge.registry import pull
+
+    record = read_record(builds_dir, stack.id)
+    if record is None or not record.status.ok:
+        return None
+    for candidate in (record.image_id, record.repo_digest):
+        local_id = _local_image(client, candidate) if candidate else None
+        if local_id is not None:
+            return ImageRef(ref=record.repo_digest or record.image_tag or candidate, image_id=local_id,
+                            digest=record.repo_digest)
+    if record.repo_digest:
+        pulled = pull(record.repo_digest)
+        return ImageRef(ref=pulled.ref, image_id=pulled.image_id, digest=record.repo_digest)
+    return None
+
+
+def _local_image(client: Any, ref: str) -> str | None:
+    import docker.errors
+    try:
+        return client.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def stack_image(client: Any, stack: Stack, builds_dir: Path | None = None) -> ImageRef | None:
+    """The image to run ``stack``'s probes or benchmarks in: from a build record, else by label."""
+    return image_from_build_record(client, builds_dir, stack) if builds_dir else find_stack_image(client, stack)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus, python: str,
+                    log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
+    """Run one job in this machine's Python environment (``--local``), through :func:`runner.run`.
+
+    Raises:
+        Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
+    """
+    if job.skip_reason:
+        return skip_record(kind, job, run_id=run_id, image=None, host_gpus=host_gpus, runner_kind="local")
+    gpus = gpus_for(job.spec, job.target, host_gpus)
+    # A job without a GPU on a bare-metal GPU box sees none either: CUDA_VISIBLE_DEVICES="" hides them.
+    result = runner.run(argv(job, python=python, scripts_root=str(kind.scripts_dir)), timeout=job.timeout_s,
+                        env={**SCRIPT_ENV, **gpus.environment(), **kind.env}, log_path=log_path,
+                        tail_chars=kind.tail_chars, cancel=cancel)
+    if result.cancelled:
+        raise cut_short(kind, job)
+    outcome, facts = outcome_from_ending(kind, exit_code=result.returncode, timed_out=result.timed_out,
+                                         signal=result.signal, output=result.output_tail,
+                                         duration_s=result.duration_s, timeout_s=job.timeout_s, target=job.target)
+    return make_record(kind, job, outcome, provenance_from_facts(facts, None, host_gpus, "local"), run_id=run_id)
+
+
+def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, run_id: str,
+                         host_gpus: HostGpus, log_path: Path | None = None,
+                         cancel: runner.CancelFlag | None = None) -> ResultRecord:
+    """Run one job in a fresh container of ``image`` (always removed afterwards), with the GPUs, host
+    IPC and the large /dev/shm NCCL needs when it gets GPUs.
+
+    Raises:
+        Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
+        ContainerStoppedByEngine / DockerUnavailableError: the engine stopped the container or went away.
+    """
+    from stackforge import docker_engine
+
+    if job.skip_reason:
+        return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus, runner_kind="docker")
+    docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
+    run = docker_engine.run_container(
+        client, image.image_id, argv(job, python="python3", scripts_root=kind.container_root),
+        timeout=job.timeout_s, mounts=kind.container_mounts(job), env={**SCRIPT_ENV, **kind.env},
+        labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
+        ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
+        log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
+    if run.cancelled:
+        raise cut_short(kind, job)
+    outcome, facts = outcome_from_ending(kind, exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
+                                         output=run.logs_tail, duration_s=run.duration_s, timeout_s=job.timeout_s,
+                                         target=job.target)
+    return make_record(kind, job, outcome, provenance_from_facts(facts, image, host_gpus, "docker"), run_id=run_id)
+
+
+def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: HostGpus,
+             write: Callable[[ResultRecord], Any], client: Any | None = None, local_python: str | None = None,
+             parallel: int = 1, log_dir: Path | None = None, builds_dir: Path | None = None,
+             images: Mapping[str, ImageRef | None] | None = None,
+             on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+    """Run jobs (in containers via ``client``, or locally with ``local_python``), writing each record as
+    it finishes so that an interrupted run keeps what completed.
+
+    ``parallel`` jobs at a time (benchmarks take 1: two on the same GPUs would measure each other).
+    ``images`` maps stack ids to images to use; other stacks' images come from ``builds_dir`` records
+    or, by default, from the local images' stack-id labels.
+
+    When the calling thread is interrupted (KeyboardInterrupt, which SIGTERM / SIGHUP become too) or a
+    job raises (the engine went away), the running jobs are stopped, the run's containers removed,
+    and the exception re-raised; jobs stopped that way write no record.
+    """
+    if client is None and local_python is None:
+        raise ProbeError(f"{kind.name} scripts need a Docker client or --local")
+    found = dict(images or {})
+    if client is not None:
+        for job in jobs:
+            if job.stack.id not in found:
+                found[job.stack.id] = stack_image(client, job.stack, builds_dir)
+
+    # Worker threads never see a signal: the calling thread sets this flag for them.
+    cancel = threading.Event()
+
+    def one(job: Job) -> ResultRecord | None:
+        log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
+        image = found.get(job.stack.id)
+        try:
+            if client is None:
+                record = run_job_locally(kind, job, run_id=run_id, host_gpus=host_gpus,
+                                         python=local_python or "python3", log_path=log, cancel=cancel)
+            elif image is None:
+                record = missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus)
+            else:
+                record = run_job_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus,
+                                              log_path=log, cancel=cancel)
+        except Interrupted:
+            return None
+        if cancel.is_set():
+            return None   # ended while the run was being interrupted: its ending may be the cleanup's doing
+        write(record)
+        on_done(record)
+        return record
+
+    records: list[ResultRecord] = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel))
+    try:
+        futures = [pool.submit(one, job) for job in jobs]
+        for future in concurrent.futures.as_completed(futures):
+            record = future.result()
+            if record is not None:
+                records.append(record)
+    except BaseException:
+        # Flag first, then remove the containers: a worker released by the removal sees the flag and
+        # writes nothing, instead of recording the SIGKILL of the removal as a crash.
+        cancel.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if client is not None:
+            from stackforge.docker_engine import remove_run_containers
+            remove_run_containers(client, run_id)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return records
