@@ -953,7 +953,9 @@ def _md_legend() -> str:
     return (f"**Legend** {statuses} · {CONTRADICTED_GLYPH} rule contradicted by measurement · "
             "— a pruned stack. *gate* = decided inside the image without a GPU · "
             "*run* = runtime probe on the GPU · "
-            "*bench* = benchmark · *rule* = predicted by a compat rule, not measured. "
+            "*bench* = benchmark · *wheel* = measured (wheel): read in the release's code from its wheel on "
+            "the index, no image (below gate and run, above a rule) · "
+            "*rule* = predicted by a compat rule, not measured. "
             "Footnotes carry each cell's reason and evidence.")
 
 

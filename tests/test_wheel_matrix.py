@@ -32,6 +32,8 @@ def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
     cell = report.row(CU130).cell("custom-allreduce")
     assert (cell.status, cell.source, cell.tier, cell.how) == (CellStatus.FAIL, Source.MEASURED, Tier.WHEEL, "wheel")
     assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
+    from stackforge.report import render_md
+    assert "*wheel* = measured (wheel)" in render_md(report), "the legend explains the wheel label"
     assert report.row(CU131).cell("custom-allreduce").source is Source.PREDICTED, "sglang 0.5.23 was not read"
     assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \
         "a wheel record is no stack of its own"
