@@ -15,6 +15,7 @@ from typing import Any
 from stackforge.model import Target
 from stackforge.probes.catalog import ProbeSpec, known_features
 from stackforge.rules import Condition, Rule, specifier_text
+from stackforge.wheels.model import ReaderSpec
 
 KINDS = ("targets", "features", "probes", "rules")
 LIST_SCHEMA = "stackforge.list"
@@ -59,10 +60,16 @@ def list_features(descriptions: dict[str, str], probes: Sequence[ProbeSpec], rul
     return Listing("features", ("FEATURE", "PROBES", "RULES", "DESCRIPTION"), rows, tuple(items))
 
 
-def list_probes(probes: Sequence[ProbeSpec]) -> Listing:
-    """id, tier, feature, preconditions, description."""
+def list_probes(probes: Sequence[ProbeSpec], wheel_readers: Sequence[ReaderSpec] = ()) -> Listing:
+    """id, tier, feature, preconditions, description: the in-image probes, then the wheel tier's
+    readers under the probe ids their records carry (``wheel.<dist>.<fact>``)."""
+    from stackforge.wheels.tier import wheel_probe_id
+
     items = tuple({"id": p.id, "tier": p.tier, "feature": p.feature, "preconditions": preconditions_text(p),
                    "default_timeout_s": p.default_timeout_s, "description": p.description} for p in probes)
+    items += tuple({"id": wheel_probe_id(r.dist, r.fact), "tier": "wheel", "feature": r.fact,
+                    "preconditions": f"a {r.dist} wheel on the index (no image, no GPU)",
+                    "default_timeout_s": None, "description": r.what} for r in wheel_readers)
     rows = tuple((i["id"], i["tier"], i["feature"], i["preconditions"] or "-", i["description"]) for i in items)
     return Listing("probes", ("PROBE", "TIER", "FEATURE", "PRECONDITIONS", "DESCRIPTION"), rows, items)
 

@@ -540,7 +540,8 @@ def render_md(report: UpgradeReport) -> str:
                      f"{_md(item.before.label())} | {_md(item.after.label())} |")
     lines += ["", "**Legend** " + " · ".join(f"{Change.GLYPHS[c]} {c}: {Change.MEANING[c]}" for c in Change.ORDER)
               + ". *measured (gate)* = decided inside the image without a GPU · *measured (runtime)* = a probe on "
-              "the GPU · *measured (bench)* = a benchmark · *predicted by rule X* = a compat rule says so, nothing "
+              "the GPU · *measured (bench)* = a benchmark · *measured (wheel)* = read in the release's wheel on the "
+              "index, no image · *predicted by rule X* = a compat rule says so, nothing "
               "measured it.", "", "#### Evidence", ""]
     for item in report.features:
         if item.before == item.after:     # the same rule (or nothing) on both sides: say it once

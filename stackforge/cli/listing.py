@@ -34,7 +34,9 @@ def command(kind: str, as_json: bool) -> None:
     elif kind == "features":
         result = listing.list_features(load_about().features, catalog(), knowledge.rules)
     elif kind == "probes":
-        result = listing.list_probes(catalog())
+        from stackforge.wheels.readers import READERS
+
+        result = listing.list_probes(catalog(), READERS)
     else:
         result = listing.list_rules(knowledge.rules)
     if as_json:
