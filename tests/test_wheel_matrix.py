@@ -93,6 +93,8 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]
     tree = text.split("**nccl-graph-tree**")[1].split("- [")[0]
     assert "rests on the rules only: no release is measured to unblock it" in tree
+    # nccl-graph-tree is no wheel fact: `stackforge bisect nccl-graph-tree` would be exit 2.
+    assert "stackforge bisect" not in tree and "no wheel reader reads it" in tree
     json_text = render_deadends(report, "json")
     assert '"first_unblocked": "0.6.17"' in json_text
 
