@@ -140,11 +140,14 @@ class Prediction:
     error: str = ""
     remedy: str = ""
     sources: tuple[dict[str, str], ...] = ()
+    unwitnessed: str = ""   # the rule's word on why no wheel reading can decide it (a runtime bug...)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdict"] = self.verdict.value
         data["sources"] = [dict(s) for s in self.sources]
+        if not self.unwitnessed:
+            del data["unwitnessed"]
         return data
 
 

@@ -120,3 +120,24 @@ def test_a_pruned_stack_gets_no_wheel_record():
     report = matrix([wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE)])
     cell = report.row(PRUNED).cell("flashinfer-ar-fusion")
     assert cell.status is CellStatus.PRUNED and not cell.contradicted and not cell.records
+
+
+def test_a_wheel_pass_does_not_override_a_rule_no_wheel_can_witness():
+    """A wheel pass says the release's code admits the target; a rule whose data says no wheel reading
+    decides it (a failure only running the kernel shows: nvfp4 mm_fp4 on SM120 in FlashInfer 0.6.3)
+    stands, with the wheel record kept as evidence, and no contradiction is flagged."""
+    plan = plan_dict()
+    for cell in plan["cells"]:
+        for prediction in cell["predictions"]:
+            if prediction.get("rule") == "torch-symm-mem-sm120":
+                prediction["unwitnessed"] = "a runtime failure: only running the kernel shows it"
+    passed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")
+    report = build_matrix([*seed_records(), passed], parse_plan(plan), TARGET)
+    cell = report.row(CU130).cell("torch-symm-mem")
+    assert (cell.status, cell.source, cell.contradicted) == (CellStatus.UNAVAILABLE, Source.PREDICTED, "")
+    assert "no wheel reading decides this rule: a runtime failure" in cell.reason
+    assert passed.probe in cell.reason and any(r.tier is Tier.WHEEL for r in cell.records)
+    # A wheel failure still decides: the code refusing the target is a measurement.
+    failed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "MAX_SIZES[cap]")
+    refused = build_matrix([*seed_records(), failed], parse_plan(plan), TARGET).row(CU130).cell("torch-symm-mem")
+    assert (refused.status, refused.tier) == (CellStatus.FAIL, Tier.WHEEL)
