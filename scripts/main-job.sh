@@ -1,42 +1,260 @@
 #!/usr/bin/env bash
-# The main job (README): set up this machine and run `stackforge build --cuda 13.1` on the shipped
-# default matrix (matrices/default.yaml). Prints the time and the disk it took.
+# The main job (README): answer "what do we gain and lose going from CUDA 12.8 to 13.1 on the default
+# target?" end to end on this machine, from the shipped default matrix (matrices/default.yaml):
+#
+#   engine      start a Docker engine + buildx (scripts/setup-engine.sh)
+#   install     install stackforge into .venv
+#   base        create the registry-free Debian base image (stackforge bootstrap-base)
+#   build-13.1  stackforge build --cuda 13.1 (the headline command)
+#   build-12.8  build the CUDA 12.8 stacks that can be built here; a stack whose base image needs a
+#               registry that does not answer (the devel flavour's nvidia/cuda image) is skipped and
+#               said so: its cells stay predictions
+#   probe       the gate tier for the default target, on every stack built above (a rerun on the
+#               same images, target and probe code reuses the newest run; MAIN_JOB_PROBE=always)
+#   matrix      out/matrix.html
+#   deadends    out/deadends.md (also printed)
+#   upgrade     the upgrade report 12.8 -> 13.1 (stackforge upgrade; also printed)
+#   pick        the best image with its evidence level (out/pick.txt)
+#
+# Ends with where each file is and how long each stage took (also in out/main-job.tsv: stage,
+# seconds, status, note). Exits non-zero as soon as a stage fails (the summary is still printed).
 #
 # For a Debian bookworm machine (root or passwordless sudo; no GPU, no container registry needed).
-# Extra arguments go to `stackforge build`, e.g.  scripts/main-job.sh -j 2 --resume
+# Extra arguments go to both `stackforge build` calls, e.g.  scripts/main-job.sh -j 2 --resume
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 readonly VENV=".venv"
+readonly SF="$VENV/bin/stackforge"
+readonly OUT="out"
+readonly RESULTS="results"
+readonly TARGET="rtx-pro-6000-x8-pcie"
+readonly FROM_CUDA="12.8"
+readonly TO_CUDA="13.1"
+readonly STAGES_TSV="$OUT/main-job.tsv"
+readonly PROBE_INPUTS="$OUT/probe-inputs.txt"
+# What the picked image must have: torch kernels for the target's arch (without them nothing runs);
+# pick's exit status then says how that was decided: 0 measured on the GPU, 5 by a gate probe only.
+readonly REQUIRE="torch-kernels"
 
 say() { printf 'main-job: %s\n' "$*"; }
-die() { printf 'main-job: error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 docker_bytes() { df -B1 --output=used "$(docker info --format '{{.DockerRootDir}}')" | tail -1; }
 
-started=$(date +%s)
-as_root scripts/setup-engine.sh
+STAGE_NAMES=()
+STAGE_SECONDS=()
+STAGE_STATUS=()
+STAGE_NOTES=()
+FILES=()
+JOB_STARTED=$(date +%s)
+DISK_BEFORE=""
 
-if ! python3 -c "import ensurepip" 2>/dev/null; then
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-fi
-[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check . || die "pip install . failed"
-say "$("$VENV/bin/stackforge" --version | head -n 1) installed in $VENV"
+# stage NAME WHAT COMMAND...: run one stage under errexit and record its seconds; when it fails, the
+# EXIT trap records it as failed (CURRENT_STAGE) and the job ends with its exit status. A stage may add
+# to its note (CURRENT_NOTE) what the summary should say about it.
+CURRENT_STAGE=""
+CURRENT_NOTE=""
+CURRENT_STARTED=0
+stage() {
+  CURRENT_STAGE="$1"; CURRENT_NOTE="$2"; CURRENT_STARTED=$(date +%s); shift 2
+  say "== $CURRENT_STAGE: $CURRENT_NOTE"
+  "$@"
+  record_stage "$CURRENT_STAGE" "$(( $(date +%s) - CURRENT_STARTED ))" ok "$CURRENT_NOTE"
+  CURRENT_STAGE=""
+}
 
+record_stage() {
+  STAGE_NAMES+=("$1"); STAGE_SECONDS+=("$2"); STAGE_STATUS+=("$3"); STAGE_NOTES+=("$4")
+}
+
+summary() {
+  local status=$? i
+  if [[ -n "$CURRENT_STAGE" ]]; then
+    record_stage "$CURRENT_STAGE" "$(( $(date +%s) - CURRENT_STARTED ))" "failed ($status)" "$CURRENT_NOTE"
+    say "stage $CURRENT_STAGE failed (exit $status)"
+  fi
+  mkdir -p "$OUT"
+  : >"$STAGES_TSV"
+  say ""
+  say "stages (seconds):"
+  for i in "${!STAGE_NAMES[@]}"; do
+    printf '  %-11s %6s s  %-10s %s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}" "${STAGE_STATUS[$i]}" \
+      "${STAGE_NOTES[$i]}"
+    printf '%s\t%s\t%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}" "${STAGE_STATUS[$i]}" "${STAGE_NOTES[$i]}" \
+      >>"$STAGES_TSV"
+  done
+  printf '  %-11s %6s s\n' "total" "$(( $(date +%s) - JOB_STARTED ))"
+  printf 'total\t%s\t%s\t\n' "$(( $(date +%s) - JOB_STARTED ))" "$([[ $status -eq 0 ]] && echo ok || echo "failed ($status)")" \
+    >>"$STAGES_TSV"
+  if [[ -n "$DISK_BEFORE" ]] && docker info >/dev/null 2>&1; then
+    say "disk used by the engine grew by $(( ($(docker_bytes) - DISK_BEFORE) / 1024 / 1024 )) MiB"
+  fi
+  say "files (in $PWD):"
+  for i in "${FILES[@]}" "$STAGES_TSV"; do printf '  %s\n' "$i"; done
+  exit "$status"
+}
+trap summary EXIT
+
+# kept_stacks CUDA: "stack-id flavour base-image" per kept stack of the default matrix with that toolkit.
+kept_stacks() {
+  "$SF" plan --cuda "$1" --target "$TARGET" --json | "$VENV/bin/python" -c '
+import json, sys
+for cell in json.load(sys.stdin)["cells"]:
+    if cell["status"] == "kept":
+        print(cell["stack_id"], cell["stack"]["flavour"], cell["derived"]["base_image"])'
+}
+
+# can_build_here FLAVOUR BASE: is the base image here, or can it be had? The wheels flavour on
+# Debian 12 builds from the bootstrapped base when no registry answers (stackforge build says so).
+can_build_here() {
+  local flavour="$1" base="$2"
+  [[ "$flavour" == "wheels" ]] && return 0
+  docker image inspect "$base" >/dev/null 2>&1 && return 0
+  timeout 60 docker manifest inspect "$base" >/dev/null 2>&1
+}
+
+BUILT_IDS=()
+SKIPPED_IDS=()
+
+build_family() {
+  local cuda="$1" stacks id flavour base wanted=() only=()
+  shift
+  stacks=$(kept_stacks "$cuda")
+  while read -r id flavour base; do
+    if can_build_here "$flavour" "$base"; then
+      wanted+=("$id")
+      only+=(--only "$id")
+    else
+      say "skipped $id ($flavour flavour): its base image $base is not on this engine and no registry" \
+          "answers; its cells stay predictions (a machine with a registry builds it)"
+      SKIPPED_IDS+=("$id")
+    fi
+  done <<<"$stacks"
+  if [[ ${#SKIPPED_IDS[@]} -gt 0 ]]; then
+    CURRENT_NOTE+="; skipped, no registry: ${SKIPPED_IDS[*]}"
+  fi
+  if [[ ${#wanted[@]} -eq 0 ]]; then
+    say "no CUDA $cuda stack can be built here"
+    return 0
+  fi
+  "$SF" build "${only[@]}" "$@"
+  BUILT_IDS+=("${wanted[@]}")
+}
+
+build_headline() {
+  local stacks
+  stacks=$(kept_stacks "$TO_CUDA")
+  # build trusts the CA bundle pip here trusts (a proxy re-signing TLS, say) by itself: it goes in as a
+  # BuildKit secret, never into a layer; the first line of its output names the path.
+  "$SF" build --cuda "$TO_CUDA" "$@"
+  local id
+  while read -r id _; do BUILT_IDS+=("$id"); done <<<"$stacks"
+}
+
+# Gate verdicts are a function of the image, the target and the probe code (gate probes get no GPU),
+# so a rerun on the same images reuses the newest run when all three are unchanged; MAIN_JOB_PROBE=always
+# probes again anyway. PROBE_INPUTS records what the newest run was made from.
+probe_gate() {
+  local only=() id run inputs
+  inputs=$(probe_inputs)
+  run=$(newest_run)
+  if [[ "${MAIN_JOB_PROBE:-auto}" != "always" && -n "$run" && -f "$PROBE_INPUTS" ]] \
+     && [[ "$(cat "$PROBE_INPUTS")" == "$inputs"$'\n'"run $run" ]] && grep -q '"finished_at": "' "$run/run.json"; then
+    say "gate results reused from $run: the same images (ids), target and probe code as when they were recorded" \
+        "(MAIN_JOB_PROBE=always probes again)"
+    CURRENT_NOTE+="; reused $run"
+    FILES+=("$run  (the probe records used)")
+    return 0
+  fi
+  rm -f "$PROBE_INPUTS"
+  for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
+  "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --results "$RESULTS"
+  run=$(newest_run)
+  printf '%s\nrun %s\n' "$inputs" "$run" >"$PROBE_INPUTS"
+  FILES+=("$run  (this run's probe records)")
+}
+
+# probe_inputs: what the gate verdicts depend on: the target, each stack's local images (ids; probe runs
+# the newest), and a hash of the installed probe code (scripts, catalog, runner).
+probe_inputs() {
+  local id
+  echo "target $TARGET"
+  for id in "${BUILT_IDS[@]}"; do
+    echo "images $id $(docker image ls -q --no-trunc --filter "label=io.stackforge.stack.id=$id" | tr '\n' ' ')"
+  done
+  "$VENV/bin/python" -c '
+import hashlib, pathlib, stackforge.probes as probes
+root = pathlib.Path(probes.__file__).parent
+digest = hashlib.sha256()
+for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+print("probe-code", digest.hexdigest())'
+}
+
+# newest_run: the newest run folder under $RESULTS (probe writes one per run).
+newest_run() {
+  local newest="" dir
+  for dir in "$RESULTS"/*/; do
+    [[ -d "$dir" ]] || continue   # no run yet: the pattern itself
+    if [[ -z "$newest" || "$dir" -nt "$newest" ]]; then newest="$dir"; fi
+  done
+  printf '%s\n' "$newest"
+}
+
+write_matrix() {
+  "$SF" matrix --results "$RESULTS" --run latest --target "$TARGET" --format html --out "$OUT/matrix.html"
+  FILES+=("$OUT/matrix.html")
+}
+
+print_deadends() {
+  "$SF" deadends --results "$RESULTS" --run latest --target "$TARGET" --format md --out "$OUT/deadends.md"
+  cat "$OUT/deadends.md"
+  FILES+=("$OUT/deadends.md")
+}
+
+print_upgrade() {
+  local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" --run latest
+              --builds "$OUT")
+  "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
+  "$SF" upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
+  cat "$OUT/upgrade.md"
+  FILES+=("$OUT/upgrade.md" "$OUT/upgrade.html")
+}
+
+pick_image() {
+  local status=0
+  "$SF" pick --results "$RESULTS" --run latest --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
+  cat "$OUT/pick.txt"
+  FILES+=("$OUT/pick.txt")
+  case "$status" in
+    0) say "evidence: $REQUIRE measured by a runtime probe on a GPU of the target" ;;
+    5) say "evidence: gate only ($REQUIRE decided inside the image without a GPU; no runtime measurement)" ;;
+    *) return "$status" ;;
+  esac
+}
+
+stage engine "Docker engine and buildx (scripts/setup-engine.sh)" as_root scripts/setup-engine.sh
+install() {
+  if ! python3 -c "import ensurepip" 2>/dev/null; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  fi
+  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check .
+  say "$("$SF" --version | head -n 1) installed in $VENV"
+}
+stage install "pip install . into $VENV" install
 # The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
-as_root "$VENV/bin/stackforge" bootstrap-base
-
-before=$(docker_bytes)
-build_started=$(date +%s)
-status=0
-# build trusts the CA bundle pip here trusts (a proxy re-signing TLS, say) by itself: it goes in as a
-# BuildKit secret, never into a layer; the first line of its output names the path.
-"$VENV/bin/stackforge" build --cuda 13.1 "$@" || status=$?
-after=$(docker_bytes)
-say "build took $(( $(date +%s) - build_started )) s; the whole job $(( $(date +%s) - started )) s"
-say "disk used by the engine grew by $(( (after - before) / 1024 / 1024 )) MiB"
-# Built images carry their stack's facts as labels (io.stackforge.managed marks only containers).
-say "CUDA 13.1 images on this engine:"
-docker image ls --filter label=io.stackforge.cuda=13.1 --format '  {{.Repository}}:{{.Tag}}  {{.Size}}'
-exit "$status"
+stage base "stackforge bootstrap-base (Debian base image for registry-free builds)" as_root "$SF" bootstrap-base
+DISK_BEFORE=$(docker_bytes)
+mkdir -p "$OUT"
+stage "build-$TO_CUDA" "stackforge build --cuda $TO_CUDA" build_headline "$@"
+stage "build-$FROM_CUDA" "the CUDA $FROM_CUDA stacks this machine can build" build_family "$FROM_CUDA" "$@"
+FILES+=("$OUT/builds/  (build records)" "$OUT/logs/  (build logs)")
+say "images of the stacks built here:"
+docker image ls --filter label=io.stackforge.stack.id --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' \
+  | grep -F -f <(printf '%s\n' "${BUILT_IDS[@]}") || say "  (none)"
+stage probe "gate probes for $TARGET" probe_gate
+stage matrix "stackforge matrix --format html" write_matrix
+stage deadends "stackforge deadends" print_deadends
+stage upgrade "stackforge upgrade --from-cuda $FROM_CUDA --to-cuda $TO_CUDA" print_upgrade
+stage pick "stackforge pick --require $REQUIRE" pick_image

@@ -8,7 +8,7 @@ out over; the workflow's ``plan`` job calls it through ``stackforge ci shards``.
 The workflow, job by job::
 
     plan      (CPU)  stackforge plan --json; which shards have work; which GPU jobs exist
-    build     (CPU)  one job per shard: build and push to the registry (BuildKit registry cache)
+    build     (CPU)  one job per shard: build and push to the registry
     gate      (CPU)  one job per shard: gate-tier probes in the pushed images (no GPU needed)
     runtime   (GPU)  one job per arch label x target x shard on self-hosted runners
     bench     (GPU)  the same fan-out, after the runtime probes
@@ -31,9 +31,8 @@ from typing import Any
 
 import yaml
 
-from stackforge.envelope import check_envelope
-from stackforge.errors import RecordError, SpecError, UnsafeValueError
-from stackforge.plan import PLAN_SCHEMA, PLAN_SCHEMA_VERSION
+from stackforge.errors import SpecError, UnsafeValueError
+from stackforge.plan import Plan
 from stackforge.registry import Repository
 from stackforge.shard import MAX_SHARDS, nonempty_shards
 from stackforge.versions import compact
@@ -526,21 +525,18 @@ class CiMatrix:
         return "\n".join(lines) + "\n"
 
 
-def ci_matrix(plan: Any, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatrix:
+def ci_matrix(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatrix:
     """Which shard jobs a plan needs: CPU shards over kept stacks, GPU shards per target arch.
 
     Args:
-        plan: the parsed output of ``stackforge plan --json`` (schema ``stackforge.plan`` v1).
+        plan: the plan (a ``stackforge plan --json`` file is read with :meth:`Plan.from_json`).
         shards: N of the K/N split.
         gpu_labels: arch labels (``sm_120``) that have self-hosted runners.
-
-    Raises:
-        RecordError: the document is not a stackforge plan this version understands.
     """
     for label in gpu_labels:
         _check(_GPU_LABEL, label, "--gpu-label", "an arch label such as sm_120 or sm_90")
-    targets, cells = _plan_parts(plan)
-    kept = [c["stack_id"] for c in cells if c["status"] == "kept"]
+    targets = {t.name: t.arch for t in plan.targets}
+    kept = [c.stack_id for c in plan.cells if not c.pruned]
     cpu = tuple({"shard": str(s), "slug": s.slug} for s in nonempty_shards(dict.fromkeys(kept), shards))
     gpu: list[dict[str, str]] = []
     unmatched = []
@@ -548,23 +544,10 @@ def ci_matrix(plan: Any, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatri
         names = [name for name, arch in targets.items() if f"sm_{compact(arch)}" == label.rstrip("af")]
         unmatched += [] if names else [label]
         for name in names:
-            ids = dict.fromkeys(c["stack_id"] for c in cells if c["target"] == name and c["status"] == "kept")
+            ids = dict.fromkeys(c.stack_id for c in plan.cells_for_target(name) if not c.pruned)
             gpu += [{"label": label, "target": name, "shard": str(s), "slug": f"{label}-{name}-{s.slug}"}
                     for s in nonempty_shards(ids, shards)]
     return CiMatrix(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched))
-
-
-def _plan_parts(plan: Any) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """(target name -> arch, cells) from a plan document, checked enough to trust the fields used."""
-    check_envelope(plan, schema=PLAN_SCHEMA, supported=PLAN_SCHEMA_VERSION, what="plan",
-                   make_one="make one with `stackforge plan --json`")
-    try:
-        targets = {str(name): str(data["arch"]) for name, data in plan["targets"].items()}
-        cells = [{"stack_id": str(c["stack_id"]), "target": str(c["target"]), "status": str(c["status"])}
-                 for c in plan["cells"]]
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise RecordError(f"plan document lacks a field the CI fan-out needs: {exc}") from None
-    return targets, cells
 
 
 __all__ = ["ACTIONS", "CiMatrix", "WorkflowConfig", "ci_matrix", "parse_header_command",

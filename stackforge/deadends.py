@@ -23,8 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.errors import SpecError
 from stackforge.records import ResultRecord, Status
-from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellStatus, Cell, MatrixReport, Row, Source,
-                               image_reference, source_text, target_text)
+from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, CellSource, CellStatus, MatrixReport, ReportCell,
+                               ReportRow, image_reference, source_text, target_text)
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "ReleaseBoundary", "Unblock",
            "find_dead_ends", "release_boundaries", "render_deadends"]
@@ -122,16 +122,16 @@ def find_dead_ends(report: MatrixReport) -> DeadEndReport:
             dead_ends.append(DeadEnd(feature=feature, dead_on=dead, stacks_total=judged,
                                      unblocked_by=_unblock(report.rows, feature),
                                      boundaries=release_boundaries(report.wheel_records, feature)))
-    pruned = tuple((row.stack_id, tuple(f"{f.rule}: {f.reason}" for f in row.pruned_by))
+    pruned = tuple((row.stack_id, tuple(f"{f.rule.id}: {f.rule.reason}" for f in row.pruned_by))
                    for row in report.rows if row.plan_status == "pruned")
     return DeadEndReport(target=report.target, target_label=target_text(report), dead_ends=tuple(dead_ends),
                          pruned=pruned, predictions_only=report.predictions_only)
 
 
-def _dead_stack(row: Row, cell: Cell) -> DeadStack:
+def _dead_stack(row: ReportRow, cell: ReportCell) -> DeadStack:
     decisive = cell.decisive
     prediction = cell.prediction
-    predicted = cell.source is Source.PREDICTED
+    predicted = cell.source is CellSource.PREDICTED
     return DeadStack(stack_id=row.stack_id, status=cell.status.value, source=cell.source.value,
                      tier=cell.tier.value if cell.tier else None, reason=cell.reason, evidence=cell.evidence,
                      rule=prediction.rule if prediction and predicted else "",
@@ -141,11 +141,11 @@ def _dead_stack(row: Row, cell: Cell) -> DeadStack:
                      run_id=decisive.run_id if decisive else "", undecided=cell.undecided)
 
 
-def _unblock(rows: tuple[Row, ...], feature: str) -> Unblock | None:
+def _unblock(rows: tuple[ReportRow, ...], feature: str) -> Unblock | None:
     """First measured pass in version order; else the first kept stack no rule blocks."""
     for row in rows:
         cell = row.cell(feature)
-        if cell.source is Source.MEASURED and cell.status is CellStatus.PASS:
+        if cell.source is CellSource.MEASURED and cell.status is CellStatus.PASS:
             tier = cell.tier.value if cell.tier else None
             return Unblock(row.stack_id, "measured", tier, _flat(cell.reason))
     for row in rows:

@@ -74,6 +74,13 @@ class Derived:
         data["expected_arch_list"] = list(self.expected_arch_list)
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Derived":
+        """Inverse of :meth:`to_json`."""
+        return cls(**{**data, "toolkit_wheels": dict(data.get("toolkit_wheels") or {}),
+                      "expected_arch_list": tuple(data.get("expected_arch_list", ())),
+                      "sglang_pins": dict(data.get("sglang_pins") or {})})
+
 
 # --------------------------------------------------------------------------- tables
 

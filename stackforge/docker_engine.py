@@ -25,7 +25,8 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -290,6 +291,37 @@ def run_container(
                                    timeout=timeout, grace=grace, cancel=cancel)
     except requests.exceptions.RequestException as exc:
         raise _unavailable(engine_url(), exc) from None
+    finally:
+        _remove_quietly(container)
+
+
+@contextmanager
+def idle_container(client: docker.DockerClient, image: str, *, lifetime_s: float,
+                   labels: Mapping[str, str] | None = None, network_mode: str = "host") -> Iterator[str]:
+    """A container idling in ``image`` for commands run into it (``docker exec``, testinfra); its id.
+
+    Labelled like every container :func:`run_container` makes (managed, owner), so a run that dies
+    leaves it to :func:`reap_orphans`; it sleeps ``lifetime_s`` and then ends by itself, and it is
+    force-removed when the block ends.
+
+    Raises:
+        CommandError: the engine could not create or start it (e.g. image not found).
+        DockerUnavailableError: the engine stopped answering.
+    """
+    if not lifetime_s > 0:
+        raise ValueError(f"lifetime_s must be positive, got {lifetime_s!r}")
+    command = ["sleep", str(int(lifetime_s))]
+    container = _create(client, image, None, _create_args(
+        image, command, mounts=(), env=None, labels=labels, network_mode=network_mode, ipc_mode=None,
+        shm_size=None, gpus=None, name=None, init=True))
+    try:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise _api_error("start", image, None, exc, command) from None
+        except requests.exceptions.RequestException as exc:
+            raise _unavailable(engine_url(), exc) from None
+        yield container.id
     finally:
         _remove_quietly(container)
 

@@ -23,8 +23,9 @@ import requests
 from stackforge import docker_engine, runner
 from stackforge.doctor import BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts
 from stackforge.errors import StackforgeError
-from stackforge.pip_config import PYPI_SIMPLE, PipConfig, read_pip_config, trusted_ca_bundles
+from stackforge.pip_config import PipConfig, read_pip_config, trusted_ca_bundles
 from stackforge.probes.execute import HostGpus, detect_host_gpus
+from stackforge.wheels.index import index_config
 
 ENGINE_TIMEOUT_S = 5.0
 TOOL_TIMEOUT_S = 15.0
@@ -113,15 +114,11 @@ def disk_facts(label: str, path: Path) -> DiskFacts:
 # --------------------------------------------------------------------------- pip's index and CA bundle
 
 def pip_indexes(index_url: str | None, config: PipConfig, environ: Mapping[str, str]) -> tuple[IndexFacts, ...]:
-    """The index (``--index-url``, else pip's setting, else PyPI) and pip's extra indexes (pure)."""
-    if index_url:
-        main = IndexFacts(index_url, "--index-url")
-    else:
-        setting = config.setting("index-url", environ)
-        main = IndexFacts(setting.value, setting.origin) if setting else IndexFacts(PYPI_SIMPLE, "pip's default")
-    extras = config.setting("extra-index-url", environ)
-    extra = tuple(IndexFacts(url, extras.origin, role="extra index") for url in extras.value.split()) if extras else ()
-    return (main, *extra)
+    """The index and extra indexes pip would ask, each with where it was set (pure; read as
+    :func:`stackforge.wheels.index.index_config` reads them for plan, probe and bisect)."""
+    indexes = index_config(index_url=index_url, pip_config=config, env=environ)
+    main = (IndexFacts(indexes.index_url, indexes.origin(indexes.index_url)),) if indexes.index_url else ()
+    return (*main, *(IndexFacts(url, indexes.origin(url), role="extra index") for url in indexes.extra_index_urls))
 
 
 def pip_ca(ca_bundle: str | None, config: PipConfig, environ: Mapping[str, str]) -> CaFacts:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackforge.model import Target
 from stackforge.probes.catalog import ProbeSpec, known_features
 from stackforge.rules import Condition, Rule, specifier_text
 from stackforge.wheels.model import ReaderSpec
+
+if TYPE_CHECKING:
+    from stackforge.user_compat import UserCompat
 
 KINDS = ("targets", "features", "probes", "rules")
 LIST_SCHEMA = "stackforge.list"
@@ -81,6 +84,24 @@ def list_rules(rules: Sequence[Rule]) -> Listing:
                    "origin": r.origin} for r in rules)
     rows = tuple((i["id"], i["effect"], i["feature"] or "-", i["when"], i["source"]) for i in items)
     return Listing("rules", ("RULE", "EFFECT", "FEATURE", "WHEN", "FIRST SOURCE"), rows, items)
+
+
+def list_kind(kind: str, user_compat: UserCompat | None = None) -> Listing:
+    """``stackforge list KIND``: the shipped knowledge (with ``user_compat`` merged in) as one listing."""
+    from stackforge.plan import load_knowledge
+    from stackforge.probes.catalog import catalog
+    from stackforge.user_compat import load_about
+
+    knowledge = load_knowledge(user=user_compat)
+    if kind == "targets":
+        return list_targets(knowledge.targets)
+    if kind == "features":
+        return list_features(load_about().features, catalog(), knowledge.rules)
+    if kind == "probes":
+        from stackforge.wheels.readers import READERS
+
+        return list_probes(catalog(), READERS)
+    return list_rules(knowledge.rules)
 
 
 def preconditions_text(probe: ProbeSpec) -> str:

@@ -129,6 +129,11 @@ class Target:
         data["interconnect"] = self.interconnect.value
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Target":
+        """Inverse of :meth:`to_json`."""
+        return cls(**{**data, "interconnect": Interconnect(data["interconnect"])})
+
 
 @dataclass(frozen=True, slots=True)
 class Matrix:

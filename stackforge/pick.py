@@ -35,7 +35,7 @@ Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +44,15 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.derive import DriverFloor, cell_driver_floor
 from stackforge.errors import NothingQualifiesError, SpecError
+from stackforge.plan import Plan
 from stackforge.records import ResultRecord, Status, Tier
 from stackforge.versions import validate_version
-from stackforge.report import (UNITS, Cell, CellStatus, Metric, PlanView, Row, Source, build_matrix,
-                               check_features, headline_value, image_reference, one_line, parse_plan,
+from stackforge.report import (UNITS, ReportCell, CellStatus, Metric, ReportRow, CellSource, build_matrix,
+                               check_features, headline_value, image_reference, one_line,
                                stack_order_key)
 
-__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Check", "Pick", "Scope",
+__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "THROUGHPUT_METRICS", "Candidate", "Pick",
+           "RequirementCheck", "Scope",
            "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
            "predicted_to_qualify", "predictions_only_shortfall", "row_driver_floor", "shortfall_remedy"]
 
@@ -71,7 +73,7 @@ THROUGHPUT_METRICS = (("output_throughput", ("output_throughput", "output_tok_s"
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class RequirementCheck:
     """One requirement of one candidate: met or not, and the evidence line that says so."""
 
     name: str           # a feature, or "plan" / "image" / "driver"
@@ -90,14 +92,14 @@ class Candidate:
     stack: dict[str, Any]
     image: str
     pinned: bool
-    checks: tuple[Check, ...]
+    checks: tuple[RequirementCheck, ...]
     metric: Metric | None
     metric_rank: int
     warnings: tuple[str, ...]
     order_key: tuple[Any, ...]
 
     @property
-    def blockers(self) -> tuple[Check, ...]:
+    def blockers(self) -> tuple[RequirementCheck, ...]:
         return tuple(c for c in self.checks if not c.met)
 
     @property
@@ -125,7 +127,7 @@ class Scope:
     only: tuple[str, ...] = ()
     plan_only: bool = False
 
-    def select(self, rows: Sequence[Row]) -> tuple[Row, ...]:
+    def select(self, rows: Sequence[ReportRow]) -> tuple[ReportRow, ...]:
         """The rows in scope. Raises SpecError for an id or toolkit that no stack has (listing those known)."""
         chosen = tuple(rows)
         if self.plan_only:
@@ -142,7 +144,7 @@ class Scope:
             chosen = tuple(r for r in chosen if r.stack_id in self.only)
         return chosen
 
-    def _by_cuda(self, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    def _by_cuda(self, rows: tuple[ReportRow, ...]) -> tuple[ReportRow, ...]:
         wanted = {_loose_version(validate_version(c, what="--cuda")) for c in self.cuda}
         have = {_loose_version(str(r.stack.get("cuda"))): str(r.stack.get("cuda")) for r in rows}
         missing = [c for c in self.cuda if _loose_version(c) not in have]
@@ -189,15 +191,15 @@ class Pick:
         return self.candidate.warnings + extra
 
 
-def pick(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
          require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput", *,
          scope: Scope | None = None) -> Pick:
     """Pick the best image for ``target`` by evidence.
 
     Args:
         records: measured results (any targets).
-        plan: the plan (predictions, pruned stacks, derived minimum drivers): the dict of
-            ``stackforge plan --json`` or its :func:`stackforge.report.parse_plan` view.
+        plan: the plan (predictions, pruned stacks, driver floors); a plan file is read with
+            :meth:`stackforge.plan.Plan.from_json`.
         target: target profile name.
         require: features that must work.
         driver: the host's driver version (``"580.95.05"``), or None to skip the driver check.
@@ -234,21 +236,20 @@ def shortfall_remedy(target: str) -> str:
             "or `stackforge matrix` for the evidence")
 
 
-def evaluate_candidates(records: Sequence[ResultRecord], plan: PlanView | Mapping[str, Any], target: str,
+def evaluate_candidates(records: Sequence[ResultRecord], plan: Plan, target: str,
                         require: Sequence[str] = (), driver: str | None = None,
                         optimize: str = "throughput", *, scope: Scope | None = None) -> tuple[Candidate, ...]:
     """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements."""
     if optimize not in OPTIMIZE:
         raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
     host_driver = _driver_version(driver)
-    view = plan if isinstance(plan, PlanView) else parse_plan(plan)
-    report = build_matrix(records, view, target)
+    report = build_matrix(records, plan, target)
     unmeasured = [f for f in require if f not in report.features]
     if unmeasured:
         # A feature only a probe decides (p2p-access...) has no column until a record measures it; it is
         # still a feature (the same names `matrix --feature` and `list features` know), its cells unknown.
         check_features(unmeasured, report.features)
-        report = build_matrix(records, view, target, features=(*report.features, *unmeasured))
+        report = build_matrix(records, plan, target, features=(*report.features, *unmeasured))
     target_min = report.target_info.get("min_driver")
     rows = (scope or Scope()).select(report.rows)
     return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)
@@ -324,7 +325,7 @@ def pick_to_json(result: Pick | None, candidates: Sequence[Candidate], target: s
 # ---------------------------------------------------------------------------------------------- internals
 
 
-def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | None,
+def _candidate(row: ReportRow, target: str, require: tuple[str, ...], driver: str | None,
                host_driver: Version | None, target_min: str | None) -> Candidate:
     checks = [_plan_check(row)]
     checks += [_feature_check(row.cell(feature)) for feature in require]
@@ -335,32 +336,32 @@ def _candidate(row: Row, target: str, require: tuple[str, ...], driver: str | No
                 if r.outcome.status not in _NOT_EVIDENCE and r.tier is not Tier.WHEEL]
     image, pinned, warnings = _image(evidence or imaged)
     pinning = "pinned by digest" if pinned else "not pinned"
-    checks.append(Check("image", bool(image), f"image {image} ({pinning})" if image
-                        else _no_image_line(row), unmeasured=not image))
+    checks.append(RequirementCheck("image", bool(image), f"image {image} ({pinning})" if image
+                                   else _no_image_line(row), unmeasured=not image))
     metric, rank = _throughput(row.records)
     return Candidate(stack_id=row.stack_id, stack=row.stack, image=image, pinned=pinned, checks=tuple(checks),
                      metric=metric, metric_rank=rank, warnings=warnings,
                      order_key=stack_order_key(row.stack_id, row.stack))
 
 
-def _no_image_line(row: Row) -> str:
+def _no_image_line(row: ReportRow) -> str:
     if any(r.outcome.status is Status.UNDECIDED for r in row.records):
         return "no image: every probe of this stack on this target was undecided (no evidence for an image)"
     return "no image: this stack was never probed on this target"
 
 
-def _plan_check(row: Row) -> Check:
+def _plan_check(row: ReportRow) -> RequirementCheck:
     if row.plan_status == "pruned":
-        why = "; ".join(f"rule {f.rule}: {one_line(f.reason, 200)}" for f in row.pruned_by)
-        return Check("plan", False, f"stack pruned by the plan ({why})")
+        why = "; ".join(f"rule {f.rule.id}: {one_line(f.rule.reason, 200)}" for f in row.pruned_by)
+        return RequirementCheck("plan", False, f"stack pruned by the plan ({why})")
     if row.plan_status == "unplanned":
-        return Check("plan", True, "stack measured but not in the plan (no rule checked it)")
-    return Check("plan", True, "stack kept by the plan (no rule makes it incompatible)")
+        return RequirementCheck("plan", True, "stack measured but not in the plan (no rule checked it)")
+    return RequirementCheck("plan", True, "stack kept by the plan (no rule makes it incompatible)")
 
 
-def _feature_check(cell: Cell) -> Check:
+def _feature_check(cell: ReportCell) -> RequirementCheck:
     decisive = cell.decisive
-    if cell.source is Source.MEASURED and cell.status is CellStatus.PASS and decisive is not None:
+    if cell.source is CellSource.MEASURED and cell.status is CellStatus.PASS and decisive is not None:
         gate_only = decisive.tier in (Tier.GATE, Tier.WHEEL)
         label = f"pass on {decisive.tier.value} evidence only" if gate_only else "pass"
         line = (f"{cell.feature}: {label} ({decisive.tier.value} probe {decisive.probe}: "
@@ -369,20 +370,21 @@ def _feature_check(cell: Cell) -> Check:
             line += f" — evidence: {one_line(cell.evidence, 160)}"
         if cell.contradicted:
             line += " — note: contradicts a rule's prediction"
-        return Check(cell.feature, True, line, gate_only=gate_only, wheel_only=decisive.tier is Tier.WHEEL)
-    unmeasured = cell.source is not Source.MEASURED and cell.status in _NOT_RULED_OUT
-    return Check(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
+        return RequirementCheck(cell.feature, True, line, gate_only=gate_only,
+                                wheel_only=decisive.tier is Tier.WHEEL)
+    unmeasured = cell.source is not CellSource.MEASURED and cell.status in _NOT_RULED_OUT
+    return RequirementCheck(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
 
 
-def _blocked_line(cell: Cell) -> str:
+def _blocked_line(cell: ReportCell) -> str:
     decisive = cell.decisive
-    if cell.source is Source.MEASURED and decisive is not None:
+    if cell.source is CellSource.MEASURED and decisive is not None:
         line = (f"{cell.feature}: {cell.status.value} ({decisive.tier.value} probe {decisive.probe}: "
                 f"{one_line(cell.reason, 160)})")
         return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")
     if cell.status is CellStatus.PRUNED:
         return f"{cell.feature}: stack pruned"
-    if cell.source is Source.PREDICTED and cell.prediction is not None:
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None:
         line = (f"{cell.feature}: predicted {cell.status.value} by rule {cell.prediction.rule} "
                 f"({one_line(cell.reason, 160)}), not measured")
         return line + (f" — {one_line(cell.undecided, 200)}" if cell.undecided else "")
@@ -393,34 +395,35 @@ def _blocked_line(cell: Cell) -> str:
     return f"{cell.feature}: no evidence (never probed, no rule)"
 
 
-def row_driver_floor(row: Row, target: str, target_min: str | None) -> DriverFloor:
+def row_driver_floor(row: ReportRow, target: str, target_min: str | None) -> DriverFloor:
     """The driver floor the plan shows for this row: its cell's ``driver_floor`` as ``plan`` wrote it
     (:func:`stackforge.derive.cell_driver_floor`: the CUDA family's floor, the target's ``min_driver``,
     ``requires: driver`` rules), never recomputed from ``derived``. A stack the plan does not list has
     only the target's hardware floor."""
     if row.driver_floor is not None:
-        version = row.driver_floor.get("version")
-        return DriverFloor(None if version is None else str(version),
-                           tuple(str(b) for b in row.driver_floor.get("because") or ()))
+        return row.driver_floor
     return cell_driver_floor(None, "", target, target_min, ())
 
 
-def _driver_check(row: Row, target: str, driver: str | None, host: Version | None,
-                  target_min: str | None) -> Check:
+def _driver_check(row: ReportRow, target: str, driver: str | None, host: Version | None,
+                  target_min: str | None) -> RequirementCheck:
     floor = row_driver_floor(row, target, target_min)
-    specs = [(f.rule, str(f.requires["driver"])) for f in row.findings if f.requires and f.requires.get("driver")]
+    specs = [(f.rule.id, str(f.rule.requires["driver"])) for f in row.findings
+             if f.rule.requires and f.rule.requires.get("driver")]
     wanted = floor.text() if floor.version else ""
     because = f" ({'; '.join(floor.because)})" if floor.because else ""
     if host is None:
-        return Check("driver", True, f"driver not checked (pass --driver; this stack needs {wanted}{because})"
-                     if wanted else "driver not checked (no minimum known for this stack)")
+        return RequirementCheck("driver", True,
+                                f"driver not checked (pass --driver; this stack needs {wanted}{because})"
+                                if wanted else "driver not checked (no minimum known for this stack)")
     too_old = floor.version is not None and host < _loose_version(floor.version)
     unmet = [s for _, s in specs if not _spec_allows(s, host)]
     if too_old or unmet:
         needs = " and ".join(([wanted] if wanted else []) + unmet)
-        return Check("driver", False, f"driver {driver} is too old: this stack needs {needs}{because}")
-    return Check("driver", True, f"driver {driver} meets {wanted}" if wanted
-                 else f"driver {driver} (no minimum known for this stack)")
+        return RequirementCheck("driver", False,
+                                f"driver {driver} is too old: this stack needs {needs}{because}")
+    return RequirementCheck("driver", True, f"driver {driver} meets {wanted}" if wanted
+                            else f"driver {driver} (no minimum known for this stack)")
 
 
 def _image(records: Sequence[ResultRecord]) -> tuple[str, bool, tuple[str, ...]]:

@@ -7,6 +7,7 @@ rules say about each feature; they are never mixed with measurements.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,12 @@ from packaging.specifiers import SpecifierSet
 
 from stackforge.data import display_path
 from stackforge.derive import Derived, DriverFloor, Tables, cell_driver_floor, derive, load_tables
-from stackforge.errors import SpecError
+from stackforge.envelope import check_envelope
+from stackforge.errors import RecordError, SpecError
 from stackforge.matrix import filter_stacks, load_matrix
 from stackforge.model import Matrix, Stack, Target
 from stackforge.records import Prediction, Verdict
-from stackforge.rules import (FEATURES, Condition, Effect, Evaluator, Finding, Rule, load_rules, load_targets)
+from stackforge.rules import FEATURES, Condition, Effect, Evaluator, Finding, Rule, load_rules, load_targets
 from stackforge.user_compat import UserCompat, merge_rules, merge_targets
 from stackforge.versions import parse_version, validate_specifier
 
@@ -37,13 +39,20 @@ class Knowledge:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
-    """One stack judged for one target."""
+class PlanCell:
+    """One stack judged for one target: the rules that fired, what they predict per feature, and the
+    driver floor (both worked out once, when the cell is judged, and carried as the plan JSON states them)."""
 
     stack: Stack
     target: Target
     derived: Derived
     findings: tuple[Finding, ...]
+    predictions: tuple[Prediction, ...]
+    driver_floor: DriverFloor
+
+    @property
+    def stack_id(self) -> str:
+        return self.stack.id
 
     @property
     def pruned(self) -> bool:
@@ -53,40 +62,71 @@ class Cell:
     def status(self) -> str:
         return "pruned" if self.pruned else "kept"
 
-    def driver_floor(self) -> DriverFloor:
-        """The one driver floor of this cell (CUDA family, target hardware, ``requires`` rules)."""
-        requires = [(f.rule.id, str(f.rule.requires["driver"])) for f in self.findings
-                    if f.rule.requires and f.rule.requires.get("driver")]
-        return cell_driver_floor(self.derived.min_driver, self.derived.min_driver_reason, self.target.name,
-                                 self.target.min_driver, requires)
-
-    def predictions(self) -> tuple[Prediction, ...]:
-        """One prediction per feature: unavailable beats hazard; no rule means unknown until probed."""
-        return tuple(_predict(feature, self.findings) for feature in FEATURES)
+    def pruning_findings(self) -> tuple[Finding, ...]:
+        """The findings that prune the cell (``incompatible`` rules)."""
+        return tuple(f for f in self.findings if f.rule.effect is Effect.INCOMPATIBLE)
 
     def to_json(self) -> dict[str, Any]:
         return {"stack_id": self.stack.id, "stack": self.stack.to_json(), "target": self.target.name,
                 "status": self.status, "derived": self.derived.to_json(),
-                "driver_floor": self.driver_floor().to_json(),
+                "driver_floor": self.driver_floor.to_json(),
                 "findings": [f.to_json() for f in self.findings],
-                "predictions": [p.to_json() for p in self.predictions()]}
+                "predictions": [p.to_json() for p in self.predictions]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], targets: Mapping[str, Target]) -> PlanCell:
+        """Inverse of :meth:`to_json`; ``targets`` are the plan's profiles by name."""
+        floor = data["driver_floor"] or {}
+        return cls(stack=Stack.from_json(dict(data["stack"])), target=targets[str(data["target"])],
+                   derived=Derived.from_json(dict(data["derived"])),
+                   findings=tuple(Finding.from_json(f) for f in data.get("findings", ())),
+                   predictions=tuple(Prediction.from_json(p) for p in data.get("predictions", ())),
+                   driver_floor=DriverFloor(version=floor.get("version"),
+                                            because=tuple(str(b) for b in floor.get("because") or ())))
+
+
+def judged_cell(stack: Stack, target: Target, derived: Derived, findings: tuple[Finding, ...]) -> PlanCell:
+    """A cell with its predictions and driver floor worked out from the findings."""
+    return PlanCell(stack=stack, target=target, derived=derived, findings=findings,
+                    predictions=tuple(_predict(feature, findings) for feature in FEATURES),
+                    driver_floor=_driver_floor(target, derived, findings))
+
+
+def _driver_floor(target: Target, derived: Derived, findings: tuple[Finding, ...]) -> DriverFloor:
+    """The one driver floor of a cell (CUDA family, target hardware, ``requires`` rules)."""
+    requires = [(f.rule.id, str(f.rule.requires["driver"])) for f in findings
+                if f.rule.requires and f.rule.requires.get("driver")]
+    return cell_driver_floor(derived.min_driver, derived.min_driver_reason, target.name, target.min_driver,
+                             requires)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A matrix, judged: every cell with its findings."""
+    """A matrix, judged: every cell with its findings. The one plan model: planning makes it, ``plan
+    --json`` writes it (:meth:`to_json`), and the reports, pick and CI read it back (:meth:`from_json`)."""
 
     matrix: Matrix
     targets: tuple[Target, ...]
-    cells: tuple[Cell, ...]
+    cells: tuple[PlanCell, ...]
+
+    @classmethod
+    def empty(cls) -> Plan:
+        """A plan that knows nothing: a report is then built from records alone."""
+        return cls(matrix=Matrix(name="", source="", stacks=(), targets=()), targets=(), cells=())
 
     def kept_stacks(self) -> tuple[Stack, ...]:
         """Stacks worth building: kept for at least one target (in matrix order)."""
         kept = {c.stack.id for c in self.cells if not c.pruned}
         return tuple(s for s in dict.fromkeys(c.stack for c in self.cells) if s.id in kept)
 
-    def cells_for(self, stack: Stack) -> tuple[Cell, ...]:
+    def cells_for(self, stack: Stack) -> tuple[PlanCell, ...]:
         return tuple(c for c in self.cells if c.stack == stack)
+
+    def cells_for_target(self, target: str) -> tuple[PlanCell, ...]:
+        return tuple(c for c in self.cells if c.target.name == target)
+
+    def target(self, name: str) -> Target | None:
+        return next((t for t in self.targets if t.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         kept = sum(not c.pruned for c in self.cells)
@@ -96,6 +136,46 @@ class Plan:
                 "summary": {"cells": len(self.cells), "kept": kept, "pruned": len(self.cells) - kept,
                             "excluded_by_matrix": self.matrix.excluded},
                 "cells": [c.to_json() for c in self.cells]}
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "") -> Plan:
+        """Read a plan document (``stackforge plan --json``).
+
+        The findings' rules come back without their conditions (the document records that they
+        fired, not why); everything else is as the planner made it.
+
+        Raises:
+            RecordError: not a plan, a newer schema version, a plan from before cells carried their
+                driver floor, or a malformed cell (with ``path``).
+        """
+        check_envelope(data, schema=PLAN_SCHEMA, supported=PLAN_SCHEMA_VERSION, what="plan", path=path,
+                       make_one="make one with `stackforge plan --json`")
+        _refuse_plan_without_driver_floor(data, path)
+        try:
+            targets = {str(name): Target.from_json(dict(profile))
+                       for name, profile in (data.get("targets") or {}).items()}
+            cells = tuple(PlanCell.from_json(c, targets) for c in data["cells"])
+            matrix = data.get("matrix") or {}
+            stacks = tuple(dict.fromkeys(c.stack for c in cells))
+            return cls(matrix=Matrix(name=str(matrix.get("name", "")), source=str(matrix.get("source", "")),
+                                     stacks=stacks, targets=tuple(targets),
+                                     excluded=int((data.get("summary") or {}).get("excluded_by_matrix", 0))),
+                       targets=tuple(targets.values()), cells=cells)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RecordError(f"malformed plan: {type(exc).__name__}: {exc}", path=path) from None
+
+
+def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> None:
+    """Plan JSON from an older stackforge has no cell ``driver_floor``, and its ``derived.min_driver``
+    meant the toolkit's GA driver (now the CUDA family's floor): reading it would give another floor.
+
+    Raises:
+        RecordError: a cell lacks ``driver_floor``.
+    """
+    cells = data.get("cells") or ()
+    if any(isinstance(cell, Mapping) and "driver_floor" not in cell for cell in cells):
+        raise RecordError("plan JSON written by an older stackforge (its cells have no driver_floor)",
+                          path=path, remedy="re-run `stackforge plan --json` to write it again")
 
 
 def _predict(feature: str, findings: tuple[Finding, ...]) -> Prediction:
@@ -161,12 +241,12 @@ def cell_facts(stack: Stack, target: Target, derived: Derived) -> dict[str, Any]
 
 
 def evaluate_cell(stack: Stack, target: Target, knowledge: Knowledge, evaluator: Evaluator | None = None,
-                  derived: Derived | None = None) -> Cell:
+                  derived: Derived | None = None) -> PlanCell:
     """Judge one stack for one target."""
     derived = derived or derive(stack, knowledge.tables)
     evaluator = evaluator or Evaluator(knowledge.rules)
     fired = evaluator.fired(cell_facts(stack, target, derived))
-    return Cell(stack=stack, target=target, derived=derived, findings=tuple(Finding(r) for r in fired))
+    return judged_cell(stack, target, derived, tuple(Finding(r) for r in fired))
 
 
 def resolve_targets(names: tuple[str, ...], knowledge: Knowledge) -> tuple[Target, ...]:

@@ -23,7 +23,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
                              parse_wheel_filename)
 
 from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
-from stackforge.plan import Cell, Plan
+from stackforge.plan import Plan, PlanCell
 from stackforge.versions import compact
 # The index client is shared with the wheel tier; its names stay importable from here.
 from stackforge.wheels.index import IndexConfig, Source, index_config, new_session, project_files
@@ -91,7 +91,7 @@ class Wanted:
     index: str   # "pypi" or a PEP 503/691 simple index URL
 
 
-def wanted_packages(cell: Cell) -> tuple[Wanted, ...]:
+def wanted_packages(cell: PlanCell) -> tuple[Wanted, ...]:
     """The pinned packages of one cell and the index each comes from."""
     stack, derived = cell.stack, cell.derived
     items = [Wanted("torch", stack.torch, derived.torch_index_url or "pypi"),

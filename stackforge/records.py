@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
+from collections.abc import Mapping
 from typing import Any
 
 from stackforge.envelope import check_envelope
@@ -149,6 +150,15 @@ class Prediction:
         if not self.unwitnessed:
             del data["unwitnessed"]
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Prediction":
+        """Inverse of :meth:`to_json`."""
+        return cls(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
+                   rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
+                   error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                   sources=tuple(dict(s) for s in data.get("sources", ())),
+                   unwitnessed=str(data.get("unwitnessed", "")))
 
 
 def utc_now() -> str:

@@ -1,25 +1,24 @@
-"""The registry hand-off: push an image and learn its digest, pull by digest, BuildKit registry cache.
+"""The registry hand-off: push an image and learn its digest, pull by digest.
 
 Build machines push, probe machines pull, and records name images by *digest*
 (``<registry>/<repo>@sha256:...``), never by a moving tag. Everything here goes through the ``docker``
 CLI via :mod:`stackforge.runner`, so it honours ``DOCKER_HOST`` (remote engines), the CLI's credential
 store (``docker login`` / ``docker/login-action``) and its proxy settings. stackforge itself never
-handles registry passwords.
+handles registry passwords. ``stackforge build --push`` pushes through :func:`push`; probe machines
+pull through :func:`pull`.
 
 Plain-HTTP registries: dockerd allows ``127.0.0.0/8`` (and ``localhost``) without TLS by default; other
-plain-HTTP registries must be listed in the engine's ``insecure-registries``. The CLI's own manifest
-lookups need ``--insecure`` for them, which :func:`resolve_digest` adds for loopback hosts.
+plain-HTTP registries must be listed in the engine's ``insecure-registries``.
 
-The pure helpers (:class:`Repository`, :func:`registry_cache_args`, :func:`cache_ref`, :func:`safe_tag`)
-never touch the engine; the build helper uses them to assemble ``docker buildx build`` arguments.
+The pure helpers (:class:`Repository`, :func:`split_digest_ref`) never touch the engine.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,6 @@ _HOST_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = re.compile(rf"(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]{{1,5}})?")
 _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_UNSAFE_TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 # "t1: digest: sha256:... size: 523" is how `docker push` reports what the registry stored.
 _PUSH_DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+",
                                re.MULTILINE)
@@ -120,8 +118,7 @@ def validate_tag(tag: str) -> str:
     """Return ``tag`` if Docker accepts it as a tag (``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``), else raise."""
     if not isinstance(tag, str) or not _TAG.fullmatch(tag):
         raise UnsafeValueError(f"image tag {tag!r} is not a valid Docker tag "
-                               "(letters, digits, _ . -; at most 128)",
-                               remedy="use stackforge.registry.safe_tag() to derive a tag from free text")
+                               "(letters, digits, _ . -; at most 128)")
     return tag
 
 
@@ -141,20 +138,6 @@ def split_digest_ref(ref: str) -> tuple[Repository, str]:
     return Repository.parse(name), validate_digest(digest)
 
 
-def safe_tag(text: str, *, prefix: str = "") -> str:
-    """A valid, stable Docker tag for free text such as a stack id (``+`` and other characters become ``-``).
-
-    Text that had to be changed or shortened gets a short hash of the original appended, so two
-    different inputs never collapse onto one tag.
-    """
-    raw = f"{prefix}{text}"
-    cleaned = _UNSAFE_TAG_CHARS.sub("-", raw).lstrip(".-") or "x"
-    if cleaned == raw and len(cleaned) <= 128:
-        return cleaned
-    suffix = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:8]
-    return f"{cleaned[:119]}-{suffix}"
-
-
 def is_loopback_host(host: str) -> bool:
     """True when ``host`` (optionally with ``:port``) is ``localhost`` or a loopback IP address."""
     name = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
@@ -164,71 +147,6 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
-
-
-def repository_of(ref: str) -> Repository:
-    """The repository of an image reference with or without ``:tag`` / ``@digest``."""
-    name = ref.partition("@")[0]
-    head, slash, last = name.rpartition("/")
-    if ":" in last:  # a tag; a colon before the last "/" is a registry port
-        name = f"{head}{slash}{last.partition(':')[0]}"
-    return Repository.parse(name)
-
-
-def registry_host(ref: str) -> str:
-    """The host a ``docker login`` for repository ``ref`` must name (``docker.io`` for Docker Hub)."""
-    return Repository.parse(ref).host
-
-
-# ------------------------------------------------------------------------------------- BuildKit cache
-
-
-def cache_ref(repository: Repository, key: str) -> str:
-    """Where the BuildKit registry cache for ``key`` (e.g. a stack id) lives: ``<repo>:cache-<key>``.
-
-    One cache per key: ``--cache-to`` replaces the whole cache manifest, so stacks sharing one ref
-    would overwrite each other's layers night after night.
-    """
-    return repository.tagged(safe_tag(key, prefix="cache-"))
-
-
-def registry_cache_args(ref: str, *, mode: str = "max", export: bool = True, also_from: tuple[str, ...] = (),
-                        ignore_error: bool = True) -> tuple[str, ...]:
-    """``docker buildx build`` arguments that import (and export) a registry cache.
-
-    Args:
-        ref: the cache reference, ``<host>/<path>:<tag>`` (see :func:`cache_ref`).
-        mode: ``max`` caches every intermediate layer (the torch and FlashInfer layers that stacks share),
-            ``min`` only the layers of the final image.
-        export: also write the cache back (build jobs); probe jobs only read it.
-        also_from: further cache refs to read from, e.g. the cache of a sibling stack with the same base.
-        ignore_error: a failed cache export warns instead of failing a build that itself succeeded.
-
-    Returns:
-        An argv fragment such as ``("--cache-from", "type=registry,ref=R", "--cache-to",
-        "type=registry,ref=R,mode=max,ignore-error=true")``.
-
-    Raises:
-        UnsafeValueError: a ref that is not ``host/path:tag`` (a comma would smuggle in cache attributes).
-        SpecError: an unknown mode.
-    """
-    if mode not in ("min", "max"):
-        raise SpecError(f"registry cache mode must be 'min' or 'max', got {mode!r}")
-    refs = tuple(_checked_cache_ref(r) for r in (ref, *also_from))
-    args: list[str] = []
-    for source in dict.fromkeys(refs):
-        args += ["--cache-from", f"type=registry,ref={source}"]
-    if export:
-        attrs = f"type=registry,ref={refs[0]},mode={mode}"
-        args += ["--cache-to", attrs + (",ignore-error=true" if ignore_error else "")]
-    return tuple(args)
-
-
-def _checked_cache_ref(ref: str) -> str:
-    name, sep, tag = str(ref).rpartition(":")
-    if not sep or "/" in tag:
-        raise UnsafeValueError(f"cache reference {ref!r} must be <host>/<path>:<tag>")
-    return Repository.parse(name).tagged(tag)
 
 
 # --------------------------------------------------------------------------------------- engine side
@@ -263,10 +181,11 @@ class PulledImage:
 
 
 def push(image: str, repository: Repository, tag: str, *, timeout: float = TRANSFER_TIMEOUT_S,
-         log_path: Path | None = None) -> PushedImage:
+         log_path: Path | None = None, redact: Sequence[str] = ()) -> PushedImage:
     """Tag a local image as ``<repository>:<tag>``, push it, and return the digest the registry stored.
 
     The digest comes from the push's own report and is checked against the engine's RepoDigests.
+    ``redact``: secrets (proxy credentials) kept out of the log and the error.
 
     Raises:
         DockerUnavailableError: no engine answers.
@@ -277,7 +196,7 @@ def push(image: str, repository: Repository, tag: str, *, timeout: float = TRANS
     tagged = repository.tagged(tag)
     _docker(["tag", image_id, tagged], timeout=QUERY_TIMEOUT_S, what=f"tag {image} as {tagged}")
     result = _docker(["push", tagged], timeout=timeout, log_path=log_path, what=f"push {tagged}",
-                     registry=repository.host)
+                     registry=repository.host, redact=redact)
     digest = _digest_from_push(result.output_tail, tag) or _only_repo_digest(image_id, repository)
     ref = repository.at(digest)
     if ref not in repo_digests(image_id):
@@ -298,33 +217,6 @@ def pull(ref: str, *, timeout: float = TRANSFER_TIMEOUT_S, log_path: Path | None
     result = _docker(["pull", canonical], timeout=timeout, log_path=log_path, what=f"pull {canonical}",
                      registry=repository.host)
     return PulledImage(ref=canonical, image_id=local_image_id(canonical), duration_s=result.duration_s)
-
-
-def resolve_digest(ref: str, *, insecure: bool | None = None, timeout: float = QUERY_TIMEOUT_S) -> str:
-    """The manifest digest the registry serves for ``<repo>:<tag>`` (asks the registry, not the engine).
-
-    Args:
-        ref: ``<repo>:<tag>`` or ``<repo>@sha256:...`` (the latter checks that the digest exists).
-        insecure: allow plain HTTP; ``None`` allows it for loopback registries only, as dockerd does.
-
-    Raises:
-        CommandError: unknown tag, unreachable registry, or a multi-platform index (not built by stackforge).
-    """
-    repository = repository_of(ref)
-    allow_http = repository.loopback if insecure is None else insecure
-    argv = ["manifest", "inspect", "--verbose", *(["--insecure"] if allow_http else []), ref]
-    result = _docker(argv, timeout=timeout, what=f"look up {ref} in its registry", registry=repository.host,
-                     tail_chars=4_000_000)
-    data = _json_in(result.output_tail, what=f"docker manifest inspect {ref}")
-    if isinstance(data, list):
-        raise CommandError(f"{ref} is a multi-platform index; stackforge records single-platform images",
-                           argv=result.argv,
-                           remedy="resolve it with: docker buildx imagetools inspect " + ref)
-    digest = (data.get("Descriptor") or {}).get("digest", "") if isinstance(data, dict) else ""
-    if not DIGEST.fullmatch(digest):
-        raise CommandError(f"no manifest digest for {ref} in the registry's answer", argv=result.argv,
-                           output_tail=result.output_tail[-2000:])
-    return digest
 
 
 def local_image_id(image: str) -> str:
@@ -350,31 +242,13 @@ def repo_digests(image: str) -> tuple[str, ...]:
     return tuple(normalised)
 
 
-def local_repo_digest(image: str, repository: Repository) -> str | None:
-    """The ``<repository>@sha256:...`` of a local image for records, or None if never pushed/pulled there."""
-    matches = [ref for ref in repo_digests(image) if split_digest_ref(ref)[0] == repository]
-    return matches[0] if len(matches) == 1 else None
-
-
-def remove_image(image: str, *, timeout: float = QUERY_TIMEOUT_S) -> bool:
-    """Remove a local image reference (tag or digest ref); False when it did not exist."""
-    result = runner.run(["docker", "image", "rm", image], timeout=timeout)
-    if result.succeeded:
-        return True
-    _raise_if_engine_down(result)
-    if "No such image" in result.output_tail:
-        return False
-    raise CommandError(f"could not remove image {image}: {result.describe()}", argv=result.argv,
-                       returncode=result.returncode, output_tail=result.output_tail)
-
-
 # ------------------------------------------------------------------------------------------ internals
 
 
 def _docker(args: list[str], *, timeout: float, what: str, log_path: Path | None = None, registry: str = "",
-            tail_chars: int = 64_000) -> runner.CommandResult:
+            tail_chars: int = 64_000, redact: Sequence[str] = ()) -> runner.CommandResult:
     """Run ``docker <args>``; turn failures into errors that say what to do."""
-    result = runner.run(["docker", *args], timeout=timeout, log_path=log_path, tail_chars=tail_chars)
+    result = runner.run(["docker", *args], timeout=timeout, log_path=log_path, tail_chars=tail_chars, redact=redact)
     if result.succeeded:
         return result
     _raise_if_engine_down(result)

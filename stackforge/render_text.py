@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from stackforge.data import display_path
 from stackforge.model import Stack
-from stackforge.plan import Cell, Plan
+from stackforge.plan import Plan, PlanCell
 from stackforge.records import Verdict
 from stackforge.textfit import fit_table, wrap_line, wrap_text
 
 
-def _torch_source(cell: Cell) -> str:
+def _torch_source(cell: PlanCell) -> str:
     derived = cell.derived
     return f"{derived.torch_index_url} ({derived.torch_variant})" if derived.torch_index_url else \
         f"PyPI ({derived.torch_variant})"
 
 
-def _dead_ends(cell: Cell) -> str:
+def _dead_ends(cell: PlanCell) -> str:
     groups = []
     for verdict, word in ((Verdict.UNAVAILABLE, "unavailable"), (Verdict.HAZARD, "hazard")):
-        features = [p.feature for p in cell.predictions() if p.verdict is verdict]
+        features = [p.feature for p in cell.predictions if p.verdict is verdict]
         if features:
             groups.append(f"{word}: {', '.join(features)}")
     return "; ".join(groups) or "-"
@@ -39,7 +39,8 @@ def plan_table(plan: Plan, width: int | None = None) -> str:
              "", *wrap_line("KEPT (predicted: features rules say are unavailable or a hazard; predictions come from "
                             "rules, not measurements; driver: the minimum driver, --explain says why)", width)]
     lines += fit_table([[c.stack.id, c.target.name, c.derived.base_image, _torch_source(c),
-                         c.driver_floor().text(), _dead_ends(c)] for c in kept] or [["(none)", "", "", "", "", ""]],
+                         c.driver_floor.text(), _dead_ends(c)] for c in kept]
+                       or [["(none)", "", "", "", "", ""]],
                        ["stack", "target", "base image", "torch from", "driver", "predicted"], width)
     if pruned:
         lines += ["", *wrap_line("PRUNED (first rule shown; --explain STACK_ID lists all)", width)]
@@ -47,7 +48,7 @@ def plan_table(plan: Plan, width: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def _pruned_row(cell: Cell) -> list[str]:
+def _pruned_row(cell: PlanCell) -> list[str]:
     rule = next(f.rule for f in cell.findings if f.rule.effect.value == "incompatible")
     source = rule.sources[0].ref if rule.sources else ""
     return [cell.stack.id, cell.target.name, rule.id, rule.reason, source]
@@ -86,9 +87,9 @@ def explain_stack(plan: Plan, stack: Stack, width: int | None = None) -> str:
     return wrap_text("\n".join(lines), width)
 
 
-def _driver_lines(cell: Cell) -> list[str]:
+def _driver_lines(cell: PlanCell) -> list[str]:
     """The one driver floor and every reason for it; the toolkit's bundled driver only as information."""
-    floor = cell.driver_floor()
+    floor = cell.driver_floor
     lines = [f"  driver          {floor.text()}"]
     lines += [f"    because       {reason}" for reason in floor.because]
     toolkit = cell.derived.toolkit_driver

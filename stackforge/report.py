@@ -28,7 +28,7 @@ the same function, :func:`decide_cell`):
 5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
    ``requires``), a pruned stack shows ``pruned``, a cell whose probes were all undecided shows
    ``undecided``, and anything else is ``untested``. Every such cell whose records include an
-   undecided one says so: "undecided by <probe>: <why>" (:attr:`Cell.undecided`).
+   undecided one says so: "undecided by <probe>: <why>" (:attr:`ReportCell.undecided`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,12 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from stackforge.envelope import check_envelope
-from stackforge.errors import RecordError, SpecError
+from stackforge.data import display_path
+from stackforge.derive import DriverFloor
+from stackforge.errors import SpecError
+from stackforge.plan import Plan, PlanCell
 from stackforge.records import Prediction, ResultRecord, Status, Tier, Verdict
+from stackforge.rules import Finding
 
 __all__ = [
     "DEAD_STATUSES",
@@ -54,28 +57,22 @@ __all__ = [
     "LEGEND",
     "MATRIX_SCHEMA",
     "MATRIX_SCHEMA_VERSION",
-    "PLAN_SCHEMA",
     "PREDICTIONS_ONLY",
-    "Cell",
+    "ReportCell",
     "CellStatus",
-    "Finding",
     "MatrixReport",
     "Metric",
-    "PlanCell",
-    "PlanView",
-    "Row",
-    "Source",
+    "ReportRow",
+    "CellSource",
     "build_matrix",
     "check_features",
     "choose_target",
     "decide_cell",
-    "empty_plan",
     "headline_value",
     "image_display",
     "image_reference",
     "key_metric",
     "metric_center",
-    "parse_plan",
     "render",
     "render_csv",
     "render_json",
@@ -85,12 +82,10 @@ __all__ = [
 
 MATRIX_SCHEMA = "stackforge.matrix"
 MATRIX_SCHEMA_VERSION = 1
-PLAN_SCHEMA = "stackforge.plan"
-PLAN_SCHEMA_VERSION = 1
 FORMATS = ("md", "html", "json", "csv")
 
 
-class Source(str, Enum):
+class CellSource(str, Enum):
     """Where a cell's status comes from."""
 
     MEASURED = "measured"    # a probe or benchmark ran and decided it
@@ -162,125 +157,6 @@ _PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD
                      Verdict.REQUIRES: CellStatus.REQUIRES}
 
 
-# ---------------------------------------------------------------------------------------------- plan view
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A rule that fired for a plan cell (from the plan JSON)."""
-
-    rule: str
-    effect: str
-    feature: str | None
-    reason: str
-    error: str = ""
-    remedy: str = ""
-    sources: tuple[dict[str, str], ...] = ()
-    requires: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "effect": self.effect, "feature": self.feature, "reason": self.reason,
-                "error": self.error, "remedy": self.remedy, "sources": [dict(s) for s in self.sources],
-                "requires": dict(self.requires or {})}
-
-
-@dataclass(frozen=True, slots=True)
-class PlanCell:
-    """One (stack, target) cell of the plan: kept or pruned, findings, predictions, derived facts."""
-
-    stack_id: str
-    stack: dict[str, Any]
-    target: str
-    status: str                              # kept | pruned
-    derived: dict[str, Any]
-    findings: tuple[Finding, ...]
-    predictions: tuple[Prediction, ...]
-    driver_floor: dict[str, Any]             # the plan's one floor: {"version", "because"}
-
-    @property
-    def pruned(self) -> bool:
-        return self.status == "pruned"
-
-    def pruning_findings(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.effect == "incompatible")
-
-
-@dataclass(frozen=True, slots=True)
-class PlanView:
-    """The parts of ``stackforge plan --json`` the reports need (consumed as data, not imported)."""
-
-    name: str
-    source: str
-    targets: dict[str, dict[str, Any]]
-    cells: tuple[PlanCell, ...]
-
-    def cells_for(self, target: str) -> tuple[PlanCell, ...]:
-        return tuple(c for c in self.cells if c.target == target)
-
-
-def empty_plan() -> PlanView:
-    """A plan that knows nothing: the matrix is then built from records alone."""
-    return PlanView(name="", source="", targets={}, cells=())
-
-
-def parse_plan(data: Any, *, path: str = "") -> PlanView:
-    """Validate and read a plan JSON document.
-
-    Raises:
-        RecordError: not a plan, a newer schema version, or a malformed cell (with the path).
-    """
-    check_envelope(data, schema=PLAN_SCHEMA, supported=PLAN_SCHEMA_VERSION, what="plan", path=path,
-                   make_one="make one with `stackforge plan --json`")
-    _refuse_plan_without_driver_floor(data, path)
-    try:
-        matrix = data.get("matrix") or {}
-        cells = tuple(_plan_cell(c) for c in data.get("cells", ()))
-        targets = {str(k): dict(v) for k, v in (data.get("targets") or {}).items()}
-        return PlanView(name=str(matrix.get("name", "")), source=str(matrix.get("source", "")),
-                        targets=targets, cells=cells)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise RecordError(f"malformed plan: {type(exc).__name__}: {exc}", path=path) from None
-
-
-def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> None:
-    """Plan JSON from an older stackforge has no cell ``driver_floor``, and its ``derived.min_driver``
-    meant the toolkit's GA driver (now the CUDA family's floor): reading it would give another floor.
-
-    Raises:
-        RecordError: a cell lacks ``driver_floor``.
-    """
-    cells = data.get("cells") or ()
-    if any(isinstance(cell, Mapping) and "driver_floor" not in cell for cell in cells):
-        raise RecordError("plan JSON written by an older stackforge (its cells have no driver_floor)", path=path,
-                          remedy="re-run `stackforge plan --json` to write it again")
-
-
-def _plan_cell(data: Mapping[str, Any]) -> PlanCell:
-    return PlanCell(stack_id=str(data["stack_id"]), stack=dict(data.get("stack") or {}),
-                    target=str(data["target"]), status=str(data.get("status", "kept")),
-                    derived=dict(data.get("derived") or {}),
-                    findings=tuple(_finding(f) for f in data.get("findings", ())),
-                    predictions=tuple(_prediction(p) for p in data.get("predictions", ())),
-                    driver_floor=dict(data["driver_floor"] or {}))
-
-
-def _finding(data: Mapping[str, Any]) -> Finding:
-    return Finding(rule=str(data["rule"]), effect=str(data["effect"]),
-                   feature=None if data.get("feature") is None else str(data["feature"]),
-                   reason=str(data.get("reason", "")), error=str(data.get("error", "")),
-                   remedy=str(data.get("remedy", "")),
-                   sources=tuple(dict(s) for s in data.get("sources", ())),
-                   requires=dict(data.get("requires") or {}))
-
-
-def _prediction(data: Mapping[str, Any]) -> Prediction:
-    return Prediction(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
-                      rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
-                      error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
-                      sources=tuple(dict(s) for s in data.get("sources", ())),
-                      unwitnessed=str(data.get("unwitnessed", "")))
-
-
 # ---------------------------------------------------------------------------------------------- report model
 
 
@@ -299,7 +175,7 @@ class Metric:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
+class ReportCell:
     """One stack x feature cell.
 
     Attributes:
@@ -319,7 +195,7 @@ class Cell:
 
     feature: str
     status: CellStatus
-    source: Source
+    source: CellSource
     tier: Tier | None = None
     reason: str = ""
     evidence: str = ""
@@ -334,9 +210,9 @@ class Cell:
     @property
     def how(self) -> str:
         """``gate`` / ``runtime`` / ``bench`` / ``wheel`` for measured cells, ``predicted`` or ``""`` otherwise."""
-        if self.source is Source.MEASURED and self.tier is not None:
+        if self.source is CellSource.MEASURED and self.tier is not None:
             return self.tier.value
-        return "predicted" if self.source is Source.PREDICTED else ""
+        return "predicted" if self.source is CellSource.PREDICTED else ""
 
     @property
     def dead(self) -> bool:
@@ -346,23 +222,23 @@ class Cell:
     @property
     def decisive(self) -> ResultRecord | None:
         """The record that decided a measured cell."""
-        return _decisive(self.records)[0] if self.source is Source.MEASURED else None
+        return _decisive(self.records)[0] if self.source is CellSource.MEASURED else None
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class ReportRow:
     """One stack: its plan status and one cell per feature."""
 
     stack_id: str
     stack: dict[str, Any]
     plan_status: str              # kept | pruned | unplanned (measured, but not in the plan)
-    cells: tuple[Cell, ...]
+    cells: tuple[ReportCell, ...]
     pruned_by: tuple[Finding, ...] = ()
     derived: dict[str, Any] | None = None
     findings: tuple[Finding, ...] = ()
-    driver_floor: dict[str, Any] | None = None    # the plan cell's; None for a stack the plan does not list
+    driver_floor: DriverFloor | None = None    # the plan cell's; None for a stack the plan does not list
 
-    def cell(self, feature: str) -> Cell:
+    def cell(self, feature: str) -> ReportCell:
         for cell in self.cells:
             if cell.feature == feature:
                 return cell
@@ -384,7 +260,7 @@ class MatrixReport:
     target: str
     target_info: dict[str, Any]
     features: tuple[str, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[ReportRow, ...]
     matrix_name: str = ""
     matrix_source: str = ""
     runs: tuple[str, ...] = ()
@@ -393,13 +269,13 @@ class MatrixReport:
     #: every wheel-tier record of the target, also those of releases no row pins (release boundaries)
     wheel_records: tuple[ResultRecord, ...] = ()
 
-    def row(self, stack_id: str) -> Row:
+    def row(self, stack_id: str) -> ReportRow:
         for row in self.rows:
             if row.stack_id == stack_id:
                 return row
         raise KeyError(stack_id)
 
-    def cells(self) -> Iterable[tuple[Row, Cell]]:
+    def cells(self) -> Iterable[tuple[ReportRow, ReportCell]]:
         for row in self.rows:
             for cell in row.cells:
                 yield row, cell
@@ -408,13 +284,14 @@ class MatrixReport:
 # ---------------------------------------------------------------------------------------------- building
 
 
-def choose_target(records: Sequence[ResultRecord], plan: PlanView, target: str | None) -> str:
+def choose_target(records: Sequence[ResultRecord], plan: Plan, target: str | None) -> str:
     """The target to report on: the given one, else the only one known.
 
     Raises:
         SpecError: no target is known, or several are and none was chosen.
     """
-    known = sorted({r.target for r in records} | {c.target for c in plan.cells} | set(plan.targets))
+    known = sorted({r.target for r in records} | {c.target.name for c in plan.cells}
+                   | {t.name for t in plan.targets})
     if target:
         if known and target not in known:
             raise SpecError(f"no results or plan entries for target {target!r}; known: {', '.join(known)}")
@@ -426,13 +303,13 @@ def choose_target(records: Sequence[ResultRecord], plan: PlanView, target: str |
     raise SpecError(f"several targets in these results; choose one with --target: {', '.join(known)}")
 
 
-def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *,
+def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
                  features: Sequence[str] = (), runs: Sequence[str] = ()) -> MatrixReport:
     """Build the stacks x features matrix for ``target``.
 
     Args:
         records: measured results (any targets; only ``target``'s are used).
-        plan: the plan (predictions, pruned stacks); :func:`empty_plan` for records only.
+        plan: the plan (predictions, pruned stacks); :meth:`Plan.empty` for records only.
         target: the target profile name.
         features: restrict and order the feature columns (default: the plan's features in plan
             order, then any measured feature the plan does not know, sorted).
@@ -441,7 +318,7 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
     mine = [r for r in records if r.target == target]
     wheel = tuple(r for r in mine if r.tier is Tier.WHEEL)
     imaged = [r for r in mine if r.tier is not Tier.WHEEL]
-    plan_cells = {c.stack_id: c for c in plan.cells_for(target)}
+    plan_cells = {c.stack_id: c for c in plan.cells_for_target(target)}
     # A wheel reading of a narrower fact (``trtllm-fmha:decode``, ``metadata:...``) is no column.
     present = _features([*imaged, *(r for r in wheel if ":" not in r.feature)], plan_cells.values())
     columns = check_features(features, present) or present
@@ -453,8 +330,10 @@ def build_matrix(records: Sequence[ResultRecord], plan: PlanView, target: str, *
         _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
     rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, columns)
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
-    return MatrixReport(target=target, target_info=dict(plan.targets.get(target, {"name": target})),
-                        features=columns, rows=rows, matrix_name=plan.name, matrix_source=plan.source,
+    profile = plan.target(target)
+    return MatrixReport(target=target, target_info=profile.to_json() if profile else {"name": target},
+                        features=columns, rows=rows, matrix_name=plan.matrix.name,
+                        matrix_source=display_path(plan.matrix.source) if plan.matrix.source else "",
                         runs=tuple(runs), predictions_only=not mine and bool(plan_cells), wheel_records=wheel)
 
 
@@ -470,7 +349,7 @@ def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], st
 
     if plan_cell is not None and plan_cell.pruned:
         return
-    derived = plan_cell.derived if plan_cell else None
+    derived = plan_cell.derived.to_json() if plan_cell else None
     pins, context = stack_pins(stack, derived), stack_context(stack, derived)
     for record in wheel:
         if record_matches(record, pins, context):
@@ -493,7 +372,7 @@ def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, 
 
 
 def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
-                pruned_by: Sequence[Finding] = ()) -> Cell:
+                pruned_by: Sequence[Finding] = ()) -> ReportCell:
     """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
     records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
     blind = _wheel_blind_passes(records, prediction)
@@ -501,7 +380,7 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
     if decisive is not None and status is not None:
         return _measured_cell(feature, records, decisive, status, prediction, tuple(pruned_by))
     cell = _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
-    if blind and prediction is not None and cell.source is Source.PREDICTED:
+    if blind and prediction is not None and cell.source is CellSource.PREDICTED:
         admitted = ", ".join(r.probe for r in blind)
         cell = replace(cell, reason=f"{cell.reason} (the release's code admits it, {admitted} passed, but no wheel "
                                     f"reading decides this rule: {prediction.unwitnessed})")
@@ -521,7 +400,7 @@ def _wheel_blind_passes(records: Sequence[ResultRecord], prediction: Prediction 
 
 
 def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: ResultRecord, status: Status,
-                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> Cell:
+                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> ReportCell:
     predicted_dead = prediction is not None and prediction.verdict is Verdict.UNAVAILABLE
     contradicted = ""
     if status is Status.PASS and predicted_dead:
@@ -530,41 +409,42 @@ def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: Re
                         f"{decisive.probe} passed")
     elif status is Status.PASS and pruned_by:
         contradicted = (f"rule contradicted by measurement: the plan prunes this stack "
-                        f"({', '.join(f.rule for f in pruned_by)}), but {decisive.tier.value} probe "
+                        f"({', '.join(f.rule.id for f in pruned_by)}), but {decisive.tier.value} probe "
                         f"{decisive.probe} passed")
     unpredicted = CellStatus(status.value) in DEAD_STATUSES and not predicted_dead and not pruned_by
-    return Cell(feature=feature, status=CellStatus(status.value), source=Source.MEASURED, tier=decisive.tier,
-                reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
-                metric=key_metric(records), records=records, prediction=prediction, contradicted=contradicted,
-                unpredicted=unpredicted, pruned_by=pruned_by)
+    return ReportCell(feature=feature, status=CellStatus(status.value), source=CellSource.MEASURED,
+                      tier=decisive.tier, reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
+                      metric=key_metric(records), records=records, prediction=prediction,
+                      contradicted=contradicted, unpredicted=unpredicted, pruned_by=pruned_by)
 
 
 def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction: Prediction | None,
-                     pruned_by: tuple[Finding, ...]) -> Cell:
+                     pruned_by: tuple[Finding, ...]) -> ReportCell:
     skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}"
                         for r in records if r.outcome.status is Status.SKIP)
     undecided_records = [r for r in records if r.outcome.status is Status.UNDECIDED]
     undecided = undecided_text(undecided_records)
     if pruned_by:
         first = pruned_by[0]
-        return Cell(feature=feature, status=CellStatus.PRUNED, source=Source.PREDICTED, reason=first.reason,
-                    evidence=first.error or skipped, records=records, prediction=prediction,
-                    pruned_by=pruned_by, undecided=undecided)
+        return ReportCell(feature=feature, status=CellStatus.PRUNED, source=CellSource.PREDICTED,
+                          reason=first.rule.reason, evidence=first.rule.error or skipped, records=records,
+                          prediction=prediction, pruned_by=pruned_by, undecided=undecided)
     if prediction is not None and prediction.verdict in _PREDICTED_STATUS:
-        return Cell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict], source=Source.PREDICTED,
-                    reason=prediction.reason, evidence=prediction.error or skipped, records=records,
-                    prediction=prediction, undecided=undecided)
+        return ReportCell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict],
+                          source=CellSource.PREDICTED, reason=prediction.reason,
+                          evidence=prediction.error or skipped, records=records, prediction=prediction,
+                          undecided=undecided)
     if undecided_records:   # probes ran, none decided, no rule speaks: nobody knows, and it says why
-        return Cell(feature=feature, status=CellStatus.UNDECIDED, source=Source.NONE, reason=undecided,
-                    evidence=undecided_records[0].outcome.evidence, records=records, prediction=prediction,
-                    undecided=undecided)
+        return ReportCell(feature=feature, status=CellStatus.UNDECIDED, source=CellSource.NONE,
+                          reason=undecided, evidence=undecided_records[0].outcome.evidence, records=records,
+                          prediction=prediction, undecided=undecided)
     if records:   # only skips: measured, but not applicable here
         first = records[0]
-        return Cell(feature=feature, status=CellStatus.SKIP, source=Source.MEASURED, tier=first.tier,
-                    reason=first.outcome.reason, evidence=first.outcome.evidence or skipped, records=records,
-                    prediction=prediction)
-    return Cell(feature=feature, status=CellStatus.UNTESTED, source=Source.NONE, prediction=prediction,
-                reason="no probe result and no rule for this feature yet")
+        return ReportCell(feature=feature, status=CellStatus.SKIP, source=CellSource.MEASURED,
+                          tier=first.tier, reason=first.outcome.reason,
+                          evidence=first.outcome.evidence or skipped, records=records, prediction=prediction)
+    return ReportCell(feature=feature, status=CellStatus.UNTESTED, source=CellSource.NONE,
+                      prediction=prediction, reason="no probe result and no rule for this feature yet")
 
 
 def _decisive(records: Sequence[ResultRecord]) -> tuple[ResultRecord | None, Status | None]:
@@ -593,23 +473,23 @@ def _features(records: Sequence[ResultRecord], plan_cells: Iterable[PlanCell]) -
 
 
 def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell]) -> dict[str, dict[str, Any]]:
-    stacks = {stack_id: cell.stack for stack_id, cell in plan_cells.items()}
+    stacks = {stack_id: cell.stack.to_json() for stack_id, cell in plan_cells.items()}
     for record in records:
         stacks.setdefault(record.stack_id, record.stack)
     return stacks
 
 
 def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
-         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> Row:
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
     cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by)
                   for f in features)
     status = plan_cell.status if plan_cell else "unplanned"
-    return Row(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
-               derived=plan_cell.derived if plan_cell else None,
-               findings=plan_cell.findings if plan_cell else (),
-               driver_floor=plan_cell.driver_floor if plan_cell else None)
+    return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
+                     derived=plan_cell.derived.to_json() if plan_cell else None,
+                     findings=plan_cell.findings if plan_cell else (),
+                     driver_floor=plan_cell.driver_floor if plan_cell else None)
 
 
 def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -712,7 +592,7 @@ def source_text(source: Mapping[str, str]) -> str:
     return f"{source.get('ref', '')}{f' ({confidence})' if confidence else ''}"
 
 
-def cell_label(cell: Cell) -> str:
+def cell_label(cell: ReportCell) -> str:
     """The short text of a cell: glyph, how it was decided, key metric (e.g. ``✅ bench 1,520 tok/s``)."""
     parts = [(CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]]
     if cell.how:
@@ -722,7 +602,7 @@ def cell_label(cell: Cell) -> str:
     return " ".join(parts)
 
 
-def cell_summary(cell: Cell) -> str:
+def cell_summary(cell: ReportCell) -> str:
     """One line: status, how, reason (the hover text)."""
     how = f" ({cell.how})" if cell.how else ""
     text = f"{cell.status.value}{how}: {cell.reason}" if cell.reason else f"{cell.status.value}{how}"
@@ -739,7 +619,8 @@ def header_summary(report: MatrixReport) -> str:
     undecided = sum(bool(c.undecided) for _, c in report.cells())
     untested = sum(c.status is CellStatus.UNTESTED for _, c in report.cells())
     text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
-            f"{sources.count(Source.MEASURED)} measured, {sources.count(Source.PREDICTED)} predicted, "
+            f"{sources.count(CellSource.MEASURED)} measured, "
+            f"{sources.count(CellSource.PREDICTED)} predicted, "
             f"{untested} untested cells")
     text += f" · {GLYPHS[CellStatus.UNDECIDED]} {undecided} left undecided by their probes" if undecided else ""
     text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
@@ -773,13 +654,22 @@ def report_to_json(report: MatrixReport) -> dict[str, Any]:
             "rows": [_row_json(row) for row in report.rows]}
 
 
-def _row_json(row: Row) -> dict[str, Any]:
+def _row_json(row: ReportRow) -> dict[str, Any]:
     return {"stack_id": row.stack_id, "stack": row.stack, "plan_status": row.plan_status,
-            "pruned_by": [f.to_json() for f in row.pruned_by], "derived": row.derived,
+            "pruned_by": [_finding_json(f) for f in row.pruned_by], "derived": row.derived,
             "images": list(row.images()), "cells": [_cell_json(cell) for cell in row.cells]}
 
 
-def _cell_json(cell: Cell) -> dict[str, Any]:
+def _finding_json(finding: Finding) -> dict[str, Any]:
+    """A pruning finding as the matrix JSON has always carried it (the plan's own form adds
+    component, confidence and origin)."""
+    rule = finding.rule
+    return {"rule": rule.id, "effect": rule.effect.value, "feature": rule.feature, "reason": rule.reason,
+            "error": rule.error, "remedy": rule.remedy, "sources": [s.to_json() for s in rule.sources],
+            "requires": dict(rule.requires)}
+
+
+def _cell_json(cell: ReportCell) -> dict[str, Any]:
     return {"feature": cell.feature, "status": cell.status.value, "source": cell.source.value,
             "tier": cell.tier.value if cell.tier else None, "reason": cell.reason, "evidence": cell.evidence,
             "metric": None if cell.metric is None else {"name": cell.metric.name, "value": cell.metric.value,
@@ -821,7 +711,7 @@ def render_csv(report: MatrixReport) -> str:
         decisive = cell.decisive
         rule = cell.prediction.rule if cell.prediction else ""
         if cell.pruned_by and not rule:
-            rule = cell.pruned_by[0].rule
+            rule = cell.pruned_by[0].rule.id
         writer.writerow([report.target, row.stack_id, row.plan_status, cell.feature, cell.status.value,
                          cell.source.value, cell.tier.value if cell.tier else "",
                          cell.metric.name if cell.metric else "", cell.metric.value if cell.metric else "",
@@ -892,11 +782,11 @@ def _provenance_line(report: MatrixReport) -> str:
     return " · ".join(parts)
 
 
-def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
+def _md_row(row: ReportRow, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
             measured_notes: bool) -> str:
     stack = f"`{row.stack_id}`"
     if row.plan_status == "pruned":
-        rules = ", ".join(f"`{f.rule}`" for f in row.pruned_by) or "the plan"
+        rules = ", ".join(f"`{f.rule.id}`" for f in row.pruned_by) or "the plan"
         stack = f"~~`{row.stack_id}`~~ ⛔ pruned by {rules}" + notes.ref(_pruned_note(row))
     elif row.plan_status == "unplanned":
         stack += " (not in plan)"
@@ -905,18 +795,18 @@ def _md_row(row: Row, notes: _Footnotes, evidence_chars: int | None, *, pass_not
         if cell.status is CellStatus.PRUNED:
             cells.append("—")     # the stack cell says why; repeating ⛔ in every column is noise
             continue
-        wanted = cell.source is not Source.MEASURED or measured_notes and (
+        wanted = cell.source is not CellSource.MEASURED or measured_notes and (
             pass_notes or cell.status is not CellStatus.PASS or bool(cell.contradicted))
         note = _cell_note(row, cell, evidence_chars) if wanted else ""
         cells.append(_md_escape(cell_label(cell)) + (notes.ref(note) if note else ""))
     return f"| {stack} | " + " | ".join(cells) + " |"
 
 
-def _cell_note(row: Row, cell: Cell, evidence_chars: int | None) -> str:
+def _cell_note(row: ReportRow, cell: ReportCell, evidence_chars: int | None) -> str:
     """Footnote text of a cell; cells predicted by the same rule share one note."""
-    if cell.source is Source.NONE and cell.status is not CellStatus.UNDECIDED:
+    if cell.source is CellSource.NONE and cell.status is not CellStatus.UNDECIDED:
         return ""
-    if cell.source is Source.PREDICTED and cell.prediction is not None:
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None:
         prediction = cell.prediction
         note = _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
                           prediction.error, prediction.remedy, prediction.sources, evidence_chars)
@@ -954,12 +844,12 @@ def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, r
     return _md_escape(text)
 
 
-def _pruned_note(row: Row) -> str:
+def _pruned_note(row: ReportRow) -> str:
     parts = []
     for finding in row.pruned_by:
-        part = f"pruned by rule `{finding.rule}`: {_flat(finding.reason)}"
-        if finding.sources:
-            part += " — sources: " + ", ".join(_md_source(s) for s in finding.sources)
+        part = f"pruned by rule `{finding.rule.id}`: {_flat(finding.rule.reason)}"
+        if finding.rule.sources:
+            part += " — sources: " + ", ".join(_md_source(s.to_json()) for s in finding.rule.sources)
         parts.append(part)
     return _md_escape(" · ".join(parts) or "pruned by the plan")
 

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from stackforge.pick import row_driver_floor
+from stackforge.rules import Finding
 from stackforge.records import ResultRecord
-from stackforge.report import (CONTRADICTED_GLYPH, GLYPHS, HOW_LABELS, LEGEND, Cell, CellStatus,
-                               MatrixReport, Row, Source, cell_summary, header_summary, image_display,
-                               one_line, source_text, target_text)
+from stackforge.report import (CONTRADICTED_GLYPH, GLYPHS, HOW_LABELS, LEGEND, CellSource, CellStatus,
+                               MatrixReport, ReportCell, ReportRow, cell_summary, header_summary,
+                               image_display, one_line, source_text, target_text)
 
 __all__ = ["render_html"]
 
@@ -196,7 +197,7 @@ def _table(report: MatrixReport) -> str:
             + "\n".join(rows) + "\n</tbody></table>")
 
 
-def _row(row: Row, index: int, target: str, target_min: str | None) -> str:
+def _row(row: ReportRow, index: int, target: str, target_min: str | None) -> str:
     values = [str(v) for v in row.stack.values() if isinstance(v, (str, int, float)) and v != ""]
     reasons = dict.fromkeys(c.reason for c in row.cells if c.reason)      # a pruned row repeats one reason
     search = " ".join([row.stack_id, row.plan_status, *values,
@@ -206,7 +207,7 @@ def _row(row: Row, index: int, target: str, target_min: str | None) -> str:
             f'<th scope="row" data-rank="{index}" data-metric="0">{_stack_head(row, target, target_min)}</th>{cells}</tr>')
 
 
-def _stack_head(row: Row, target: str, target_min: str | None) -> str:
+def _stack_head(row: ReportRow, target: str, target_min: str | None) -> str:
     stack = row.stack
     versions = " · ".join(f"{k} {stack[k]}" for k in ("cuda", "torch", "flashinfer", "sglang", "python")
                           if stack.get(k))
@@ -231,13 +232,13 @@ def _stack_head(row: Row, target: str, target_min: str | None) -> str:
     return "".join(parts)
 
 
-def _pruned_details(row: Row) -> str:
-    items = "".join(f"<li><b>{escape(f.rule)}</b>: {escape(f.reason)}{_sources(f.sources)}</li>"
+def _pruned_details(row: ReportRow) -> str:
+    items = "".join(f"<li><b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}{_rule_sources(f)}</li>"
                     for f in row.pruned_by)
     return f'<details><summary>⛔ pruned</summary><ul class="ev">{items}</ul></details>'
 
 
-def _cell(cell: Cell) -> str:
+def _cell(cell: ReportCell) -> str:
     classes = ["cell", f"st-{cell.status.value}", f"src-{cell.source.value}"]
     if cell.contradicted:
         classes.append("contradicted")
@@ -250,7 +251,7 @@ def _cell(cell: Cell) -> str:
             f'title="{escape(cell_summary(cell))}">{content}</td>')
 
 
-def _label(cell: Cell) -> str:
+def _label(cell: ReportCell) -> str:
     """Glyph, status word, how it was decided, key metric: readable without colour or emoji fonts."""
     glyph = (CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]
     parts = [f'<span class="glyph">{glyph}</span> <b>{escape(cell.status.value)}</b>']
@@ -261,7 +262,7 @@ def _label(cell: Cell) -> str:
     return " ".join(parts)
 
 
-def _evidence(cell: Cell) -> str:
+def _evidence(cell: ReportCell) -> str:
     parts = []
     if cell.contradicted:
         parts.append(f'<p class="warn">{CONTRADICTED_GLYPH} {escape(cell.contradicted)}</p>')
@@ -271,17 +272,17 @@ def _evidence(cell: Cell) -> str:
         parts.append(f"<p>{GLYPHS[CellStatus.UNDECIDED]} {escape(cell.undecided)}</p>")
     # Measurements first: they decide the cell; the rule's prediction follows for comparison.
     parts.extend(_record_html(record) for record in cell.records)
-    if cell.source is Source.PREDICTED or cell.prediction is not None and cell.prediction.rule:
+    if cell.source is CellSource.PREDICTED or cell.prediction is not None and cell.prediction.rule:
         parts.append(_prediction_html(cell))
     if not parts and cell.reason:
         parts.append(f"<p>{escape(cell.reason)}</p>")
     return f'<div class="ev">{"".join(parts)}</div>' if parts else ""
 
 
-def _prediction_html(cell: Cell) -> str:
+def _prediction_html(cell: ReportCell) -> str:
     if cell.status is CellStatus.PRUNED:
-        return "".join(f"<p>⛔ pruned by rule <b>{escape(f.rule)}</b>: {escape(f.reason)}"
-                       f"{_sources(f.sources)}</p>" for f in cell.pruned_by)
+        return "".join(f"<p>⛔ pruned by rule <b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}"
+                       f"{_rule_sources(f)}</p>" for f in cell.pruned_by)
     prediction = cell.prediction
     if prediction is None or not prediction.rule:
         return ""
@@ -312,6 +313,10 @@ def _record_html(record: ResultRecord) -> str:
 
 def _metrics_text(metrics: Mapping[str, object]) -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(metrics.items()))
+
+
+def _rule_sources(finding: Finding) -> str:
+    return _sources([s.to_json() for s in finding.rule.sources])
 
 
 def _sources(sources: Sequence[Mapping[str, str]]) -> str:

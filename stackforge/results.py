@@ -186,6 +186,39 @@ def finish_run(run_dir: Path) -> RunInfo:
     return done
 
 
+@dataclass(frozen=True, slots=True)
+class ResultsFolder:
+    """A results root as a campaign uses it: one run folder per run, its records, and the runs before it.
+
+    Campaigns (:mod:`stackforge.probes.campaign`, :mod:`stackforge.bench.campaign`) sit below this
+    module and receive it as a value, so the store stays the one place that lays out result files.
+    """
+
+    root: Path
+    command: tuple[str, ...] = ()
+
+    def start(self, *, matrix_source: str, shard: str | None) -> Path:
+        return start_run(self.root, command=self.command, matrix_source=matrix_source, shard=shard)
+
+    def write(self, run_dir: Path, record: ResultRecord) -> Path:
+        return write_record(run_dir, record)
+
+    def finish(self, run_dir: Path) -> RunInfo:
+        return finish_run(run_dir)
+
+    def records(self, *, remedy: str) -> tuple[ResultRecord, ...]:
+        """Every record under the root, read strictly: a file that does not load is an error, not a gap.
+
+        Raises:
+            RecordError: naming every file that did not load.
+        """
+        loaded = load_results(self.root)
+        if loaded.problems:
+            raise RecordError(describe_problems(loaded.problems, loaded.source),
+                              remedy=remedy)
+        return tuple(loaded.records)
+
+
 # ---------------------------------------------------------------------------------------------- reading
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from packaging.specifiers import SpecifierSet
 
@@ -175,6 +175,20 @@ class Finding:
                 "reason": rule.reason, "error": rule.error, "remedy": rule.remedy,
                 "requires": dict(rule.requires), "confidence": rule.confidence,
                 "sources": [s.to_json() for s in rule.sources], "origin": rule.origin}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """Inverse of :meth:`to_json`, but for the rule's conditions: a finding records that the rule
+        fired, not the test that made it fire, so the rule comes back with none."""
+        sources = tuple(Source(ref=str(s["ref"]), confidence=str(s["confidence"]), url=str(s.get("url", "")))
+                        for s in data.get("sources", ()))
+        feature = data.get("feature")
+        return cls(Rule(id=str(data["rule"]), conditions=(), effect=Effect(data["effect"]),
+                        reason=str(data.get("reason", "")), sources=sources,
+                        feature=None if feature is None else str(feature),
+                        component=str(data.get("component", "")),
+                        error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                        requires=dict(data.get("requires") or {}), origin=str(data.get("origin", ""))))
 
 
 class Evaluator:
@@ -455,3 +469,12 @@ def _target(name: str, entry: LineDict) -> Target:
 def specifier_text(spec: SpecifierSet) -> str:
     """Human form of a specifier set, sorted for stable output."""
     return ",".join(sorted(str(s) for s in spec))
+
+
+def features_only_nvcc_decides(rules: Sequence[Rule]) -> frozenset[str]:
+    """Features some rule makes unavailable for the lack of nvcc alone (its one condition is
+    ``nvcc``): they follow the image's flavour (devel, or toolkit wheels that carry nvcc), not the
+    versions of the stack."""
+    return frozenset(rule.feature for rule in rules
+                     if rule.feature and rule.effect is Effect.FEATURE_UNAVAILABLE
+                     and [condition.fact for condition in rule.conditions] == ["nvcc"])

@@ -24,6 +24,7 @@ plan keeps is taken instead. The report says which stack was taken and why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,13 +38,15 @@ from stackforge.deadends import DeadEnd, find_dead_ends
 from stackforge.derive import DriverFloor
 from stackforge.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
 from stackforge.errors import SpecError
+from stackforge.plan import Plan
 from stackforge.pick import Candidate, choose, evaluate_candidates, predicted_to_qualify, row_driver_floor
 from stackforge.records import ResultRecord, Status, Tier
-from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, VERSION_AXES, Cell, CellStatus, MatrixReport, PlanView,
-                               Row, Source, build_matrix, one_line, target_text)
+from stackforge.report import (GLYPHS, PREDICTIONS_ONLY, VERSION_AXES, ReportCell, CellStatus, MatrixReport,
+                               ReportRow, CellSource, build_matrix, one_line, target_text)
 from stackforge.versions import validate_version
 
-__all__ = ["FORMATS", "UPGRADE_SCHEMA", "Change", "FeatureChange", "ImageSize", "MetricDelta", "RemainingDeadEnd",
+__all__ = ["FORMATS", "UPGRADE_SCHEMA", "ChangeKind", "FeatureChange", "ImageSize", "MetricDelta",
+           "RemainingDeadEnd",
            "Side", "SideCell", "StackChoice", "UpgradeReport", "build_upgrade", "change_of", "evidence_label",
            "image_sizes_from_builds", "render_upgrade", "upgrade_to_json"]
 
@@ -57,18 +60,21 @@ DEAD = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT, CellSta
 PREDICTED_ONLY = "predicted only"
 
 
-class Change:
+class ChangeKind:
     """What an upgrade does to a feature (the order is the report's)."""
 
     GAINED = "gained"
     LOST = "lost"
     UNCHANGED = "unchanged"
     UNDECIDED = "undecided"
-    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED)
-    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔"})
+    FLAVOUR = "flavour"
+    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED, FLAVOUR)
+    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔", FLAVOUR: "🧰"})
     MEANING = MappingProxyType({GAINED: "dead before, works after", LOST: "works before, dead after",
                                 UNCHANGED: "the same verdict on both sides",
-                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)"})
+                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)",
+                                FLAVOUR: "differs because one image has nvcc and the other not (its flavour), "
+                                         "not because of the upgrade"})
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -146,8 +152,8 @@ class FeatureChange:
 
     def label(self) -> str:
         """``➕ gained``; an unchanged feature says whether it works on both sides or is dead on both."""
-        text = f"{Change.GLYPHS[self.change]} {self.change}"
-        if self.change == Change.UNCHANGED:
+        text = f"{ChangeKind.GLYPHS[self.change]} {self.change}"
+        if self.change == ChangeKind.UNCHANGED:
             text += " (works)" if CellStatus(self.after.status) in WORKS else " (dead)"
         return text
 
@@ -178,8 +184,8 @@ class RemainingDeadEnd:
     remedy: str = ""
 
     def history(self) -> str:
-        return {Change.LOST: "new with the upgrade (it works on FROM)",
-                Change.UNCHANGED: "dead on FROM too"}.get(self.change, "no verdict on FROM")
+        return {ChangeKind.LOST: "new with the upgrade (it works on FROM)",
+                ChangeKind.UNCHANGED: "dead on FROM too"}.get(self.change, "no verdict on FROM")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +209,9 @@ class UpgradeReport:
 # ---------------------------------------------------------------------------------------------- building
 
 
-def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, before: StackChoice,
+def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, before: StackChoice,
                   after: StackChoice, *, size_of: Callable[[str], ImageSize] | None = None, runs: Sequence[str] = (),
-                  plan_only: bool = False) -> UpgradeReport:
+                  plan_only: bool = False, nvcc_features: frozenset[str] = frozenset()) -> UpgradeReport:
     """Compare two stacks of ``target``.
 
     Args:
@@ -215,6 +221,9 @@ def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, 
         size_of: a stack id's image size (:func:`image_sizes_from_builds`); without it sizes are "unknown".
         runs: run ids the records came from.
         plan_only: only the plan's stacks may be taken for a CUDA family (as ``pick --plan``).
+        nvcc_features: features that only an image with nvcc has
+            (:func:`stackforge.rules.features_only_nvcc_decides`): when one side's image has nvcc and
+            the other's not, their change is the flavour's, not the upgrade's.
 
     Raises:
         SpecError: an unknown stack id or CUDA family (naming the known ones), both sides the same stack,
@@ -233,7 +242,9 @@ def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, 
                         remedy="name two different stack ids or CUDA versions")
     old_row, new_row = report.row(old.stack_id), report.row(new.stack_id)
     features = tuple(_feature_change(f, old_row.cell(f), new_row.cell(f)) for f in report.features)
-    ordered = tuple(sorted(features, key=lambda c: Change.ORDER.index(c.change)))
+    if _has_nvcc(old_row) != _has_nvcc(new_row):
+        features = tuple(_flavour_change(c) if c.feature in nvcc_features else c for c in features)
+    ordered = tuple(sorted(features, key=lambda c: ChangeKind.ORDER.index(c.change)))
     return UpgradeReport(target=target, target_label=target_text(report), before=old, after=new,
                          features=ordered, metrics=_metric_deltas(old_row, new_row),
                          dead_ends=_remaining_dead_ends(report, new_row, features), matrix_name=report.matrix_name,
@@ -242,7 +253,7 @@ def build_upgrade(records: Sequence[ResultRecord], plan: PlanView, target: str, 
 
 
 def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: StackChoice, role: str,
-             plan_only: bool) -> tuple[Row, str]:
+             plan_only: bool) -> tuple[ReportRow, str]:
     option = "FROM" if role == "from" else "TO"
     if choice.stack_id is not None:
         known = [r.stack_id for r in report.rows]
@@ -255,7 +266,7 @@ def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: St
 
 
 def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cuda: str, role: str,
-                    plan_only: bool) -> tuple[Row, str]:
+                    plan_only: bool) -> tuple[ReportRow, str]:
     """``pick``'s choice among the stacks of CUDA ``cuda``; else the newest kept one, never probed."""
     option = f"--{role}-cuda"
     wanted = _loose(validate_version(cuda, what=option))
@@ -281,13 +292,13 @@ def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cud
                     remedy="see `stackforge plan --explain STACK_ID` for the rule, or name a stack id")
 
 
-def _family_size(family: Sequence[Row]) -> str:
+def _family_size(family: Sequence[ReportRow]) -> str:
     """``4 (3 pruned by the plan)``."""
     pruned = sum(r.plan_status == "pruned" for r in family)
     return f"{len(family)} ({pruned} pruned by the plan)" if pruned else str(len(family))
 
 
-def _why_picked(candidate: Candidate, cuda: str, family: Sequence[Row]) -> str:
+def _why_picked(candidate: Candidate, cuda: str, family: Sequence[ReportRow]) -> str:
     text = (f"best CUDA {cuda} stack by pick's ranking (probed, then serving / all-reduce / GEMM throughput, "
             f"then newest), out of {_family_size(family)}")
     if candidate.metric is not None:
@@ -295,7 +306,7 @@ def _why_picked(candidate: Candidate, cuda: str, family: Sequence[Row]) -> str:
     return text
 
 
-def _side(role: str, row: Row, why: str, candidate: Candidate | None, report: MatrixReport,
+def _side(role: str, row: ReportRow, why: str, candidate: Candidate | None, report: MatrixReport,
           size: ImageSize | None) -> Side:
     measured = any(r.outcome.status is not Status.SKIP for r in row.records)
     floor = row_driver_floor(row, report.target, report.target_info.get("min_driver"))
@@ -307,20 +318,20 @@ def _side(role: str, row: Row, why: str, candidate: Candidate | None, report: Ma
                 measured=measured, image=image, pinned=pinned, image_size=size, driver_floor=floor)
 
 
-def evidence_label(cell: Cell) -> str:
+def evidence_label(cell: ReportCell) -> str:
     """``measured (<tier>)``, ``predicted by rule <id>``, or ``no evidence``: never a prediction called measured."""
     if cell.status is CellStatus.PRUNED:
-        return "predicted by rule " + ", ".join(f.rule for f in cell.pruned_by) + " (stack pruned)"
-    if cell.source is Source.MEASURED and cell.tier is not None:
+        return "predicted by rule " + ", ".join(f.rule.id for f in cell.pruned_by) + " (stack pruned)"
+    if cell.source is CellSource.MEASURED and cell.tier is not None:
         return f"measured ({cell.tier.value})"
-    if cell.source is Source.PREDICTED and cell.prediction is not None and cell.prediction.rule:
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None and cell.prediction.rule:
         return f"predicted by rule {cell.prediction.rule}"
     return "no evidence"
 
 
-def _side_cell(cell: Cell) -> SideCell:
+def _side_cell(cell: ReportCell) -> SideCell:
     decisive = cell.decisive
-    predicted = cell.source is Source.PREDICTED and cell.prediction is not None
+    predicted = cell.source is CellSource.PREDICTED and cell.prediction is not None
     return SideCell(status=cell.status.value, evidence=evidence_label(cell), reason=cell.reason,
                     detail=cell.evidence, probe=decisive.probe if decisive is not None else "",
                     rule=cell.prediction.rule if predicted and cell.prediction else "")
@@ -329,20 +340,32 @@ def _side_cell(cell: Cell) -> SideCell:
 def change_of(before: CellStatus, after: CellStatus) -> str:
     """gained / lost / unchanged / undecided (see the module docstring)."""
     if before in DEAD and after in WORKS:
-        return Change.GAINED
+        return ChangeKind.GAINED
     if before in WORKS and after in DEAD:
-        return Change.LOST
+        return ChangeKind.LOST
     if before in WORKS | DEAD and after in WORKS | DEAD:
-        return Change.UNCHANGED
-    return Change.UNDECIDED
+        return ChangeKind.UNCHANGED
+    return ChangeKind.UNDECIDED
 
 
-def _feature_change(feature: str, before: Cell, after: Cell) -> FeatureChange:
+def _has_nvcc(row: ReportRow) -> bool | None:
+    """Whether the row's image has nvcc, as the plan derived it (None when the plan does not say)."""
+    return (row.derived or {}).get("has_nvcc")
+
+
+def _flavour_change(change: FeatureChange) -> FeatureChange:
+    """A gained or lost nvcc-only feature, relabelled: the images differ in flavour there."""
+    if change.change not in (ChangeKind.GAINED, ChangeKind.LOST):
+        return change
+    return dataclasses.replace(change, change=ChangeKind.FLAVOUR)
+
+
+def _feature_change(feature: str, before: ReportCell, after: ReportCell) -> FeatureChange:
     return FeatureChange(feature=feature, change=change_of(before.status, after.status),
                          before=_side_cell(before), after=_side_cell(after))
 
 
-def _metric_deltas(before: Row, after: Row) -> tuple[MetricDelta, ...]:
+def _metric_deltas(before: ReportRow, after: ReportRow) -> tuple[MetricDelta, ...]:
     """Every metric of a passing benchmark that both stacks measured with the same probe."""
     old, new = _metrics(before), _metrics(after)
     deltas = []
@@ -355,7 +378,7 @@ def _metric_deltas(before: Row, after: Row) -> tuple[MetricDelta, ...]:
     return tuple(deltas)
 
 
-def _metrics(row: Row) -> dict[tuple[str, str], MetricStats]:
+def _metrics(row: ReportRow) -> dict[tuple[str, str], MetricStats]:
     """Metrics of the row's passing benchmarks. Probes record numbers too (``max_abs_diff``, rows verified):
     evidence of their verdict, not a performance to compare."""
     passing = [r for r in row.records if r.outcome.status is Status.PASS and r.tier is Tier.BENCH]
@@ -363,7 +386,7 @@ def _metrics(row: Row) -> dict[tuple[str, str], MetricStats]:
     return {(probe, metric): stats for (_, _, probe, metric), stats in snapshot.metrics.items()}
 
 
-def _remaining_dead_ends(report: MatrixReport, after: Row,
+def _remaining_dead_ends(report: MatrixReport, after: ReportRow,
                          changes: Sequence[FeatureChange]) -> tuple[RemainingDeadEnd, ...]:
     if after.plan_status == "pruned":
         return ()     # the stack as a whole is the dead end; the feature table says so cell by cell
@@ -379,7 +402,7 @@ def _remaining_dead_ends(report: MatrixReport, after: Row,
     return tuple(remaining)
 
 
-def _unblock_text(dead: DeadEnd, report: MatrixReport, after: Row) -> str:
+def _unblock_text(dead: DeadEnd, report: MatrixReport, after: ReportRow) -> str:
     unblock = dead.unblocked_by
     if unblock is None:
         return "no stack in this matrix unblocks it"
@@ -446,7 +469,8 @@ def floor_change(report: UpgradeReport) -> str:
 
 
 def summary_line(report: UpgradeReport) -> str:
-    counts = ", ".join(f"{report.count(c)} {c}" for c in Change.ORDER)
+    counts = ", ".join(f"{report.count(c)} {c}" for c in ChangeKind.ORDER
+                       if c != ChangeKind.FLAVOUR or report.count(c))
     moved = [m for m in report.metrics if m.verdict != "within noise"]
     bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
              else "no benchmark measured on both sides")
@@ -484,8 +508,8 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
             "matrix": {"name": report.matrix_name, "source": report.matrix_source}, "runs": list(report.runs),
             "predictions_only": report.predictions_only,
             "from": _side_json(report.before), "to": _side_json(report.after),
-            "summary": {**{c: report.count(c) for c in Change.ORDER}, "driver_floor": floor_change(report),
-                        "image_size": size_change(report)},
+            "summary": {**{c: report.count(c) for c in ChangeKind.ORDER},
+                        "driver_floor": floor_change(report), "image_size": size_change(report)},
             "features": [{"feature": f.feature, "change": f.change, "from": _cell_json(f.before),
                           "to": _cell_json(f.after)} for f in report.features],
             "benchmarks": [_delta_json(m) for m in report.metrics],
@@ -495,7 +519,9 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
 
 
 def _side_json(side: Side) -> dict[str, Any]:
-    return {"stack_id": side.stack_id, "stack": side.stack, "plan_status": side.plan_status, "why": side.why,
+    # Keys sorted: the document reads the same whether the plan was planned here or read from a file.
+    return {"stack_id": side.stack_id, "stack": dict(sorted(side.stack.items())),
+            "plan_status": side.plan_status, "why": side.why,
             "evidence": side.evidence, "image": side.image or None, "pinned": side.pinned,
             "built_image": side.image_size.built_image or None,
             "image_size_bytes": side.image_size.bytes, "image_size_note": side.image_size.note,
@@ -538,11 +564,11 @@ def render_md(report: UpgradeReport) -> str:
     for item in report.features:
         lines.append(f"| `{item.feature}` | {item.label()} | "
                      f"{_md(item.before.label())} | {_md(item.after.label())} |")
-    lines += ["", "**Legend** " + " · ".join(f"{Change.GLYPHS[c]} {c}: {Change.MEANING[c]}" for c in Change.ORDER)
+    legend = " · ".join(f"{ChangeKind.GLYPHS[c]} {c}: {ChangeKind.MEANING[c]}" for c in ChangeKind.ORDER)
+    lines += ["", "**Legend** " + legend
               + ". *measured (gate)* = decided inside the image without a GPU · *measured (runtime)* = a probe on "
-              "the GPU · *measured (bench)* = a benchmark · *measured (wheel)* = read in the release's wheel on the "
-              "index, no image · *predicted by rule X* = a compat rule says so, nothing "
-              "measured it.", "", "#### Evidence", ""]
+              "the GPU · *measured (bench)* = a benchmark · *measured (wheel)* = the release's own code read from "
+              "its wheel, no image · *predicted by rule X* = a compat rule says so, nothing measured it.", "", "#### Evidence", ""]
     for item in report.features:
         if item.before == item.after:     # the same rule (or nothing) on both sides: say it once
             lines.append(f"- `{item.feature}` ({item.change}) — both: {_md_cell(item.after)}")

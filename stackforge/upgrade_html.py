@@ -12,8 +12,8 @@ from html import escape
 
 from stackforge.report import GLYPHS, CellStatus
 from stackforge.report_html import PAGE_CSP, PAGE_CSS
-from stackforge.upgrade import (PREDICTED_ONLY, Change, MetricDelta, Side, SideCell, UpgradeReport, delta_text,
-                                image_text, stats_text, summary_line, verdict_text)
+from stackforge.upgrade import (PREDICTED_ONLY, ChangeKind, MetricDelta, Side, SideCell, UpgradeReport,
+                                delta_text, image_text, stats_text, summary_line, verdict_text)
 
 __all__ = ["render_upgrade_html"]
 
@@ -124,10 +124,10 @@ def _sides(old: Side, new: Side) -> str:
 
 
 def _features(report: UpgradeReport) -> str:
-    legend = "".join(f'<span class="ch-{c}">{Change.GLYPHS[c]} {c}: {escape(Change.MEANING[c])}</span>'
-                     for c in Change.ORDER)
+    legend = "".join(f'<span class="ch-{c}">{ChangeKind.GLYPHS[c]} {c}: '
+                     f'{escape(ChangeKind.MEANING[c])}</span>' for c in ChangeKind.ORDER)
     legend += ("<span><i>measured (gate)</i> = inside the image, no GPU · <i>measured (runtime)</i> = a probe on "
-               "the GPU · <i>measured (bench)</i> = a benchmark · <i>predicted by rule X</i> = not measured</span>")
+               "the GPU · <i>measured (bench)</i> = a benchmark · <i>measured (wheel)</i> = the release's code read from its wheel · <i>predicted by rule X</i> = not measured</span>")
     heads = (f'<th scope="col">feature</th><th scope="col">change</th>'
              f'<th scope="col">from {escape(_column(report.before))}</th>'
              f'<th scope="col">to {escape(_column(report.after))}</th>')

@@ -76,7 +76,7 @@ def plan_dict() -> dict[str, Any]:
         findings = [PRUNE_FINDING] if pruned else [_finding(RULES[r]) for r in PREDICTED[stack_id].values()]
         cells.append({"stack_id": stack_id, "stack": STACKS[stack_id], "target": TARGET,
                       "status": "pruned" if pruned else "kept",
-                      "derived": {"min_driver": MIN_DRIVER[stack_id], "torch_variant": "cu128"},
+                      "derived": _derived(stack_id),
                       "driver_floor": cell_driver_floor(MIN_DRIVER[stack_id], "", TARGET, "570.26", ()).to_json(),
                       "findings": findings, "predictions": predictions})
     return {"schema": "stackforge.plan", "schema_version": 1,
@@ -85,6 +85,19 @@ def plan_dict() -> dict[str, Any]:
                                  "gpu_count": 8, "interconnect": "pcie", "multicast": False,
                                  "min_driver": "570.26", "description": "the seed's box"}},
             "cells": cells}
+
+
+def _derived(stack_id: str) -> dict[str, Any]:
+    """The derived facts of a seed stack, as ``Derived.to_json`` writes them (the reports read
+    only ``min_driver`` and ``torch_variant``)."""
+    stack = STACKS[stack_id]
+    return {"torch_variant": "cu128", "torch_cuda": "12.8", "torch_index_url": None,
+            "torch_requirement": f"torch=={stack['torch']}", "kernel_package": None, "kernel_version": None,
+            "flashinfer_extra": None, "cuda_image_version": f"{stack['cuda']}.0",
+            "base_image": f"nvidia/cuda:{stack['cuda']}.0-devel-ubuntu24.04", "base_python": "3.12",
+            "toolkit_wheels": {}, "has_nvcc": True, "min_driver": MIN_DRIVER[stack_id],
+            "min_driver_reason": "",
+            "toolkit_driver": None, "expected_arch_list": [], "sglang_pins": {}}
 
 
 def _prediction(stack_id: str, feature: str) -> dict[str, Any]:

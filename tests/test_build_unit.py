@@ -16,7 +16,7 @@ from _build_helpers import small_cell
 from stackforge import runner
 from stackforge.build import BuildOptions, BuildRecord, BuildStatus, BuildSummary
 from stackforge.build.assets import AssetServer
-from stackforge.build.buildkit import buildx_argv, proxy_build_args, stop_own_child, supports_named_contexts
+from stackforge.build.buildkit import buildx_argv, proxy_build_args, supports_named_contexts
 from stackforge.build.cancel import Cancel
 from stackforge.build.classify import FailureKind, diagnose, last_error_line
 from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, dynamic_labels
@@ -219,21 +219,19 @@ def test_cancel_runs_registered_callbacks_once_and_wakes_waiters():
     assert calls == ["a", "late"]   # registered after the cancel: stopped right away
 
 
-def test_stop_own_child_stops_a_running_command_from_another_thread(tmp_path):
-    marker = str(tmp_path / "marker")
+def test_a_cancel_stops_a_running_command_through_the_runners_hook():
+    """buildkit hands its Cancel to runner.run: a cancel from another thread stops the command's group."""
+    cancel = Cancel()
     results = []
     worker = threading.Thread(target=lambda: results.append(
-        runner.run(["sh", "-c", "sleep 60", marker], timeout=120)))
+        runner.run(["sh", "-c", "sleep 60"], timeout=120, cancel=cancel)))
     started = time.monotonic()
     worker.start()
-    deadline = time.monotonic() + 10
-    while not stop_own_child(marker=marker):
-        assert time.monotonic() < deadline, "the child never appeared"
-        time.sleep(0.05)
+    time.sleep(0.3)
+    cancel.cancel()
     worker.join(timeout=20)
     assert not worker.is_alive() and time.monotonic() - started < 30
-    assert results[0].returncode != 0 and not results[0].timed_out
-    assert not stop_own_child(marker=marker)   # gone
+    assert results[0].cancelled and not results[0].timed_out and not results[0].succeeded
 
 
 # --------------------------------------------------------------------------- metadata and verify
@@ -278,14 +276,31 @@ def test_no_deps_packages_are_named_as_pip_check_prints_them():
 
 def test_pick_wheel_takes_a_pure_or_linux_x86_64_wheel_of_the_release():
     from stackforge.build.requires import _pick_wheel
-    files = [{"filename": "pkg-1.0.tar.gz", "url": "u0"},
-             {"filename": "pkg-1.0-cp310-abi3-manylinux2014_aarch64.whl", "url": "u1"},
-             {"filename": "pkg-1.0-cp310-abi3-manylinux2014_x86_64.whl", "url": "u2"},
-             {"filename": "pkg-1.1-py3-none-any.whl", "url": "u3"},
-             {"filename": "pkg-1.0-py3-none-any.whl", "url": "u4", "yanked": True}]
-    assert _pick_wheel(files, "pkg", "1.0")["url"] == "u2"
-    assert _pick_wheel(files, "pkg", "1.1")["url"] == "u3"
+    from stackforge.wheels.index import IndexEntry
+    files = [IndexEntry("pkg-1.0.tar.gz", "u0"),
+             IndexEntry("pkg-1.0-cp310-abi3-manylinux2014_aarch64.whl", "u1"),
+             IndexEntry("pkg-1.0-cp310-abi3-manylinux2014_x86_64.whl", "u2"),
+             IndexEntry("pkg-1.1-py3-none-any.whl", "u3"),
+             IndexEntry("pkg-1.0-py3-none-any.whl", "u4", yanked=True)]
+    assert _pick_wheel(files, "pkg", "1.0").url == "u2"
+    assert _pick_wheel(files, "pkg", "1.1").url == "u3"
     assert _pick_wheel(files, "pkg", "2.0") is None
+
+
+def test_declared_requirements_read_through_the_index_client_from_a_file_index(tmp_path):
+    """requires lists files through stackforge.wheels.index, so a file:// (PEP 503 folder) index works too."""
+    import zipfile
+
+    from stackforge.build.requires import LookupStatus, lookup_declared
+    project = tmp_path / "simple" / "pkg"
+    project.mkdir(parents=True)
+    with zipfile.ZipFile(project / "pkg-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n"
+                                                    "Requires-Dist: numpy>=1.26\nRequires-Dist: torch; extra == 'x'\n\n")
+    found = lookup_declared("pkg", "1.0", index_url=(tmp_path / "simple").as_uri())
+    assert found.status is LookupStatus.FOUND, found.reason
+    assert found.requirements == ("numpy>=1.26", "torch; extra == 'x'")
+    assert lookup_declared("pkg", "2.0", index_url=(tmp_path / "simple").as_uri()).status is LookupStatus.NOT_LISTED
 
 
 def test_declared_requirements_of_a_real_release():

@@ -25,8 +25,12 @@ from stackforge.ci_github import (
     workflow,
 )
 from stackforge.cli import cli
+from stackforge.derive import Derived, DriverFloor
 from stackforge.errors import RecordError, SpecError, UnsafeValueError
+from stackforge.model import Interconnect, Matrix, Stack, Target
+from stackforge.plan import Plan, PlanCell
 from stackforge.results import finish_run, start_run, write_record
+from stackforge.rules import Effect, Finding, Rule
 from stackforge.shard import Shard, select
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,10 +61,25 @@ def _without_out(args: list[str]) -> list[str]:
     return args[:index] + args[index + 2:]
 
 
-def _plan(cells: list[tuple[str, str, str]], targets: dict[str, str]) -> dict[str, Any]:
-    return {"schema": "stackforge.plan", "schema_version": 1,
-            "targets": {name: {"name": name, "arch": arch} for name, arch in targets.items()},
-            "cells": [{"stack_id": s, "target": t, "status": status} for s, t, status in cells]}
+def _plan(cells: list[tuple[str, str, str]], targets: dict[str, str]) -> Plan:
+    """A plan of (stack label, target, kept|pruned) cells; each label names one stack."""
+    profiles = {name: Target(name=name, gpu="GPU", arch=arch, gpu_count=1, interconnect=Interconnect.PCIE)
+                for name, arch in targets.items()}
+    labels = list(dict.fromkeys(label for label, _, _ in cells))
+    stacks = {label: Stack(cuda="13.1", torch=f"2.14.{n}", flashinfer="0.7.2", sglang="0.5.23", python="3.12")
+              for n, label in enumerate(labels)}
+    derived = Derived(torch_variant="cu130", torch_cuda="13.0", torch_index_url=None,
+                      torch_requirement="torch", kernel_package=None, kernel_version=None,
+                      flashinfer_extra=None, cuda_image_version="13.1.0",
+                      base_image="nvidia/cuda:13.1.0-devel-ubuntu24.04", base_python="3.12")
+    prune = Finding(Rule(id="prune", conditions=(), effect=Effect.INCOMPATIBLE, reason="pruned", sources=()))
+    matrix = Matrix(name="m", source="m.yaml", stacks=tuple(stacks.values()), targets=tuple(targets))
+    return Plan(matrix=matrix,
+                targets=tuple(profiles.values()),
+                cells=tuple(PlanCell(stack=stacks[label], target=profiles[target], derived=derived,
+                                     findings=(prune,) if status == "pruned" else (), predictions=(),
+                                     driver_floor=DriverFloor(None, ()))
+                            for label, target, status in cells))
 
 
 # --------------------------------------------------------------------------------------------- config
@@ -205,8 +224,10 @@ def test_plan_outputs_are_exactly_what_ci_shards_prints() -> None:
 def test_ci_matrix_cpu_shards_cover_exactly_the_kept_stacks() -> None:
     ids = [f"cu131-torch2.14.{n}-fi0.7.2-sgl0.5.23-py312" for n in range(9)]
     cells = [(i, "t", "kept" if n % 3 else "pruned") for n, i in enumerate(ids)]
-    fan_out = ci_matrix(_plan(cells, {"t": "12.0"}), 4)
-    kept = [i for i, _, status in cells if status == "kept"]
+    plan = _plan(cells, {"t": "12.0"})
+    fan_out = ci_matrix(plan, 4)
+    kept = [c.stack_id for c in plan.cells if not c.pruned]
+    assert len(kept) == 6
     covered = [i for entry in fan_out.cpu for i in select(kept, Shard.parse(entry["shard"]), key=str)]
     assert sorted(covered) == sorted(kept)
     assert all(entry["slug"] == Shard.parse(entry["shard"]).slug for entry in fan_out.cpu)
@@ -231,12 +252,12 @@ def test_ci_matrix_with_nothing_kept_starts_no_jobs() -> None:
     ({"schema": "other"}, "not a stackforge plan"),
     ({"schema": "stackforge.plan", "schema_version": 9}, "newer than this stackforge understands"),
     ({"schema": "stackforge.plan", "schema_version": "1"}, "not a positive integer"),
-    ({"schema": "stackforge.plan", "schema_version": 1, "targets": {}}, "lacks a field"),
+    ({"schema": "stackforge.plan", "schema_version": 1, "targets": {}}, "malformed plan: KeyError: 'cells'"),
     ([], "not a stackforge plan"),
 ])
-def test_ci_matrix_refuses_documents_that_are_not_plans(plan: Any, needle: str) -> None:
+def test_ci_shards_refuses_documents_that_are_not_plans(plan: Any, needle: str) -> None:
     with pytest.raises(RecordError, match=needle):
-        ci_matrix(plan, 2)
+        Plan.from_json(plan, path="plan.json")
 
 
 def test_ci_shards_command_on_the_real_default_plan(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def _cell(knowledge, stack: str, target: str):
 @pytest.mark.parametrize(("stack", "target", "feature", "verdict", "rule"), PREDICTIONS,
                          ids=[f"{s}-{t}-{f}" for s, t, f, _, _ in PREDICTIONS])
 def test_prediction(knowledge, stack, target, feature, verdict, rule):
-    predictions = {p.feature: p for p in _cell(knowledge, stack, target).predictions()}
+    predictions = {p.feature: p for p in _cell(knowledge, stack, target).predictions}
     prediction = predictions[feature]
     assert prediction.verdict.value == verdict, f"{feature}: {prediction.verdict.value} by {prediction.rule!r}"
     if rule:

@@ -9,12 +9,13 @@ import pytest
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, record, seed_records
 from stackforge.deadends import find_dead_ends, render_deadends
 from stackforge.errors import SpecError
-from stackforge.report import build_matrix, empty_plan, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import build_matrix
 
 
 @pytest.fixture
 def dead():
-    return find_dead_ends(build_matrix(seed_records(), parse_plan(plan_dict()), TARGET))
+    return find_dead_ends(build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET))
 
 
 def test_every_failing_feature_is_listed_in_matrix_order(dead):
@@ -41,7 +42,8 @@ def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
                        reason="needs a running server")
     measured_dead = record(CU131, "nccl-graph-tree", "fail")
     kept_open = record(CU131, "nccl-graph-tree", "undecided", tier="gate", probe="gate.y", reason="no context")
-    dead = find_dead_ends(build_matrix([undecided, measured_dead, kept_open], parse_plan(plan_dict()), TARGET))
+    plan = Plan.from_json(plan_dict())
+    dead = find_dead_ends(build_matrix([undecided, measured_dead, kept_open], plan, TARGET))
     symm = next(d for d in dead.dead_ends if d.feature == "torch-symm-mem")
     predicted = next(e for e in symm.dead_on if e.stack_id == CU130)       # the rule's prediction still shows
     assert (predicted.status, predicted.source) == ("unavailable", "predicted")
@@ -49,7 +51,7 @@ def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
     assert "🤷 undecided by gate.sglang.symm-mem: needs a running server" in render_deadends(dead, "md")
     tree = next(d for d in dead.dead_ends if d.feature == "nccl-graph-tree")
     assert [e.stack_id for e in tree.dead_on] == [CU131]                   # the measured fail, not the undecided
-    assert find_dead_ends(build_matrix([undecided], empty_plan(), TARGET)).dead_ends == ()
+    assert find_dead_ends(build_matrix([undecided], Plan.empty(), TARGET)).dead_ends == ()
 
 
 def test_custom_allreduce_passing_is_not_a_dead_end_and_pruned_stacks_are_listed_once(dead):
@@ -73,7 +75,7 @@ def test_markdown_reads_like_the_seed_todo_list(dead):
 
 
 def test_no_dead_ends():
-    report = build_matrix([record(CU131, "serve", "pass", tier="bench")], empty_plan(), TARGET)
+    report = build_matrix([record(CU131, "serve", "pass", tier="bench")], Plan.empty(), TARGET)
     dead = find_dead_ends(report)
     assert dead.dead_ends == ()
     assert "No dead ends" in render_deadends(dead, "md")
@@ -87,7 +89,7 @@ def test_open_dead_ends_are_unchecked_boxes_and_reasons_are_never_cut(dead):
     assert "- [ ] **nccl-graph-tree**" in text
     long_reason = "SymmetricMemory refused: " + "sm_120 is not in the arch table; " * 20 + "END-OF-REASON"
     records = [record(CU131, "torch-symm-mem", "fail", reason=long_reason, evidence="x " * 400 + "END-OF-EVIDENCE")]
-    report = find_dead_ends(build_matrix(records, empty_plan(), TARGET))
+    report = find_dead_ends(build_matrix(records, Plan.empty(), TARGET))
     for fmt in ("md", "text"):
         out = render_deadends(report, fmt)
         assert "END-OF-REASON" in out and "…" not in out

@@ -102,6 +102,24 @@ def test_buildx_unavailable_without_docker_cli(monkeypatch: pytest.MonkeyPatch, 
 
 
 @pytest.mark.docker
+def test_an_idle_container_is_labelled_with_its_owner_has_a_lifetime_and_is_removed(
+        docker_client: docker.DockerClient, base_image: str, run_labels: dict[str, str]) -> None:
+    """Verification's container (commands exec'd into it) is made here too: owner labels, so
+    reap_orphans can find it, a bounded lifetime, and removal when the block ends."""
+    with docker_engine.idle_container(docker_client, base_image, labels=run_labels, lifetime_s=60) as container_id:
+        container = docker_client.containers.get(container_id)
+        assert container.status == "running" and container.attrs["Config"]["Cmd"] == ["sleep", "60"]
+        labels = container.labels
+        assert labels[MANAGED_LABEL] == "true" and labels[docker_engine.PID_LABEL] == str(os.getpid())
+        assert container.exec_run(["true"]).exit_code == 0
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(container_id)
+    with pytest.raises(CommandError, match="does not exist"):
+        with docker_engine.idle_container(docker_client, "stackforge-test/no-such-image:0", lifetime_s=60):
+            pass
+
+
+@pytest.mark.docker
 def test_exit_status_and_logs_are_reported(docker_client: docker.DockerClient, base_image: str,
                                            run_labels: dict[str, str], tmp_path: Path) -> None:
     log = tmp_path / "container.log"

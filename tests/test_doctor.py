@@ -124,6 +124,16 @@ def test_pip_settings_follow_pips_precedence():
     assert pip_ca(None, PipConfig(), {}).path == ""
 
 
+def test_doctor_reads_the_indexes_as_plan_and_probe_do():
+    """One reading of pip's configuration (wheels.index.index_config): no-index leaves no main index,
+    an extra index set twice is asked once, and each keeps where it was set."""
+    config = parse_pip_config_list("global.no-index='true'\nglobal.extra-index-url='https://b/simple https://b/simple'\n")
+    assert [(i.url, i.role, i.source) for i in pip_indexes(None, config, {})] == [
+        ("https://b/simple", "extra index", "pip config global.extra-index-url")]
+    assert [(i.url, i.source) for i in pip_indexes("https://cli/simple", config, {"PIP_EXTRA_INDEX_URL": "https://e/s"})] \
+        == [("https://cli/simple", "--index-url"), ("https://e/s", "PIP_EXTRA_INDEX_URL")]
+
+
 # --------------------------------------------------------------------------- the real command
 
 def run_doctor(*args: str):

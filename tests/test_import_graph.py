@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("edges", ("stackforge.runner", "stackforge.registry", "stackforge.docker_engine", "stackforge.bootstrap",
                "stackforge.pip_config")),
     ("plan", ("stackforge.rules", "stackforge.derive", "stackforge.matrix", "stackforge.user_compat",
-              "stackforge.plan", "stackforge.preflight", "stackforge.wheels")),
+              "stackforge.plan", "stackforge.selection", "stackforge.preflight", "stackforge.wheels")),
     ("compose", ("stackforge.render", "stackforge.render_text")),
     ("build", ("stackforge.build",)),
     ("probes", ("stackforge.probes",)),

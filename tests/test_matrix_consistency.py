@@ -21,8 +21,8 @@ from stackforge.deadends import find_dead_ends
 from stackforge.errors import NothingQualifiesError
 from stackforge.model import Interconnect, Target
 from stackforge.records import ResultRecord, Status
-from stackforge.report import (CellStatus, PlanView, Source, build_matrix, decide_cell, empty_plan, parse_plan,
-                               render_json)
+from stackforge.plan import Plan
+from stackforge.report import CellStatus, CellSource, build_matrix, decide_cell, render_json
 from stackforge.pick import pick
 from stackforge.results import load_results, start_run, write_record
 
@@ -32,7 +32,7 @@ GATE_PROBES = (("torch_arch.py", "torch-kernels"), ("nvcc_codegen.py", "nvcc-cod
                ("flashinfer_gates.py", "flashinfer-jit"))
 
 
-def assert_consistent(records: list[ResultRecord], plan: PlanView, target: str) -> None:
+def assert_consistent(records: list[ResultRecord], plan: Plan, target: str) -> None:
     """Every invariant that ties records, matrix, dead ends and pick together."""
     report = build_matrix(records, plan, target)
     mine = [r for r in records if r.target == target]
@@ -50,7 +50,8 @@ def _matrix_reflects_records(report, records) -> None:
         again = decide_cell(cell.feature, mine, cell.prediction, row.pruned_by)
         assert (again.status, again.source, again.tier) == (cell.status, cell.source, cell.tier)
         informative = [r for r in mine if r.outcome.status is not Status.SKIP]
-        assert (cell.source is Source.MEASURED and cell.status is not CellStatus.SKIP) == bool(informative)
+        measured = cell.source is CellSource.MEASURED and cell.status is not CellStatus.SKIP
+        assert measured == bool(informative)
         json_cell = next(c for c in json_rows[row.stack_id]["cells"] if c["feature"] == cell.feature)
         assert (json_cell["status"], json_cell["source"]) == (cell.status.value, cell.source.value)
 
@@ -65,10 +66,11 @@ def _dead_ends_are_exactly_the_dead_cells(report) -> None:
         unblock = entry.unblocked_by
         if unblock is not None and unblock.basis == "measured":
             cell = report.row(unblock.stack_id).cell(entry.feature)
-            assert cell.status is CellStatus.PASS and cell.source is Source.MEASURED
+            assert cell.status is CellStatus.PASS and cell.source is CellSource.MEASURED
             earlier = order[:order.index(unblock.stack_id)]
             assert not any(report.row(s).cell(entry.feature).status is CellStatus.PASS
-                           and report.row(s).cell(entry.feature).source is Source.MEASURED for s in earlier)
+                           and report.row(s).cell(entry.feature).source is CellSource.MEASURED
+                           for s in earlier)
         if unblock is None:
             assert not any(row.cell(entry.feature).status is CellStatus.PASS for row in report.rows)
 
@@ -87,7 +89,7 @@ def _picks_never_take_a_dead_or_unmeasured_feature(report, records, plan, target
         for feature in require:
             cell = row.cell(feature)
             assert (feature, row.stack_id) not in dead
-            assert cell.source is Source.MEASURED and cell.status is CellStatus.PASS
+            assert cell.source is CellSource.MEASURED and cell.status is CellStatus.PASS
         gate_only = any(row.cell(f).tier.value == "gate" for f in require)
         assert chosen.exit_code == (5 if gate_only else 0)
         assert chosen.reference and any(chosen.reference.endswith(r.provenance.digest or r.provenance.image_id or "")
@@ -100,15 +102,16 @@ def _qualifies_by_hand(report, row, require, driver) -> bool:
         return False
     if driver == "1.0" and ((row.derived or {}).get("min_driver") or report.target_info.get("min_driver")):
         return False
-    return all(row.cell(f).source is Source.MEASURED and row.cell(f).status is CellStatus.PASS for f in require)
+    return all(row.cell(f).source is CellSource.MEASURED and row.cell(f).status is CellStatus.PASS
+               for f in require)
 
 
 def test_seed_records_are_consistent():
-    assert_consistent(seed_records(), parse_plan(plan_dict()), TARGET)
+    assert_consistent(seed_records(), Plan.from_json(plan_dict()), TARGET)
 
 
 def test_seed_records_without_a_plan_are_consistent():
-    assert_consistent(seed_records(), empty_plan(), TARGET)
+    assert_consistent(seed_records(), Plan.empty(), TARGET)
 
 
 # ---------------------------------------------------------------------------------------------- real probe runs
@@ -144,10 +147,10 @@ def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
 def test_real_probe_runs_are_consistent(tmp_path):
     """Real gate probes for the default matrix's kept stacks, on sm_120 and on a V100 (sm_70) profile."""
     from stackforge.data import default_matrix_path
-    from stackforge.plan import plan_file
+    from stackforge.plan import Plan, plan_file
 
     plan_obj = plan_file(default_matrix_path())
-    plan = parse_plan(json.loads(json.dumps(plan_obj.to_json())))
+    plan = Plan.from_json(json.loads(json.dumps(plan_obj.to_json())))
     rtx = next(c.target for c in plan_obj.cells)
     # A user-added profile the shipped toolkit dropped (CUDA 13 nvcc has no sm_70): a real dead end.
     v100 = Target(name="v100-x8-nvlink", gpu="Tesla V100", arch="7.0", gpu_count=8, interconnect=Interconnect.NVLINK)
@@ -156,9 +159,9 @@ def test_real_probe_runs_are_consistent(tmp_path):
     statuses = {r.outcome.status for r in records}
     assert statuses <= set(Status) and all(r.outcome.reason for r in records)
     assert_consistent(records, plan, rtx.name)
-    assert_consistent(records, empty_plan(), v100.name)
+    assert_consistent(records, Plan.empty(), v100.name)
     nvcc = [r for r in records if r.feature == "nvcc-codegen" and r.target == v100.name]
     if nvcc and nvcc[0].outcome.status is Status.FAIL:
-        dead = find_dead_ends(build_matrix(records, empty_plan(), v100.name))
+        dead = find_dead_ends(build_matrix(records, Plan.empty(), v100.name))
         entry = next(d for d in dead.dead_ends if d.feature == "nvcc-codegen")
         assert "sm_70" in entry.headline.evidence                    # the compiler's own words

@@ -10,7 +10,8 @@ from matrix_fixtures import CU128, CU131, TARGET, plan_dict, record, seed_record
 from stackforge.diff import (MetricStats, diff_snapshots, load_snapshot, metric_stats, render_diff,
                              snapshot_from_matrix_json, snapshot_from_records)
 from stackforge.errors import RecordError
-from stackforge.report import build_matrix, parse_plan, render_json
+from stackforge.plan import Plan
+from stackforge.report import build_matrix, render_json
 from stackforge.results import start_run, write_record
 
 
@@ -93,7 +94,7 @@ def test_appearing_and_disappearing_cells_are_reported():
 
 
 def test_matrix_json_and_run_folders_diff_the_same(tmp_path):
-    plan = parse_plan(plan_dict())
+    plan = Plan.from_json(plan_dict())
     (tmp_path / "a.json").write_text(render_json(build_matrix(RUN_A, plan, TARGET)))
     (tmp_path / "b.json").write_text(render_json(build_matrix(RUN_B, plan, TARGET)))
     from_json = diff_snapshots(load_snapshot(tmp_path / "a.json"), load_snapshot(tmp_path / "b.json"))

@@ -16,7 +16,8 @@ import pytest
 
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, seed_records
 from stackforge import runner
-from stackforge.report import build_matrix, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import build_matrix
 from stackforge.report_html import render_html
 
 pytestmark = pytest.mark.browser
@@ -30,7 +31,8 @@ def page(tmp_path_factory) -> Path:
     if not CHROMIUM.exists():
         pytest.skip("needs headless Chromium at /usr/bin/chromium (apt-get install -y chromium)")
     path = tmp_path_factory.mktemp("html") / "matrix.html"
-    report = build_matrix(seed_records(), parse_plan(plan_dict()), TARGET, runs=("20260301T020000Z-aaaaaa",))
+    report = build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET,
+                        runs=("20260301T020000Z-aaaaaa",))
     path.write_text(render_html(report), encoding="utf-8")
     return path
 

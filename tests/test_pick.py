@@ -6,15 +6,16 @@ import dataclasses
 
 import pytest
 
+from stackforge.plan import Plan
+
 from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, plan_dict, record, seed_records, serve_metrics
 from stackforge.errors import NothingQualifiesError, SpecError
 from stackforge.pick import EXIT_GATE_ONLY, EXIT_PICKED, evaluate_candidates, pick, pick_to_json
-from stackforge.report import empty_plan, parse_plan
 
 
 @pytest.fixture
 def plan():
-    return parse_plan(plan_dict())
+    return Plan.from_json(plan_dict())
 
 
 def test_measured_pass_new_enough_driver_best_throughput(plan):
@@ -28,8 +29,9 @@ def test_measured_pass_new_enough_driver_best_throughput(plan):
     assert any("driver 595.10 meets >= 590.44.01" in line for line in why)
 
 
-def test_plan_dict_is_accepted_as_is():
-    chosen = pick(seed_records(), plan_dict(), TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+def test_a_plan_read_from_its_json_is_picked_from():
+    plan = Plan.from_json(plan_dict(), path="plan.json")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
     assert chosen.candidate.stack_id == CU131
 
 
@@ -77,20 +79,20 @@ def test_pruned_predicted_and_untested_are_blockers(plan):
 def test_ties_go_to_the_newer_stack_and_optimize_newest():
     records = [record(CU128, "serve", "pass", tier="bench", metrics=serve_metrics(100.0)),
                record(CU131, "serve", "pass", tier="bench", metrics=serve_metrics(100.0))]
-    assert pick(records, empty_plan(), TARGET, ["serve"]).candidate.stack_id == CU131
+    assert pick(records, Plan.empty(), TARGET, ["serve"]).candidate.stack_id == CU131
     faster_old = [records[0], dataclasses.replace(records[1], outcome=dataclasses.replace(
         records[1].outcome, metrics=serve_metrics(50.0)))]
-    assert pick(faster_old, empty_plan(), TARGET, ["serve"]).candidate.stack_id == CU128
-    assert pick(faster_old, empty_plan(), TARGET, ["serve"], optimize="newest").candidate.stack_id == CU131
+    assert pick(faster_old, Plan.empty(), TARGET, ["serve"]).candidate.stack_id == CU128
+    assert pick(faster_old, Plan.empty(), TARGET, ["serve"], optimize="newest").candidate.stack_id == CU131
 
 
 def test_serving_throughput_outranks_bandwidth_then_gemm():
     records = [record(CU128, "allreduce", "pass", tier="bench", metrics={"busbw_gbps": {"median": 40.0}}),
                record(CU131, "gemm", "pass", tier="bench", metrics={"tflops": 900.0}),
                record(CU130, "serve", "pass", tier="bench", metrics=serve_metrics(10.0))]
-    chosen = pick(records, empty_plan(), TARGET)
+    chosen = pick(records, Plan.empty(), TARGET)
     assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU130, "output_throughput")
-    chosen = pick(records[:2], empty_plan(), TARGET)
+    chosen = pick(records[:2], Plan.empty(), TARGET)
     assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU128, "busbw")
 
 
@@ -101,26 +103,27 @@ def test_metrics_as_the_bench_scripts_write_them():
     gemm = {"device": "cuda", "best_tflops": {"bf16": 380.0, "fp8": 700.0}, "rows": [{"tflops": 1.0}]}
     records = [record(CU128, "allreduce", "pass", tier="bench", metrics=allreduce),
                record(CU131, "gemm", "pass", tier="bench", metrics=gemm)]
-    chosen = pick(records, empty_plan(), TARGET)
+    chosen = pick(records, Plan.empty(), TARGET)
     assert (chosen.candidate.stack_id, chosen.candidate.metric.value, chosen.candidate.metric.unit) == (
         CU128, 41.5, "GB/s")
-    gemm_only = pick(records[1:], empty_plan(), TARGET).candidate.metric
+    gemm_only = pick(records[1:], Plan.empty(), TARGET).candidate.metric
     assert (gemm_only.name, gemm_only.value, gemm_only.unit) == ("tflops", 700.0, "TFLOP/s")
     serve = record(CU130, "serve", "pass", tier="bench", metrics={"output_tok_s": 95.0, "ttft_ms": {"median": 80}})
-    assert pick([*records, serve], empty_plan(), TARGET).candidate.stack_id == CU130
+    assert pick([*records, serve], Plan.empty(), TARGET).candidate.stack_id == CU130
 
 
 def test_unpinned_images_and_mixed_images_warn():
     records = [record(CU128, "serve", "pass", tier="bench", digest="", created_at="2026-03-01T00:00:00+00:00"),
                record(CU128, "flashinfer-jit", "pass", digest="", image="stackforge/other:1",
                       created_at="2026-03-02T00:00:00+00:00")]
-    chosen = pick(records, empty_plan(), TARGET, ["serve", "flashinfer-jit"])
+    chosen = pick(records, Plan.empty(), TARGET, ["serve", "flashinfer-jit"])
     assert chosen.reference == f"sha256:{'1' * 64}" and not chosen.candidate.pinned
     warnings = " ".join(chosen.warnings())
     assert "not pinned by digest" in warnings
     assert "2 different images" not in warnings                                   # same image id both times
     other = dataclasses.replace(records[1], provenance=dataclasses.replace(records[1].provenance, image_id="sha256:2"))
-    warnings = " ".join(pick([records[0], other], empty_plan(), TARGET, ["serve", "flashinfer-jit"]).warnings())
+    chosen = pick([records[0], other], Plan.empty(), TARGET, ["serve", "flashinfer-jit"])
+    warnings = " ".join(chosen.warnings())
     assert "2 different images" in warnings
 
 
@@ -130,13 +133,13 @@ def test_an_undecided_record_is_never_evidence_for_an_image():
     undecided = record(CU131, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server",
                        image="stackforge/elsewhere:9", digest="sha256:" + "e" * 64,
                        created_at="2026-03-09T00:00:00+00:00")                 # newer, another image
-    chosen = pick([passed, undecided], empty_plan(), TARGET, ["serve"])
+    chosen = pick([passed, undecided], Plan.empty(), TARGET, ["serve"])
     assert chosen.reference == DIGESTS[CU131] and "different images" not in " ".join(chosen.warnings())
     # Only undecided records: the feature has no verdict (not ruled out) and there is no image to offer.
     only = record(CU130, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server")
     with pytest.raises(NothingQualifiesError):
-        pick([only], empty_plan(), TARGET, ["serve"])
-    candidate = evaluate_candidates([only], empty_plan(), TARGET, ["serve"])[0]
+        pick([only], Plan.empty(), TARGET, ["serve"])
+    candidate = evaluate_candidates([only], Plan.empty(), TARGET, ["serve"])[0]
     checks = {c.name: c for c in candidate.blockers}
     assert checks["serve"].line == "serve: no verdict, undecided by gate.x: needs a running server"
     assert checks["serve"].unmeasured
@@ -167,8 +170,8 @@ def test_requires_driver_rules_are_honoured():
     cell["findings"].append({"rule": "cuda131-driver", "effect": "requires", "feature": None, "reason": "r",
                              "requires": {"driver": ">=600"}, "sources": []})
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old"):
-        pick([r for r in seed_records() if r.stack_id == CU131], parse_plan(data), TARGET, ["flashinfer-jit"],
-             driver="595.10")
+        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
+             ["flashinfer-jit"], driver="595.10")
 
 
 def test_pick_json(plan):
@@ -188,5 +191,5 @@ def test_the_driver_floor_is_the_plan_cells_not_recomputed_from_derived():
     cell["derived"]["min_driver"] = "1"
     cell["driver_floor"] = {"version": "600", "because": ["CUDA 13.x: driver >= 600 [>= 600]"]}
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old: this stack needs >= 600"):
-        pick([r for r in seed_records() if r.stack_id == CU131], parse_plan(data), TARGET, ["flashinfer-jit"],
-             driver="595.10")
+        pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
+             ["flashinfer-jit"], driver="595.10")

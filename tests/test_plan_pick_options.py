@@ -15,8 +15,7 @@ from stackforge.cli import cli
 from stackforge.data import resolve_matrix_path
 from stackforge.errors import NothingQualifiesError
 from stackforge.pick import pick
-from stackforge.plan import plan_file
-from stackforge.report import parse_plan
+from stackforge.plan import Plan, plan_file
 
 WHEELS_131 = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 
@@ -52,7 +51,7 @@ def test_plan_header_explain_json_and_pick_agree_on_the_driver_floor():
 
 def test_pick_with_the_help_example_driver_does_not_block_cuda_13_1():
     # `pick --help` shows --driver 580.95.05: a 13.x driver, enough for every 13.1 stack.
-    plan = parse_plan(plan_file(resolve_matrix_path(None), cuda="13.1").to_json())
+    plan = Plan.from_json(plan_file(resolve_matrix_path(None), cuda="13.1").to_json())
     records = [record(WHEELS_131, "flashinfer-jit", "pass", digest="sha256:" + "d" * 64)]
     chosen = pick(records, plan, TARGET, ["flashinfer-jit"], driver="580.95.05")
     assert chosen.candidate.stack_id == WHEELS_131
@@ -104,8 +103,7 @@ def test_pick_respects_the_plan_it_is_given(workspace):
 
 def test_scope_without_plan_keeps_measured_stacks():
     from stackforge.pick import Scope
-    chosen = pick(seed_records(), parse_plan({"schema": "stackforge.plan", "schema_version": 1, "cells": []}),
-                  TARGET, scope=Scope(plan_only=False))
+    chosen = pick(seed_records(), Plan.empty(), TARGET, scope=Scope(plan_only=False))
     assert chosen.candidate.stack_id == CU131
 
 

@@ -198,8 +198,43 @@ def test_torch_arch_cuda_build_reads_the_compiled_arch_list(cuda_torch_python):
 def test_nvcc_codegen_skips_without_nvcc(bare_python, tmp_path):
     result = run_script(bare_python, "nvcc_codegen.py", "--arch", "12.0", "--nvcc", str(tmp_path / "nvcc"))
     assert result["status"] == "skip"
-    assert result["reason"] == "no nvcc in image: runtime-only flavour"
+    # Outside a stackforge image there is no stack.json to name the flavour.
+    assert result["reason"] == "no nvcc in this flavour: nothing to generate sm_120 code with"
     assert "nvcc" not in result["facts"]
+
+
+def test_no_nvcc_reason_names_the_flavour_stackforge_built_the_image_as(tmp_path):
+    """In a stackforge image the reason names the flavour from /opt/stackforge/stack.json; a missing,
+    unreadable or foreign file leaves it out rather than guessing."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    stack_json = tmp_path / "stack.json"
+    stack_json.write_text(json.dumps({"stack_id": "cu128-x", "stack": {"cuda": "12.8", "flavour": "wheels"}}))
+    assert sf.image_flavour(str(stack_json)) == "wheels"
+    assert sf.no_nvcc("x", flavour=sf.image_flavour(str(stack_json))) == "no nvcc in this flavour (wheels): x"
+    for text in ("not json", "[1, 2]", json.dumps({"stack": {"flavour": 3}}), json.dumps({"stack": "x"})):
+        stack_json.write_text(text)
+        assert sf.image_flavour(str(stack_json)) == ""
+    assert sf.image_flavour(str(tmp_path / "absent.json")) == ""
+    assert sf.no_nvcc("x", flavour="") == "no nvcc in this flavour: x"
+
+
+def test_missing_nvcc_says_where_flashinfer_looked():
+    """FlashInfer without a CUDA home (no nvcc, no /usr/local/cuda: the CUDA 12.x wheels flavour) gives
+    its own error instead of a path; the reason quotes it rather than pasting it into a path."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import flashinfer_gates as fg
+    finally:
+        sys.path.pop(0)
+    unresolved = fg.Toolkit("<RuntimeError: Could not find nvcc and default cuda_home='/usr/local/cuda' doesn't exist>",
+                            "12.8", "", "", "")
+    assert fg.missing_nvcc(unresolved) == ("no nvcc and no CUDA home (RuntimeError: Could not find nvcc and default "
+                                           "cuda_home='/usr/local/cuda' doesn't exist)")
+    assert fg.missing_nvcc(fg.Toolkit("/usr/local/cuda", "12.8", "", "", "")) == "no nvcc at /usr/local/cuda/bin/nvcc"
 
 
 def test_nvcc_codegen_compiles_for_sm120(bare_python):
@@ -267,7 +302,7 @@ def test_fi072_cpu_torch_without_nvcc_cannot_resolve_the_arch(fi072_python):
     assert result["metrics"]["target_archs"] == ""
 
 
-def test_fi072_runtime_flavour_resolves_from_torch_but_cannot_build(cuda_torch_python):
+def test_fi072_runtime_flavour_resolves_from_torch_but_skips_without_nvcc(cuda_torch_python):
     """CUDA torch, no nvcc: FlashInfer takes the CUDA version from torch.version.cuda, so its gate
     admits sm_120 (12.0f), but nothing can be compiled in such an image."""
     result = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
@@ -275,22 +310,26 @@ def test_fi072_runtime_flavour_resolves_from_torch_but_cannot_build(cuda_torch_p
     assert result["metrics"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0f"
     assert result["metrics"]["fi_cuda_version"] == result["facts"]["torch_cuda"]
     assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
-    assert result["status"] == "fail"
-    assert "cannot build the module: no nvcc" in result["reason"]
+    # The missing compiler is the image's flavour, not FlashInfer: a skip that says so, not a fail.
+    assert result["status"] == "skip"
+    assert result["reason"].startswith("no nvcc in this flavour: ")
+    assert "cannot build the module (no nvcc at /nonexistent/bin/nvcc" in result["reason"]
     jit = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
                      "--feature", "flashinfer-jit", env={"CUDA_HOME": "/nonexistent"})
-    assert jit["status"] == "fail"
+    assert jit["status"] == "skip"
+    assert jit["reason"].startswith("no nvcc in this flavour: ")
     assert "finds no nvcc at /nonexistent/bin/nvcc" in jit["reason"]
 
 
-def test_fi072_explicit_arch_list_admits_but_no_nvcc_means_no_build(fi072_python):
+def test_fi072_explicit_arch_list_admits_but_no_nvcc_is_a_skip(fi072_python):
     result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
                         "--feature", "flashinfer-ar-fusion", "--fi-arch-list", "12.0a",
                         env={"CUDA_HOME": "/nonexistent"})
-    assert result["status"] == "fail"
+    assert result["status"] == "skip"
     assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
     assert "compute_120a,code=sm_120a" in result["evidence"]
-    assert "cannot build the module: no nvcc" in result["reason"]
+    assert result["reason"].startswith("no nvcc in this flavour: ")
+    assert "cannot build the module (no nvcc" in result["reason"]
 
 
 def test_fi072_jit_compiles_a_module_for_sm120(fi072_python):

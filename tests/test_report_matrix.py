@@ -12,16 +12,18 @@ from click.testing import CliRunner
 
 from matrix_fixtures import CU128, CU130, CU131, FEATURES, PRUNED, RULES, TARGET, plan_dict, record, seed_records
 from stackforge.errors import RecordError, SpecError
+from stackforge.plan import Plan
 from stackforge.records import Verdict
-from stackforge.report import (MATRIX_SCHEMA, CellStatus, Source, build_matrix, choose_target, decide_cell,
-                               empty_plan, key_metric, metric_center, parse_plan, render, render_csv, render_json,
+from stackforge.report import (MATRIX_SCHEMA, CellSource, CellStatus, build_matrix, choose_target,
+                               decide_cell, key_metric, metric_center, render, render_csv, render_json,
                                render_md)
 from stackforge.report_html import render_html
 
 
 @pytest.fixture
 def report():
-    return build_matrix(seed_records(), parse_plan(plan_dict()), TARGET, runs=("20260301T020000Z-aaaaaa",))
+    return build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET,
+                        runs=("20260301T020000Z-aaaaaa",))
 
 
 # ---------------------------------------------------------------------------------------------- deciding cells
@@ -31,7 +33,7 @@ def test_runtime_outranks_gate_and_worst_outcome_wins():
     gate_pass = record(CU128, "flashinfer-jit", "pass", tier="gate")
     run_fail = record(CU128, "flashinfer-jit", "fail")
     cell = decide_cell("flashinfer-jit", [gate_pass, run_fail])
-    assert (cell.status, cell.source, cell.tier.value) == (CellStatus.FAIL, Source.MEASURED, "runtime")
+    assert (cell.status, cell.source, cell.tier.value) == (CellStatus.FAIL, CellSource.MEASURED, "runtime")
     assert cell.records == (gate_pass, run_fail)                  # every record stays as evidence
     bench_crash = record(CU128, "flashinfer-jit", "crash", tier="bench", probe="b")
     assert decide_cell("flashinfer-jit", [run_fail, bench_crash]).status is CellStatus.CRASH
@@ -49,10 +51,11 @@ def test_probe_error_does_not_hide_a_pass_but_a_failure_does():
 def test_skips_fall_back_to_the_prediction_then_to_skip():
     skipped = record(CU130, "torch-symm-mem", "skip", reason="no GPU on this host")
     predicted = decide_cell("torch-symm-mem", [skipped], RULES["torch-symm-mem-sm120"])
-    assert (predicted.status, predicted.source) == (CellStatus.UNAVAILABLE, Source.PREDICTED)
+    assert (predicted.status, predicted.source) == (CellStatus.UNAVAILABLE, CellSource.PREDICTED)
     assert predicted.records == (skipped,)
     alone = decide_cell("torch-symm-mem", [skipped])
-    assert (alone.status, alone.source, alone.reason) == (CellStatus.SKIP, Source.MEASURED, "no GPU on this host")
+    assert (alone.status, alone.source) == (CellStatus.SKIP, CellSource.MEASURED)
+    assert alone.reason == "no GPU on this host"
     assert decide_cell("x", []).status is CellStatus.UNTESTED
 
 
@@ -63,13 +66,13 @@ def test_an_undecided_record_is_kept_but_decides_nothing():
                        reason="the constructor needs a running server's published config",
                        evidence="ValueError: config namespace 'exec' not published")
     alone = decide_cell("torch-symm-mem", [undecided])
-    assert (alone.status, alone.source, alone.tier) == (CellStatus.UNDECIDED, Source.NONE, None)
+    assert (alone.status, alone.source, alone.tier) == (CellStatus.UNDECIDED, CellSource.NONE, None)
     assert alone.reason == ("undecided by gate.sglang.symm-mem: the constructor needs a running server's "
                             "published config")
     assert alone.evidence == "ValueError: config namespace 'exec' not published"
     assert alone.records == (undecided,) and alone.decisive is None and not alone.dead
     predicted = decide_cell("torch-symm-mem", [undecided], RULES["torch-symm-mem-sm120"])
-    assert (predicted.status, predicted.source) == (CellStatus.UNAVAILABLE, Source.PREDICTED)
+    assert (predicted.status, predicted.source) == (CellStatus.UNAVAILABLE, CellSource.PREDICTED)
     assert predicted.reason == RULES["torch-symm-mem-sm120"].reason
     assert predicted.undecided.startswith("undecided by gate.sglang.symm-mem: ")
     skipped = record(CU131, "torch-symm-mem", "skip", reason="no GPU on this host")
@@ -77,14 +80,15 @@ def test_an_undecided_record_is_kept_but_decides_nothing():
     # Any real verdict decides; the undecided record stays as evidence only.
     run_pass = record(CU131, "torch-symm-mem", "pass")
     measured = decide_cell("torch-symm-mem", [undecided, run_pass])
-    assert (measured.status, measured.source, measured.undecided) == (CellStatus.PASS, Source.MEASURED, "")
+    assert (measured.status, measured.source) == (CellStatus.PASS, CellSource.MEASURED)
+    assert measured.undecided == ""
     assert undecided in measured.records
     assert decide_cell("torch-symm-mem", [undecided, record(CU131, "torch-symm-mem", "error")]).status \
         is CellStatus.ERROR
 
 
 def test_undecided_cells_render_with_who_and_why():
-    plan = parse_plan(plan_dict())
+    plan = Plan.from_json(plan_dict())
     records = [*seed_records(),
                record(CU131, "nccl-graph-tree", "undecided", tier="gate", probe="gate.x",
                       reason="needs a server", evidence="ValueError: config namespace 'exec' not published"),
@@ -112,7 +116,7 @@ def test_undecided_cells_render_with_who_and_why():
 def test_measured_pass_against_a_rule_is_flagged_not_hidden():
     cell = decide_cell("flashinfer-ar-fusion", [record(CU130, "flashinfer-ar-fusion", "pass")],
                        RULES["fi-arfusion-sm120"])
-    assert cell.status is CellStatus.PASS and cell.source is Source.MEASURED
+    assert cell.status is CellStatus.PASS and cell.source is CellSource.MEASURED
     assert cell.contradicted.startswith("rule contradicted by measurement: rule fi-arfusion-sm120")
     assert cell.prediction.verdict is Verdict.UNAVAILABLE          # both kept
     agreeing = decide_cell("flashinfer-ar-fusion", [record(CU128, "flashinfer-ar-fusion", "fail")],
@@ -155,20 +159,20 @@ def test_cells_match_the_records(report):
     assert cu130.cell("serve").status is CellStatus.UNTESTED
     pruned = report.row(PRUNED)
     assert {c.status for c in pruned.cells} == {CellStatus.PRUNED}
-    assert pruned.pruned_by[0].rule == "torch-no-cu128-from-212"
+    assert pruned.pruned_by[0].rule.id == "torch-no-cu128-from-212"
 
 
 def test_records_of_other_targets_and_unplanned_stacks():
     records = seed_records() + [record("cu129-extra", "serve", "pass", tier="bench"),
                                 record(CU128, "serve", "fail", tier="bench", target="h200-x8-nvswitch")]
-    report = build_matrix(records, parse_plan(plan_dict()), TARGET)
+    report = build_matrix(records, Plan.from_json(plan_dict()), TARGET)
     assert report.row("cu129-extra").plan_status == "unplanned"
     assert report.row(CU128).cell("serve").status is CellStatus.PASS     # the h200 record does not leak in
-    assert build_matrix(records, empty_plan(), TARGET, features=["serve"]).features == ("serve",)
+    assert build_matrix(records, Plan.empty(), TARGET, features=["serve"]).features == ("serve",)
 
 
 def test_choose_target():
-    plan = parse_plan(plan_dict())
+    plan = Plan.from_json(plan_dict())
     assert choose_target(seed_records(), plan, None) == TARGET
     with pytest.raises(SpecError, match="choose one with --target"):
         choose_target(seed_records() + [record(CU128, "serve", "pass", target="b200-x8")], plan, None)
@@ -188,7 +192,7 @@ def test_choose_target():
 ])
 def test_bad_plans_are_record_errors(data, fragment):
     with pytest.raises(RecordError, match=fragment):
-        parse_plan(data, path="plan.json")
+        Plan.from_json(data, path="plan.json")
 
 
 def test_the_real_plan_json_is_understood(tmp_path):
@@ -198,14 +202,14 @@ def test_the_real_plan_json_is_understood(tmp_path):
     result = CliRunner().invoke(cli, ["plan", "--json"])
     if result.exit_code != 0:
         pytest.skip(f"the shipped matrix does not plan here: {result.output.strip()[:200]}")
-    plan = parse_plan(json.loads(result.output))
+    plan = Plan.from_json(json.loads(result.output))
     assert plan.cells and plan.targets
-    target = plan.cells[0].target
+    target = plan.cells[0].target.name
     report = build_matrix([], plan, target)
-    assert len(report.rows) == len({c.stack_id for c in plan.cells_for(target)})
+    assert len(report.rows) == len({c.stack_id for c in plan.cells_for_target(target)})
     pruned = [r for r in report.rows if r.plan_status == "pruned"]
-    assert all(r.pruned_by and r.pruned_by[0].reason for r in pruned)
-    assert any(c.source is Source.PREDICTED for _, c in report.cells())
+    assert all(r.pruned_by and r.pruned_by[0].rule.reason for r in pruned)
+    assert any(c.source is CellSource.PREDICTED for _, c in report.cells())
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -236,18 +240,18 @@ def test_large_matrices_still_fit_a_pr_comment():
     records = [record(f"cu13{i % 10}-torch2.{i}.0-fi0.{i}.0-sgl0.5.{i}-py312", f, status, tier=tier, probe=f"{f}-{tier}",
                       evidence="x" * 500)
                for i in range(60) for f in features for status, tier in (("pass", "gate"), ("fail", "runtime"))]
-    report = build_matrix(records, empty_plan(), TARGET)
+    report = build_matrix(records, Plan.empty(), TARGET)
     text = render_md(report)
     assert len(text) <= 60_000
     assert "shortened to fit a PR comment" in text
     assert text.count("\n| `cu13") == 60                                   # every stack is still a row
-    small = render_md(build_matrix(seed_records(), parse_plan(plan_dict()), TARGET))
+    small = render_md(build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET))
     assert "shortened" not in small
 
 
 def test_markdown_survives_hostile_evidence():
     evil = record(CU128, "serve", "fail", tier="bench", reason="a | b\nc", evidence="x`y`|z\n" * 200)
-    text = render_md(build_matrix([evil], empty_plan(), TARGET))
+    text = render_md(build_matrix([evil], Plan.empty(), TARGET))
     row = next(line for line in text.splitlines() if line.startswith(f"| `{CU128}`"))
     assert row.count("|") - row.count("\\|") == 3
     note = next(line for line in text.splitlines() if line.startswith("[^1]:"))
@@ -298,7 +302,7 @@ def test_html_is_self_contained_and_escapes_evidence():
     plan = plan_dict()
     for prediction in plan["cells"][0]["predictions"]:
         prediction["sources"] = [{"ref": "evil", "url": "javascript:alert(1)", "confidence": "x"}]
-    text = render_html(build_matrix(seed_records() + [hostile], parse_plan(plan), TARGET))
+    text = render_html(build_matrix(seed_records() + [hostile], Plan.from_json(plan), TARGET))
     assert text.startswith("<!DOCTYPE html>")
     assert "default-src 'none'" in text                                  # nothing may load from anywhere
     assert '<script>alert("x")</script>' not in text and "&lt;script&gt;alert(" in text
@@ -323,14 +327,27 @@ def test_markdown_notes_carry_whole_reasons_and_evidence_within_budget():
     reason = "rendezvous refused: " + "SM120 is not in the arch table; " * 15 + "END-OF-REASON"
     evidence = "RuntimeError: " + "frame " * 120 + "END-OF-EVIDENCE"
     text = render_md(build_matrix([record(CU131, "torch-symm-mem", "fail", reason=reason, evidence=evidence)],
-                                  empty_plan(), TARGET))
+                                  Plan.empty(), TARGET))
     assert "END-OF-REASON" in text and "END-OF-EVIDENCE" in text and "…" not in text
 
 
 def test_html_shows_the_same_driver_floor_as_plan_and_pick():
     from stackforge.data import resolve_matrix_path
-    from stackforge.plan import plan_file
-    plan = parse_plan(plan_file(resolve_matrix_path(None)).to_json())
+    from stackforge.plan import Plan, plan_file
+    plan = Plan.from_json(plan_file(resolve_matrix_path(None)).to_json())
     html = render_html(build_matrix([], plan, TARGET))
     # CUDA 12.8 stack on the RTX PRO 6000 box: the target's own 570.26 lifts the 12.x floor of 525.
     assert "driver ≥ 570.26" in html and "driver ≥ 580" in html and "driver ≥ 525" not in html
+
+
+def test_a_plan_made_here_and_one_read_from_its_json_give_the_same_report():
+    """Reports take the plan model as the planner makes it; no JSON round trip stands in between."""
+    from stackforge.data import resolve_matrix_path
+    from stackforge.plan import plan_file
+
+    planned = plan_file(resolve_matrix_path(None))
+    read_back = Plan.from_json(json.loads(json.dumps(planned.to_json())), path="plan.json")
+    for target in (t.name for t in planned.targets):
+        here, there = build_matrix([], planned, target), build_matrix([], read_back, target)
+        assert render_json(here) == render_json(there)
+        assert render_md(here) == render_md(there)

@@ -37,7 +37,7 @@ def test_coherent_stack_is_kept_with_predictions(knowledge):
     cell = evaluate_cell(stack(), knowledge.targets["rtx-pro-6000-x8-pcie"], knowledge)
     assert not cell.pruned
     assert fired(cell) == {"custom-ar-pcie", "tree-hazard", "driver-13"}
-    predictions = {p.feature: p for p in cell.predictions()}
+    predictions = {p.feature: p for p in cell.predictions}
     assert predictions["custom-allreduce"].verdict is Verdict.UNAVAILABLE
     assert predictions["custom-allreduce"].rule == "custom-ar-pcie"
     assert predictions["nccl-graph-tree"].verdict is Verdict.HAZARD

@@ -4,6 +4,7 @@ pass shellcheck, and the device check refuses clearly where there is no GPU."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,161 @@ def test_device_check_ends_at_its_global_deadline_with_one_json_per_check(tmp_pa
     for name in ("flashinfer-jit", "gemm", "nccl-graph-tree"):
         assert results[name]["status"] == "skip"
         assert "deadline of device-check.sh was reached" in results[name]["reason"]
+
+
+# ------------------------------------------------------------------------------------------ main-job.sh
+# The main job's flow (which stacks it builds, skips, probes; what it reports; how it fails) checked
+# with stand-ins for the engine setup, docker and stackforge: a real run builds 20+ GB of images.
+
+FAKE_STACKFORGE = r"""#!/usr/bin/env bash
+# Stand-in for stackforge: logs its arguments, answers like the real one, fails where told to.
+printf '%s\n' "$*" >>"$FAKE_LOG"
+command="$1"
+out=""; prev=""
+for arg in "$@"; do [[ "$prev" == "--out" ]] && out="$arg"; prev="$arg"; done
+case "$command" in
+  --version) echo "stackforge 0.0-fake" ;;
+  bootstrap-base) ;;
+  plan)
+    if [[ "$*" == *"--cuda 12.8"* ]]; then
+      cat <<'JSON'
+{"cells": [
+ {"stack_id": "cu128-devel", "status": "kept", "stack": {"flavour": "devel"},
+  "derived": {"base_image": "nvidia/cuda:12.8.1-devel-ubuntu24.04"}},
+ {"stack_id": "cu128-pruned", "status": "pruned", "stack": {"flavour": "devel"},
+  "derived": {"base_image": "nvidia/cuda:12.8.1-devel-ubuntu24.04"}},
+ {"stack_id": "cu128-wheels", "status": "kept", "stack": {"flavour": "wheels"},
+  "derived": {"base_image": "python:3.11-slim-bookworm"}}]}
+JSON
+    else
+      echo '{"cells": [{"stack_id": "cu131-wheels", "status": "kept", "stack": {"flavour": "wheels"},
+              "derived": {"base_image": "python:3.11-slim-bookworm"}}]}'
+    fi ;;
+  build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi ;;
+  probe)
+    run="results/20261201T00000${FAKE_RUN:-0}Z-fake"
+    mkdir -p "$run"
+    echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
+    echo "summary: 3 pass" ;;
+  matrix|deadends) echo "# $command" >"$out" ;;
+  upgrade) echo "# upgrade report 12.8 -> 13.1" >"$out" ;;
+  pick) echo "stackforge/cu131-wheels@sha256:abc"; exit "${FAKE_PICK_EXIT:-5}" ;;
+  *) echo "fake stackforge: unexpected $*" >&2; exit 99 ;;
+esac
+"""
+
+FAKE_DOCKER = r"""#!/usr/bin/env bash
+# Stand-in for docker: an engine with no image and no registry.
+case "$1 $2" in
+  "info --format") echo "$FAKE_ROOT" ;;
+  "image inspect"|"manifest inspect") exit 1 ;;
+  "image ls") echo "sha256:${FAKE_IMAGE_ID:-1111}" ;;
+  *) echo "fake docker: unexpected $*" >&2; exit 99 ;;
+esac
+"""
+
+
+def _fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A checkout holding the real main-job.sh with stand-ins for the engine, docker and stackforge."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "main-job.sh", root / "scripts" / "main-job.sh")
+    executables = {
+        root / "scripts" / "setup-engine.sh": "#!/usr/bin/env bash\necho engine ready\n",
+        root / ".venv" / "bin" / "stackforge": FAKE_STACKFORGE,
+        # pip install . has nothing to install here; everything else is the real interpreter.
+        root / ".venv" / "bin" / "python":
+            f'#!/usr/bin/env bash\n[[ "$1 $2" == "-m pip" ]] && exit 0\nexec {sys.executable} "$@"\n',
+        tmp_path / "bin" / "docker": FAKE_DOCKER,
+    }
+    for path, text in executables.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    return root, _fake_env(tmp_path)
+
+
+def _fake_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"),
+            "FAKE_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+
+
+def _main_job(tmp_path: Path, **extra_env: str) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    root, env = _fake_checkout(tmp_path)
+    if os.geteuid() != 0:
+        pytest.skip("main-job.sh runs its setup as root (or with sudo); this test runs it as root only")
+    done = subprocess.run(["bash", str(root / "scripts" / "main-job.sh"), "--no-progress"], capture_output=True,
+                          text=True, timeout=120, check=False, env={**env, **extra_env}, cwd=tmp_path)
+    calls = (tmp_path / "calls.log").read_text().splitlines() if (tmp_path / "calls.log").exists() else []
+    return done, root, calls
+
+
+def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_path):
+    done, root, calls = _main_job(tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    builds = [c for c in calls if c.startswith("build ")]
+    # The headline build, then the 12.8 stacks this machine can build: not the devel one (no registry).
+    assert builds == ["build --cuda 13.1 --no-progress", "build --only cu128-wheels --no-progress"]
+    assert ("skipped cu128-devel (devel flavour): its base image nvidia/cuda:12.8.1-devel-ubuntu24.04 is not on "
+            "this engine and no registry answers") in output
+    probe = next(c for c in calls if c.startswith("probe "))
+    assert probe == ("probe --tier gate --target rtx-pro-6000-x8-pcie --only cu131-wheels --only cu128-wheels "
+                     "--results results")
+    assert "matrix --results results --run latest --target rtx-pro-6000-x8-pcie --format html --out out/matrix.html" in calls
+    upgrade = [c for c in calls if c.startswith("upgrade --from-cuda")]
+    assert upgrade and all("--from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie" in c for c in upgrade)
+    assert "# upgrade report 12.8 -> 13.1" in done.stdout
+    assert "stackforge/cu131-wheels@sha256:abc" in done.stdout
+    assert "pick --results results --run latest --target rtx-pro-6000-x8-pcie --require torch-kernels" in calls
+    assert "main-job: evidence: gate only (torch-kernels decided inside the image without a GPU" in done.stdout
+    # The summary: every stage with its seconds, and where each file is.
+    stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
+    assert [s[0] for s in stages] == ["engine", "install", "base", "build-13.1", "build-12.8", "probe", "matrix",
+                                      "deadends", "upgrade", "pick", "total"]
+    assert all(s[1].isdigit() and s[2] == "ok" for s in stages), stages
+    assert dict((s[0], s[3]) for s in stages)["build-12.8"].endswith("; skipped, no registry: cu128-devel")
+    assert f"main-job: files (in {root}):" in done.stdout
+    for path in ("out/matrix.html", "out/deadends.md", "out/upgrade.md", "out/pick.txt",
+                 "results/20261201T000000Z-fake/"):
+        assert f"  {path}" in done.stdout, path
+        assert (root / path).exists(), path
+
+
+def test_main_job_stops_at_a_failed_stage_and_still_prints_the_summary(tmp_path):
+    done, root, calls = _main_job(tmp_path, FAKE_FAIL_BUILD="--cuda 13.1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "main-job: stage build-13.1 failed (exit 1)" in done.stdout
+    assert not any(c.startswith(("probe ", "pick ")) for c in calls)
+    stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
+    assert stages[-2][:3] == ["build-13.1", stages[-2][1], "failed (1)"]
+    assert stages[-1][0] == "total" and stages[-1][2] == "failed (1)"
+
+
+def test_main_job_fails_when_nothing_can_be_picked(tmp_path):
+    done, _, _ = _main_job(tmp_path, FAKE_PICK_EXIT="4")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "main-job: stage pick failed (exit 4)" in done.stdout
+
+
+def test_main_job_reuses_gate_results_only_for_the_same_images_and_probe_code(tmp_path):
+    done, root, calls = _main_job(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    env = {**_fake_env(tmp_path), "FAKE_RUN": "1"}
+
+    def rerun(**extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        (tmp_path / "calls.log").unlink()
+        again = subprocess.run(["bash", str(root / "scripts" / "main-job.sh")], capture_output=True, text=True,
+                               timeout=120, check=False, env={**env, **extra}, cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        return again, (tmp_path / "calls.log").read_text().splitlines()
+
+    same, calls = rerun()
+    assert not any(c.startswith("probe ") for c in calls)
+    assert "gate results reused from results/20261201T000000Z-fake/: the same images (ids)" in same.stdout
+    # Another image for a stack: probed again.
+    other, calls = rerun(FAKE_IMAGE_ID="2222")
+    assert any(c.startswith("probe ") for c in calls), other.stdout
+    # Asked to: probed again, although nothing changed.
+    forced, calls = rerun(FAKE_IMAGE_ID="2222", MAIN_JOB_PROBE="always")
+    assert any(c.startswith("probe ") for c in calls), forced.stdout

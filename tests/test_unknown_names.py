@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from matrix_fixtures import CU128, TARGET, plan_dict, record
 from stackforge.cli import cli
-from stackforge.report import build_matrix, parse_plan, render_json
+from stackforge.plan import Plan
+from stackforge.report import build_matrix, render_json
 from stackforge.results import finish_run, start_run, write_record
 
 TYPO = "rtx-pro-6000-x8-pice"
@@ -25,7 +26,7 @@ AFTER = [record(CU128, "flashinfer-jit", "fail", tier="gate", run_id="b")]   # a
 def runs(tmp_path, monkeypatch):
     """Two run folders with one regression between them, and the same two runs as matrix JSON."""
     monkeypatch.chdir(tmp_path)
-    plan = parse_plan(plan_dict())
+    plan = Plan.from_json(plan_dict())
     for name, records in (("a", BEFORE), ("b", AFTER)):
         run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id=name)
         for rec in records:

@@ -12,14 +12,15 @@ from matrix_fixtures import CU128, CU130, CU131, PRUNED, STACKS, TARGET, plan_di
 from stackforge.build.records import BuildRecord, BuildStatus, write_record as write_build_record
 from stackforge.cli import cli
 from stackforge.errors import SpecError
-from stackforge.report import CellStatus, parse_plan
-from stackforge.upgrade import (Change, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
+from stackforge.plan import Plan
+from stackforge.report import CellStatus
+from stackforge.upgrade import (ChangeKind, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
                                 render_upgrade, upgrade_to_json)
 from upgrade_fixtures import UPGRADE_DATA, write_workspace
 
 
 def upgrade(records, before: StackChoice, after: StackChoice, plan=None, **kwargs):
-    return build_upgrade(records, parse_plan(plan or plan_dict()), TARGET, before, after, **kwargs)
+    return build_upgrade(records, Plan.from_json(plan or plan_dict()), TARGET, before, after, **kwargs)
 
 
 def by_cuda(old: str, new: str) -> tuple[StackChoice, StackChoice]:
@@ -35,15 +36,15 @@ def invoke(*args: str, workspace=UPGRADE_DATA):
 
 
 @pytest.mark.parametrize(("before", "after", "change"), [
-    (CellStatus.FAIL, CellStatus.PASS, Change.GAINED),
-    (CellStatus.UNAVAILABLE, CellStatus.HAZARD, Change.GAINED),
-    (CellStatus.PASS, CellStatus.CRASH, Change.LOST),
-    (CellStatus.REQUIRES, CellStatus.PRUNED, Change.LOST),
-    (CellStatus.PASS, CellStatus.HAZARD, Change.UNCHANGED),
-    (CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, Change.UNCHANGED),
-    (CellStatus.UNTESTED, CellStatus.PASS, Change.UNDECIDED),     # nothing says it was dead before
-    (CellStatus.PASS, CellStatus.SKIP, Change.UNDECIDED),         # nothing says it is dead after
-    (CellStatus.FAIL, CellStatus.ERROR, Change.UNDECIDED),        # a broken probe is no verdict
+    (CellStatus.FAIL, CellStatus.PASS, ChangeKind.GAINED),
+    (CellStatus.UNAVAILABLE, CellStatus.HAZARD, ChangeKind.GAINED),
+    (CellStatus.PASS, CellStatus.CRASH, ChangeKind.LOST),
+    (CellStatus.REQUIRES, CellStatus.PRUNED, ChangeKind.LOST),
+    (CellStatus.PASS, CellStatus.HAZARD, ChangeKind.UNCHANGED),
+    (CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, ChangeKind.UNCHANGED),
+    (CellStatus.UNTESTED, CellStatus.PASS, ChangeKind.UNDECIDED),     # nothing says it was dead before
+    (CellStatus.PASS, CellStatus.SKIP, ChangeKind.UNDECIDED),         # nothing says it is dead after
+    (CellStatus.FAIL, CellStatus.ERROR, ChangeKind.UNDECIDED),        # a broken probe is no verdict
 ])
 def test_change_of_a_feature(before, after, change):
     assert change_of(before, after) == change
@@ -58,8 +59,33 @@ def test_best_stack_of_each_family_and_the_evidence_of_each_side():
     assert changes["custom-allreduce"] == ("unchanged", "measured (runtime)", "predicted by rule custom-ar-pcie")
     assert changes["serve"][1:] == ("measured (bench)", "measured (bench)")
     assert changes["nccl-graph-tree"] == ("undecided", "measured (runtime)", "no evidence")
-    assert [f.change for f in report.features] == sorted((f.change for f in report.features), key=Change.ORDER.index)
+    changes = [f.change for f in report.features]
+    assert changes == sorted(changes, key=ChangeKind.ORDER.index)
     assert report.before.driver_floor.version == "570.26" and report.after.driver_floor.version == "590.44.01"
+
+
+def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not_the_upgrades():
+    plan = plan_dict()
+    for cell in plan["cells"]:
+        if cell["stack_id"] == CU128:
+            cell["derived"]["has_nvcc"] = False       # the FROM image is a flavour without nvcc
+    same_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), nvcc_features=frozenset({"flashinfer-jit"}))
+    other_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), plan=plan,
+                            nvcc_features=frozenset({"flashinfer-jit"}))
+    change = {f.feature: f.change for f in same_flavour.features}
+    assert change["flashinfer-jit"] == ChangeKind.GAINED
+    change = {f.feature: f.change for f in other_flavour.features}
+    assert change["flashinfer-jit"] == ChangeKind.FLAVOUR
+    assert change["custom-allreduce"] == ChangeKind.UNCHANGED       # not an nvcc-only feature
+    assert "1 flavour" in render_upgrade(other_flavour, "md")
+    assert "flavour" not in render_upgrade(same_flavour, "md").split("\n")[2]
+
+
+def test_the_shipped_rules_name_the_features_only_nvcc_decides():
+    from stackforge.plan import load_knowledge
+    from stackforge.rules import features_only_nvcc_decides
+
+    assert features_only_nvcc_decides(load_knowledge().rules) == {"flashinfer-jit", "nvcc-codegen"}
 
 
 def test_gate_evidence_is_labelled_gate():

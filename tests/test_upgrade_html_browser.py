@@ -14,9 +14,10 @@ from urllib.parse import quote
 
 import pytest
 
+from stackforge.plan import Plan
+
 from matrix_fixtures import CU128, CU131, TARGET, plan_dict, seed_records
 from stackforge import runner
-from stackforge.report import parse_plan
 from stackforge.upgrade import StackChoice, build_upgrade
 from stackforge.upgrade_html import render_upgrade_html
 
@@ -33,7 +34,7 @@ def page(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("html") / "upgrade.html"
     # The CUDA 12.8 side has no measurement: its column must say "predicted only".
     records = [r for r in seed_records() if r.stack_id != CU128]
-    report = build_upgrade(records, parse_plan(plan_dict()), TARGET, StackChoice(cuda="12.8"),
+    report = build_upgrade(records, Plan.from_json(plan_dict()), TARGET, StackChoice(cuda="12.8"),
                            StackChoice(cuda="13.1"), runs=("20260301T020000Z-aaaaaa",))
     path.write_text(render_upgrade_html(report), encoding="utf-8")
     return path

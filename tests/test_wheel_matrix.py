@@ -5,7 +5,8 @@ from __future__ import annotations
 from stackforge.deadends import find_dead_ends, render_deadends
 from stackforge.pick import pick
 from stackforge.records import Tier
-from stackforge.report import CellStatus, Source, build_matrix, cell_label, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import CellStatus, CellSource, build_matrix, cell_label
 from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
 from stackforge.wheels.tier import Measurement, wheel_record
 from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
@@ -24,17 +25,19 @@ def wheel(dist: str, version: str, fact: str, status: ReadingStatus, code: str =
 
 
 def matrix(extra):
-    return build_matrix([*seed_records(), *extra], parse_plan(plan_dict()), TARGET)
+    return build_matrix([*seed_records(), *extra], Plan.from_json(plan_dict()), TARGET)
 
 
 def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
     report = matrix([wheel("sglang", "0.5.12", "custom-allreduce", ReadingStatus.UNAVAILABLE, "world_size in (2, 4)")])
     cell = report.row(CU130).cell("custom-allreduce")
-    assert (cell.status, cell.source, cell.tier, cell.how) == (CellStatus.FAIL, Source.MEASURED, Tier.WHEEL, "wheel")
+    assert (cell.status, cell.source) == (CellStatus.FAIL, CellSource.MEASURED)
+    assert (cell.tier, cell.how) == (Tier.WHEEL, "wheel")
     assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
     from stackforge.report import render_md
     assert "*wheel* = measured (wheel)" in render_md(report), "the legend explains the wheel label"
-    assert report.row(CU131).cell("custom-allreduce").source is Source.PREDICTED, "sglang 0.5.23 was not read"
+    predicted = report.row(CU131).cell("custom-allreduce").source is CellSource.PREDICTED
+    assert predicted, "sglang 0.5.23 was not read"
     assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \
         "a wheel record is no stack of its own"
 
@@ -50,7 +53,7 @@ def test_gate_and_runtime_outrank_the_wheel_tier():
 def test_the_wheel_tier_outranks_a_rule_and_flags_a_contradiction():
     report = matrix([wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")])
     cell = report.row(CU130).cell("torch-symm-mem")
-    assert (cell.status, cell.source, cell.tier) == (CellStatus.PASS, Source.MEASURED, Tier.WHEEL)
+    assert (cell.status, cell.source, cell.tier) == (CellStatus.PASS, CellSource.MEASURED, Tier.WHEEL)
     assert "rule contradicted by measurement" in cell.contradicted and "wheel" in cell.contradicted
 
 
@@ -69,7 +72,7 @@ def test_a_reading_that_depends_on_the_stack_matches_only_stacks_with_that_conte
 def test_undecided_and_narrower_facts_decide_nothing_and_add_no_column():
     report = matrix([wheel("sglang", "0.5.12", "custom-allreduce", ReadingStatus.UNDECIDED),
                      wheel("sglang", "0.5.12", "trtllm-fmha:decode", ReadingStatus.AVAILABLE)])
-    assert report.row(CU130).cell("custom-allreduce").source is Source.PREDICTED
+    assert report.row(CU130).cell("custom-allreduce").source is CellSource.PREDICTED
     assert "trtllm-fmha:decode" not in report.features
 
 
@@ -108,7 +111,7 @@ def test_deadends_says_when_the_newest_release_read_still_blocks():
 
 def test_pick_counts_a_wheel_pass_below_gate_evidence():
     records = [*seed_records(), wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE)]
-    chosen = pick(records, parse_plan(plan_dict()), TARGET, require=("torch-symm-mem",))
+    chosen = pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",))
     assert chosen.candidate.stack_id == CU130 and chosen.candidate.wheel_only and chosen.exit_code == 5
     assert any("pass on wheel evidence only" in line for line in chosen.why())
     assert any("wheel evidence only" in warning for warning in chosen.warnings())
@@ -132,12 +135,12 @@ def test_a_wheel_pass_does_not_override_a_rule_no_wheel_can_witness():
             if prediction.get("rule") == "torch-symm-mem-sm120":
                 prediction["unwitnessed"] = "a runtime failure: only running the kernel shows it"
     passed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")
-    report = build_matrix([*seed_records(), passed], parse_plan(plan), TARGET)
+    report = build_matrix([*seed_records(), passed], Plan.from_json(plan), TARGET)
     cell = report.row(CU130).cell("torch-symm-mem")
-    assert (cell.status, cell.source, cell.contradicted) == (CellStatus.UNAVAILABLE, Source.PREDICTED, "")
+    assert (cell.status, cell.source, cell.contradicted) == (CellStatus.UNAVAILABLE, CellSource.PREDICTED, "")
     assert "no wheel reading decides this rule: a runtime failure" in cell.reason
     assert passed.probe in cell.reason and any(r.tier is Tier.WHEEL for r in cell.records)
     # A wheel failure still decides: the code refusing the target is a measurement.
     failed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "MAX_SIZES[cap]")
-    refused = build_matrix([*seed_records(), failed], parse_plan(plan), TARGET).row(CU130).cell("torch-symm-mem")
+    refused = build_matrix([*seed_records(), failed], Plan.from_json(plan), TARGET).row(CU130).cell("torch-symm-mem")
     assert (refused.status, refused.tier) == (CellStatus.FAIL, Tier.WHEEL)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,70 +87,14 @@ def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
 def build(context_dir: Path, *, ca_bundle: Path | None, wheelhouse_context: Path | None,
           labels: Sequence[tuple[str, str]], timeout: float, log_path: Path, cancel: Cancel,
           redact: Sequence[str] = (), no_cache: bool = False) -> BuildAttempt:
-    """Run one ``docker buildx build``; a Ctrl-C elsewhere (``cancel``) stops its process group."""
+    """Run one ``docker buildx build``; a Ctrl-C elsewhere (``cancel``) makes the runner stop its process group."""
     iidfile = Path(context_dir) / ".stackforge-iid"
     iidfile.unlink(missing_ok=True)
     argv = buildx_argv(context_dir, iidfile=iidfile, ca_bundle=ca_bundle,
                        wheelhouse_context=wheelhouse_context, labels=labels,
                        proxy_args=proxy_build_args(os.environ), no_cache=no_cache)
-    with cancel.on_cancel(lambda: stop_own_child(marker=str(iidfile))):
-        result = runner.run(argv, timeout=timeout, log_path=log_path, redact=redact)
+    result = runner.run(argv, timeout=timeout, log_path=log_path, redact=redact, cancel=cancel)
     image_id = iidfile.read_text().strip() if result.succeeded and iidfile.exists() else None
     return BuildAttempt(ok=result.succeeded and bool(image_id), image_id=image_id, tail=result.output_tail,
                         duration_s=result.duration_s, timed_out=result.timed_out, ending=result.describe())
 
-
-def stop_own_child(*, marker: str, grace: float = runner.DEFAULT_KILL_GRACE_S) -> bool:
-    """Stop the process group of *our own* child process whose command line contains ``marker``.
-
-    runner.run blocks its (worker) thread and offers no cancel hook, and Ctrl-C reaches only the main
-    thread. The runner starts every command as the leader of a new session, so the child's pid is its
-    process group id: SIGTERM the group (the buildx CLI then cancels the build), SIGKILL after
-    ``grace``. runner.run then returns as for any ended command. Only direct children of this process
-    whose argv carries the marker (a per-build file path) are touched. Returns True when one was found.
-    """
-    pid = _find_child(marker)
-    if pid is None:
-        return False
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    _signal_group(pid, signal.SIGKILL)
-    return True
-
-
-def _find_child(marker: str) -> int | None:
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            # Fields after the parenthesised command name: state, ppid, pgrp, ...
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid != me:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue   # the process ended while we looked
-        if marker.encode() in argv:
-            return int(entry.name)
-    return None
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"

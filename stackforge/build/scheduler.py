@@ -31,7 +31,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from stackforge import __version__, docker_engine, runner
+from stackforge import __version__, docker_engine, registry, runner
 from stackforge.build import buildkit, classic
 from stackforge.build.assets import AssetServer
 from stackforge.build.base import BaseResolver
@@ -46,13 +46,14 @@ from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, Build
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.build.verify import VerifyReport, label_check, verify_image
 from stackforge.derive import Derived
-from stackforge.errors import (HostError, Interrupted, RecordError, SpecError,
+from stackforge.errors import (CommandError, HostError, Interrupted, RecordError, SpecError,
                                StackforgeError, interrupt_signal)
 from stackforge.model import Stack
 from stackforge.records import Status, utc_now
+from stackforge.registry import Repository
 from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
 
-Cell = tuple[Stack, Derived]
+BuildCell = tuple[Stack, Derived]
 
 
 @dataclass
@@ -74,7 +75,7 @@ class _Run:
     warnings: list[str] = field(default_factory=list)   # appended by workers (list.append is atomic)
 
 
-def build_stacks(cells: Sequence[Cell], options: BuildOptions, *, client: docker.DockerClient,
+def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: docker.DockerClient,
                  progress: bool = False) -> BuildSummary:
     """Build every cell; return the summary (a failed stack does not raise; Ctrl-C does).
 
@@ -124,7 +125,7 @@ def choose_builder(wanted: Builder) -> str:
 # ------------------------------------------------------------------------------------------ the run
 
 
-def _run_all(run: _Run, cells: Sequence[Cell], progress: bool) -> tuple[list[BuildRecord], int | None]:
+def _run_all(run: _Run, cells: Sequence[BuildCell], progress: bool) -> tuple[list[BuildRecord], int | None]:
     """Run the workers; on Ctrl-C stop them and tidy up.
 
     Returns (records in input order, the interrupting signal or None when the run was not interrupted).
@@ -431,24 +432,22 @@ class _Job:
         if not self.options.push:
             return
         started = self.enter("push")
-        repository, tag = rendered.tag.rsplit(":", 1)
-        remote = f"{self.options.push.rstrip('/')}/{repository}"
-        self.run.client.images.get(image_id).tag(remote, tag)
-        result = runner.run(["docker", "push", f"{remote}:{tag}"], timeout=self.options.timeout_s,
-                            log_path=self.log_path, redact=self.run.redact)
-        self.took("push", started)
-        if not result.succeeded:
-            raise _Stop(BuildStatus.FAILED, f"docker push {remote}:{tag} {result.describe()}: "
-                                            f"{diagnose(result.output_tail).line}")
-        digests = self.run.client.images.get(image_id).attrs.get("RepoDigests") or []
-        self.fields.update(repo_digest=next((d for d in digests if d.startswith(remote + "@")), None))
+        name, tag = rendered.tag.rsplit(":", 1)
+        try:
+            pushed = registry.push(image_id, Repository.parse(f"{self.options.push.rstrip('/')}/{name}"), tag,
+                                   timeout=self.options.timeout_s, log_path=self.log_path, redact=self.run.redact)
+        except CommandError as exc:
+            raise _Stop(BuildStatus.FAILED, exc.message + (f" (hint: {exc.remedy})" if exc.remedy else "")) from None
+        finally:
+            self.took("push", started)
+        self.fields.update(repo_digest=pushed.ref)
 
 
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _unique(cells: Sequence[Cell]) -> list[Cell]:
-    seen: dict[str, Cell] = {}
+def _unique(cells: Sequence[BuildCell]) -> list[BuildCell]:
+    seen: dict[str, BuildCell] = {}
     for stack, derived in cells:
         if stack.id in seen and seen[stack.id] != (stack, derived):
             raise SpecError(f"two different stacks share the id {stack.id}")

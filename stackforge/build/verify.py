@@ -1,8 +1,9 @@
 """Verify a built image from the inside with pytest-testinfra: is the stack really what it claims?
 
 Tags lie (a release tag over an rc, a CPU torch that silently replaced the CUDA one), so the build
-record keeps what is measured here. A container runs ``sleep infinity`` from the image (labelled,
-host network, always removed); ``testinfra.get_host("docker://<id>")`` then runs the checks:
+record keeps what is measured here. A container idles in the image (started through
+:func:`stackforge.docker_engine.idle_container`: labelled, host network, always removed);
+``testinfra.get_host("docker://<id>")`` then runs the checks:
 
 * python, torch (base version, wheel variant, ``torch.version.cuda``), FlashInfer (+ addons), the
   kernel package and SGLang: installed versions equal the stack's pins;
@@ -21,23 +22,25 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import docker
-import docker.errors
 from packaging.version import InvalidVersion, Version
 
 from stackforge import docker_engine
 from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, FREEZE_PATH
 from stackforge.derive import Derived
-from stackforge.errors import BuildError
+from stackforge.errors import BuildError, CommandError
 from stackforge.model import Stack
 from stackforge.records import Status
 from stackforge.versions import minor_of
 
 COMMAND_TIMEOUT_S = 300
+# The verification container ends by itself after this long (more than every check's limit together),
+# so one left behind by a killed run does not idle for ever.
+CONTAINER_LIFETIME_S = 10 * COMMAND_TIMEOUT_S
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+), (V[\w.]+)")
 
 # Runs inside the image with its own python (stdlib only; torch only if installed).
@@ -141,20 +144,15 @@ def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived:
 
 @contextmanager
 def running_container(client: docker.DockerClient, image: str, *, labels: Mapping[str, str]) -> Iterator[str]:
-    """A container idling in ``image`` (host network, labelled); force-removed on the way out."""
-    try:
-        container = client.containers.run(
-            image, ["sleep", "infinity"], detach=True, network_mode="host", init=True,
-            labels={**labels, docker_engine.MANAGED_LABEL: "true"})
-    except docker.errors.DockerException as exc:
-        raise BuildError(f"cannot start a verification container from {image}: {exc}") from None
-    try:
-        yield container.id
-    finally:
+    """A container idling in ``image`` (host network, labelled; :func:`stackforge.docker_engine.idle_container`),
+    removed on the way out."""
+    with ExitStack() as stack:
         try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
+            container_id = stack.enter_context(docker_engine.idle_container(client, image, labels=labels,
+                                                                            lifetime_s=CONTAINER_LIFETIME_S))
+        except CommandError as exc:
+            raise BuildError(f"cannot start a verification container from {image}: {exc.message}") from None
+        yield container_id
 
 
 # ------------------------------------------------------------------------------------------ checks

@@ -1,7 +1,7 @@
 """Options and loading shared by ``matrix``, ``deadends`` and ``pick``: results + plan -> evidence.
 
 Only parsing and dispatch live here: the loaders are :func:`stackforge.results.load_results` and
-:func:`stackforge.report.parse_plan`; planning is :func:`stackforge.plan.plan_file`.
+:meth:`stackforge.plan.Plan.from_json`; planning is :func:`stackforge.plan.plan_file`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from stackforge.cli.options import out_path_error, refuse_together
 from stackforge.errors import RecordError, StackforgeError
 from stackforge.fsio import atomic_write_text
 from stackforge.records import ResultRecord
-from stackforge.report import PlanView, choose_target, empty_plan, parse_plan
+from stackforge.plan import Plan
+from stackforge.report import choose_target
 from stackforge.results import LoadedResults, describe_problems, holds_results, load_results
 
 F = Callable[..., object]
@@ -28,7 +29,7 @@ class Evidence:
     """What a report is built from."""
 
     records: tuple[ResultRecord, ...]
-    plan: PlanView
+    plan: Plan
     target: str
     runs: tuple[str, ...]
     #: no probe results at all: every cell is a prediction (reports and pick say so)
@@ -115,9 +116,9 @@ def write_output(text: str, out: Path | None) -> None:
 
 
 def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, no_plan: bool,
-          target: str | None, strict: bool = False) -> PlanView:
+          target: str | None, strict: bool = False) -> Plan:
     if no_plan:
-        return empty_plan()
+        return Plan.empty()
     if plan_path is not None:
         return read_plan(plan_path)
     # The runs remember the matrix they were planned from; use it when it is here and unambiguous.
@@ -131,21 +132,20 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
             raise   # asked for explicitly, or the only evidence there is: its errors are the user's to see
         warn(f"no predictions: planning the default matrix failed ({exc.one_line()}); showing measured "
              "cells only (pass --plan or --matrix)")
-        return empty_plan()
+        return Plan.empty()
 
 
-def _plan_matrix(matrix: str | None, target: str | None) -> PlanView:
-    """Plan a matrix with the shipped knowledge and read it back through its JSON form."""
+def _plan_matrix(matrix: str | None, target: str | None) -> Plan:
+    """Plan a matrix with the shipped knowledge (and a user compat directory on top)."""
     from stackforge.cli._compat import user_compat
     from stackforge.data import resolve_matrix_path
     from stackforge.plan import plan_file
 
-    plan = plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (), user_compat=user_compat())
-    # Go through the JSON form so predictions are read exactly as from `stackforge plan --json`.
-    return parse_plan(json.loads(json.dumps(plan.to_json())), path=str(matrix or "matrices/default.yaml"))
+    return plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (),
+                     user_compat=user_compat())
 
 
-def read_plan(path: Path) -> PlanView:
+def read_plan(path: Path) -> Plan:
     """Read a plan JSON file; unreadable or malformed plans raise RecordError with the path."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -154,4 +154,4 @@ def read_plan(path: Path) -> PlanView:
                           remedy="make one with `stackforge plan --json > plan.json`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"cannot read plan JSON: {exc}", path=str(path)) from None
-    return parse_plan(data, path=str(path))
+    return Plan.from_json(data, path=str(path))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
-from stackforge.cli._compat import user_compat
-from stackforge.cli.options import refuse_together, refuse_unused, shard_option, stack_selection
-from stackforge.errors import SpecError
+from stackforge.cli.options import refuse_together, refuse_unused, selection, shard_option, stack_selection
 from stackforge.records import ResultRecord
-from stackforge.shard import select
+
+if TYPE_CHECKING:
+    from stackforge.probes.campaign import CampaignStarted
 
 
 @click.command(name="bench")
@@ -49,7 +50,10 @@ from stackforge.shard import select
 def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir, repeats, max_bytes, serve_args,
             timeout_s, local, python, builds_dir, results_root, from_probes, list_only) -> None:
     """Measure all-reduce bandwidth, GEMM TFLOP/s and serving throughput for every kept stack x target."""
-    from stackforge.bench.catalog import catalog, select_benches
+    from stackforge.bench.campaign import BenchRequest, run_bench_campaign
+    from stackforge.bench.catalog import catalog
+    from stackforge.bench.run import BenchOptions
+    from stackforge.results import ResultsFolder
 
     refuse_unused("--python", python is not None, needs="--local", present=local)
     refuse_together("--local", "--builds", local and builds_dir is not None,
@@ -58,60 +62,19 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
         for spec in catalog():
             click.echo(f"{spec.id:<32} {spec.feature:<22} {spec.description}")
         return
-    specs = select_benches(catalog(), suites=suites or _default_suites(model_dir), allreduce_variants=variants,
-                           ids=ids)
-    _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, builds_dir, results_root, from_probes)
-
-
-def _default_suites(model_dir: Path | None) -> tuple[str, ...]:
-    return ("allreduce", "gemm", "serve") if model_dir else ("allreduce", "gemm")
-
-
-def _run(matrix, cuda, targets, only, shard, specs, model_dir, repeats, max_bytes, serve_args, timeout_s, local,
-         python, builds_dir, results_root, from_probes) -> None:
-    from stackforge.bench.run import BenchOptions, plan_bench, run_bench_jobs
-    from stackforge.data import resolve_matrix_path
-    from stackforge.plan import plan_file
-    from stackforge.probes.execute import detect_host_gpus
-    from stackforge.results import finish_run, start_run, write_record
-
-    matrix_path = resolve_matrix_path(matrix)
-    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
-    stacks = select(plan.kept_stacks(), shard)
-    if local and len(stacks) != 1:
-        raise SpecError(f"--local measures this machine's Python environment, which holds one stack; "
-                        f"{len(stacks)} are selected", remedy="choose the stack it holds with --only STACK_ID")
-    client = None if local else connect_engine()
-    host_gpus = detect_host_gpus(client)
     options = BenchOptions(repeats=repeats, model_dir=model_dir, max_bytes=max_bytes, serve_args=tuple(serve_args),
                            timeout_s=timeout_s)
-    jobs = plan_bench(plan, specs, options, host_gpus=host_gpus, local=local, stacks=stacks)
-    if from_probes:
-        jobs = _gate_on_probes(jobs, results_root)
-    run_dir = start_run(results_root, command=sys.argv, matrix_source=str(matrix_path),
-                        shard=str(shard) if shard else None)
-    click.echo(f"benchmarking {len(stacks)} stack(s), {len(jobs)} bench run(s) -> {run_dir}")
-    records = run_bench_jobs(jobs, options, run_id=run_dir.name, host_gpus=host_gpus,
-                             write=lambda record: write_record(run_dir, record), client=client,
-                             local_python=(python or sys.executable) if local else None, log_dir=run_dir / "logs",
-                             builds_dir=builds_dir, on_done=_echo)
-    finish_run(run_dir)
+    request = BenchRequest(selection(matrix, cuda, targets, only, shard), suites=tuple(suites),
+                           variants=tuple(variants), ids=tuple(ids), options=options,
+                           local_python=(python or sys.executable) if local else None, builds_dir=builds_dir,
+                           from_probes=from_probes)
+    records = run_bench_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
+                                 connect=connect_engine, on_start=_echo_start, on_done=_echo)
     click.echo(summary_line(records))
 
 
-def _gate_on_probes(jobs, results_root: Path):
-    """The jobs after ``--from-probes``: probe records are read (strictly) before anything runs."""
-    from stackforge.bench.run import gate_on_probes
-    from stackforge.probes.catalog import catalog as probe_catalog
-    from stackforge.errors import RecordError
-    from stackforge.results import describe_problems, load_results
-
-    loaded = load_results(results_root)
-    if loaded.problems:
-        raise RecordError(describe_problems(loaded.problems, loaded.source),
-                          remedy="fix or remove these files before benchmarking --from-probes")
-    return gate_on_probes(jobs, loaded.records, frozenset(spec.feature for spec in probe_catalog()))
+def _echo_start(started: CampaignStarted) -> None:
+    click.echo(f"benchmarking {started.stacks} stack(s), {started.jobs} bench run(s) -> {started.run_dir}")
 
 
 def _echo(record: ResultRecord) -> None:

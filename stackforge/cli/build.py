@@ -3,37 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import click
 
-from stackforge.cli._compat import user_compat
-from stackforge.cli.options import index_options, shard_option, stack_selection
-from stackforge.data import resolve_matrix_path
+from stackforge.cli.options import ca_choice, image_options, selection, shard_option, stack_selection
 from stackforge.errors import BuildError, SpecError
-
-F = Callable[..., object]
-
-
-def image_options(func: F) -> F:
-    """Options that change what is rendered (shared by ``build`` and ``render``)."""
-    options = [
-        click.option("--base-image", metavar="REF", default=None,
-                     help="FROM image for every stack instead of the derived one."),
-        index_options,
-        click.option("--ca-bundle", metavar="PATH|none", default=None,
-                     help="PEM bundle pip must trust; passed as a build secret, never stored in the image. "
-                          "Default: the bundle pip on this host trusts (PIP_CERT, pip's cert setting, "
-                          "REQUESTS_CA_BUNDLE); 'none' builds without one."),
-        click.option("--no-deps", "no_deps", multiple=True, type=click.Choice(["flashinfer", "kernel", "sglang"]),
-                     help="Install this layer's package without its dependencies (labelled in the image)."),
-        click.option("--dependency-layers/--no-dependency-layers", default=True, show_default=True,
-                     help="Install what FlashInfer/SGLang declare they need in a shared layer of its own "
-                          "(asks the index for their metadata)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
 
 
 @click.command(name="build")
@@ -61,8 +35,9 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     """Build the images of every kept stack of a matrix; one log and one record per stack."""
     from stackforge.build import Builder, BuildOptions, build_stacks
     from stackforge.cli._runs import connect_engine
+    from stackforge.selection import cells_to_build
 
-    cells = selected_cells(matrix, cuda, targets, only, shard)
+    cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to build", err=True)
         return
@@ -83,30 +58,6 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
         raise BuildError(f"{len(summary.failed)} of {len(summary.records)} stack(s) failed: "
                          f"{', '.join(summary.failed)}", failed=summary.failed,
                          remedy=f"see {out_dir}/logs/<stack-id>.log and {out_dir}/builds/<stack-id>.json")
-
-
-def ca_choice(ca_bundle: str | None):
-    """The CA bundle for ``--ca-bundle`` (default: pip's on this host; ``none``: no bundle)."""
-    import os
-
-    from stackforge.build.trust import resolve_ca_bundle
-    return resolve_ca_bundle(ca_bundle, os.environ)
-
-
-def selected_cells(matrix, cuda, targets, only, shard) -> list:
-    """(stack, derived) for every kept stack of the selection, in matrix order."""
-    from stackforge.plan import plan_file
-    from stackforge.shard import select
-
-    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
-                     user_compat=user_compat())
-    kept = plan.kept_stacks()
-    if not kept:
-        raise SpecError("no stack to build: the selection is empty or every stack was pruned",
-                        remedy="see `stackforge plan` for the reasons")
-    # A shard that draws none of the kept stacks is not an error: a fixed --shard K/N fan-out in CI
-    # must not fail the jobs that the hash left empty.
-    return [(stack, plan.cells_for(stack)[0].derived) for stack in select(kept, shard)]
 
 
 def _labels(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -93,12 +93,13 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
 def shards(plan_path: Path, shards: int, gpu_labels: tuple[str, ...]) -> None:
     """Print the job matrices of a nightly run as key=value lines for $GITHUB_OUTPUT."""
     from stackforge.ci_github import ci_matrix
+    from stackforge.plan import Plan
 
     try:
         plan = json.loads(plan_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SpecError(f"{plan_path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    fan_out = ci_matrix(plan, shards, gpu_labels)
+    fan_out = ci_matrix(Plan.from_json(plan, path=str(plan_path)), shards, gpu_labels)
     for label in fan_out.unmatched_labels:
         # stderr: stdout goes into $GITHUB_OUTPUT. The runner turns this line into an annotation.
         click.echo(f"::warning::no target in the plan has arch {label}; its GPU runners get no jobs",

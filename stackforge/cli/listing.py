@@ -8,7 +8,7 @@ import click
 
 from stackforge.cli._compat import user_compat
 from stackforge.cli.options import terminal_width
-from stackforge.listing import KINDS
+from stackforge.listing import KINDS, list_kind
 from stackforge.textfit import fit_table
 
 
@@ -23,22 +23,7 @@ def command(kind: str, as_json: bool) -> None:
       stackforge list targets
       stackforge --compat ./my-compat list rules --json
     """
-    from stackforge import listing
-    from stackforge.plan import load_knowledge
-    from stackforge.probes.catalog import catalog
-    from stackforge.user_compat import load_about
-
-    knowledge = load_knowledge(user=user_compat())
-    if kind == "targets":
-        result = listing.list_targets(knowledge.targets)
-    elif kind == "features":
-        result = listing.list_features(load_about().features, catalog(), knowledge.rules)
-    elif kind == "probes":
-        from stackforge.wheels.readers import READERS
-
-        result = listing.list_probes(catalog(), READERS)
-    else:
-        result = listing.list_rules(knowledge.rules)
+    result = list_kind(kind, user_compat())
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:

@@ -7,11 +7,14 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
 
 from stackforge.errors import SpecError
+
+if TYPE_CHECKING:
+    from stackforge.selection import StackSelection
 
 F = Callable[..., object]
 
@@ -71,6 +74,43 @@ def stack_selection(func: F) -> F:
     for decorator in (only_option, target_option, cuda_option, matrix_option):
         func = decorator(func)
     return func
+
+
+def selection(matrix: str | None, cuda: Sequence[str], targets: Sequence[str], only: Sequence[str],
+              shard) -> StackSelection:
+    """The stacks ``stack_selection`` and ``shard_option`` name, with this invocation's ``--compat`` overlay."""
+    from stackforge.cli._compat import user_compat
+    from stackforge.selection import StackSelection
+
+    return StackSelection(matrix, targets=tuple(targets), cuda=tuple(cuda), only=tuple(only),
+                          shard=shard, user_compat=user_compat())
+
+
+def image_options(func: F) -> F:
+    """Options that change what is rendered (shared by ``build`` and ``render``)."""
+    options = [
+        click.option("--base-image", metavar="REF", default=None,
+                     help="FROM image for every stack instead of the derived one."),
+        index_options,
+        click.option("--ca-bundle", metavar="PATH|none", default=None,
+                     help="PEM bundle pip must trust; passed as a build secret, never stored in the image. "
+                          "Default: the bundle pip on this host trusts (PIP_CERT, pip's cert setting, "
+                          "REQUESTS_CA_BUNDLE); 'none' builds without one."),
+        click.option("--no-deps", "no_deps", multiple=True, type=click.Choice(["flashinfer", "kernel", "sglang"]),
+                     help="Install this layer's package without its dependencies (labelled in the image)."),
+        click.option("--dependency-layers/--no-dependency-layers", default=True, show_default=True,
+                     help="Install what FlashInfer/SGLang declare they need in a shared layer of its own "
+                          "(asks the index for their metadata)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def ca_choice(ca_bundle: str | None):
+    """The CA bundle for ``--ca-bundle`` (default: pip's on this host; ``none``: no bundle)."""
+    from stackforge.build.trust import resolve_ca_bundle
+    return resolve_ca_bundle(ca_bundle, os.environ)
 
 
 def refuse_repeated_options(command: click.Command, args: Sequence[str]) -> None:

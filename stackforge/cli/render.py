@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli.build import ca_choice, image_options, selected_cells
-from stackforge.cli.options import out_folder_checked, shard_option, stack_selection
+from stackforge.cli.options import ca_choice, image_options, out_folder_checked, selection, shard_option, stack_selection
 
 
 @click.command(name="render")
@@ -25,10 +24,9 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
 
     The base image is the derived one (or --base-image): a build may still substitute a local one.
     """
-    import dataclasses
-
-    from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
-    from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack, write_context
+    from stackforge.build.contexts import ContextsRequest, render_contexts
+    from stackforge.render import RenderOptions
+    from stackforge.selection import cells_to_build
 
     # The same CA default as `build`: a bundle adds its secret mount to the Dockerfile, so render and
     # build must agree on it for the tags to match.
@@ -37,22 +35,11 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     options = RenderOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
                             ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
-    lookup = RequirementsLookup(index_url, ca.path)
-    cells = selected_cells(matrix, cuda, targets, only, shard)
+    cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
-    warned: set[str] = set()
-    for stack, derived in cells:
-        declared, dropped = ((), ())
-        if dependency_layers:
-            declared, dropped = declared_for(stack, lookup, no_deps=frozenset(no_deps))
-        warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX) if dropped else ""
-        if warning and warning not in warned:   # stacks sharing a release share the warning
-            warned.add(warning)
-            click.echo(f"stackforge: warning: {warning}", err=True)
-        rendered = render_stack(stack, derived, dataclasses.replace(
-            options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
-        folder = Path(out_dir) / stack.id
-        write_context(rendered, folder)
-        click.echo(f"{folder}  {rendered.tag}")
-
+    request = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path)
+    for written in render_contexts(cells, request):
+        if written.warning:
+            click.echo(f"stackforge: warning: {written.warning}", err=True)
+        click.echo(f"{written.folder}  {written.tag}")

@@ -9,7 +9,10 @@ import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, write_output
 from stackforge.cli.options import out_file_option
+from stackforge.cli._compat import user_compat
 from stackforge.errors import SpecError
+from stackforge.plan import load_knowledge
+from stackforge.rules import features_only_nvcc_decides
 from stackforge.upgrade import FORMATS, StackChoice, build_upgrade, image_sizes_from_builds, render_upgrade
 
 
@@ -42,7 +45,8 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
                              target=target, skip_bad=skip_bad)
     report = build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
                            size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
-                           runs=evidence.runs, plan_only=plan_path is not None or matrix is not None)
+                           runs=evidence.runs, plan_only=plan_path is not None or matrix is not None,
+                           nvcc_features=features_only_nvcc_decides(load_knowledge(user=user_compat()).rules))
     write_output(render_upgrade(report, fmt), out)
 
 

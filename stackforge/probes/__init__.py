@@ -2,5 +2,5 @@
 
 The scripts live in :mod:`stackforge.probes.scripts` (standalone files, mounted read-only into a
 container at ``/stackforge/probes``); :mod:`stackforge.probes.catalog` says which exist, what they
-decide and what they need.
+decide and what they need; :mod:`stackforge.probes.campaign` is what ``stackforge probe`` runs.
 """

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stackforge.errors import Interrupted, ProbeError, SpecError
 from stackforge.model import Stack, Target
@@ -29,6 +29,7 @@ from stackforge.probes.execute import (
     run_locally,
 )
 from stackforge.records import Outcome, ResultRecord, Status
+from stackforge.selection import StackSelection
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 TIERS = ("gate", "runtime", "all")
@@ -179,4 +180,114 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    return records
+
+
+# ------------------------------------------------------------------------------------- the campaign
+
+
+class RunStore(Protocol):
+    """Where a campaign records (:class:`stackforge.results.ResultsFolder`): a run folder, its records."""
+
+    def start(self, *, matrix_source: str, shard: str | None) -> Path: ...
+
+    def write(self, run_dir: Path, record: ResultRecord) -> Any: ...
+
+    def finish(self, run_dir: Path) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRequest:
+    """Where the wheel tier asks for wheels: command-line values; pip's configuration fills the rest."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRequest:
+    """One ``stackforge probe`` run: which stacks, which probes, and where they run.
+
+    ``local_python`` set: probes run in that interpreter's environment, not in images. ``tier``
+    ``wheel`` reads the pinned releases' wheels from ``index`` instead (no image, no GPU).
+    """
+
+    selection: StackSelection
+    tier: str = "gate"
+    features: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    local_python: str | None = None
+    parallel: int = 2
+    builds_dir: Path | None = None
+    index: IndexRequest = IndexRequest()
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignStarted:
+    """What a campaign is about to run, told before its first record."""
+
+    stacks: int
+    jobs: int
+    run_dir: Path
+    #: the wheel tier's index locations, as words; None for probes that run
+    indexes: str | None = None
+
+
+def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Callable[[], Any],
+                       on_start: Callable[[CampaignStarted], None] = lambda started: None,
+                       on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+    """Plan the request's probe jobs, run them into one run folder of ``store``; the records written.
+
+    ``connect`` gives the Docker client, asked for only when probes run in images and after the
+    plan stands (a bad matrix is reported as such, also without an engine).
+    """
+    if request.tier == "wheel":
+        return _run_wheel_campaign(request, store=store, on_start=on_start, on_done=on_done)
+    from stackforge.probes.catalog import catalog
+    from stackforge.probes.execute import detect_host_gpus
+
+    selection = request.selection
+    plan = selection.plan()
+    stacks = selection.stacks(plan)
+    jobs = plan_jobs(plan, select_specs(catalog(), tier=request.tier, features=request.features), stacks)
+    client = None if request.local_python else connect()
+    run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
+    on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
+    records = run_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
+                       write=lambda record: store.write(run_dir, record), client=client,
+                       local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
+                       log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)
+    store.finish(run_dir)
+    return records
+
+
+def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],
+                        on_done: Callable[[ResultRecord], None]) -> list[ResultRecord]:
+    """The wheel tier: one record per (release x fact x target), read from the index's wheels."""
+    import os
+    import socket
+
+    from stackforge.pip_config import read_pip_config
+    from stackforge.wheels.cache import WheelCache
+    from stackforge.wheels.index import index_config
+    from stackforge.wheels.tier import list_releases, load_readers, plan_wheel_jobs, run_wheel_jobs, select_readers
+
+    readers = select_readers(load_readers(), request.features)
+    selection = request.selection
+    plan = selection.plan()
+    wanted = {stack.id for stack in selection.stacks(plan)}
+    jobs = plan_wheel_jobs([c for c in plan.cells if not c.pruned and c.stack.id in wanted], readers)
+    given = request.index
+    indexes = index_config(index_url=given.index_url, extra_index_urls=given.extra_index_urls,
+                           find_links=[str(given.find_links)] if given.find_links else [],
+                           pip_config=read_pip_config(), env=os.environ)
+    cache = WheelCache.open(indexes)
+    listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
+    run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
+    on_start(CampaignStarted(stacks=len(wanted), jobs=len(jobs), run_dir=run_dir, indexes=indexes.describe()))
+    records = run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
+                             host=socket.gethostname(), write=lambda record: store.write(run_dir, record),
+                             on_done=on_done)
+    store.finish(run_dir)
     return records

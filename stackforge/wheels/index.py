@@ -6,6 +6,8 @@ the PyTorch cuXYZ index) or PEP 503 HTML (most mirrors), over http(s) or ``file:
 location is a folder or a page of links. Both :mod:`stackforge.preflight` (is a pinned file there?)
 and the wheel tier (every release of a project, each file's sha256, yanked, Requires-Python) read
 the indexes through :func:`project_files`; HTTP answers are cached on disk for a while.
+:mod:`stackforge.build.requires` lists a release's files the same way and reads one wheel's core
+metadata through :func:`wheel_metadata` (PEP 658, else HTTP range reads of the wheel).
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import errno
 import hashlib
 import html.parser
+import io
 import json
 import os
 import socket
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import pathname2url, url2pathname
 
@@ -39,7 +43,7 @@ ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q
 CACHE_TTL_S = 24 * 3600
 TIMEOUT = (5, 20)   # connect, read: an unreachable index must answer fast
 # An index page is asked again after this long (bump the file's entry version when its shape changes).
-_ENTRY_FORMAT = "entries-v1"
+_ENTRY_FORMAT = "entries-v2"
 
 
 class IndexUnreachableError(StackforgeError):
@@ -73,12 +77,19 @@ class IndexConfig:
         extra_index_urls: further indexes, asked as well.
         find_links: folders, files or pages of links (pip ``--find-links``).
         cert: the CA bundle pip trusts (``cert``/``PIP_CERT``), or ``None`` for the default.
+        origins: (location, where it was set) pairs: ``--index-url``, ``PIP_INDEX_URL``,
+            ``pip config global.index-url``, ``pip's default`` (``stackforge doctor`` shows them).
     """
 
     index_url: str | None = PYPI_SIMPLE
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     cert: str | None = None
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def origin(self, location: str) -> str:
+        """Where ``location`` was set; "" when not recorded (a config made in code)."""
+        return dict(self.origins).get(location, "")
 
     def sources(self, primary: str = "pypi") -> tuple[Source, ...]:
         """Every location asked for a package whose own index is ``primary`` ("pypi" = the main index)."""
@@ -113,14 +124,34 @@ def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str
         pip_config: pip's configuration (:func:`stackforge.pip_config.read_pip_config`).
         env: the environment (``PIP_INDEX_URL``...); read directly too, in case pip could not be asked.
     """
-    settings = (pip_config or PipConfig()).values(env)
+    config = pip_config or PipConfig()
+    settings = config.values(env)
     configured_index = settings.get("index-url", PYPI_SIMPLE)
     no_index = settings.get("no-index", "").lower() in ("1", "true", "yes", "on")
     return IndexConfig(index_url=None if no_index and not index_url else (index_url or configured_index),
                        extra_index_urls=tuple(dict.fromkeys([*settings.get("extra-index-url", "").split(),
                                                              *extra_index_urls])),
                        find_links=tuple(dict.fromkeys([*settings.get("find-links", "").split(), *find_links])),
-                       cert=settings.get("cert") or None)
+                       cert=settings.get("cert") or None,
+                       origins=_origins(config, env, index_url=index_url, extra_index_urls=extra_index_urls,
+                                        find_links=find_links))
+
+
+def _origins(config: PipConfig, env: Mapping[str, str] | None, *, index_url: str | None,
+             extra_index_urls: Sequence[str], find_links: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(location, where it was set) for every location; a command-line value names its option."""
+    found: dict[str, str] = {}
+    if index_url:
+        found[index_url] = "--index-url"
+    else:
+        main = config.setting("index-url", env)
+        found[main.value if main else PYPI_SIMPLE] = main.origin if main else "pip's default"
+    for option, given in (("extra-index-url", extra_index_urls), ("find-links", find_links)):
+        found.update({location: f"--{option}" for location in given})
+        setting = config.setting(option, env)
+        for location in setting.value.split() if setting else ():
+            found.setdefault(location, setting.origin)
+    return tuple(found.items())
 
 
 def new_session(indexes: IndexConfig) -> requests.Session:
@@ -142,14 +173,17 @@ class IndexEntry:
     sha256: str = ""            # "" when the location gives none (a plain folder)
     requires_python: str = ""
     yanked: bool = False
+    core_metadata: bool = False   # the location serves the wheel's METADATA beside it (PEP 658)
 
     def to_json(self) -> dict[str, Any]:
         return {"filename": self.filename, "url": self.url, "sha256": self.sha256,
-                "requires_python": self.requires_python, "yanked": self.yanked}
+                "requires_python": self.requires_python, "yanked": self.yanked,
+                "core_metadata": self.core_metadata}
 
 
-def project_files(source: Source, project: str, *, session: requests.Session,
-                  cache: Path | None = None, ttl_s: float = CACHE_TTL_S) -> list[IndexEntry] | None:
+def project_files(source: Source, project: str, *, session: requests.Session, cache: Path | None = None,
+                  ttl_s: float = CACHE_TTL_S, timeout: float | tuple[float, float] = TIMEOUT,
+                  ) -> list[IndexEntry] | None:
     """The files one location lists for ``project``; ``None`` when it has no page for it.
 
     Raises:
@@ -160,7 +194,7 @@ def project_files(source: Source, project: str, *, session: requests.Session,
     if urlsplit(source.location).scheme in ("http", "https"):
         # An index has a page per project; a find-links URL is itself the page of links.
         url = f"{source.location.rstrip('/')}/{name}/" if source.index else source.location
-        return _get_entries(url, session=session, cache=cache, ttl_s=ttl_s)
+        return _get_entries(url, session=session, cache=cache, ttl_s=ttl_s, timeout=timeout)
     return _entries_on_disk(source, name)
 
 
@@ -214,7 +248,9 @@ def _page_entries(page: str, base_url: str) -> list[IndexEntry]:
                                   url=without_credentials(url),
                                   sha256=digest.lower() if algorithm == "sha256" else "",
                                   requires_python=anchor.get("data-requires-python") or "",
-                                  yanked="data-yanked" in anchor))
+                                  yanked="data-yanked" in anchor,
+                                  core_metadata=_offers_metadata(anchor.get("data-core-metadata")
+                                                                 or anchor.get("data-dist-info-metadata"))))
     return entries
 
 
@@ -227,18 +263,24 @@ def _json_entries(data: Mapping[str, Any], base_url: str) -> list[IndexEntry]:
                                   url=without_credentials(urljoin(base_url, str(item.get("url", item["filename"])))),
                                   sha256=str(hashes.get("sha256", "")).lower(),
                                   requires_python=str(item.get("requires-python") or ""),
-                                  yanked=bool(item.get("yanked", False))))
+                                  yanked=bool(item.get("yanked", False)),
+                                  core_metadata=bool(item.get("core-metadata") or item.get("data-dist-info-metadata"))))
     return entries
 
 
-def _get_entries(url: str, *, session: requests.Session, cache: Path | None,
-                 ttl_s: float) -> list[IndexEntry] | None:
+def _offers_metadata(attribute: str | None) -> bool:
+    """PEP 714: ``data-core-metadata`` is "true" or a hash (``sha256=...``); absent or "false" means none."""
+    return attribute is not None and attribute.lower() != "false"
+
+
+def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl_s: float,
+                 timeout: float | tuple[float, float]) -> list[IndexEntry] | None:
     """GET a simple-index page (JSON or HTML) as entries, with an on-disk cache; ``None`` for 404."""
     path = cache / (hashlib.sha256(f"{_ENTRY_FORMAT}:{url}".encode()).hexdigest()[:32] + ".json") if cache else None
     if path is not None and path.exists() and time.time() - path.stat().st_mtime < ttl_s:
         stored = json.loads(path.read_text()).get("files")
         return None if stored is None else [IndexEntry(**item) for item in stored]
-    response = session.get(url, headers={"Accept": ACCEPT}, timeout=TIMEOUT)
+    response = session.get(url, headers={"Accept": ACCEPT}, timeout=timeout)
     if response.status_code == 404:
         entries = None
     else:
@@ -254,6 +296,79 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None,
                                    "files": None if entries is None else [e.to_json() for e in entries]}))
         os.replace(tmp, path)
     return entries
+
+
+# --- one wheel's core metadata ---------------------------------------------------------------------
+
+def wheel_metadata(entry: IndexEntry, *, session: requests.Session, url: str | None = None,
+                   timeout: float | tuple[float, float] = TIMEOUT) -> str | None:
+    """The ``*.dist-info/METADATA`` text of a listed wheel, without downloading the wheel.
+
+    The separate metadata file when the location offers one (PEP 658), else the METADATA member
+    read through HTTP range requests (a few KB of a many-MB wheel, as pip's "fast-deps" does).
+    ``url`` is the wheel's URL when it needs credentials (:func:`with_credentials`). ``None`` when
+    neither way works (no metadata file, no range support, no METADATA member).
+
+    Raises:
+        requests.RequestException / OSError / ValueError / zipfile.BadZipFile / KeyError: the location
+        did not answer usefully.
+    """
+    url = url or entry.url
+    if url.startswith("file:"):
+        return _metadata_in_zip(Path(url2pathname(urlsplit(url).path)))
+    if entry.core_metadata:
+        response = session.get(url + ".metadata", timeout=timeout)
+        return response.text if response.status_code == 200 else None
+    remote = _RangeFile(session, url, timeout=timeout)
+    return _metadata_in_zip(remote) if remote.ranges_supported else None
+
+
+def _metadata_in_zip(wheel_file: Path | IO[bytes]) -> str | None:
+    with zipfile.ZipFile(wheel_file) as wheel:
+        member = next((n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+        return wheel.read(member).decode("utf-8", errors="replace") if member else None
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only, seekable view of a remote file; every read is one HTTP range request."""
+
+    def __init__(self, session: requests.Session, url: str, *, timeout: float | tuple[float, float]) -> None:
+        super().__init__()
+        self._session, self._url, self._timeout = session, url, timeout
+        head = session.head(url, timeout=timeout, allow_redirects=True)
+        self.ranges_supported = head.status_code == 200 and head.headers.get("Accept-Ranges") == "bytes"
+        self._size = int(head.headers.get("Content-Length", 0))
+        self._position = 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._size if size is None or size < 0 else min(self._size, self._position + size)
+        if end <= self._position:
+            return b""
+        response = self._session.get(self._url, headers={"Range": f"bytes={self._position}-{end - 1}"},
+                                     timeout=self._timeout)
+        if response.status_code != 206:
+            raise OSError(f"range request answered {response.status_code}")
+        self._position += len(response.content)
+        return response.content
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def unreachable_cause(exc: BaseException, location: str = "") -> str:

@@ -21,6 +21,18 @@ def test_default_plan_json_matches_golden(check_golden):
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     kept = [c["stack_id"] for c in payload["cells"] if c["status"] == "kept"]
-    assert kept == ["cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312",
-                    "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"]
+    # Matrix order: the 13.1 include extends a cell of the axes in place; the two 12.8 flavours are
+    # include entries of their own, added after the axes' cells.
+    assert kept == ["cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12",
+                    "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312",
+                    "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py311-wheels-debian12"]
     check_golden(GOLDEN_DIR / "plan" / "default.plan.json", result.output)
+
+
+def test_the_plan_read_back_from_its_json_writes_the_same_json():
+    """``Plan.from_json`` is the inverse of ``Plan.to_json``: the reports, pick and CI read a plan file
+    into the same model the planner makes."""
+    from stackforge.plan import Plan
+
+    data = json.loads((GOLDEN_DIR / "plan" / "default.plan.json").read_text(encoding="utf-8"))
+    assert Plan.from_json(data, path="default.plan.json").to_json() == data

@@ -359,6 +359,28 @@ def nvcc_candidates(explicit: str | None = None) -> tuple[str, ...]:
     return tuple(unique)
 
 
+#: What stackforge stored about the stack an image was built for (its stack.json layer).
+STACK_JSON = "/opt/stackforge/stack.json"
+
+
+def image_flavour(path: str = STACK_JSON) -> str:
+    """The flavour (devel / runtime / wheels) the image was built as, "" outside a stackforge image."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            flavour = json.load(handle).get("stack", {}).get("flavour")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return flavour if isinstance(flavour, str) else ""
+
+
+def no_nvcc(what: str, flavour: str | None = None) -> str:
+    """The reason of a probe that needs nvcc in an image without one. Starts with the same words for
+    every such probe: the image's flavour has no compiler (the runtime image, CUDA 12.x wheels, which
+    carry ptxas only), which says nothing about the packages, so the probe skips instead of failing."""
+    flavour = image_flavour() if flavour is None else flavour
+    return f"no nvcc in this flavour{f' ({flavour})' if flavour else ''}: {what}"
+
+
 def find_nvcc(explicit: str | None = None) -> str | None:
     """The first executable nvcc among :func:`nvcc_candidates`, or None."""
     for path in nvcc_candidates(explicit):

@@ -19,6 +19,11 @@ Runs FlashInfer's own code, no GPU needed:
    JIT-compiled for the arch through FlashInfer's generated ninja file, with a timeout. That is
    compile-only: without a GPU nothing is loaded or run, and the link step is reported apart.
 
+An image without nvcc (the runtime flavour, CUDA 12.x toolkit wheels) cannot JIT anything: where the
+gates admit the arch and nothing prebuilt covers it, the verdict is a skip, "no nvcc in this flavour",
+not a fail, because the missing compiler is the image's flavour, not FlashInfer. A gate that rejects
+the arch is FlashInfer's own answer and fails with or without nvcc.
+
 ``--feature`` picks which feature this invocation decides; both appear in the metrics.
 """
 
@@ -295,6 +300,14 @@ def find_toolkit(cpp_ext: Any) -> Toolkit:
     return Toolkit(cuda_home, version, version_error, nvcc if usable else "", shutil.which("ninja") or "")
 
 
+def missing_nvcc(toolkit: Toolkit) -> str:
+    """Where FlashInfer looked for nvcc, for a reason: its path, or FlashInfer's own words when it
+    found no CUDA home at all (its get_cuda_path raised)."""
+    if toolkit.cuda_home.startswith("<"):
+        return f"no nvcc and no CUDA home ({toolkit.cuda_home[1:-1]})"
+    return f"no nvcc at {os.path.join(toolkit.cuda_home, 'bin', 'nvcc')}"
+
+
 def compile_targets(ninja_text: str) -> tuple[list[str], list[str]]:
     """(object targets, default targets) of a FlashInfer build.ninja."""
     objects = re.findall(r"^build (\S+): (?:cuda_compile|compile)\S*\s", ninja_text, re.MULTILINE)
@@ -366,12 +379,12 @@ def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[
         return compile_verdict(fi, "allreduce-fusion", target, compiled, evidence)
     how = "compiled (compile-only)" if compiled else "gate only, nothing compiled or run"
     if not toolkit.nvcc and not gate.aot:
-        # The gate admits the arch, but at run time FlashInfer would have to JIT the module and
-        # this image has no compiler for that: the feature cannot be used from this image.
-        return sf.Verdict("fail", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion ({gate.detail}) "
-                          f"but this image cannot build the module: no nvcc at "
-                          f"{os.path.join(toolkit.cuda_home, 'bin', 'nvcc')} and no prebuilt trtllm_comm "
-                          "(jit-cache)", evidence)
+        # The gate admits the arch, but FlashInfer would have to JIT the module and this image has no
+        # compiler: a property of the image's flavour, not of FlashInfer, so no verdict on the feature.
+        return sf.Verdict("skip", sf.no_nvcc(
+            f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion ({gate.detail}), but this image "
+            f"cannot build the module ({missing_nvcc(toolkit)}, no prebuilt trtllm_comm from the jit-cache)"),
+            evidence)
     build = (f"nvcc {toolkit.cuda_version} at {toolkit.nvcc}" if toolkit.nvcc
              else "no nvcc, prebuilt module from the jit-cache")
     return sf.Verdict("pass", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion "
@@ -397,9 +410,9 @@ def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, M
         if all(g.aot for g in admitted):
             return sf.Verdict("pass", f"FlashInfer {fi} targets {flags}; no nvcc, but its modules are prebuilt "
                               "(AOT / jit-cache)", evidence)
-        return sf.Verdict("fail", f"FlashInfer {fi} would JIT for {flags} but finds no nvcc at "
-                          f"{os.path.join(toolkit.cuda_home, 'bin', 'nvcc')}: only prebuilt kernels can be used",
-                          evidence)
+        return sf.Verdict("skip", sf.no_nvcc(
+            f"FlashInfer {fi} would JIT for {flags} but finds {missing_nvcc(toolkit)}: only prebuilt kernels "
+            "can be used here"), evidence)
     if not toolkit.ninja:
         return sf.Verdict("fail", f"FlashInfer {fi} JIT runs 'ninja' from PATH and there is none", evidence)
     if compiled is None:

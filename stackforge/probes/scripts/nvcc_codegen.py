@@ -4,8 +4,8 @@ Finds nvcc ($CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, the CUDA 13 whe
 site-packages/nvidia/cu13/bin, PATH), then compiles a tiny kernel to a cubin for ``-arch=sm_120``
 and checks that the cubin really is an NVIDIA ELF for that SM. The arch-specific (``sm_120a``) and
 family (``sm_120f``) targets and a PTX build are compiled too and reported as metrics; the plain
-``sm_XY`` cubin decides. An image without nvcc (a runtime flavour) is a skip, not a failure: it
-simply cannot JIT.
+``sm_XY`` cubin decides. An image without nvcc (the runtime flavour, CUDA 12.x wheels) is a skip,
+"no nvcc in this flavour", not a failure: it says nothing about nvcc's code generation.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def main(argv: Sequence[str]) -> None:
     facts = sf.collect_facts(nvcc_path=nvcc, search_nvcc=False)
     if nvcc is None:
         searched = ", ".join(sf.nvcc_candidates(args.nvcc))
-        sf.emit("skip", "no nvcc in image: runtime-only flavour", evidence=f"searched: {searched}",
-                facts=facts)
+        sf.emit("skip", sf.no_nvcc(f"nothing to generate {target.sm_name} code with"),
+                evidence=f"searched: {searched}", facts=facts)
     release, version_line = sf.nvcc_version(nvcc)
     if not release:
         sf.emit("fail", f"{nvcc} does not run: {sf.one_line(version_line)[:300]}", evidence=version_line,

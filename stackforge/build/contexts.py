@@ -1,0 +1,60 @@
+"""``stackforge render`` without building: each stack's Dockerfile and build context, written to a folder.
+
+The same rendering a build does (:mod:`stackforge.build.scheduler`), including the dependency layers
+read from the index, so the tags printed here are the tags a build with the same options gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
+from stackforge.model import Stack
+from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack, write_context
+
+
+@dataclass(frozen=True, slots=True)
+class ContextsRequest:
+    """What to render and where: one sub-folder per stack id under ``out_dir``.
+
+    ``dependency_layers``: ask the index (``options.index_url``, trusting ``ca_bundle``) what
+    FlashInfer and SGLang declare, for a shared layer of their dependencies.
+    """
+
+    options: RenderOptions
+    out_dir: Path
+    dependency_layers: bool = True
+    ca_bundle: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenContext:
+    """One stack's context on disk; ``warning`` is a dropped-layer notice not told for an earlier stack."""
+
+    folder: Path
+    tag: str
+    warning: str = ""
+
+
+def render_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsRequest) -> Iterator[WrittenContext]:
+    """Render and write each (stack, derived) cell's context, in order, one :class:`WrittenContext` each."""
+    lookup = RequirementsLookup(request.options.index_url, request.ca_bundle)
+    no_deps = frozenset(request.options.no_deps)
+    told: set[str] = set()
+    for stack, derived in cells:
+        declared, dropped = ((), ())
+        if request.dependency_layers:
+            declared, dropped = declared_for(stack, lookup, no_deps=no_deps)
+        warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX) if dropped else ""
+        if warning in told:   # stacks sharing a release share the warning
+            warning = ""
+        told.add(warning)
+        rendered = render_stack(stack, derived, dataclasses.replace(
+            request.options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
+        folder = request.out_dir / stack.id
+        write_context(rendered, folder)
+        yield WrittenContext(folder=folder, tag=rendered.tag, warning=warning)

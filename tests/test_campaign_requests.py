@@ -1,0 +1,78 @@
+"""The probe and bench campaigns as the CLI calls them: one typed request, one function.
+
+``stackforge probe`` and ``stackforge bench`` only parse options into a :class:`ProbeRequest` /
+:class:`BenchRequest` and call :func:`run_probe_campaign` / :func:`run_bench_campaign`; these tests
+call the same functions directly, with a real results folder.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from test_import_graph import PACKAGE_ROOT, import_graph
+
+from stackforge.bench.campaign import BenchRequest, default_suites, run_bench_campaign
+from stackforge.errors import RecordError, SpecError
+from stackforge.probes.campaign import CampaignStarted, ProbeRequest, run_probe_campaign
+from stackforge.results import ResultsFolder, load_results, start_run
+from stackforge.selection import StackSelection
+
+STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
+
+
+def no_engine():
+    pytest.fail("the campaign asked for the Docker engine")
+
+
+def test_a_local_probe_campaign_records_into_one_run_without_the_engine(tmp_path):
+    started: list[CampaignStarted] = []
+    request = ProbeRequest(StackSelection(only=(STACK_ID,), targets=("rtx-pro-6000-x2-pcie",)), tier="gate",
+                           features=("torch-kernels",), local_python=sys.executable)
+    records = run_probe_campaign(request, store=ResultsFolder(tmp_path, command=("stackforge", "probe")),
+                                 connect=no_engine, on_start=started.append)
+    assert [s.stacks for s in started] == [1] and started[0].jobs == len(records) >= 1
+    loaded = load_results(tmp_path)
+    assert not loaded.problems and {r.key for r in loaded.records} == {r.key for r in records}
+    assert loaded.runs[0].finished_at and loaded.runs[0].command == ("stackforge", "probe")
+
+
+def test_an_unknown_feature_stops_the_probe_campaign_before_any_run_folder(tmp_path):
+    request = ProbeRequest(StackSelection(only=(STACK_ID,)), features=("no-such-feature",))
+    with pytest.raises(SpecError, match="no-such-feature"):
+        run_probe_campaign(request, store=ResultsFolder(tmp_path), connect=no_engine)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_bench_campaign_refuses_several_stacks_before_the_engine_or_a_run(tmp_path):
+    request = BenchRequest(StackSelection(), local_python=sys.executable)
+    with pytest.raises(SpecError, match="holds one stack") as raised:
+        run_bench_campaign(request, store=ResultsFolder(tmp_path), connect=no_engine)
+    assert "--only STACK_ID" in raised.value.one_line()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_from_probes_reads_the_store_strictly(tmp_path):
+    run_dir = start_run(tmp_path, command=("probe",))
+    (run_dir / STACK_ID / "rtx-pro-6000-x2-pcie").mkdir(parents=True)
+    (run_dir / STACK_ID / "rtx-pro-6000-x2-pcie" / "broken.json").write_text("{not json")
+    request = BenchRequest(StackSelection(only=(STACK_ID,)), local_python=sys.executable, from_probes=True)
+    with pytest.raises(RecordError, match="broken.json") as raised:
+        run_bench_campaign(request, store=ResultsFolder(tmp_path), connect=no_engine)
+    assert "--from-probes" in raised.value.one_line()
+    assert [p.name for p in tmp_path.iterdir()] == [run_dir.name]   # no second run was started
+
+
+def test_serving_is_a_default_suite_only_with_a_model(tmp_path):
+    assert default_suites(None) == ("allreduce", "gemm")
+    assert default_suites(tmp_path) == ("allreduce", "gemm", "serve")
+
+
+def test_the_cli_of_probe_bench_and_render_only_dispatches():
+    graph = import_graph(PACKAGE_ROOT, "stackforge")
+    assert "stackforge.cli.build" not in graph["stackforge.cli.render"]
+    for command in ("stackforge.cli.probe", "stackforge.cli.bench"):
+        workflow = {"stackforge.plan", "stackforge.shard", "stackforge.data", "stackforge.pip_config",
+                    "stackforge.wheels.tier", "stackforge.wheels.index", "stackforge.wheels.cache",
+                    "stackforge.probes.execute", "stackforge.probes.catalog"}
+        assert not workflow & graph[command], command

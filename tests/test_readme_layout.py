@@ -1,0 +1,39 @@
+"""README's layout table ("How it is built") names every part of the package, so a newcomer finds each
+module or folder of ``stackforge/`` from the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def layout_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme[readme.index("## How it is built"):readme.index("## Tests")]
+
+
+def package_parts() -> list[str]:
+    """Top-level modules (``plan``) and folders (``build/``) of the package."""
+    parts = []
+    for path in sorted((ROOT / "stackforge").iterdir()):
+        if path.name.startswith(("__", ".")):
+            continue
+        if path.suffix == ".py":
+            parts.append(path.name)
+        elif path.is_dir():
+            parts.append(path.name + "/")
+    return parts
+
+
+def test_every_module_and_folder_of_the_package_is_in_the_readme_layout() -> None:
+    section = layout_section()
+    missing = [part for part in package_parts() if not re.search(r"\b" + re.escape(part), section)]
+    assert not missing, f"add to README's 'How it is built' table: {missing}"
+
+
+def test_every_path_the_layout_names_exists() -> None:
+    named = set(re.findall(r"`(stackforge/[\w/.]+)`", layout_section()))
+    absent = sorted(p for p in named if not (ROOT / p).exists())
+    assert not absent, f"README names paths that are not in the tree: {absent}"
