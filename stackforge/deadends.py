@@ -236,8 +236,13 @@ def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
     if not dead.boundaries:
         if dead.unblocked_by is None or dead.unblocked_by.basis == "measured":
             return []
-        return [f"the way out above rests on the rules only: no release is measured to unblock it "
-                f"(`stackforge bisect {dead.feature} --target {target}` measures it)"]
+        from stackforge.wheels.readers import READERS
+
+        # Only a fact a wheel reader reads can be bisected; the rest need a probe in an image.
+        measure = (f"`stackforge bisect {dead.feature} --target {target}` measures it"
+                   if dead.feature in {spec.fact for spec in READERS}
+                   else "no wheel reader reads it: `stackforge probe` in an image measures it")
+        return [f"the way out above rests on the rules only: no release is measured to unblock it ({measure})"]
     lines = []
     for boundary in dead.boundaries:
         where = f" [{boundary.context}]" if boundary.context else ""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from stackforge.model import Target
 from stackforge.probes.catalog import ProbeSpec, known_features
 from stackforge.rules import Condition, Rule, specifier_text
+from stackforge.wheels.model import ReaderSpec
 
 if TYPE_CHECKING:
     from stackforge.user_compat import UserCompat
@@ -62,10 +63,16 @@ def list_features(descriptions: dict[str, str], probes: Sequence[ProbeSpec], rul
     return Listing("features", ("FEATURE", "PROBES", "RULES", "DESCRIPTION"), rows, tuple(items))
 
 
-def list_probes(probes: Sequence[ProbeSpec]) -> Listing:
-    """id, tier, feature, preconditions, description."""
+def list_probes(probes: Sequence[ProbeSpec], wheel_readers: Sequence[ReaderSpec] = ()) -> Listing:
+    """id, tier, feature, preconditions, description: the in-image probes, then the wheel tier's
+    readers under the probe ids their records carry (``wheel.<dist>.<fact>``)."""
+    from stackforge.wheels.tier import wheel_probe_id
+
     items = tuple({"id": p.id, "tier": p.tier, "feature": p.feature, "preconditions": preconditions_text(p),
                    "default_timeout_s": p.default_timeout_s, "description": p.description} for p in probes)
+    items += tuple({"id": wheel_probe_id(r.dist, r.fact), "tier": "wheel", "feature": r.fact,
+                    "preconditions": f"a {r.dist} wheel on the index (no image, no GPU)",
+                    "default_timeout_s": None, "description": r.what} for r in wheel_readers)
     rows = tuple((i["id"], i["tier"], i["feature"], i["preconditions"] or "-", i["description"]) for i in items)
     return Listing("probes", ("PROBE", "TIER", "FEATURE", "PRECONDITIONS", "DESCRIPTION"), rows, items)
 
@@ -91,7 +98,9 @@ def list_kind(kind: str, user_compat: UserCompat | None = None) -> Listing:
     if kind == "features":
         return list_features(load_about().features, catalog(), knowledge.rules)
     if kind == "probes":
-        return list_probes(catalog())
+        from stackforge.wheels.readers import READERS
+
+        return list_probes(catalog(), READERS)
     return list_rules(knowledge.rules)
 
 

@@ -184,7 +184,8 @@ def _predict(feature: str, findings: tuple[Finding, ...]) -> Prediction:
         rule = next((r for r in relevant if r.effect is effect), None)
         if rule is not None:
             return Prediction(feature=feature, verdict=verdict, rule=rule.id, reason=rule.reason, error=rule.error,
-                              remedy=rule.remedy, sources=tuple(s.to_json() for s in rule.sources))
+                              remedy=rule.remedy, sources=tuple(s.to_json() for s in rule.sources),
+                              unwitnessed=rule.unwitnessed)
     return Prediction(feature=feature, verdict=Verdict.NO_RULE)
 
 

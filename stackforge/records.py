@@ -141,11 +141,14 @@ class Prediction:
     error: str = ""
     remedy: str = ""
     sources: tuple[dict[str, str], ...] = ()
+    unwitnessed: str = ""   # the rule's word on why no wheel reading can decide it (a runtime bug...)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdict"] = self.verdict.value
         data["sources"] = [dict(s) for s in self.sources]
+        if not self.unwitnessed:
+            del data["unwitnessed"]
         return data
 
     @classmethod
@@ -154,7 +157,8 @@ class Prediction:
         return cls(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
                    rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
                    error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
-                   sources=tuple(dict(s) for s in data.get("sources", ())))
+                   sources=tuple(dict(s) for s in data.get("sources", ())),
+                   unwitnessed=str(data.get("unwitnessed", "")))
 
 
 def utc_now() -> str:

@@ -22,7 +22,9 @@ the same function, :func:`decide_cell`):
 4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
    rule predicted the feature unavailable -- the cell keeps both and is flagged "rule contradicted
    by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
-   "unpredicted" (a rule is missing).
+   "unpredicted" (a rule is missing). One exception: a wheel-tier pass (the code admits the target)
+   is set aside under a rule whose data says no wheel reading can decide it (``unwitnessed``: a
+   failure only running the kernel shows); the rule's prediction shows and says so.
 5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
    ``requires``), a pruned stack shows ``pruned``, a cell whose probes were all undecided shows
    ``undecided``, and anything else is ``untested``. Every such cell whose records include an
@@ -36,7 +38,7 @@ import io
 import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -364,10 +366,28 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
                 pruned_by: Sequence[Finding] = ()) -> ReportCell:
     """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
     records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
-    decisive, status = _decisive(records)
+    blind = _wheel_blind_passes(records, prediction)
+    decisive, status = _decisive([r for r in records if r not in blind])
     if decisive is not None and status is not None:
         return _measured_cell(feature, records, decisive, status, prediction, tuple(pruned_by))
-    return _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
+    cell = _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
+    if blind and prediction is not None and cell.source is CellSource.PREDICTED:
+        admitted = ", ".join(r.probe for r in blind)
+        cell = replace(cell, reason=f"{cell.reason} (the release's code admits it, {admitted} passed, but no wheel "
+                                    f"reading decides this rule: {prediction.unwitnessed})")
+    return cell
+
+
+def _wheel_blind_passes(records: Sequence[ResultRecord], prediction: Prediction | None) -> tuple[ResultRecord, ...]:
+    """Wheel-tier passes that say nothing against the rule predicting the cell unavailable.
+
+    A wheel pass only says the release's code admits the target; a rule whose data says no wheel
+    reading can decide it (``unwitnessed``: a failure only running the kernel shows) stands over it.
+    A rule a wheel reader witnesses is still contradicted by a wheel pass (its bound is wrong).
+    """
+    if prediction is None or prediction.verdict is not Verdict.UNAVAILABLE or not prediction.unwitnessed:
+        return ()
+    return tuple(r for r in records if r.tier is Tier.WHEEL and r.outcome.status is Status.PASS)
 
 
 def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: ResultRecord, status: Status,
@@ -839,7 +859,9 @@ def _md_legend() -> str:
     return (f"**Legend** {statuses} · {CONTRADICTED_GLYPH} rule contradicted by measurement · "
             "— a pruned stack. *gate* = decided inside the image without a GPU · "
             "*run* = runtime probe on the GPU · "
-            "*bench* = benchmark · *rule* = predicted by a compat rule, not measured. "
+            "*bench* = benchmark · *wheel* = measured (wheel): read in the release's code from its wheel on "
+            "the index, no image (below gate and run, above a rule) · "
+            "*rule* = predicted by a compat rule, not measured. "
             "Footnotes carry each cell's reason and evidence.")
 
 

@@ -169,8 +169,11 @@ def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str 
     if (run_dir / RUN_FILE).exists():
         raise RecordError("run folder already holds a run", path=str(run_dir),
                           remedy="choose another --run-id or remove the folder")
+    from stackforge.pip_config import redact_urls
+
+    # The command line may carry an index URL with ``user:password@`` (--index-url): kept without it.
     info = RunInfo(run_id=run_id, started_at=utc_now(), host=host or socket.gethostname(),
-                   command=tuple(command), matrix_source=matrix_source, shard=shard)
+                   command=tuple(redact_urls(arg) for arg in command), matrix_source=matrix_source, shard=shard)
     atomic_write_text(run_dir / RUN_FILE, _dumps(info.to_json()))
     return run_dir
 

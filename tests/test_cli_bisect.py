@@ -159,3 +159,23 @@ def test_stack_side_context_options_reach_the_readers(bisect_cli):
         "python": "3.12", "torch_cuda": "12.8", "kernel_package": "sglang-kernel"}
     text = invoke("flashinfer-ar-fusion", "--target", TARGET, "--cuda", "12.8", "--from", "0.6.17")
     assert "(sm_120, 8x pcie, CUDA 12.8)" in text.stdout
+
+
+def test_index_credentials_reach_no_result_file(bisect_cli, tmp_path, monkeypatch):
+    """A private index's ``user:password@`` is used to fetch, never written: not in run.json's
+    command line, not in a record's evidence, not in the output."""
+    invoke, index, _ = bisect_cli
+    url = invoke.__kwdefaults__["index_url"]
+    secret_url = url.replace("http://", "http://alice:s3cr3t@", 1)
+    argv = ["stackforge", "bisect", "flashinfer-ar-fusion", "--target", TARGET, "--index-url", secret_url,
+            "--results", str(tmp_path / "results")]
+    monkeypatch.setattr("sys.argv", argv)
+    result = invoke(*argv[2:5], "--results", str(tmp_path / "results"), index_url=secret_url)
+    assert result.exit_code == 0, result.output
+    assert "s3cr3t" not in result.output
+    written = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert any(p.name == "run.json" for p in written) and len(written) > 1
+    leaked = [p.name for p in written if "s3cr3t" in p.read_text(encoding="utf-8")]
+    assert leaked == [], leaked
+    run_json = next(p for p in written if p.name == "run.json").read_text(encoding="utf-8")
+    assert "http://alice@" not in run_json and url in run_json

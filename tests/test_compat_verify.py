@@ -324,3 +324,24 @@ def test_the_text_says_which_stack_values_were_read(tmp_path, fake_wheels):
     result = CliRunner().invoke(cli, ["--compat", str(folder), "compat", "verify", "--rule", "jit-gate"])
     assert result.exit_code == 0, result.output
     assert "read with cuda=12.8 (inside the rule's condition); nvcc=True (inside the rule's condition)" in result.output
+
+
+@pytest.mark.parametrize("site, cited", [
+    (CodeSite("sglang/a.py", 0, ""), "sglang/a.py (not in this release) no communicator"),
+    (CodeSite("sglang/b.py", 0, "no TABLE in this file"), "sglang/b.py (no TABLE in this file) no communicator"),
+])
+def test_the_text_cites_an_absence_as_such_not_as_line_0(tmp_path, site, cited):
+    """A reading decided on a file's absence (a line-0 site) prints "not in this release"; one on a
+    name missing from a file that is there prints what it lacks; never ``path:0``."""
+    from stackforge.wheels.verify import render_text
+
+    def evaluate(fact, dist, version, ctx):
+        if version < "0.5.14":
+            return Reading(fact, ReadingStatus.ABSENT, "no communicator in this SGLang", (site,))
+        return Reading(fact, ReadingStatus.UNAVAILABLE, "disabled", (CodeSite("sglang/b.py", 78, "TABLE.get(cap)"),))
+
+    rules = rules_from(tmp_path, SYMM_RULE.format(bound=">=0.5.14"))
+    text = render_text(verify_rules(rules, load_targets(), evaluate=evaluate, list_releases=list_releases))
+    assert ":0 " not in text, text
+    assert cited in text, text
+    assert "sglang/b.py:78 disabled" in text

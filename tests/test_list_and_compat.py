@@ -88,6 +88,9 @@ def test_list_probes_and_rules():
     ar = next(p for p in probes if p["id"] == "runtime.sglang.custom-allreduce")
     assert (ar["tier"], ar["feature"]) == ("runtime", "custom-allreduce")
     assert ar["preconditions"] == ">=2 GPUs, GPU of the target arch, packages: torch sglang"
+    # The wheel tier is in the tier list too, under the probe ids its records carry.
+    symm = next(p for p in probes if p["id"] == "wheel.sglang.torch-symm-mem")
+    assert (symm["tier"], symm["feature"]) == ("wheel", "torch-symm-mem") and symm["description"]
     rules = json.loads(invoke("list", "rules", "--json").output)["items"]
     gate = next(r for r in rules if r["id"] == "flashinfer-ar-fusion-sm12-gate")
     assert gate["effect"] == "feature_unavailable" and gate["feature"] == "flashinfer-ar-fusion"

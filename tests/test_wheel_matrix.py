@@ -34,6 +34,8 @@ def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
     assert (cell.status, cell.source) == (CellStatus.FAIL, CellSource.MEASURED)
     assert (cell.tier, cell.how) == (Tier.WHEEL, "wheel")
     assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
+    from stackforge.report import render_md
+    assert "*wheel* = measured (wheel)" in render_md(report), "the legend explains the wheel label"
     predicted = report.row(CU131).cell("custom-allreduce").source is CellSource.PREDICTED
     assert predicted, "sglang 0.5.23 was not read"
     assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \
@@ -94,6 +96,8 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]
     tree = text.split("**nccl-graph-tree**")[1].split("- [")[0]
     assert "rests on the rules only: no release is measured to unblock it" in tree
+    # nccl-graph-tree is no wheel fact: `stackforge bisect nccl-graph-tree` would be exit 2.
+    assert "stackforge bisect" not in tree and "no wheel reader reads it" in tree
     json_text = render_deadends(report, "json")
     assert '"first_unblocked": "0.6.17"' in json_text
 
@@ -119,3 +123,24 @@ def test_a_pruned_stack_gets_no_wheel_record():
     report = matrix([wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.AVAILABLE)])
     cell = report.row(PRUNED).cell("flashinfer-ar-fusion")
     assert cell.status is CellStatus.PRUNED and not cell.contradicted and not cell.records
+
+
+def test_a_wheel_pass_does_not_override_a_rule_no_wheel_can_witness():
+    """A wheel pass says the release's code admits the target; a rule whose data says no wheel reading
+    decides it (a failure only running the kernel shows: nvfp4 mm_fp4 on SM120 in FlashInfer 0.6.3)
+    stands, with the wheel record kept as evidence, and no contradiction is flagged."""
+    plan = plan_dict()
+    for cell in plan["cells"]:
+        for prediction in cell["predictions"]:
+            if prediction.get("rule") == "torch-symm-mem-sm120":
+                prediction["unwitnessed"] = "a runtime failure: only running the kernel shows it"
+    passed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")
+    report = build_matrix([*seed_records(), passed], Plan.from_json(plan), TARGET)
+    cell = report.row(CU130).cell("torch-symm-mem")
+    assert (cell.status, cell.source, cell.contradicted) == (CellStatus.UNAVAILABLE, CellSource.PREDICTED, "")
+    assert "no wheel reading decides this rule: a runtime failure" in cell.reason
+    assert passed.probe in cell.reason and any(r.tier is Tier.WHEEL for r in cell.records)
+    # A wheel failure still decides: the code refusing the target is a measurement.
+    failed = wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "MAX_SIZES[cap]")
+    refused = build_matrix([*seed_records(), failed], Plan.from_json(plan), TARGET).row(CU130).cell("torch-symm-mem")
+    assert (refused.status, refused.tier) == (CellStatus.FAIL, Tier.WHEEL)

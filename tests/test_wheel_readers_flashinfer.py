@@ -36,11 +36,12 @@ def write(root: Path, path: str, text: str) -> Path:
 
 
 def checked(root: Path, reading: Reading) -> Reading:
-    """The reading, after checking that every cited line is the file's line as written."""
+    """The reading, after checking that every cited line is the file's line as written; line 0 is an
+    absence: of the file (no code, the file is not there) or of a name in a file that is (code says which)."""
     assert reading.sites, f"{reading.fact}: a reading without code sites: {reading.summary}"
     for site in reading.sites:
         if site.line == 0:
-            assert site.code == ""
+            assert (root / site.path).is_file() == bool(site.code), (site, reading.summary)
             continue
         lines = (root / site.path).read_text(encoding="utf-8").splitlines()
         assert lines[site.line - 1].strip() == site.code, (site, reading.summary)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stackforge.wheels.bisect import site_text
 from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.readers import sglang as sg
 
@@ -36,12 +37,13 @@ def read(fact: str, root: Path, ctx: ReadContext) -> Reading:
 
 
 def assert_sites(root: Path, reading: Reading) -> None:
-    """Every site's code is the file's line at site.line (line 0: the file or name is absent)."""
+    """Every site's code is the file's line at site.line; line 0 is an absence: of the file (no code,
+    and the file is not there), or of a name in a file that is there (the code says which)."""
     assert reading.sites, reading
     assert "\n" not in reading.summary
     for found in reading.sites:
         if found.line == 0:
-            assert found.code == ""
+            assert (root / found.path).is_file() == bool(found.code), found
             continue
         lines = (root / found.path).read_text(encoding="utf-8").splitlines()
         assert found.code == lines[found.line - 1].strip(), found
@@ -234,7 +236,16 @@ class TestArFusionGate:
     def test_file_without_the_gate_admits_the_arch(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/layers/flashinfer_comm_fusion.py",
               "def ensure_workspace_initialized():\n    pass\n")
-        assert read("flashinfer-ar-fusion", tmp_path, SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
+        reading = read("flashinfer-ar-fusion", tmp_path, SM120_X8_PCIE)
+        assert reading.status is ReadingStatus.AVAILABLE
+        # The file is there (0.5.13.post1): its evidence must not say the file is not in the release.
+        assert site_text(reading.sites[0]) == ("sglang/srt/layers/flashinfer_comm_fusion.py: "
+                                               "no def _resolve_backend in this file")
+
+    def test_no_fusion_file_is_cited_as_absent(self, tmp_path: Path) -> None:
+        (tmp_path / "sglang").mkdir()
+        reading = read("flashinfer-ar-fusion", tmp_path, SM120_X8_PCIE)
+        assert site_text(reading.sites[0]) == "sglang/srt/layers/flashinfer_comm_fusion.py: not in this release"
 
 
 # sglang 0.5.4.post2 srt/utils/common.py:195-200 and srt/server_args.py (field defaults :271 :332 :473,

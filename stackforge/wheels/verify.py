@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 from stackforge.model import Target
 from stackforge.rules import Condition, Rule, Witness
 from stackforge.versions import parse_version
-from stackforge.wheels.model import Reading, ReadContext, ReadingStatus
+from stackforge.wheels.model import CodeSite, Reading, ReadContext, ReadingStatus
 
 Evaluate = Callable[[str, str, str, ReadContext], Reading]
 ListReleases = Callable[[str], Sequence[str]]
@@ -463,7 +463,7 @@ def render_text(report: VerifyReport) -> str:
         for check, targets in _grouped(v.checks):
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
             site = check.reading.sites[0] if check.reading.sites else None
-            where = f" {site.path}:{site.line}" if site and f"{site.path}:{site.line}" not in check.reading.summary else ""
+            where = f" {_cited(site)}" if site and _cited(site) not in check.reading.summary else ""
             on = f" [{', '.join(targets)}]" if v.verdict is Verdict.WRONG else ""
             lines.append(f"    {mark:<5} {check.version:<14} {check.role:<22} {check.reading.status.value:<11}"
                          f"{where} {check.reading.summary}{on}".rstrip())
@@ -473,6 +473,11 @@ def render_text(report: VerifyReport) -> str:
                  f"{report.count(Verdict.CONFIRMED)} confirmed, {report.count(Verdict.WRONG)} wrong, "
                  f"{report.count(Verdict.UNWITNESSED)} unwitnessed")
     return "\n".join(lines)
+
+
+def _cited(site: CodeSite) -> str:
+    """``path:line``; a line-0 site is an absence: ``path (not in this release)``, or what the file lacks."""
+    return f"{site.path}:{site.line}" if site.line else f"{site.path} ({site.code or 'not in this release'})"
 
 
 def _grouped(checks: Sequence[Check]) -> list[tuple[Check, tuple[str, ...]]]:

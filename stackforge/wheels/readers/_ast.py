@@ -20,6 +20,7 @@ API (small on purpose):
     keyword_arg(call, name) -> keyword | None
     decorator_calls(function, name) -> tuple[Call, ...]
     absent_site(path) -> CodeSite                  line 0: the fact is the file's absence
+    looked_site(root, path, lacking) -> CodeSite   line 0: absent, or present without what was looked for
 """
 
 from __future__ import annotations
@@ -170,6 +171,12 @@ def decorator_calls(function: _FunctionNode, name: str) -> tuple[ast.Call, ...]:
 def absent_site(path: str) -> CodeSite:
     """The site of a file that is not in the wheel (line 0, no code)."""
     return CodeSite(path, 0, "")
+
+
+def looked_site(root: Path, path: str, lacking: str) -> CodeSite:
+    """A line-0 site for a file looked in: its absence (no code) when it is not in the wheel, else what
+    the file there lacks (``lacking``), so evidence never calls a present file absent."""
+    return CodeSite(path, 0, lacking if (root / path).is_file() else "")
 
 
 def _function_index(tree: ast.Module) -> dict[str, _FunctionNode]:

@@ -58,6 +58,7 @@ from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, 
 from stackforge.wheels.readers._ast import (
     SourceFile,
     absent_site,
+    looked_site,
     callee_name,
     calls_named,
     decorator_calls,
@@ -114,8 +115,10 @@ class Located:
     looked: tuple[str, ...]
     error: str = ""
 
-    def absent_sites(self) -> tuple[CodeSite, ...]:
-        return tuple(absent_site(path) for path in self.looked)
+    def absent_sites(self, root: Path, name: str) -> tuple[CodeSite, ...]:
+        """The files looked in: absent, or present without ``def name`` (or unreadable: the error)."""
+        lacking = "could not be read" if self.error else f"no def {name} in this file"
+        return tuple(looked_site(root, path, lacking) for path in self.looked)
 
 
 def locate_function(root: Path, name: str, candidates: Sequence[str]) -> Located:
@@ -182,11 +185,11 @@ def read_generator_gate(fact: str, generator: str, candidates: Sequence[str], wh
     """A JIT generator's arch gate against the target's major (see the module docstring)."""
     located = locate_function(root, generator, candidates)
     if located.error:
-        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites())
+        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites(root, generator))
     if located.function is None:
         return Reading(fact, ReadingStatus.ABSENT,
                        f"no {generator} in {', '.join(located.looked)} or elsewhere under {PACKAGE}/: "
-                       f"no {what} in this release", located.absent_sites())
+                       f"no {what} in this release", located.absent_sites(root, generator))
     source = located.source
     assert source is not None
     def_site = source.site(located.function)
@@ -229,11 +232,11 @@ def read_ar_fusion_gate_present(root: Path, ctx: ReadContext) -> Reading:
     fact, generator = "flashinfer-ar-fusion:gate-present", "gen_trtllm_comm_module"
     located = locate_function(root, generator, AR_FUSION_FILES)
     if located.error:
-        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites())
+        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites(root, generator))
     if located.function is None or located.source is None:
         return Reading(fact, ReadingStatus.ABSENT,
                        f"no {generator} in {', '.join(located.looked)}: no allreduce-fusion JIT, so no gate",
-                       located.absent_sites())
+                       located.absent_sites(root, generator))
     source = located.source
     def_site = source.site(located.function)
     gates = arch_gates(source, located.function)
@@ -449,11 +452,13 @@ def read_jit(root: Path, ctx: ReadContext) -> Reading:
                        f"no {COMPILATION_CONTEXT}: no CUDA-version gate on the target arch in this release",
                        (absent_site(COMPILATION_CONTEXT),))
     if source.tree is None:
-        return Reading(fact, ReadingStatus.UNDECIDED, source.error, (absent_site(COMPILATION_CONTEXT),))
+        return Reading(fact, ReadingStatus.UNDECIDED, source.error,
+                       (looked_site(root, COMPILATION_CONTEXT, "does not parse"),))
     function = source.function("_normalize_cuda_arch")
     if function is None:
         anchor = source.lines_containing("class CompilationContext")
-        site = source.site(anchor[0]) if anchor else absent_site(COMPILATION_CONTEXT)
+        site = (source.site(anchor[0]) if anchor
+                else looked_site(root, COMPILATION_CONTEXT, "no class CompilationContext in this file"))
         return Reading(fact, ReadingStatus.AVAILABLE,
                        f"{cite(site)} CompilationContext has no _normalize_cuda_arch: no CUDA-version gate "
                        "on the target arch in this release", (site,))
@@ -538,7 +543,8 @@ def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
         if generator.function is None:
             return Reading(fact, ReadingStatus.ABSENT,
                            "no fmhaRunner.cuh and no gen_trtllm_gen_fmha_module: no trtllm-gen FMHA in this release",
-                           tuple(absent_site(path) for path in (*FMHA_RUNNER_FILES, *generator.looked)))
+                           tuple(looked_site(root, path, "no gen_trtllm_gen_fmha_module in this file")
+                                 for path in (*FMHA_RUNNER_FILES, *generator.looked)))
         assert generator.source is not None
         return Reading(fact, ReadingStatus.UNDECIDED,
                        "gen_trtllm_gen_fmha_module exists but the wheel ships no fmhaRunner.cuh to read its SM check",
@@ -547,7 +553,8 @@ def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
     if not lines:
         return Reading(fact, ReadingStatus.UNDECIDED,
                        f"{runner.path} has no SM check ('{FMHA_CHECK_TEXT}'): which SMs run trtllm-gen FMHA "
-                       "is left to the kernels it loads", (absent_site(runner.path),))
+                       "is left to the kernels it loads",
+                       (looked_site(root, runner.path, f"no '{FMHA_CHECK_TEXT}' in this file"),))
     sites = tuple(runner.site(line) for line in lines)
     statement = " ".join(site.code for site in sites)
     sms = tuple(int(sm) for sm in re.findall(r"mSM\s*==\s*kSM_(\d+)", statement))
@@ -609,10 +616,10 @@ def read_nvfp4_gemm(root: Path, ctx: ReadContext) -> Reading:
     fact = "nvfp4-gemm"
     located = locate_function(root, "mm_fp4", GEMM_FILES)
     if located.error:
-        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites())
+        return Reading(fact, ReadingStatus.UNDECIDED, located.error, located.absent_sites(root, "mm_fp4"))
     if located.function is None or located.source is None:
         return Reading(fact, ReadingStatus.ABSENT, f"no mm_fp4 in {', '.join(located.looked)}: no FP4 GEMM API",
-                       located.absent_sites())
+                       located.absent_sites(root, "mm_fp4"))
     source, function = located.source, located.function
     def_site = source.site(function)
     requirement = next(iter(decorator_calls(function, "backend_requirement")), None)
@@ -656,7 +663,7 @@ def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
         return Reading(fact, ReadingStatus.ABSENT, f"no {PCIE_IPC_AR}: no PCIe IPC allreduce in this release",
                        (absent_site(PCIE_IPC_AR),))
     if source.tree is None:
-        return Reading(fact, ReadingStatus.UNDECIDED, source.error, (absent_site(PCIE_IPC_AR),))
+        return Reading(fact, ReadingStatus.UNDECIDED, source.error, (looked_site(root, PCIE_IPC_AR, "does not parse"),))
     assignment = source.module_constant("_SUPPORTED_WORLD_SIZES")
     resolved = source.resolve(assignment.value) if assignment is not None else None
     if resolved is None or not isinstance(resolved.value, (tuple, list, set)):

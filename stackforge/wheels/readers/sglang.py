@@ -48,9 +48,11 @@ def site(root: Path, path: str, line: int) -> CodeSite:
     return CodeSite(full.relative_to(root).as_posix(), line, lines[line - 1].strip())
 
 
-def missing(relative: str) -> CodeSite:
-    """A site saying a file of the sglang package is absent."""
-    return CodeSite(f"sglang/{relative}", 0, "")
+def missing(root: Path, relative: str, name: str) -> CodeSite:
+    """A site saying ``name`` is absent: the file of the sglang package is not there (no code), or it
+    is there without ``name`` (the code says so, so evidence never calls a present file absent)."""
+    there = sglang_path(root, relative) is not None
+    return CodeSite(f"sglang/{relative}", 0, f"no {name} in this file" if there else "")
 
 
 def where(found: CodeSite) -> str:
@@ -112,7 +114,7 @@ def symm_mem(root: Path) -> SymmMem | Reading:
         return Reading("torch-symm-mem", ReadingStatus.ABSENT,
                        "no torch symmetric-memory communicator (torch_symm_mem.py / symm_mem.py and "
                        "all_reduce_utils.py) in this SGLang",
-                       (missing(f"{COMM_DIR}/torch_symm_mem.py"),))
+                       (missing(root, f"{COMM_DIR}/torch_symm_mem.py", "TorchSymmMemCommunicator"),))
     table_tree = source.parse_file(table_path)
     constants = source.module_constants(table_tree)
     table_name = next((n for n in source.SYMM_TABLES if isinstance(constants.get(n), dict)), None)
@@ -187,7 +189,7 @@ def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
     main = sglang_path(root, f"{COMM_DIR}/custom_all_reduce.py")
     if main is None:
         return Reading("custom-allreduce", ReadingStatus.ABSENT, "no custom_all_reduce.py in this SGLang",
-                       (missing(f"{COMM_DIR}/custom_all_reduce.py"),))
+                       (missing(root, f"{COMM_DIR}/custom_all_reduce.py", "CustomAllreduce"),))
     paths = [p for p in (main, sglang_path(root, f"{COMM_DIR}/custom_all_reduce_utils.py")) if p]
     trees = {p: source.parse_file(p) for p in paths}
     cls = source.class_node(trees[main], "CustomAllreduce")
@@ -235,7 +237,7 @@ def read_ar_fusion_gate(root: Path, ctx: ReadContext) -> Reading:
         # matrix cell takes FlashInfer's reading rather than a "fail" for a gate that is not there.
         return Reading("flashinfer-ar-fusion", ReadingStatus.AVAILABLE,
                        f"{looked}: SGLang has no arch gate of its own (FlashInfer's decides)",
-                       (missing(FUSION_FILE),))
+                       (missing(root, FUSION_FILE, f"def {FUSION_GATE}"),))
     gate = source.arch_raise(function)
     if gate is None:
         return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED,
@@ -267,7 +269,8 @@ def read_ar_fusion_autoenable(root: Path, ctx: ReadContext) -> Reading:
         passes = source.pass_sites(str(root))
         if isinstance(passes, str):
             return Reading(fact, ReadingStatus.ABSENT, f"no auto-enable: {relative(root, found)}; "
-                           f"{relative(root, passes)}", (missing("srt/server_args.py"),))
+                           f"{relative(root, passes)}",
+                           (missing(root, "srt/server_args.py", "enable_flashinfer_allreduce_fusion = True"),))
         auto = source.read_pass(major_of(ctx), ctx.gpu_count, passes, "wheel tier", str(root))
         sites = tuple(site(root, passes.path, s.line) for s in passes.sites)
     else:
@@ -378,7 +381,7 @@ def trtllm_reader(phase: str) -> Callable[[Path, ReadContext], Reading]:
         named = backend_named(root)
         if named is None:
             return Reading(fact, ReadingStatus.ABSENT, "no trtllm_mha attention backend in this SGLang",
-                           (missing("srt/server_args.py"),))
+                           (missing(root, "srt/server_args.py", TRTLLM_MHA),))
         found = [g for g in backend_gates(root) if phase in g.phases]
         gates = [g for g in found if not g.other_tests]
         major = major_of(ctx)
@@ -429,7 +432,8 @@ def option_reader(fact: str, option: str) -> Callable[[Path, ReadContext], Readi
         """Whether this SGLang declares the option (its argparse string or its ServerArgs field)."""
         found = option_site(root, option)
         if found is None:
-            return Reading(fact, ReadingStatus.ABSENT, f"SGLang declares no {option}", (missing("srt/server_args.py"),))
+            return Reading(fact, ReadingStatus.ABSENT, f"SGLang declares no {option}",
+                           (missing(root, "srt/server_args.py", option),))
         return Reading(fact, ReadingStatus.AVAILABLE, f"{where(found)} declares {option}", (found,))
 
     read.__name__ = f"read_option_{option.lstrip('-').replace('-', '_')}"
@@ -460,7 +464,8 @@ def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
     path = sglang_path(root, relative_comm)
     if declared is None or path is None:
         return Reading(fact, ReadingStatus.ABSENT, f"no {PCIE_IPC_ENV} / {relative_comm} in this SGLang",
-                       (declared or missing(relative_comm),))
+                       (declared or missing(root, "srt/environ.py", PCIE_IPC_ENV),)
+                       + (() if path else (missing(root, relative_comm, "PcieIpcCommunicator"),)))
     tree = source.parse_file(path)
     sizes = source.module_constants(tree).get("_SUPPORTED_WORLD_SIZES")
     line = assignment_line(tree, "_SUPPORTED_WORLD_SIZES")
