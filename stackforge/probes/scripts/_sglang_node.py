@@ -38,6 +38,7 @@ from typing import Any
 import _sfprobe as sf
 
 SGLANG_UTILS = "sglang.srt.utils.common"
+SERVER_ARGS_MODULE = "sglang.srt.server_args"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ from typing import Any
 import _sfprobe as sf
 from _sglang_node import (Evaluated, GateReached, Node, emulated_node, evaluate, import_sglang, patch_if_present,
                           run_gate, sglang_warnings)
-from _sglang_source import COMM, class_node, fill, module_constants, parse_file, pcie_gate, sglang_file, size_gate_messages
+from _sglang_source import (COMM, class_node, fill, module_constants, parse_file, pcie_gate, sglang_file,
+                            size_gate_messages)
 
 FEATURE = "custom-allreduce"
 CAR_MODULE = f"{COMM}.custom_all_reduce"
