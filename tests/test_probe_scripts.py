@@ -347,34 +347,37 @@ def test_fi072_jit_compiles_a_module_for_sm120(fi072_python):
 
 # --------------------------------------------------------------------------------------------- SGLang
 
-def test_sglang_absent_skips(torch_python):
-    result = run_script(torch_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8")
+SGLANG_GATE_SCRIPTS = ("sglang_symm_mem.py", "sglang_custom_ar.py", "sglang_ar_fusion.py")
+
+
+@pytest.mark.parametrize("script", SGLANG_GATE_SCRIPTS)
+def test_sglang_absent_skips(torch_python, script):
+    result = run_script(torch_python, script, "--arch", "12.0", "--gpus", "8")
     assert result["status"] == "skip"
+    assert result["reason"] == "SGLang is not installed in this image"
 
 
 def test_sglang_0523_static_custom_ar_pcie(fi072_python):
-    eight = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                       "--interconnect", "pcie", "--feature", "custom-allreduce")
+    eight = run_script(fi072_python, "sglang_custom_ar.py", "--arch", "12.0", "--gpus", "8",
+                       "--interconnect", "pcie")
     assert eight["status"] == "fail"
     assert "not supported on more than two PCIe-only GPUs" in eight["reason"]
     assert eight["metrics"]["method"] == "static"
     assert "world_size > 2 and not full_nvlink" in eight["evidence"]
-    two = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "2",
-                     "--interconnect", "pcie", "--feature", "custom-allreduce")
+    two = run_script(fi072_python, "sglang_custom_ar.py", "--arch", "12.0", "--gpus", "2",
+                     "--interconnect", "pcie")
     assert two["status"] == "pass"
-    nvswitch = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                          "--interconnect", "nvswitch", "--feature", "custom-allreduce")
+    nvswitch = run_script(fi072_python, "sglang_custom_ar.py", "--arch", "12.0", "--gpus", "8",
+                          "--interconnect", "nvswitch")
     assert nvswitch["status"] == "pass"
 
 
 def test_sglang_0523_static_symm_mem_disables_sm120_cleanly(fi072_python):
-    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                        "--feature", "torch-symm-mem")
+    result = run_script(fi072_python, "sglang_symm_mem.py", "--arch", "12.0", "--gpus", "8")
     assert result["status"] == "fail"
     assert "TorchSymmMemCommunicator: Device capability 12 not supported" in result["reason"]
     assert "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9:" in result["evidence"]
-    hopper = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
-                        "--feature", "torch-symm-mem")
+    hopper = run_script(fi072_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8")
     assert hopper["status"] == "pass"
     assert "multicast" in hopper["reason"]
 
@@ -384,8 +387,8 @@ def test_sglang_0523_live_symm_mem_on_hopper_is_the_tables_decision_not_a_server
     """0.5.23's TorchSymmMemCommunicator reads get_exec() (torch_symm_mem.py:104) after its table checks;
     outside a server that raises "config namespace 'exec' not published". That was reported as a fail;
     the table (all_reduce_utils.py:3, keys 9 and 10, sizes 2/4/6/8) is what decides."""
-    hopper = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
-                        "--interconnect", "nvswitch", "--feature", "torch-symm-mem")
+    hopper = run_script(sglang0523_live_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch")
     assert hopper["metrics"]["method"] == "live", hopper
     assert hopper["status"] == "pass", hopper
     assert "SGLang's size table decides: TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES (all_reduce_utils.py:3)" \
@@ -395,8 +398,8 @@ def test_sglang_0523_live_symm_mem_on_hopper_is_the_tables_decision_not_a_server
     assert "torch_symm_mem.py:104 `get_exec().comm.enable_scattered_sconv`" in hopper["evidence"]
     assert "ValueError: config namespace 'exec' not published (runtime_context.py:1069)" in hopper["evidence"]
     assert "Traceback (most recent call last)" in hopper["evidence"]          # the traceback, as evidence
-    blackwell_pc = run_script(sglang0523_live_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                              "--interconnect", "pcie", "--feature", "torch-symm-mem")
+    blackwell_pc = run_script(sglang0523_live_python, "sglang_symm_mem.py", "--arch", "12.0", "--gpus", "8",
+                              "--interconnect", "pcie")
     assert blackwell_pc["status"] == "fail"                                   # SGLang's own clean disable
     assert "TorchSymmMemCommunicator: Device capability 12 not supported" in blackwell_pc["reason"]
 
@@ -469,35 +472,50 @@ def test_symm_mem_stopped_by_server_only_state_before_its_table_is_undecided_or_
         torch_python, tmp_path):
     root = fake_sglang(tmp_path / "context-first", "get_exec()  # server-only state, ahead of the table")
     env = {"PYTHONPATH": str(root)}
-    admitted = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--interconnect",
-                          "nvswitch", "--feature", "torch-symm-mem", env=env)
+    admitted = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8", "--interconnect",
+                          "nvswitch", env=env)
     assert admitted["status"] == "undecided", admitted               # the table admits, but nothing before it ran
     assert "stopped at server-only state before its table checks" in admitted["reason"]
     assert "ValueError: config namespace 'exec' not published (runtime_context.py:" in admitted["evidence"]
     assert "[table] TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {4: 1, 8: 2}, 10: {4: 1, 8: 2}}" in admitted["evidence"]
     assert admitted["metrics"]["feature_status"]["torch-symm-mem"] == "undecided"
-    denied = run_script(torch_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8", "--feature",
-                        "torch-symm-mem", env=env)
+    denied = run_script(torch_python, "sglang_symm_mem.py", "--arch", "12.0", "--gpus", "8", env=env)
     assert denied["status"] == "fail"                                 # no entry for 12: the table says no
     assert "SGLang's size table decides: no entry for capability 12 (keys [9, 10])" in denied["reason"]
     assert "all_reduce_utils.py:1" in denied["reason"] and "torch_symm_mem.py:" in denied["reason"]
-    odd_size = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "2", "--feature",
-                          "torch-symm-mem", env=env)
+    odd_size = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "2", env=env)
     assert "no world size 2 for capability 9 (sizes [4, 8])" in odd_size["reason"] and odd_size["status"] == "fail"
 
 
 def test_symm_mem_error_raised_by_the_communicator_itself_stays_its_verdict(torch_python, tmp_path):
     # The same words raised by the communicator's own code (not runtime_context.py) are SGLang's answer.
     root = fake_sglang(tmp_path / "own-error", "raise ValueError(\"config namespace 'exec' not published\")")
-    result = run_script(torch_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8", "--feature",
-                        "torch-symm-mem", env={"PYTHONPATH": str(root)})
+    result = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8",
+                        env={"PYTHONPATH": str(root)})
     assert result["status"] == "fail", result
     assert "raises ValueError: config namespace 'exec' not published" in result["reason"]
 
 
+def test_a_static_answer_says_static_even_when_its_evidence_names_no_reading(torch_python, tmp_path):
+    """The method is the path that decided: a package without the communicator's files is read
+    statically (the import failed), and its skip / error says ``static``, not ``live``."""
+    root = tmp_path / "bare"
+    (root / "sglang").mkdir(parents=True)
+    (root / "sglang" / "__init__.py").write_text("")
+    (root / "sglang-0.0.1.dist-info").mkdir()
+    (root / "sglang-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n")
+    env = {"PYTHONPATH": str(root)}
+    symm = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8", env=env)
+    assert symm["status"] == "skip" and "no torch symmetric-memory communicator" in symm["reason"], symm
+    assert symm["metrics"]["method"] == "static"
+    assert symm["metrics"]["feature_status"] == {"torch-symm-mem": "skip"}   # only the feature asked for
+    car = run_script(torch_python, "sglang_custom_ar.py", "--arch", "9.0", "--gpus", "8", env=env)
+    assert car["status"] == "error" and "no custom_all_reduce.py in this SGLang" in car["reason"], car
+    assert car["metrics"]["method"] == "static"
+
+
 def test_sglang_053_static_symm_mem_keyerror(sglang053_python):
-    result = run_script(sglang053_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "4",
-                        "--feature", "torch-symm-mem")
+    result = run_script(sglang053_python, "sglang_symm_mem.py", "--arch", "12.0", "--gpus", "4")
     assert result["status"] == "fail"
     assert "KeyError: 12" in result["reason"]
     assert "SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9:" in result["evidence"]
@@ -505,39 +523,36 @@ def test_sglang_053_static_symm_mem_keyerror(sglang053_python):
 
 
 def test_sglang_059_live_gates(fi063_python):
-    symm = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                      "--feature", "torch-symm-mem")
+    symm = run_script(fi063_python, "sglang_symm_mem.py", "--arch", "12.0", "--gpus", "8")
     assert symm["metrics"]["method"] == "live", symm
     assert symm["status"] == "fail"
     assert "KeyError: 12" in symm["reason"]
-    car = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "4",
-                     "--interconnect", "pcie", "--feature", "custom-allreduce")
+    car = run_script(fi063_python, "sglang_custom_ar.py", "--arch", "12.0", "--gpus", "4",
+                     "--interconnect", "pcie")
     assert car["status"] == "fail"
     assert "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs" in car["reason"]
-    hopper = run_script(fi063_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
-                        "--interconnect", "nvswitch", "--feature", "custom-allreduce")
+    hopper = run_script(fi063_python, "sglang_custom_ar.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch")
     assert hopper["status"] == "pass"
     assert "reached the P2P check" in hopper["evidence"]
 
 
 def test_sglang_0523_ar_fusion_rejects_sm120_in_sglang_own_words(fi072_python):
-    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                        "--feature", "flashinfer-ar-fusion")
+    result = run_script(fi072_python, "sglang_ar_fusion.py", "--arch", "12.0", "--gpus", "8")
     assert result["status"] == "fail", result
     assert "FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs." in result["reason"]
     assert result["metrics"]["method"] == "static"  # the no-deps venv cannot import the module
     assert "_resolve_backend" in result["evidence"] and "not run" in result["evidence"]
     assert "get_platform().is_sm90 or get_platform().is_sm100" in result["evidence"]
-    hopper = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
-                        "--feature", "flashinfer-ar-fusion")
+    hopper = run_script(fi072_python, "sglang_ar_fusion.py", "--arch", "9.0", "--gpus", "8")
     assert hopper["status"] == "pass", hopper
     assert "the arch check passes" in hopper["evidence"]
 
 
 def test_sglang_0523_autoenable_pass_is_off_on_sm120(fi072_python):
     # 0.5.23 moved the auto-enable into arg_groups/overrides.py; it asks get_platform().is_sm90 / is_sm100.
-    result = run_script(fi072_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                        "--interconnect", "pcie", "--feature", "flashinfer-ar-fusion")
+    result = run_script(fi072_python, "sglang_ar_fusion.py", "--arch", "12.0", "--gpus", "8",
+                        "--interconnect", "pcie")
     metrics = result["metrics"]
     assert metrics["autoenable_method"] == "static", result["evidence"]  # overrides.py does not import here
     assert metrics["sglang_autoenables_ar_fusion"] == [] and "autoenable_undecided" not in metrics
@@ -550,8 +565,8 @@ def test_sglang_0523_autoenable_pass_is_off_on_sm120(fi072_python):
 
 
 def test_sglang_0523_autoenable_pass_is_on_for_hopper_but_not_mimo(fi072_python):
-    result = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "8",
-                        "--interconnect", "nvswitch", "--feature", "flashinfer-ar-fusion")
+    result = run_script(fi072_python, "sglang_ar_fusion.py", "--arch", "9.0", "--gpus", "8",
+                        "--interconnect", "nvswitch")
     metrics = result["metrics"]
     assert metrics["autoenable_method"] == "static", result["evidence"]
     on = metrics["sglang_autoenables_ar_fusion"]
@@ -562,14 +577,12 @@ def test_sglang_0523_autoenable_pass_is_on_for_hopper_but_not_mimo(fi072_python)
     # attn_dp_enabled_of(view) read from its own file: attn_dp_size and ep_join_mode at their defaults.
     assert "not (view.attn_dp_size > 1 or view.ep_join_mode == 'scale')" in result["evidence"]
     assert result["status"] == metrics["flashinfer_gate"], result
-    single = run_script(fi072_python, "sglang_tables.py", "--arch", "9.0", "--gpus", "1",
-                        "--feature", "flashinfer-ar-fusion")
+    single = run_script(fi072_python, "sglang_ar_fusion.py", "--arch", "9.0", "--gpus", "1")
     assert single["metrics"]["sglang_autoenables_ar_fusion"] == []  # view.tp_size > 1
 
 
 def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
-    result = run_script(fi063_python, "sglang_tables.py", "--arch", "12.0", "--gpus", "8",
-                        "--feature", "flashinfer-ar-fusion")
+    result = run_script(fi063_python, "sglang_ar_fusion.py", "--arch", "12.0", "--gpus", "8")
     assert result["status"] == "skip", result
     assert result["metrics"]["method"] == "live"
     assert "sglang.srt.layers.flashinfer_comm_fusion has no function _resolve_backend" in result["evidence"]
@@ -579,7 +592,7 @@ def test_sglang_059_has_no_ar_fusion_gate_of_its_own(fi063_python):
 
 
 def ar_fusion(python: Path, arch: str, gpus: str) -> dict:
-    return run_script(python, "sglang_tables.py", "--arch", arch, "--gpus", gpus, "--feature", "flashinfer-ar-fusion")
+    return run_script(python, "sglang_ar_fusion.py", "--arch", arch, "--gpus", gpus)
 
 
 def test_sglang_0543_autoenables_ar_fusion_on_sm120_that_flashinfer_050_rejects(fi050_python):

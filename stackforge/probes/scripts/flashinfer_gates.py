@@ -455,20 +455,51 @@ def parse_args(argv: Sequence[str]) -> Any:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str]) -> None:
-    args = parse_args(argv)
-    fi = sf.installed_version("flashinfer-python") or sf.installed_version("flashinfer")
-    if fi is None:
-        sf.emit("skip", "FlashInfer is not installed in this image", facts=sf.collect_facts())
-    workspace = args.workspace or tempfile.mkdtemp(prefix="sf-flashinfer-")
-    # A fresh workspace: a stale JIT cache from an earlier image must not decide the result.
+def installed_flashinfer() -> str | None:
+    return sf.installed_version("flashinfer-python") or sf.installed_version("flashinfer")
+
+
+@contextmanager
+def fresh_workspace(chosen: str) -> Iterator[None]:
+    """FlashInfer's JIT workspace is ``chosen`` or a fresh temporary directory (removed afterwards): a stale
+    JIT cache from an earlier image must not decide the result. The environment variables the probe sets
+    are restored afterwards, for a caller in the same process."""
+    saved = {name: os.environ.get(name) for name in ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")}
+    workspace = chosen or tempfile.mkdtemp(prefix="sf-flashinfer-")
     os.environ["FLASHINFER_WORKSPACE_BASE"] = workspace
     try:
-        verdict, metrics, torch = probe(args, fi)
+        yield
     finally:
-        if not args.workspace:
+        if not chosen:
             shutil.rmtree(workspace, ignore_errors=True)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def main(argv: Sequence[str]) -> None:
+    args = parse_args(argv)
+    fi = installed_flashinfer()
+    if fi is None:
+        sf.emit("skip", "FlashInfer is not installed in this image", facts=sf.collect_facts())
+    with fresh_workspace(args.workspace):
+        verdict, metrics, torch = probe(args, fi)
     sf.emit_verdict(verdict, sf.collect_facts(torch_module=torch), metrics)
+
+
+def ar_fusion_gate(arch: sf.Arch, gpus: int, interconnect: str) -> sf.Verdict:
+    """The gate.flashinfer.ar-fusion verdict for a target, for a caller in this process (the SGLang
+    allreduce-fusion probe asks it when SGLang turns the fusion on by itself)."""
+    fi = installed_flashinfer()
+    if fi is None:
+        return sf.Verdict("skip", "FlashInfer is not installed in this image")
+    args = parse_args(["--arch", arch.dotted, "--gpus", str(gpus), "--interconnect", interconnect,
+                       "--feature", "flashinfer-ar-fusion"])
+    with fresh_workspace(""):
+        verdict, _, _ = probe(args, fi)
+    return verdict
 
 
 def probe(args: Any, fi: str) -> tuple[sf.Verdict, dict[str, Any], Any]:
