@@ -12,7 +12,6 @@ benchmarks sharing GPUs would measure each other.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from stackforge.model import Stack, Target
 from stackforge.probes import execute
 from stackforge.probes.campaign import plan_jobs, stack_image
 from stackforge.probes.execute import NO_GPUS, GpuAssignment, HostGpus, ImageRef, assign_gpus
-from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
+from stackforge.probes.scripts._sfshared import json_safe, parse_result_line
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
 CONTAINER_BENCH = "/stackforge/bench"
@@ -178,19 +178,6 @@ def bench_argv(job: BenchJob, *, python: str, scripts_root: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- outcomes
-
-
-def json_safe(value: Any) -> Any:
-    """Strict-JSON copy of a payload value: non-finite floats become strings, tuples lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def with_link_context(metrics: dict[str, Any], target: Target | None) -> dict[str, Any]:

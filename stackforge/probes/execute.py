@@ -22,7 +22,8 @@ from typing import Any
 from stackforge import runner
 from stackforge.errors import Interrupted
 from stackforge.model import Stack, Target
-from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
+from stackforge.probes.scripts._sfshared import parse_result_line
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 CONTAINER_SCRIPTS = "/stackforge/probes"

@@ -2,8 +2,9 @@
 
 Probe scripts run INSIDE a stack image as ``python3 /stackforge/probes/<file>.py [args]``; this
 module sits next to them and is imported as ``_sfprobe`` (the script directory is ``sys.path[0]``).
-It must import with nothing but the standard library: torch, FlashInfer and SGLang are imported by
-the scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
+It must import with nothing but the standard library and ``_sfshared`` beside it (the result marker,
+formulas and statistics the host imports too): torch, FlashInfer and SGLang are imported by the
+scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
 of a traceback.
 
 The result-line contract: a script prints human logs freely and, as its LAST stdout line, exactly::
@@ -44,7 +45,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-RESULT_PREFIX = "STACKFORGE_RESULT "
+import _sfshared  # beside this file: the result marker, formulas and statistics the host uses too
+
+RESULT_PREFIX = _sfshared.RESULT_MARKER
 STATUSES = ("pass", "fail", "skip", "error", "undecided")
 INTERCONNECTS = ("pcie", "nvlink", "nvswitch")
 NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
