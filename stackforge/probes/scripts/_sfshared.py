@@ -11,17 +11,21 @@ is mounted read-only beside them at ``/stackforge/probes`` and imported there by
 * nccl-tests' bandwidth formulas (:func:`busbw_factor`, :func:`algbw_gbps`, :func:`busbw_gbps`) and
   GEMM throughput (:func:`gemm_flops`, :func:`tflops`);
 * the summary statistics of repeated timings (:func:`summarize`);
-* :func:`json_safe`, the strict-JSON form of a metrics payload.
+* :func:`json_safe`, the strict-JSON form of a metrics payload;
+* the image facts both the build's verification (``stackforge.build.verify``, which runs this file
+  inside the image as a ``python -c`` program) and every probe record (``_sfprobe.collect_facts``)
+  read: :func:`installed_versions` and :func:`torch_build_facts`.
 
 Nothing here may import beyond the standard library, nor anything of stackforge.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # ------------------------------------------------------------------------------------- result line
@@ -148,3 +152,44 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+# ------------------------------------------------------------------------------------- image facts
+
+
+def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
+    """distribution -> installed version, for those of ``distributions`` that are installed (asked-for
+    is not installed: pip may resolve something else)."""
+    versions = {}
+    for name in distributions:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if version:  # metadata without a Version field reads as None: not a usable install
+            versions[name] = version
+    return versions
+
+
+def torch_build_facts(torch: Any) -> dict[str, Any]:
+    """What torch was built as, read without a GPU: ``version``, ``cuda`` (``torch.version.cuda``,
+    None for a CPU build), ``git_version`` and ``arch_flags`` (:func:`torch_arch_flags`).
+
+    The arch flags are the compile-time string: ``torch.cuda.get_arch_list()`` returns [] whenever
+    no GPU is visible, so on a CPU runner it says nothing.
+    """
+    version = getattr(torch, "version", None)
+    return {"version": getattr(torch, "__version__", None), "cuda": getattr(version, "cuda", None),
+            "git_version": getattr(version, "git_version", None), "arch_flags": torch_arch_flags(torch)}
+
+
+def torch_arch_flags(torch: Any) -> str | None:
+    """The arch list torch was compiled with (``torch._C._cuda_getArchFlags()``), or None."""
+    getter = getattr(torch._C, "_cuda_getArchFlags", None)
+    if getter is None:
+        return None
+    try:
+        flags = getter()
+    except Exception:  # noqa: BLE001 - a torch without CUDA support may raise here
+        return None
+    return flags if isinstance(flags, str) else None
