@@ -19,7 +19,6 @@ from stackforge.errors import RecordError
 
 RESULT_SCHEMA = "stackforge.result"
 RESULT_SCHEMA_VERSION = 1
-RESULT_MARKER = "STACKFORGE_RESULT "
 
 
 class Status(str, Enum):
@@ -165,14 +164,3 @@ def utc_now() -> str:
     """ISO-8601 UTC timestamp used in records."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
-
-def parse_result_line(output: str) -> dict[str, Any] | None:
-    """Find the last ``STACKFORGE_RESULT {...}`` line a probe script printed; ``None`` if there is none."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            try:
-                payload = json.loads(line[len(RESULT_MARKER):])
-            except json.JSONDecodeError:
-                return None
-            return payload if isinstance(payload, dict) else None
-    return None

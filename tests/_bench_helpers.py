@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from stackforge import runner
-from stackforge.records import parse_result_line
+from stackforge.probes.scripts._sfshared import parse_result_line
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "stackforge" / "bench" / "scripts"

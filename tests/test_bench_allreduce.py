@@ -8,7 +8,7 @@ are tested on a GPU machine (``-m gpu``) and skip here with the reason.
 from __future__ import annotations
 
 import pytest
-from _bench_helpers import REPO, cuda_visible, load_script, python_without_torch, run_script, torch_python
+from _bench_helpers import cuda_visible, load_script, python_without_torch, run_script, torch_python
 from _skips import require_host_gpus, skip_gpu_only
 
 from stackforge.bench.metrics import algbw_gbps, busbw_factor
@@ -87,14 +87,6 @@ def test_a_dead_rank_is_named_not_its_peers_symptoms(python):
                             "--max-bytes", "16", "--kill-rank", "0", "--phase-timeout", "30", timeout=120)
     assert payload["status"] == "fail"
     assert "rank 0 died (SIGKILL)" in payload["reason"]
-
-
-def test_package_formulas_are_used_when_stackforge_is_on_the_path(python):
-    payload, _ = run_script(python, "allreduce_sweep", "--backend", "gloo", "--min-bytes", "1024",
-                            "--max-bytes", "1024", "--iters", "2", "--repeats", "1", timeout=300,
-                            env={"PYTHONPATH": str(REPO)})
-    assert payload["status"] == "pass"
-    assert payload["facts"]["formulas_from"] == "stackforge.bench"
 
 
 def test_without_torch_it_skips_with_the_reason():

@@ -1,13 +1,21 @@
-"""nccl-tests' bandwidth formulas, GEMM FLOPs, and the in-image scripts' copies of them."""
+"""nccl-tests' bandwidth formulas, GEMM FLOPs, summary statistics, json_safe and the result line:
+one implementation (``stackforge/probes/scripts/_sfshared.py``), used by the host and, beside the
+scripts, in images."""
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
+from pathlib import Path
 
 import pytest
-from _bench_helpers import load_script
+from _bench_helpers import REPO, load_script
 
 from stackforge.bench import metrics, stats
+from stackforge.probes.scripts import _sfshared
+
+SHARED_FOLDER = REPO / "stackforge" / "probes" / "scripts"
 
 RANKS = range(1, 17)
 SIZES = (1, 8, 1000, 1 << 20, 3 * (1 << 29), 1 << 30)
@@ -61,55 +69,58 @@ def test_gemm_flops_and_tflops():
         metrics.tflops(1, 1, 1, 0)
 
 
-def test_allreduce_script_copy_equals_metrics_module():
-    script = load_script("allreduce_sweep")
-    for collective in metrics.COLLECTIVES:
-        for n in RANKS:
-            assert script._local_busbw_factor(collective, n) == metrics.busbw_factor(collective, n)
-    for size in SIZES:
-        for seconds in TIMES:
-            assert script._local_algbw_gbps(size, seconds) == metrics.algbw_gbps(size, seconds)
-    for bad in (lambda: script._local_busbw_factor("allreduce", 0), lambda: script._local_algbw_gbps(8, 0)):
+def test_busbw_is_algbw_times_the_factor():
+    # 1 GiB all-reduced over 8 ranks in 10 ms: algbw 107.374 GB/s, busbw 1.75 times that.
+    assert metrics.busbw_gbps(1 << 30, 0.01, "allreduce", 8) == pytest.approx(107.3741824 * 1.75)
+    assert metrics.busbw_gbps(1 << 30, 0.01, "broadcast", 8) == metrics.algbw_gbps(1 << 30, 0.01)
+    with pytest.raises(ValueError, match="unknown collective"):
+        metrics.busbw_gbps(8, 1.0, "allscatter", 2)
+
+
+def test_summary_statistics_known_values():
+    spread = _sfshared.summarize([3.0, 1.0, 2.0, 10.0])
+    assert list(spread) == ["n", "median", "minimum", "maximum", "mean", "stdev", "cv"]
+    assert (spread["n"], spread["median"], spread["minimum"], spread["maximum"], spread["mean"]) == (
+        4, 2.5, 1.0, 10.0, 4.0)
+    assert spread["stdev"] == pytest.approx(statistics.stdev([3.0, 1.0, 2.0, 10.0]))
+    assert spread["cv"] == pytest.approx(spread["stdev"] / 4.0)
+    assert _sfshared.summarize([0.0, 0.0])["cv"] == 0.0   # zero mean: no division by zero
+    assert _sfshared.summarize([7.5])["stdev"] == 0.0     # one sample: no spread
+    for bad in ([], [math.nan], [1.0, -math.inf]):
         with pytest.raises(ValueError):
-            bad()
+            _sfshared.summarize(bad)
 
 
-def test_gemm_script_copy_equals_metrics_module():
-    script = load_script("gemm")
-    for m in (1, 16, 128, 1024, 4096):
-        for n, k in ((6144, 4096), (57344, 8192), (4096, 14336)):
-            for seconds in TIMES:
-                assert script._local_tflops(m, n, k, seconds) == metrics.tflops(m, n, k, seconds)
+def test_host_summary_is_the_shared_statistics_with_a_type():
+    samples = [5e-6, 7e-6, 5.5e-6, 6e-6]
+    assert stats.summarize(samples).to_json() == _sfshared.summarize(samples)
 
 
-@pytest.mark.parametrize("name", ["allreduce_sweep", "gemm"])
-def test_script_summary_copy_equals_stats_module(name):
-    # The scripts' statistics copy lives in the shared _sfbench.py beside them (script.bench).
-    script = load_script(name)
-    samples_grid = ([1.0], [3.0, 1.0, 2.0], [5e-6, 7e-6, 5.5e-6, 6e-6], [2.0, 2.0, 2.0, 2.0, 9.0], [0.0, 0.0])
-    for samples in samples_grid:
-        assert script.bench.summarize_copy(samples) == stats.summarize(samples).to_json()
-    for bad in ([], [math.nan]):
-        with pytest.raises(ValueError):
-            script.bench.summarize_copy(bad)
+def test_json_safe_gives_strict_json():
+    value = {"rate": math.inf, "nan": math.nan, 3: (1, 2.5, [-math.inf]), "ok": None, "flag": True,
+             "path": Path("/x")}
+    safe = _sfshared.json_safe(value)
+    assert safe == {"rate": "inf", "nan": "nan", "3": [1, 2.5, ["-inf"]], "ok": None, "flag": True,
+                    "path": "/x"}
+    json.dumps(safe, allow_nan=False)  # raises on any non-finite float left behind
 
 
-def test_sfbench_summary_copy_equals_stats_module_on_a_grid():
-    bench = load_script("_sfbench")
-    values = (-3.5, -1.0, 0.0, 1e-9, 2.5e-6, 0.1, 1.0, 7.0, 123.456, 1e6)
-    grid = [[a] for a in values] + [[a, b] for a in values for b in values]
-    grid += [[a, b, c] for a in values[::3] for b in values[1::3] for c in values[2::3]]
-    for samples in grid:
-        assert bench.summarize_copy(samples) == stats.summarize(samples).to_json(), samples
-    for bad in ([math.inf], [1.0, -math.inf], [1.0, math.nan]):
-        with pytest.raises(ValueError):
-            bench.summarize_copy(bad)
+def test_result_line_round_trip_and_last_line_wins():
+    first = _sfshared.RESULT_MARKER + json.dumps({"status": "fail"})
+    last = _sfshared.RESULT_MARKER + json.dumps({"status": "pass", "reason": "ok"})
+    assert _sfshared.parse_result_line(f"log\n{first}\nmore log\n{last}\n") == {"status": "pass", "reason": "ok"}
+    assert _sfshared.parse_result_line("no marker here") is None
+    assert _sfshared.parse_result_line(_sfshared.RESULT_MARKER + "{broken") is None
+    assert _sfshared.parse_result_line(_sfshared.RESULT_MARKER + "[1, 2]") is None   # not an object
 
 
-def test_scripts_use_the_package_formulas_when_stackforge_is_importable():
-    # In the test interpreter stackforge is importable, so the scripts bind the package's functions.
-    script = load_script("allreduce_sweep")
-    assert script.FORMULAS_FROM == "stackforge.bench"
-    assert script.busbw_factor is metrics.busbw_factor
-    assert script.algbw_gbps is metrics.algbw_gbps
-    assert load_script("gemm").tflops is metrics.tflops
+def test_scripts_and_host_compute_with_the_same_file():
+    # In images the scripts import _sfshared beside themselves; the host imports it as a package
+    # module. Both are the one file in stackforge/probes/scripts.
+    shared_file = SHARED_FOLDER / "_sfshared.py"
+    assert Path(_sfshared.__file__).resolve() == shared_file
+    for name in ("allreduce_sweep", "gemm", "serve"):
+        assert Path(load_script(name).bench.shared.__file__).resolve() == shared_file, name
+    probe_helper = load_script("_sfbench").sf
+    assert probe_helper.RESULT_PREFIX == _sfshared.RESULT_MARKER
+    assert Path(probe_helper._sfshared.__file__).resolve() == shared_file

@@ -16,7 +16,7 @@ import pytest
 from _bench_helpers import SCRIPTS, TESTS, load_script, pid_alive, run_script
 
 from stackforge import runner
-from stackforge.records import parse_result_line
+from stackforge.probes.scripts._sfshared import parse_result_line
 from test_probe_scripts import fi063_python  # noqa: F401  (SGLang 0.5.9 venv)
 from test_sglang_custom_ar_dispatch import sglang0523_python  # noqa: F401  (SGLang 0.5.23 venv)
 

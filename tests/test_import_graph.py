@@ -26,7 +26,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "stackforge.records", "stackforge.textfit", "stackforge.shard",
                     # stdlib-only reading of SGLang's source, mounted into images beside the probe
                     # scripts and imported on the host by the wheel tier's readers
-                    "stackforge.probes.scripts._sglang_source")),
+                    "stackforge.probes.scripts._sglang_source",
+                    # stdlib-only result line, formulas, statistics and json_safe, mounted into
+                    # images beside the probe scripts and imported on the host by the runners
+                    "stackforge.probes.scripts._sfshared")),
     ("edges", ("stackforge.runner", "stackforge.registry", "stackforge.docker_engine", "stackforge.bootstrap",
                "stackforge.pip_config")),
     ("plan", ("stackforge.rules", "stackforge.derive", "stackforge.matrix", "stackforge.user_compat",

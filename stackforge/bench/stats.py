@@ -3,17 +3,17 @@
 Everything here is a pure function of its arguments. A bench reports the *median* of its repeats
 (robust to one slow outlier such as a clock ramp or a page fault), the min and max, and the
 coefficient of variation, so a reader can tell a real regression from noise (sglang#24563:
-"bugs can hide within the noise"). The in-image bench scripts share a copy of :func:`summarize`
-(``scripts/_sfbench.py``: stackforge is not installed in images); ``tests/test_bench_metrics.py``
-checks that it agrees.
+"bugs can hide within the noise"). The statistics are computed by ``_sfshared.summarize``
+(``stackforge/probes/scripts/_sfshared.py``), which the in-image bench scripts import too;
+:func:`summarize` gives its result a type.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+
+from stackforge.probes.scripts import _sfshared
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +45,7 @@ def summarize(samples: Sequence[float]) -> Summary:
     Raises:
         ValueError: no samples, or a sample that is not a finite number.
     """
-    values = [float(s) for s in samples]
-    if not values:
-        raise ValueError("cannot summarize zero samples")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"samples must be finite numbers, got {values!r}")
-    mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
-    cv = stdev / mean if mean != 0 else 0.0
-    return Summary(n=len(values), median=statistics.median(values), minimum=min(values),
-                   maximum=max(values), mean=mean, stdev=stdev, cv=cv)
+    return Summary(**_sfshared.summarize(samples))
 
 
 def drop_warmup(samples: Sequence[float], warmup: int) -> tuple[float, ...]:

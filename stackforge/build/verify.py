@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -34,6 +35,7 @@ from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, FREEZE_P
 from stackforge.derive import Derived
 from stackforge.errors import BuildError, CommandError
 from stackforge.model import Stack
+from stackforge.probes.scripts import _sfshared
 from stackforge.records import Status
 from stackforge.versions import minor_of
 
@@ -43,25 +45,26 @@ COMMAND_TIMEOUT_S = 300
 CONTAINER_LIFETIME_S = 10 * COMMAND_TIMEOUT_S
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+), (V[\w.]+)")
 
-# Runs inside the image with its own python (stdlib only; torch only if installed).
-_FACTS_SCRIPT = r"""
-import importlib.metadata as md, json, sys
-names = sys.argv[1:]
-facts = {"python": "%d.%d.%d" % sys.version_info[:3], "packages": {}}
-for name in names:
-    try:
-        facts["packages"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        pass
+# Runs inside the image with its own python (stdlib only; torch only if installed): the shared
+# image-facts readers of _sfshared.py (the same ones every probe record's facts come from), then this.
+_FACTS_MAIN = r"""
+import sys
+facts = {"python": "%d.%d.%d" % sys.version_info[:3], "packages": installed_versions(sys.argv[1:])}
 try:
     import torch
-    archs = torch._C._cuda_getArchFlags() if hasattr(torch._C, "_cuda_getArchFlags") else ""
-    facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                      "git_version": torch.version.git_version, "arch_flags": archs or ""}
+    build = torch_build_facts(torch)
+    facts["torch"] = {**build, "arch_flags": build["arch_flags"] or ""}
 except Exception as exc:
     facts["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
 print("STACKFORGE_FACTS " + json.dumps(facts, sort_keys=True))
 """
+
+
+def facts_program() -> str:
+    """The ``python -c`` program that prints the image's facts: _sfshared.py's text, then
+    :data:`_FACTS_MAIN` (nothing is mounted into the verification container, so the shared file
+    travels as the program)."""
+    return Path(_sfshared.__file__).read_text(encoding="utf-8") + _FACTS_MAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +175,7 @@ def _package_names(stack: Stack, derived: Derived) -> list[str]:
 
 
 def _facts(host: Any, stack: Stack, derived: Derived) -> dict[str, Any]:
-    result = _run(host, "python -c %s" + " %s" * len(_package_names(stack, derived)), _FACTS_SCRIPT,
+    result = _run(host, "python -c %s" + " %s" * len(_package_names(stack, derived)), facts_program(),
                   *_package_names(stack, derived))
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("STACKFORGE_FACTS "):

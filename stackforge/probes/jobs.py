@@ -21,7 +21,6 @@ stopped raises :class:`~stackforge.errors.ContainerStoppedByEngine`; neither bec
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import platform
 import shutil
 import threading
@@ -33,7 +32,8 @@ from typing import Any, Protocol
 from stackforge import runner
 from stackforge.errors import Interrupted, ProbeError
 from stackforge.model import Stack, Target
-from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, parse_result_line, utc_now
+from stackforge.probes.scripts._sfshared import json_safe, parse_result_line
+from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 #: Every script runs with these (no stale bytecode in a read-only mount; output as it happens).
@@ -257,19 +257,6 @@ def unserved_gpus(spec: Any, target: Target, host_gpus: HostGpus) -> tuple[str, 
 
 
 # ---------------------------------------------------------------------------------------------- outcomes
-
-
-def json_safe(value: Any) -> Any:
-    """Strict-JSON copy of a payload value: non-finite floats become strings, tuples lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def outcome_from_ending(kind: JobKind, *, exit_code: int | None, timed_out: bool, signal: int | None, output: str,

@@ -2,25 +2,19 @@
 
 Bench scripts run INSIDE a stack image as ``python3 /stackforge/bench/<file>.py [args]``; this
 module sits next to them and is imported as ``_sfbench`` (the script directory is ``sys.path[0]``).
-It finds and imports the shared probe helper ``_sfprobe`` (result line, facts, rank harness) and
-holds what every bench script needs besides: the statistics summary of repeated timings, the
-choice between the package's formulas and the in-image copies, and the timing arguments.
-
-stackforge itself is not installed inside images, so :func:`summarize_copy` is a copy of
-``stackforge.bench.stats.summarize``; ``tests/test_bench_metrics.py`` asserts that they agree.
-Where stackforge is importable (local runs) the package's functions are used instead, and
-:data:`FORMULAS_FROM` records which ones a result was computed with.
+It finds and imports the shared probe helper ``_sfprobe`` (result line, facts, rank harness) and,
+beside it, ``_sfshared`` (:data:`shared`: the bandwidth formulas, summary statistics and
+``json_safe`` that the host's ``stackforge.bench`` uses too), and holds what every bench script needs
+besides: the time columns of a result row and the timing arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import math
 import os
-import statistics
 import sys
-import types
 
 
 def _import_sfprobe():
@@ -34,7 +28,8 @@ def _import_sfprobe():
                 sys.path.insert(0, os.path.normpath(folder))
             import _sfprobe
             return _sfprobe
-    # Without _sfprobe there is no emit(); the result line is written by hand, as the contract wants.
+    # Without _sfprobe (and _sfshared beside it) there is no emit() and no marker constant: the one
+    # result line is written by hand, as the contract wants.
     print("STACKFORGE_RESULT " + json.dumps({
         "status": "error",
         "reason": "_sfprobe.py (the shared probe helper) is not mounted beside the bench scripts",
@@ -44,71 +39,18 @@ def _import_sfprobe():
 
 sf = _import_sfprobe()
 
-
-# ------------------------------------------------------------------------------------------- formulas
-
-
-def summarize_copy(samples) -> dict:
-    """In-image copy of ``stackforge.bench.stats.summarize(samples).to_json()``: median, min, max,
-    mean, sample stdev and coefficient of variation. Raises ValueError on no or non-finite samples."""
-    values = [float(s) for s in samples]
-    if not values:
-        raise ValueError("cannot summarize zero samples")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"samples must be finite numbers, got {values!r}")
-    mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"n": len(values), "median": statistics.median(values), "minimum": min(values),
-            "maximum": max(values), "mean": mean, "stdev": stdev, "cv": stdev / mean if mean != 0 else 0.0}
+#: The formulas, statistics and json_safe shared with the host: ``_sfshared.py`` beside ``_sfprobe``
+#: (whose folder :func:`_import_sfprobe` put on ``sys.path``).
+shared = importlib.import_module("_sfshared")
 
 
-def _package_formulas():
-    """stackforge.bench's formulas by name, or None where stackforge is not importable (in images).
-
-    All or nothing: a result is computed either with the package's functions or with the copies,
-    never a mix, so that ``formulas_from`` in its facts says the truth."""
-    try:
-        from stackforge.bench.metrics import algbw_gbps, busbw_factor, tflops
-        from stackforge.bench.stats import summarize as package_summarize
-    except ImportError:
-        return None
-
-    def summarize(samples) -> dict:
-        return package_summarize(samples).to_json()
-
-    return types.MappingProxyType({"algbw_gbps": algbw_gbps, "busbw_factor": busbw_factor, "tflops": tflops,
-                                   "summarize": summarize})
-
-
-_PACKAGE_FORMULAS = _package_formulas()
-FORMULAS_FROM = "script copy" if _PACKAGE_FORMULAS is None else "stackforge.bench"
-
-
-def formula(name: str, copy):
-    """``stackforge.bench``'s function ``name`` where the package is importable, else ``copy``
-    (the script's in-image copy of it)."""
-    return copy if _PACKAGE_FORMULAS is None else _PACKAGE_FORMULAS[name]
-
-
-summarize = formula("summarize", summarize_copy)
+# ------------------------------------------------------------------------------------------- results
 
 
 def time_columns(spread: dict) -> dict:
-    """The time columns of a result row from the :func:`summarize` of its per-call seconds."""
+    """The time columns of a result row from the ``shared.summarize`` of its per-call seconds."""
     return {"time_us": spread["median"] * 1e6, "time_us_min": spread["minimum"] * 1e6,
             "time_us_max": spread["maximum"] * 1e6, "time_cv": spread["cv"]}
-
-
-def json_safe(value):
-    """Strict JSON for metrics: non-finite floats (SGLang writes ``request_rate: Infinity``) become
-    strings, tuples lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 # ------------------------------------------------------------------------------------------- arguments

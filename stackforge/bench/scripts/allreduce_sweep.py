@@ -73,36 +73,9 @@ DEFAULT_DTYPE = "float32"
 _TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 
 
-# ------------------------------------------------------------------------------------------- formulas
-# The in-image copy of stackforge.bench.metrics (the statistics copy is _sfbench.summarize_copy):
-# stackforge is not installed inside images. tests/test_bench_metrics.py asserts these equal the
-# package's functions.
-
-
-def _local_busbw_factor(collective: str, n_ranks: int) -> float:
-    if n_ranks < 1:
-        raise ValueError(f"n_ranks must be >= 1, got {n_ranks}")
-    name = collective.replace("_", "").replace("-", "").lower()
-    if name == "allreduce":
-        return 2.0 * (n_ranks - 1) / n_ranks
-    if name in ("allgather", "reducescatter", "alltoall"):
-        return (n_ranks - 1) / n_ranks
-    if name in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise ValueError(f"unknown collective {collective!r}")
-
-
-def _local_algbw_gbps(size_bytes: float, seconds: float) -> float:
-    if seconds <= 0:
-        raise ValueError(f"time must be positive, got {seconds!r}")
-    if size_bytes < 0:
-        raise ValueError(f"size must be >= 0, got {size_bytes!r}")
-    return size_bytes / seconds / 1e9
-
-
-algbw_gbps = bench.formula("algbw_gbps", _local_algbw_gbps)
-busbw_factor = bench.formula("busbw_factor", _local_busbw_factor)
-summarize, json_safe, FORMULAS_FROM = bench.summarize, bench.json_safe, bench.FORMULAS_FROM
+# The formulas (nccl-tests' algbw/busbw), statistics and json_safe are stackforge's own, from the
+# shared _sfshared.py mounted beside the scripts.
+shared = bench.shared
 
 
 # ------------------------------------------------------------------------------------------- plan
@@ -547,11 +520,11 @@ def merge_step(step: dict, per_rank: dict, world: int, dtype: str) -> dict:
         return {**row, "wrong_examples": examples}
     repeats = len(first["times"])
     averaged = [statistics.fmean(per_rank[r]["times"][i] for r in per_rank) for i in range(repeats)]
-    spread = summarize(averaged)
+    spread = shared.summarize(averaged)
     seconds = spread["median"]
     return {**row, **bench.time_columns(spread),
-            "algbw_gbps": algbw_gbps(step["size_bytes"], seconds),
-            "busbw_gbps": algbw_gbps(step["size_bytes"], seconds) * busbw_factor(COLLECTIVE, world)}
+            "algbw_gbps": shared.algbw_gbps(step["size_bytes"], seconds),
+            "busbw_gbps": shared.busbw_gbps(step["size_bytes"], seconds, COLLECTIVE, world)}
 
 
 def group_skips(rows) -> list[dict]:
@@ -687,7 +660,7 @@ def run_sweep(args) -> dict:
     config = build_config(args, world, f"tcp://127.0.0.1:{sf.free_tcp_port()}")
     steps, skipped = plan_steps(config)
     print(f"allreduce sweep: backend={args.backend} ranks={world} dtype={config['dtype']} "
-          f"measurements={len(steps)} formulas from {FORMULAS_FROM}", flush=True)
+          f"measurements={len(steps)}", flush=True)
     outcome = sf.run_ranks(rank_worker, world, config, phase_timeout_s=args.phase_timeout,
                            env=nccl_environment(args), total_timeout_s=args.total_timeout or None)
     check_ranks(outcome)
@@ -704,7 +677,8 @@ def result_fields(sweep: dict) -> tuple[str, str, str, dict]:
     config, rows = sweep["config"], sweep["rows"]
     table = format_table(rows)
     metrics = {"collective": COLLECTIVE, "backend": config["backend"], "world_size": config["world_size"],
-               "dtype": config["dtype"], "busbw_factor": busbw_factor(COLLECTIVE, config["world_size"]),
+               "dtype": config["dtype"],
+               "busbw_factor": shared.busbw_factor(COLLECTIVE, config["world_size"]),
                "iters": config["iters"], "repeats": config["repeats"], "warmup": config["warmup"],
                "rows": rows, "skipped": sweep["skipped"], **summary_metrics(rows)}
     if config["backend"] == "symm-mem":
@@ -735,13 +709,14 @@ def main(argv) -> None:
         sf.emit(abort.status, abort.reason, abort.evidence, base, _facts(args, {}))
     status, reason, evidence, metrics = result_fields(sweep)
     print(format_table(sweep["rows"]), flush=True)
-    sf.emit(status, reason, evidence, json_safe({**base, **metrics}), _facts(args, sweep["rank_facts"]))
+    sf.emit(status, reason, evidence, shared.json_safe({**base, **metrics}),
+            _facts(args, sweep["rank_facts"]))
 
 
 def _facts(args, rank_facts: dict) -> dict:
     """Provenance: what is installed (``_sfprobe.collect_facts``) plus what rank 0 saw on its GPU."""
     facts = sf.collect_facts(import_torch=True)
-    facts.update(rank_facts, formulas_from=FORMULAS_FROM)
+    facts.update(rank_facts)
     return facts
 
 

@@ -60,21 +60,9 @@ _TOLERANCE = 3e-2
 _FP8_MIN_CAPABILITY = (8, 9)
 
 
-# ------------------------------------------------------------------------------------------- formulas
-# In-image copy of stackforge.bench.metrics.tflops (the statistics copy is _sfbench.summarize_copy;
-# stackforge is not installed inside images); tests/test_bench_metrics.py asserts they agree.
-
-
-def _local_tflops(m: int, n: int, k: int, seconds: float) -> float:
-    if min(m, n, k) < 1:
-        raise ValueError(f"GEMM dimensions must be >= 1, got m={m} n={n} k={k}")
-    if seconds <= 0:
-        raise ValueError(f"time must be positive, got {seconds!r}")
-    return 2 * m * n * k / seconds / 1e12
-
-
-tflops = bench.formula("tflops", _local_tflops)
-summarize, json_safe, FORMULAS_FROM = bench.summarize, bench.json_safe, bench.FORMULAS_FROM
+# TFLOP/s, statistics and json_safe are stackforge's own, from the shared _sfshared.py mounted
+# beside the scripts.
+shared = bench.shared
 
 
 class Skip(Exception):
@@ -255,10 +243,10 @@ def measure_shape(torch, clock: Clock, kernel, plan: dict, args, l2_bytes: int |
     if not correct:
         return row
     times = clock.repeats(run, warmup=args.warmup, iters=args.iters, repeats=args.repeats)
-    spread = summarize(times)
+    spread = shared.summarize(times)
     return {**row, **bench.time_columns(spread),
-            "tflops": tflops(plan["m"], plan["n"], plan["k"], spread["median"]),
-            "tflops_best": tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
+            "tflops": shared.tflops(plan["m"], plan["n"], plan["k"], spread["median"]),
+            "tflops_best": shared.tflops(plan["m"], plan["n"], plan["k"], spread["minimum"])}
 
 
 def error_text(exc: BaseException) -> str:
@@ -297,8 +285,9 @@ def matmul_best(torch, clock: Clock, device, size: int, args, dtype: str = "bf16
         b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
         run, kernel = (lambda: torch.matmul(a, b)), "torch.matmul"
     times = clock.repeats(run, warmup=args.warmup, iters=max(1, args.iters // 5), repeats=args.repeats)
-    return {"size": size, "dtype": dtype, "kernel": kernel, "tflops": tflops(size, size, size, min(times)),
-            "tflops_median": tflops(size, size, size, summarize(times)["median"])}
+    return {"size": size, "dtype": dtype, "kernel": kernel,
+            "tflops": shared.tflops(size, size, size, min(times)),
+            "tflops_median": shared.tflops(size, size, size, shared.summarize(times)["median"])}
 
 
 def fraction_of_best(row: dict, references: dict) -> float | None:
@@ -407,7 +396,6 @@ def run_gemm(args) -> tuple[str, str, str, dict, dict]:
                                      for r in rows if "skipped" in r],
                "best_tflops": {k.dtype: max((r["tflops"] for r in rows if r["dtype"] == k.dtype and "tflops" in r),
                                             default=None) for k in kernels}}
-    facts["formulas_from"] = FORMULAS_FROM
     wrong = [r for r in rows if r.get("correct") is False]
     measured = [r for r in rows if "tflops" in r]
     if wrong:
@@ -428,7 +416,8 @@ def main(argv) -> None:
         status, reason, evidence, metrics, facts = run_gemm(args)
     except Skip as skip:
         sf.emit("skip", str(skip), str(skip), facts=sf.collect_facts(import_torch=False))
-    sf.emit(status, reason, evidence, json_safe(metrics), {**sf.collect_facts(import_torch=False), **facts})
+    sf.emit(status, reason, evidence, shared.json_safe(metrics),
+            {**sf.collect_facts(import_torch=False), **facts})
 
 
 if __name__ == "__main__":

@@ -66,9 +66,6 @@ REQUIRED_KEYS = ("output_throughput", "completed")
 _TAIL_CHARS = 4000
 
 
-json_safe = bench.json_safe  # strict JSON: SGLang writes ``request_rate: Infinity``
-
-
 class Failed(Exception):
     """The stack could not serve or be benchmarked: a result (fail/skip/error), with its evidence."""
 
@@ -564,7 +561,9 @@ def main(argv) -> None:
         if not args.log_dir:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
-    sf.emit(status, reason, evidence, json_safe(metrics), {**sf.collect_facts(import_torch=False), **facts})
+    # strict JSON: SGLang writes ``request_rate: Infinity``
+    sf.emit(status, reason, evidence, bench.shared.json_safe(metrics),
+            {**sf.collect_facts(import_torch=False), **facts})
 
 
 if __name__ == "__main__":

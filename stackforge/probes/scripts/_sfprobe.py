@@ -2,8 +2,9 @@
 
 Probe scripts run INSIDE a stack image as ``python3 /stackforge/probes/<file>.py [args]``; this
 module sits next to them and is imported as ``_sfprobe`` (the script directory is ``sys.path[0]``).
-It must import with nothing but the standard library: torch, FlashInfer and SGLang are imported by
-the scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
+It must import with nothing but the standard library and ``_sfshared`` beside it (the result marker,
+formulas and statistics the host imports too): torch, FlashInfer and SGLang are imported by the
+scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
 of a traceback.
 
 The result-line contract: a script prints human logs freely and, as its LAST stdout line, exactly::
@@ -44,7 +45,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-RESULT_PREFIX = "STACKFORGE_RESULT "
+import _sfshared  # beside this file: the result marker, formulas and statistics the host uses too
+
+RESULT_PREFIX = _sfshared.RESULT_MARKER
 STATUSES = ("pass", "fail", "skip", "error", "undecided")
 INTERCONNECTS = ("pcie", "nvlink", "nvswitch")
 NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
@@ -402,10 +405,7 @@ def nvcc_version(nvcc: str, timeout_s: float = 60) -> tuple[str, str]:
 
 def installed_version(distribution: str) -> str | None:
     """The installed version of a distribution, or None."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return _sfshared.installed_versions((distribution,)).get(distribution)
 
 
 def try_import(module: str) -> tuple[Any, str]:
@@ -435,7 +435,7 @@ def collect_facts(*, torch_module: Any = None, import_torch: bool = True,
     facts: dict[str, Any] = {
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "versions": {name: v for name in PROVENANCE_DISTRIBUTIONS if (v := installed_version(name))},
+        "versions": _sfshared.installed_versions(PROVENANCE_DISTRIBUTIONS),
     }
     torch = torch_module
     if torch is None and import_torch and facts["versions"].get("torch"):
@@ -455,13 +455,11 @@ def collect_facts(*, torch_module: Any = None, import_torch: bool = True,
 
 def torch_facts(torch: Any) -> dict[str, Any]:
     """torch's version, CUDA build, git version, compiled arch list and NCCL version."""
-    facts: dict[str, Any] = {"torch_version": getattr(torch, "__version__", None)}
-    version = getattr(torch, "version", None)
-    facts["torch_cuda"] = getattr(version, "cuda", None)
-    facts["torch_git_version"] = getattr(version, "git_version", None)
-    arch_flags = torch_arch_flags(torch)
-    if arch_flags is not None:
-        facts["torch_arch_list"] = arch_flags.split()
+    build = _sfshared.torch_build_facts(torch)
+    facts: dict[str, Any] = {"torch_version": build["version"], "torch_cuda": build["cuda"],
+                             "torch_git_version": build["git_version"]}
+    if build["arch_flags"] is not None:
+        facts["torch_arch_list"] = build["arch_flags"].split()
     try:
         nccl = torch.cuda.nccl.version()
     except Exception as exc:  # noqa: BLE001 - CPU builds have no NCCL
@@ -475,20 +473,8 @@ def torch_facts(torch: Any) -> dict[str, Any]:
     return facts
 
 
-def torch_arch_flags(torch: Any) -> str | None:
-    """The arch list torch was compiled with, read without needing a GPU.
-
-    ``torch.cuda.get_arch_list()`` returns [] whenever no GPU is visible, so on a CPU runner it
-    says nothing; ``torch._C._cuda_getArchFlags()`` is the compile-time string it wraps.
-    """
-    getter = getattr(torch._C, "_cuda_getArchFlags", None)
-    if getter is None:
-        return None
-    try:
-        flags = getter()
-    except Exception:  # noqa: BLE001
-        return None
-    return flags if isinstance(flags, str) else None
+#: The compile-time arch list of torch (the probes' name for the shared reader).
+torch_arch_flags = _sfshared.torch_arch_flags
 
 
 def gpu_facts(timeout_s: float = 30) -> dict[str, Any]:
