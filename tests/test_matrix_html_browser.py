@@ -14,44 +14,24 @@ from urllib.parse import quote
 
 import pytest
 
+from _browser import ARTIFACTS, chromium, dump_dom, require_chromium
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, seed_records
-from stackforge import runner
 from stackforge.plan import Plan
 from stackforge.report import build_matrix
 from stackforge.report_html import render_html
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
-    if not CHROMIUM.exists():
-        pytest.skip("needs headless Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    require_chromium()
     path = tmp_path_factory.mktemp("html") / "matrix.html"
     report = build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET,
                         runs=("20260301T020000Z-aaaaaa",))
     path.write_text(render_html(report), encoding="utf-8")
     return path
-
-
-def chromium(tmp_path: Path, *args: str) -> str:
-    """Run headless Chromium through the runner (the one subprocess choke point)."""
-    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}", *args]
-    result = runner.run(argv, timeout=120, tail_chars=2_000_000)
-    assert result.succeeded, f"chromium {result.describe()}: {result.output_tail[-2000:]}"
-    return result.output_tail
-
-
-def dump_dom(tmp_path: Path, url: str) -> str:
-    output = chromium(tmp_path, "--dump-dom", url)
-    start = output.find("<html")
-    assert start >= 0, output[-2000:]
-    return output[start:]
 
 
 def visible_rows(dom: str) -> list[str]:
