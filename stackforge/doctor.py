@@ -32,7 +32,7 @@ WORKDIR_DISK_WARN_GIB = 1
 ENGINE_REMEDY = "start one: sudo scripts/setup-engine.sh (or set DOCKER_HOST to a running engine)"
 
 
-class Status(str, Enum):
+class CheckStatus(str, Enum):
     OK = "ok"
     WARN = "warn"
     MISSING = "missing"
@@ -118,9 +118,9 @@ class HostFacts:
 # --------------------------------------------------------------------------- the report
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class HostCheck:
     name: str
-    status: Status
+    status: CheckStatus
     summary: str
     facts: dict[str, Any] = field(default_factory=dict)
     hint: str = ""
@@ -128,7 +128,7 @@ class Check:
 
     @property
     def blocking(self) -> bool:
-        return self.required and self.status in (Status.MISSING, Status.FAIL)
+        return self.required and self.status in (CheckStatus.MISSING, CheckStatus.FAIL)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status.value, "required": self.required, "summary": self.summary,
@@ -137,7 +137,7 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class DoctorReport:
-    checks: tuple[Check, ...]
+    checks: tuple[HostCheck, ...]
 
     @property
     def exit_code(self) -> int:
@@ -170,55 +170,56 @@ def build_report(facts: HostFacts, targets: dict[str, Target]) -> DoctorReport:
     return DoctorReport(tuple(checks))
 
 
-def engine_check(engine: EngineFacts) -> Check:
+def engine_check(engine: EngineFacts) -> HostCheck:
     facts = {"url": engine.url, "docker_host": engine.url if engine.docker_host_set else None,
              "api_reachable": engine.reachable}
     if not engine.reachable:
-        return Check("engine", Status.MISSING, f"no Docker engine answers at {engine.url}: {engine.error}",
-                     {**facts, "error": engine.error}, hint=ENGINE_REMEDY, required=True)
+        return HostCheck("engine", CheckStatus.MISSING, f"no Docker engine answers at {engine.url}: {engine.error}",
+                         {**facts, "error": engine.error}, hint=ENGINE_REMEDY, required=True)
     facts.update(server_version=engine.server_version, api_version=engine.api_version, platform=engine.platform,
                  data_root=engine.data_root, runtimes=list(engine.runtimes), local=engine.local)
     where = "" if engine.local else " (remote: build contexts and mounts are copied)"
-    return Check("engine", Status.OK, f"Docker {engine.server_version} (API {engine.api_version}, "
-                 f"{engine.platform}) at {engine.url}{where}", facts, required=True)
+    return HostCheck("engine", CheckStatus.OK, f"Docker {engine.server_version} (API {engine.api_version}, "
+                     f"{engine.platform}) at {engine.url}{where}", facts, required=True)
 
 
-def buildx_check(buildx: BuildxFacts) -> Check:
+def buildx_check(buildx: BuildxFacts) -> HostCheck:
     if not buildx.docker_cli:
-        return Check("buildx", Status.MISSING, "no docker CLI on PATH: builds use the SDK's classic builder",
-                     {"version": None}, hint="install docker-cli and docker-buildx (scripts/setup-engine.sh)")
+        return HostCheck("buildx", CheckStatus.MISSING, "no docker CLI on PATH: builds use the SDK's classic builder",
+                         {"version": None}, hint="install docker-cli and docker-buildx (scripts/setup-engine.sh)")
     if not buildx.version:
-        return Check("buildx", Status.MISSING, f"docker buildx does not run ({buildx.error}): builds use the "
-                     "classic builder", {"version": None, "error": buildx.error},
-                     hint="install the buildx plugin (scripts/setup-engine.sh)")
-    return Check("buildx", Status.OK, buildx.version, {"version": buildx.version})
+        return HostCheck("buildx", CheckStatus.MISSING, f"docker buildx does not run ({buildx.error}): builds use the "
+                         "classic builder", {"version": None, "error": buildx.error},
+                         hint="install the buildx plugin (scripts/setup-engine.sh)")
+    return HostCheck("buildx", CheckStatus.OK, buildx.version, {"version": buildx.version})
 
 
-def disk_check(disk: DiskFacts) -> Check:
+def disk_check(disk: DiskFacts) -> HostCheck:
     name = "disk (engine)" if disk.label == "engine data root" else "disk (cwd)"
     facts = {"label": disk.label, "path": disk.path, "free_bytes": disk.free_bytes, "total_bytes": disk.total_bytes}
     if disk.free_bytes is None:
-        return Check(name, Status.WARN, f"{disk.label}{' ' + disk.path if disk.path else ''}: not measured ({disk.error})",
-                     {**facts, "error": disk.error})
+        where = f"{disk.label}{' ' + disk.path if disk.path else ''}"
+        return HostCheck(name, CheckStatus.WARN, f"{where}: not measured ({disk.error})",
+                         {**facts, "error": disk.error})
     free_gib = disk.free_bytes / GIB
     text = f"{free_gib:.1f} GiB free of {disk.total_bytes / GIB:.1f} GiB at {disk.path} ({disk.label})"
     floor = ENGINE_DISK_WARN_GIB if disk.label == "engine data root" else WORKDIR_DISK_WARN_GIB
     if free_gib < floor:
         why = "a CUDA stack image takes ~11 GiB" if disk.label == "engine data root" else "logs and results"
-        return Check(name, Status.WARN, f"{text}: under {floor} GiB ({why})", facts,
-                     hint="free space (docker image prune removes only unused images)")
-    return Check(name, Status.OK, text, facts)
+        return HostCheck(name, CheckStatus.WARN, f"{text}: under {floor} GiB ({why})", facts,
+                         hint="free space (docker image prune removes only unused images)")
+    return HostCheck(name, CheckStatus.OK, text, facts)
 
 
-def gpu_check(gpus: HostGpus) -> Check:
+def gpu_check(gpus: HostGpus) -> HostCheck:
     devices = [{"index": d.index, "name": d.name, "compute_cap": d.arch} for d in gpus.devices]
     facts = {"available": gpus.available, "driver": gpus.driver, "devices": devices, "evidence": gpus.evidence}
     if gpus.available:
-        return Check("gpus", Status.OK, gpus.evidence, facts)
+        return HostCheck("gpus", CheckStatus.OK, gpus.evidence, facts)
     if gpus.devices:   # cards are there, but containers cannot get them
-        return Check("gpus", Status.WARN, gpus.evidence, facts,
-                     hint="install nvidia-container-toolkit and register the nvidia runtime with the engine")
-    return Check("gpus", Status.MISSING, f"no GPU (gate tier only): {gpus.evidence}", facts)
+        return HostCheck("gpus", CheckStatus.WARN, gpus.evidence, facts,
+                         hint="install nvidia-container-toolkit and register the nvidia runtime with the engine")
+    return HostCheck("gpus", CheckStatus.MISSING, f"no GPU (gate tier only): {gpus.evidence}", facts)
 
 
 def runnable_targets(gpus: HostGpus, targets: dict[str, Target], machine: str) -> dict[str, str]:
@@ -241,48 +242,49 @@ def runnable_targets(gpus: HostGpus, targets: dict[str, Target], machine: str) -
     return verdicts
 
 
-def targets_check(gpus: HostGpus, targets: dict[str, Target], machine: str) -> Check:
+def targets_check(gpus: HostGpus, targets: dict[str, Target], machine: str) -> HostCheck:
     verdicts = runnable_targets(gpus, targets, machine)
     runnable = [n for n, v in verdicts.items() if v.startswith("runnable")]
     partly = [n for n, v in verdicts.items() if v.startswith(("partly", "unsure"))]
     facts = {"machine": machine, "targets": verdicts}
     if runnable:
         extra = f"; partly: {', '.join(partly)}" if partly else ""
-        return Check("targets", Status.OK, f"runtime probes can run for: {', '.join(runnable)}{extra}", facts)
+        return HostCheck("targets", CheckStatus.OK, f"runtime probes can run for: {', '.join(runnable)}{extra}", facts)
     if partly:
-        return Check("targets", Status.WARN, f"runtime probes can run only in part for: {', '.join(partly)}", facts)
-    return Check("targets", Status.MISSING, f"runtime probes can run for none of the {len(verdicts)} targets "
-                 "(gate probes run for all)", facts)
+        return HostCheck("targets", CheckStatus.WARN,
+                         f"runtime probes can run only in part for: {', '.join(partly)}", facts)
+    return HostCheck("targets", CheckStatus.MISSING, f"runtime probes can run for none of the {len(verdicts)} targets "
+                     "(gate probes run for all)", facts)
 
 
-def index_check(index: IndexFacts) -> Check:
+def index_check(index: IndexFacts) -> HostCheck:
     # The URL may carry a user and token (PIP_INDEX_URL=https://user:token@...): shown and in --json, so redacted.
     url, detail = without_credentials(index.url), redact_urls(index.detail, [index.url])
     facts = {"url": url, "source": index.source, "role": index.role, "reachable": index.reachable,
              "detail": detail}
     name = "index" if index.role == "index" else "extra index"
     if index.reachable:
-        return Check(name, Status.OK, f"{url} answers ({index.source})", facts)
-    return Check(name, Status.FAIL, f"{url} does not answer ({index.source}): {detail}", facts,
-                 hint="check the proxy and CA bundle, or build from a wheelhouse (--find-links, --index-url)")
+        return HostCheck(name, CheckStatus.OK, f"{url} answers ({index.source})", facts)
+    return HostCheck(name, CheckStatus.FAIL, f"{url} does not answer ({index.source}): {detail}", facts,
+                     hint="check the proxy and CA bundle, or build from a wheelhouse (--find-links, --index-url)")
 
 
-def registry_check(registry: RegistryFacts | None) -> Check:
+def registry_check(registry: RegistryFacts | None) -> HostCheck:
     if registry is None:
-        return Check("registry", Status.OK, "none configured: images stay in the local engine "
-                     "(--registry REF checks one)", {"ref": None})
+        return HostCheck("registry", CheckStatus.OK, "none configured: images stay in the local engine "
+                         "(--registry REF checks one)", {"ref": None})
     facts = {"ref": registry.ref, "host": registry.host, "reachable": registry.reachable, "detail": registry.detail}
     if registry.reachable:
-        return Check("registry", Status.OK, f"{registry.host} answers ({registry.detail})", facts)
-    return Check("registry", Status.FAIL, f"{registry.host} does not answer: {registry.detail}", facts,
-                 hint="check the registry address and TLS, or hand images over with docker save/load")
+        return HostCheck("registry", CheckStatus.OK, f"{registry.host} answers ({registry.detail})", facts)
+    return HostCheck("registry", CheckStatus.FAIL, f"{registry.host} does not answer: {registry.detail}", facts,
+                     hint="check the registry address and TLS, or hand images over with docker save/load")
 
 
-def ca_check(ca: CaFacts) -> Check:
+def ca_check(ca: CaFacts) -> HostCheck:
     facts = {"path": ca.path or None, "source": ca.source or None, "exists": ca.exists}
     if not ca.path:
-        return Check("ca bundle", Status.OK, "none configured: pip uses its default trust store", facts)
+        return HostCheck("ca bundle", CheckStatus.OK, "none configured: pip uses its default trust store", facts)
     if not ca.exists:
-        return Check("ca bundle", Status.FAIL, f"{ca.path} ({ca.source}) does not exist: pip's TLS would fail",
-                     facts, hint="fix pip's cert setting (pip config list) or PIP_CERT")
-    return Check("ca bundle", Status.OK, f"{ca.path} ({ca.source})", facts)
+        return HostCheck("ca bundle", CheckStatus.FAIL, f"{ca.path} ({ca.source}) does not exist: pip's TLS would fail",
+                         facts, hint="fix pip's cert setting (pip config list) or PIP_CERT")
+    return HostCheck("ca bundle", CheckStatus.OK, f"{ca.path} ({ca.source})", facts)

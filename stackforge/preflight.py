@@ -26,9 +26,9 @@ from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
 from stackforge.plan import Plan, PlanCell
 from stackforge.versions import compact
 # The index client is shared with the wheel tier; its names stay importable from here.
-from stackforge.wheels.index import IndexConfig, Source, index_config, new_session, project_files
+from stackforge.wheels.index import IndexConfig, IndexSource, index_config, new_session, project_files
 
-__all__ = ["Availability", "IndexConfig", "PackageCheck", "PreflightReport", "Source", "Wanted", "check_package",
+__all__ = ["Availability", "IndexConfig", "PackageCheck", "PreflightReport", "IndexSource", "Wanted", "check_package",
            "classify_files", "find_package", "index_config", "run_preflight", "wanted_packages"]
 
 
@@ -197,7 +197,7 @@ def _wheel_fits(filename: str, version: str, python: str) -> bool:
     return False
 
 
-def _filenames(wanted: Wanted, source: Source, *, session: requests.Session, cache: Path) -> list[str] | None:
+def _filenames(wanted: Wanted, source: IndexSource, *, session: requests.Session, cache: Path) -> list[str] | None:
     """File names of ``wanted.version`` at one location, or ``None`` when the project or version is absent.
 
     Raises:

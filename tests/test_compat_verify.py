@@ -14,7 +14,7 @@ from stackforge.errors import SpecError
 from stackforge.rules import load_rules, load_targets
 from stackforge.versions import parse_version
 from stackforge.wheels.model import CodeSite, Reading, ReadingStatus
-from stackforge.wheels.verify import Verdict, bound_points, verify_rules
+from stackforge.wheels.verify import WitnessVerdict, bound_points, verify_rules
 
 SGLANG = ["0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.16"]
 FLASHINFER = ["0.3.0", "0.3.1", "0.4.1", "0.5.0", "0.6.6", "0.6.7", "0.6.16.post4", "0.6.17", "0.7.0.post1",
@@ -90,7 +90,7 @@ def test_a_right_bound_is_confirmed_from_the_releases_around_it(tmp_path):
     calls: list = []
     report = verify(rules_from(tmp_path, SYMM_RULE.format(bound=">=0.5.14")), calls)
     (verdict,) = report.verdicts
-    assert verdict.verdict is Verdict.CONFIRMED, verdict.why
+    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
     assert {c.version for c in verdict.checks} == {"0.5.13.post1", "0.5.14", "0.5.16"}
     # The rule's own targets: every sm_120 profile; the x8/x2/x1 PCIe ones share one context per size.
     assert {t for c in verdict.checks for t in c.targets} == {"rtx-pro-6000-x8-pcie", "rtx-pro-6000-x2-pcie",
@@ -103,7 +103,7 @@ def test_a_right_bound_is_confirmed_from_the_releases_around_it(tmp_path):
 def test_a_bound_moved_by_one_release_is_wrong_with_the_measured_bound(tmp_path, moved):
     report = verify(rules_from(tmp_path, SYMM_RULE.format(bound=moved)))
     (verdict,) = report.verdicts
-    assert verdict.verdict is Verdict.WRONG
+    assert verdict.verdict is WitnessVerdict.WRONG
     assert not report.ok
     assert {(m.before, m.after) for m in verdict.measured} == {("0.5.13.post1", "0.5.14")}
     assert "measured bound sglang >=0.5.14" in verdict.measured[0].text
@@ -112,7 +112,7 @@ def test_a_bound_moved_by_one_release_is_wrong_with_the_measured_bound(tmp_path,
 def test_an_upper_bound_moved_is_measured_too(tmp_path):
     body = SYMM_RULE.format(bound=">=0.5.12,<0.5.15").replace("inside: unavailable", "inside: available")
     (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is Verdict.WRONG
+    assert verdict.verdict is WitnessVerdict.WRONG
     assert [m.text.split(": ")[-1] for m in verdict.measured] == ["measured bound sglang <0.5.14"]
 
 
@@ -131,7 +131,7 @@ def test_stack_conditions_are_read_with_a_value_inside_them(tmp_path):
     """
     calls: list = []
     (verdict,) = verify(rules_from(tmp_path, body), calls).verdicts
-    assert verdict.verdict is Verdict.CONFIRMED, verdict.why
+    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
     assert {(ctx.cuda, ctx.nvcc) for *_, ctx in calls} == {("12.8", True)}
     assert "cuda=12.8 (inside the rule's condition)" in verdict.contexts[0]
     assert [c.version for c in verdict.checks if c.targets[0] == "rtx-pro-6000-x8-pcie"] == [
@@ -152,19 +152,19 @@ FUSION_RULE = """\
 
 def test_a_bound_in_sdist_only_releases_is_left_unread_and_the_other_checked(tmp_path):
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.6.17"))).verdicts
-    assert verdict.verdict is Verdict.CONFIRMED
+    assert verdict.verdict is WitnessVerdict.CONFIRMED
     assert "undecided at flashinfer-python 0.3.0, 0.3.1: sdist only" in verdict.why
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.4.1"))).verdicts
-    assert verdict.verdict is Verdict.UNWITNESSED and "sdist only" in verdict.why
+    assert verdict.verdict is WitnessVerdict.UNWITNESSED and "sdist only" in verdict.why
 
 
 def test_the_measured_bound_steps_over_sdist_only_releases(tmp_path):
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.0,<0.6.7"))).verdicts
-    assert verdict.verdict is Verdict.WRONG
+    assert verdict.verdict is WitnessVerdict.WRONG
     assert [(m.before, m.after) for m in verdict.measured] == [("0.6.16.post4", "0.6.17")]
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.6.6,<0.6.17"))).verdicts
     # 0.5.0 reads unavailable too; below it only sdists: the reading is measured from 0.5.0 on.
-    assert verdict.verdict is Verdict.WRONG
+    assert verdict.verdict is WitnessVerdict.WRONG
     assert "0.5.0 (unavailable) and 0.6.16.post4 (unavailable) both read unavailable" in verdict.measured[0].text
 
 
@@ -190,9 +190,9 @@ def test_rules_without_a_witness_or_with_an_undecided_reading_are_unwitnessed(tm
     """
     report = verify(rules_from(tmp_path, body))
     why = {v.rule_id: (v.verdict, v.why) for v in report.verdicts}
-    assert why["no-reader"] == (Verdict.UNWITNESSED, "torch wheel variants live on download.pytorch.org")
-    assert why["no-bound"][0] is Verdict.UNWITNESSED and "no version bound" in why["no-bound"][1]
-    assert why["undecided"][0] is Verdict.UNWITNESSED and "undecided at sglang" in why["undecided"][1]
+    assert why["no-reader"] == (WitnessVerdict.UNWITNESSED, "torch wheel variants live on download.pytorch.org")
+    assert why["no-bound"][0] is WitnessVerdict.UNWITNESSED and "no version bound" in why["no-bound"][1]
+    assert why["undecided"][0] is WitnessVerdict.UNWITNESSED and "undecided at sglang" in why["undecided"][1]
     assert report.witnessed == 0 and report.ok
 
 
@@ -200,7 +200,7 @@ def test_a_rule_with_no_own_target_is_read_for_its_witness_context(tmp_path):
     body = SYMM_RULE.format(bound=">=0.5.14").replace('["12.0", "12.1"]', '["12.1"]').replace(
         "inside: unavailable}", 'inside: unavailable, context: {arch: "12.1", gpu_count: 2, interconnect: pcie}}')
     (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is Verdict.CONFIRMED
+    assert verdict.verdict is WitnessVerdict.CONFIRMED
     assert verdict.checks[0].targets == ("arch 12.1 x2 pcie (witness context)",)
 
 
@@ -274,7 +274,7 @@ def test_a_witness_context_stands_in_for_the_targets_hardware(tmp_path):
     """
     calls: list = []
     (verdict,) = verify(rules_from(tmp_path, body), calls).verdicts
-    assert verdict.verdict is Verdict.CONFIRMED, verdict.why
+    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
     assert {ctx.gpu_count for *_, ctx in calls} == {6}
     assert {t for c in verdict.checks for t in c.targets} == {
         "rtx-pro-6000-x8-pcie as gpu_count=6", "rtx-pro-6000-x2-pcie as gpu_count=6", "rtx-5090-x1 as gpu_count=6"}
@@ -306,7 +306,7 @@ def test_a_witness_context_outside_the_rules_own_conditions_is_unwitnessed(tmp_p
     body = SYMM_RULE.format(bound=">=0.5.14").replace(
         "inside: unavailable}", 'inside: unavailable, context: {arch: "9.0", gpu_count: 2, interconnect: pcie}}')
     (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is Verdict.UNWITNESSED
+    assert verdict.verdict is WitnessVerdict.UNWITNESSED
     assert verdict.why == "the witness context's arch is outside the rule's own conditions"
 
 

@@ -15,7 +15,7 @@ from test_gpu_assignment import MIXED_SMI, fake_smi
 
 from stackforge.cli import cli
 from stackforge.doctor import (BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts,
-                               Status, build_report, runnable_targets)
+                               CheckStatus, build_report, runnable_targets)
 from stackforge.doctor_facts import pip_ca, pip_indexes
 from stackforge.pip_config import PipConfig, PipSetting, parse_pip_config_list
 from stackforge.model import Interconnect, Target
@@ -60,7 +60,7 @@ def test_no_engine_is_missing_with_the_setup_hint_and_exits_1():
                                                      error="socket /nonexistent does not exist"),
                                   disks=(DiskFacts("engine data root", "", error="no engine"),)), TARGETS)
     engine = report.checks[0]
-    assert (engine.name, engine.status, engine.required) == ("engine", Status.MISSING, True)
+    assert (engine.name, engine.status, engine.required) == ("engine", CheckStatus.MISSING, True)
     assert "scripts/setup-engine.sh" in engine.hint and engine.facts["docker_host"] == "unix:///nonexistent"
     assert report.exit_code == 1 and "required check(s) not ok: engine (exit 1)" in report.render()
     assert statuses(report)["disk (engine)"] == "warn"
@@ -90,7 +90,7 @@ def test_gpus_without_an_nvidia_runtime_warn():
     present = HostGpus(False, "GPUs X present but the engine has no nvidia runtime", ("X",), "590.48.01",
                        (HostGpu(0, "X", "12.0"),))
     check = next(c for c in build_report(healthy(gpus=present), TARGETS).checks if c.name == "gpus")
-    assert check.status is Status.WARN and "nvidia-container-toolkit" in check.hint
+    assert check.status is CheckStatus.WARN and "nvidia-container-toolkit" in check.hint
 
 
 def test_runnable_targets_match_arch_and_count():

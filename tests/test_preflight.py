@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.preflight import (Availability, IndexConfig, Source, Wanted, check_package, classify_files,
+from stackforge.preflight import (Availability, IndexConfig, IndexSource, Wanted, check_package, classify_files,
                                   find_package, index_config, run_preflight)
 from stackforge.pip_config import parse_pip_config_list
 from stackforge.plan import load_knowledge, plan_matrix
@@ -139,7 +139,7 @@ def test_index_config_command_line_then_environment_then_files():
     assert given.extra_index_urls == ("https://x/simple", "https://y/simple")
     assert index_config().index_url == "https://pypi.org/simple"
     assert index_config(env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/w"}).sources("pypi") == (
-        Source("/w", index=False),)
+        IndexSource("/w", index=False),)
 
 
 class _HtmlIndex(http.server.BaseHTTPRequestHandler):

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.build.classify import diagnose
 from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
-from stackforge.wheels.index import (IndexConfig, IndexEntry, Source, new_session, project_files, wheel_metadata,
+from stackforge.wheels.index import (IndexConfig, IndexEntry, IndexSource, new_session, project_files, wheel_metadata,
                                      with_credentials)
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def lookup_declared(package: str, version: str, *, index_url: str | None = None,
     shown = without_credentials(base)
     try:
         with new_session(indexes) as session:
-            files = project_files(Source(base, index=True), package, session=session, timeout=timeout)
+            files = project_files(IndexSource(base, index=True), package, session=session, timeout=timeout)
             if files is None:
                 return Declared(LookupStatus.NOT_LISTED, reason=f"{shown} answered HTTP 404")
             wheel = _pick_wheel(files, package, version)

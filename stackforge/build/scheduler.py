@@ -44,7 +44,7 @@ from stackforge.build.progress import Board, ProgressView, summary_table
 from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, BuildSummary, log_path,
                                       read_record, write_record)
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
-from stackforge.build.verify import VerifyReport, label_check, verify_image
+from stackforge.build.verify import ImageVerification, label_check, verify_image
 from stackforge.derive import Derived
 from stackforge.errors import (CommandError, HostError, Interrupted, RecordError, SpecError,
                                StackforgeError, interrupt_signal)
@@ -375,7 +375,7 @@ class _Job:
         if self.run.cancel.wait(wait):
             raise _Stop(BuildStatus.INTERRUPTED, "interrupted while waiting to retry")
 
-    def verify_inside(self, body_id: str, reused: BuildRecord | None) -> VerifyReport | None:
+    def verify_inside(self, body_id: str, reused: BuildRecord | None) -> ImageVerification | None:
         """Check the built image from the inside; None when verification is off.
 
         A body image identical to the one a previous record verified (same id: same content) keeps
@@ -394,7 +394,7 @@ class _Job:
         self.took("verify", started)
         return report
 
-    def freeze(self, body_id: str, report: VerifyReport | None, reused: BuildRecord | None) -> list[str]:
+    def freeze(self, body_id: str, report: ImageVerification | None, reused: BuildRecord | None) -> list[str]:
         """The image's resolved package set: from verification, a previous record, or a short container."""
         if report is not None:
             return list(report.freeze)
@@ -416,7 +416,7 @@ class _Job:
         self.took("metadata", started)
         return final_id
 
-    def check_labels(self, rendered: Rendered, final_id: str, report: VerifyReport) -> None:
+    def check_labels(self, rendered: Rendered, final_id: str, report: ImageVerification) -> None:
         """Finish verification on the labelled image; a failed check fails the stack (image kept)."""
         started = self.enter("verify")
         report = report.with_check(label_check(self.run.client, final_id, rendered.labels))

@@ -68,7 +68,7 @@ def facts_program() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class ImageCheck:
     """One verification check: its status, what was expected and what was found (evidence)."""
 
     name: str
@@ -79,11 +79,11 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
-class VerifyReport:
+class ImageVerification:
     """What the image really contains, and whether that matches the stack."""
 
     image: str
-    checks: tuple[Check, ...]
+    checks: tuple[ImageCheck, ...]
     installed: dict[str, str] = field(default_factory=dict)   # package -> version, measured
     torch: dict[str, Any] = field(default_factory=dict)       # version, cuda, git_version, arch_flags
     nvcc: str | None = None
@@ -99,7 +99,7 @@ class VerifyReport:
         return Status.PASS
 
     @property
-    def failures(self) -> tuple[Check, ...]:
+    def failures(self) -> tuple[ImageCheck, ...]:
         return tuple(c for c in self.checks if c.status in (Status.FAIL, Status.ERROR))
 
     def summary(self) -> str:
@@ -108,7 +108,7 @@ class VerifyReport:
             return f"all {len(self.checks)} checks passed"
         return "; ".join(f"{c.name}: expected {c.expected}, found {c.actual}" for c in self.failures)
 
-    def with_check(self, check: Check) -> "VerifyReport":
+    def with_check(self, check: ImageCheck) -> "ImageVerification":
         """This report plus one more check (the label check runs on the final, labelled image)."""
         return replace(self, checks=(*self.checks, check))
 
@@ -121,7 +121,7 @@ class VerifyReport:
 
 
 def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived: Derived, *,
-                 no_deps: frozenset[str] = frozenset(), labels: Mapping[str, str] | None = None) -> VerifyReport:
+                 no_deps: frozenset[str] = frozenset(), labels: Mapping[str, str] | None = None) -> ImageVerification:
     """Run every in-container check against ``image`` (always removes its container).
 
     The labels are checked separately (:func:`label_check`) on the final image: the build adds some
@@ -140,9 +140,9 @@ def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived:
         checks = [*_version_checks(stack, derived, facts), _nvcc_check(host, stack, derived),
                   _pip_check(host, stack, derived, no_deps), freeze_check]
     nvcc = next((c.actual for c in checks if c.name == "nvcc" and c.status is Status.PASS), None)
-    return VerifyReport(image=image, checks=tuple(checks), installed=dict(facts.get("packages", {})),
-                        torch=dict(facts.get("torch", {})), nvcc=nvcc, freeze=freeze,
-                        duration_s=round(time.monotonic() - started, 2))
+    return ImageVerification(image=image, checks=tuple(checks), installed=dict(facts.get("packages", {})),
+                             torch=dict(facts.get("torch", {})), nvcc=nvcc, freeze=freeze,
+                             duration_s=round(time.monotonic() - started, 2))
 
 
 @contextmanager
@@ -193,16 +193,16 @@ def _same_version(actual: str | None, expected: str) -> bool:
         return actual == expected
 
 
-def _version_check(name: str, actual: str | None, expected: str) -> Check:
+def _version_check(name: str, actual: str | None, expected: str) -> ImageCheck:
     status = Status.PASS if _same_version(actual, expected) else Status.FAIL
-    return Check(name, status, expected, actual or "not installed", evidence=f"{name}=={actual}")
+    return ImageCheck(name, status, expected, actual or "not installed", evidence=f"{name}=={actual}")
 
 
-def _version_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[Check]:
+def _version_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[ImageCheck]:
     packages = facts.get("packages", {})
     python = str(facts.get("python", ""))
-    checks = [Check("python", Status.PASS if python.startswith(f"{stack.python}.") else Status.FAIL,
-                    stack.python, python, evidence=f"sys.version_info -> {python}")]
+    checks = [ImageCheck("python", Status.PASS if python.startswith(f"{stack.python}.") else Status.FAIL,
+                         stack.python, python, evidence=f"sys.version_info -> {python}")]
     checks += _torch_checks(stack, derived, facts)
     checks.append(_version_check("flashinfer-python", packages.get("flashinfer-python"), stack.flashinfer))
     for addon in stack.flashinfer_addons:
@@ -215,16 +215,16 @@ def _version_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> li
     return checks
 
 
-def _torch_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[Check]:
+def _torch_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list[ImageCheck]:
     torch = facts.get("torch")
     if not torch:
         error = facts.get("torch_error", "torch is not installed")
-        return [Check("torch", Status.FAIL, stack.torch, "cannot import torch", evidence=str(error))]
+        return [ImageCheck("torch", Status.FAIL, stack.torch, "cannot import torch", evidence=str(error))]
     version = str(torch["version"])
     parsed = Version(version)
     base_ok = parsed.public == Version(stack.torch).public
     evidence = f"torch.__version__={version} torch.version.cuda={torch.get('cuda')}"
-    checks = [Check("torch", Status.PASS if base_ok else Status.FAIL, stack.torch, parsed.public, evidence)]
+    checks = [ImageCheck("torch", Status.PASS if base_ok else Status.FAIL, stack.torch, parsed.public, evidence)]
     # The variant: a local tag (+cu130, +cpu) must name it; torch.version.cuda must match its CUDA.
     actual_cuda = torch.get("cuda")
     cuda_ok = (actual_cuda is None and derived.torch_cuda is None) or (
@@ -232,41 +232,41 @@ def _torch_checks(stack: Stack, derived: Derived, facts: dict[str, Any]) -> list
         and minor_of(str(actual_cuda)) == minor_of(derived.torch_cuda))
     local_ok = parsed.local is None or parsed.local == derived.torch_variant
     actual_variant = f"{parsed.local or 'no local tag'}, cuda {actual_cuda}"
-    checks.append(Check("torch-variant", Status.PASS if cuda_ok and local_ok else Status.FAIL,
-                        f"{derived.torch_variant}, cuda {derived.torch_cuda}", actual_variant, evidence))
+    checks.append(ImageCheck("torch-variant", Status.PASS if cuda_ok and local_ok else Status.FAIL,
+                             f"{derived.torch_variant}, cuda {derived.torch_cuda}", actual_variant, evidence))
     return checks
 
 
-def _nvcc_check(host: Any, stack: Stack, derived: Derived) -> Check:
+def _nvcc_check(host: Any, stack: Stack, derived: Derived) -> ImageCheck:
     result = _run(host, "sh -c %s", "command -v nvcc && nvcc --version")
     output = (result.stdout + result.stderr).strip()
     found = _NVCC_RELEASE.search(output)
     if not derived.has_nvcc:
         where = output.splitlines()[0] if result.rc == 0 and output else "not on PATH"
-        return Check("nvcc", Status.SKIP, "none (runtime-only image)", where,
-                     evidence=output[-300:] or "command -v nvcc: not found")
+        return ImageCheck("nvcc", Status.SKIP, "none (runtime-only image)", where,
+                          evidence=output[-300:] or "command -v nvcc: not found")
     if result.rc != 0 or not found:
-        return Check("nvcc", Status.FAIL, f"nvcc {minor_of(stack.cuda)}", "missing",
-                     evidence=output[-300:] or f"exit {result.rc}")
+        return ImageCheck("nvcc", Status.FAIL, f"nvcc {minor_of(stack.cuda)}", "missing",
+                          evidence=output[-300:] or f"exit {result.rc}")
     release = found.group(1)
     status = Status.PASS if release == minor_of(stack.cuda) else Status.FAIL
-    return Check("nvcc", status, f"release {minor_of(stack.cuda)}", f"release {release}, {found.group(2)}",
-                 evidence=output.splitlines()[-1] if output else "")
+    return ImageCheck("nvcc", status, f"release {minor_of(stack.cuda)}", f"release {release}, {found.group(2)}",
+                      evidence=output.splitlines()[-1] if output else "")
 
 
-def _pip_check(host: Any, stack: Stack, derived: Derived, no_deps: frozenset[str]) -> Check:
+def _pip_check(host: Any, stack: Stack, derived: Derived, no_deps: frozenset[str]) -> ImageCheck:
     result = _run(host, "pip check")
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     if result.rc == 0:
-        return Check("pip-check", Status.PASS, "no broken requirements", "clean", evidence=" | ".join(lines))
+        return ImageCheck("pip-check", Status.PASS, "no broken requirements", "clean", evidence=" | ".join(lines))
     excused = _no_deps_packages(stack, derived, no_deps)
     unexcused = [line for line in lines if line.split(" ", 1)[0].lower() not in excused]
     if unexcused:
-        return Check("pip-check", Status.FAIL, "no broken requirements", f"{len(unexcused)} broken",
-                     evidence=" | ".join(unexcused)[:2000])
-    return Check("pip-check", Status.PASS, "no broken requirements",
-                 f"clean except {len(lines)} line(s) about --no-deps packages ({', '.join(sorted(excused))})",
-                 evidence=" | ".join(lines)[:2000])
+        return ImageCheck("pip-check", Status.FAIL, "no broken requirements", f"{len(unexcused)} broken",
+                          evidence=" | ".join(unexcused)[:2000])
+    return ImageCheck("pip-check", Status.PASS, "no broken requirements",
+                      f"clean except {len(lines)} line(s) about --no-deps packages ({', '.join(sorted(excused))})",
+                      evidence=" | ".join(lines)[:2000])
 
 
 def _no_deps_packages(stack: Stack, derived: Derived, no_deps: frozenset[str]) -> set[str]:
@@ -281,28 +281,28 @@ def _no_deps_packages(stack: Stack, derived: Derived, no_deps: frozenset[str]) -
     return names
 
 
-def _freeze_check(host: Any) -> tuple[Check, tuple[str, ...]]:
+def _freeze_check(host: Any) -> tuple[ImageCheck, tuple[str, ...]]:
     """freeze.txt must still equal ``pip freeze --all``; returns the check and the stored freeze."""
     stored = _run(host, "cat %s", FREEZE_PATH)
     now = _run(host, "pip freeze --all")
     if stored.rc != 0:
-        return Check("freeze", Status.FAIL, f"{FREEZE_PATH} present", "missing", evidence=stored.stderr[-300:]), ()
+        return ImageCheck("freeze", Status.FAIL, f"{FREEZE_PATH} present", "missing", evidence=stored.stderr[-300:]), ()
     lines = tuple(line.strip() for line in stored.stdout.splitlines() if line.strip())
     before, after = set(lines), {line.strip() for line in now.stdout.splitlines() if line.strip()}
     if before == after:
-        return Check("freeze", Status.PASS, "freeze.txt == pip freeze", f"{len(after)} packages, unchanged"), lines
+        return ImageCheck("freeze", Status.PASS, "freeze.txt == pip freeze", f"{len(after)} packages, unchanged"), lines
     drift = sorted(before ^ after)
-    return Check("freeze", Status.FAIL, "freeze.txt == pip freeze", f"{len(drift)} lines differ",
-                 evidence=" ".join(drift)[:2000]), lines
+    return ImageCheck("freeze", Status.FAIL, "freeze.txt == pip freeze", f"{len(drift)} lines differ",
+                      evidence=" ".join(drift)[:2000]), lines
 
 
-def label_check(client: docker.DockerClient, image: str, expected: Sequence[tuple[str, str]]) -> Check:
+def label_check(client: docker.DockerClient, image: str, expected: Sequence[tuple[str, str]]) -> ImageCheck:
     """The Dockerfile's labels with their values, plus the content hash and freeze, are on ``image``."""
     actual = client.images.get(image).labels or {}
     wrong = [f"{key}={actual.get(key)!r} (want {value!r})" for key, value in expected if actual.get(key) != value]
     missing = [key for key in (CONTENT_HASH_LABEL, FREEZE_LABEL) if not actual.get(key)]
     if wrong or missing:
-        return Check("labels", Status.FAIL, f"{len(expected)} stack labels + content hash + freeze",
-                     f"{len(wrong)} wrong, {len(missing)} missing", evidence="; ".join(wrong + missing)[:2000])
-    return Check("labels", Status.PASS, f"{len(expected)} stack labels + content hash + freeze",
-                 f"{len(actual)} labels present", evidence=f"{CONTENT_HASH_LABEL}={actual[CONTENT_HASH_LABEL]}")
+        return ImageCheck("labels", Status.FAIL, f"{len(expected)} stack labels + content hash + freeze",
+                          f"{len(wrong)} wrong, {len(missing)} missing", evidence="; ".join(wrong + missing)[:2000])
+    return ImageCheck("labels", Status.PASS, f"{len(expected)} stack labels + content hash + freeze",
+                      f"{len(actual)} labels present", evidence=f"{CONTENT_HASH_LABEL}={actual[CONTENT_HASH_LABEL]}")

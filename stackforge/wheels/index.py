@@ -61,7 +61,7 @@ class IndexUnreachableError(StackforgeError):
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
+class IndexSource:
     """One place pip looks: an index (a page per project) or a find-links location (flat)."""
 
     location: str
@@ -91,12 +91,12 @@ class IndexConfig:
         """Where ``location`` was set; "" when not recorded (a config made in code)."""
         return dict(self.origins).get(location, "")
 
-    def sources(self, primary: str = "pypi") -> tuple[Source, ...]:
+    def sources(self, primary: str = "pypi") -> tuple[IndexSource, ...]:
         """Every location asked for a package whose own index is ``primary`` ("pypi" = the main index)."""
         first = self.index_url if primary == "pypi" else primary
         indexes = dict.fromkeys([*([first] if first else []), *self.extra_index_urls])
-        return (*(Source(url, index=True) for url in indexes),
-                *(Source(location, index=False) for location in dict.fromkeys(self.find_links)))
+        return (*(IndexSource(url, index=True) for url in indexes),
+                *(IndexSource(location, index=False) for location in dict.fromkeys(self.find_links)))
 
     def describe(self) -> str:
         """The locations in one line, without credentials (it is printed)."""
@@ -181,7 +181,7 @@ class IndexEntry:
                 "core_metadata": self.core_metadata}
 
 
-def project_files(source: Source, project: str, *, session: requests.Session, cache: Path | None = None,
+def project_files(source: IndexSource, project: str, *, session: requests.Session, cache: Path | None = None,
                   ttl_s: float = CACHE_TTL_S, timeout: float | tuple[float, float] = TIMEOUT,
                   ) -> list[IndexEntry] | None:
     """The files one location lists for ``project``; ``None`` when it has no page for it.
@@ -198,7 +198,7 @@ def project_files(source: Source, project: str, *, session: requests.Session, ca
     return _entries_on_disk(source, name)
 
 
-def _entries_on_disk(source: Source, project: str) -> list[IndexEntry] | None:
+def _entries_on_disk(source: IndexSource, project: str) -> list[IndexEntry] | None:
     """A ``file://`` index (a folder per project, with an index.html or the files), or a find-links folder."""
     location = source.location
     path = Path(url2pathname(urlsplit(location).path)) if location.startswith("file:") else Path(location)

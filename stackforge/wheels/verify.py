@@ -42,7 +42,7 @@ CONTEXT_CANDIDATES: dict[str, tuple[str, ...]] = {
 CONTEXT_FACTS = ("cuda", "nvcc", "torch_cuda", "python", "kernel_package")
 
 
-class Verdict(str, Enum):
+class WitnessVerdict(str, Enum):
     """What the wheels say about one rule."""
 
     CONFIRMED = "confirmed"
@@ -51,7 +51,7 @@ class Verdict(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class BoundCheck:
     """One release read for one context, and whether it agrees with the rule."""
 
     version: str
@@ -89,11 +89,11 @@ class RuleVerdict:
     """The verdict on one rule, with every release read and, when WRONG, the measured bounds."""
 
     rule_id: str
-    verdict: Verdict
+    verdict: WitnessVerdict
     why: str
     bound: str = ""                       # "sglang >=0.5.14"
     contexts: tuple[str, ...] = ()        # how each read context was chosen
-    checks: tuple[Check, ...] = ()
+    checks: tuple[BoundCheck, ...] = ()
     measured: tuple[MeasuredBound, ...] = ()
     witness: Witness | None = None
 
@@ -108,26 +108,26 @@ class RuleVerdict:
 
 
 @dataclass(frozen=True, slots=True)
-class VerifyReport:
+class RuleVerification:
     """Every rule's verdict; ``witnessed`` counts the rules a reading decided (confirmed or wrong)."""
 
     verdicts: tuple[RuleVerdict, ...]
 
-    def count(self, verdict: Verdict) -> int:
+    def count(self, verdict: WitnessVerdict) -> int:
         return sum(1 for v in self.verdicts if v.verdict is verdict)
 
     @property
     def witnessed(self) -> int:
-        return self.count(Verdict.CONFIRMED) + self.count(Verdict.WRONG)
+        return self.count(WitnessVerdict.CONFIRMED) + self.count(WitnessVerdict.WRONG)
 
     @property
     def ok(self) -> bool:
-        return self.count(Verdict.WRONG) == 0
+        return self.count(WitnessVerdict.WRONG) == 0
 
     def to_json(self) -> dict[str, Any]:
         return {"witnessed": self.witnessed, "total": len(self.verdicts),
-                "confirmed": self.count(Verdict.CONFIRMED), "wrong": self.count(Verdict.WRONG),
-                "unwitnessed": self.count(Verdict.UNWITNESSED), "rules": [v.to_json() for v in self.verdicts]}
+                "confirmed": self.count(WitnessVerdict.CONFIRMED), "wrong": self.count(WitnessVerdict.WRONG),
+                "unwitnessed": self.count(WitnessVerdict.UNWITNESSED), "rules": [v.to_json() for v in self.verdicts]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +154,7 @@ class _Reader:
 # --------------------------------------------------------------------------- entry point
 
 def verify_rules(rules: Sequence[Rule], targets: Mapping[str, Target], *, evaluate: Evaluate,
-                 list_releases: ListReleases) -> VerifyReport:
+                 list_releases: ListReleases) -> RuleVerification:
     """Verify each rule (see the module docstring); releases are listed once per distribution."""
     reader = _Reader(evaluate)
     releases: dict[str, tuple[str, ...]] = {}
@@ -164,7 +164,7 @@ def verify_rules(rules: Sequence[Rule], targets: Mapping[str, Target], *, evalua
             releases[dist] = tuple(sorted(list_releases(dist), key=parse_version))
         return releases[dist]
 
-    return VerifyReport(tuple(verify_rule(rule, targets, reader=reader, releases_of=releases_of) for rule in rules))
+    return RuleVerification(tuple(verify_rule(rule, targets, reader=reader, releases_of=releases_of) for rule in rules))
 
 
 def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
@@ -172,20 +172,20 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
     """The verdict on one rule."""
     witness = rule.witness
     if witness is None:
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED, unwitnessed_reason(rule))
+        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, unwitnessed_reason(rule))
     contexts = rule_contexts(rule, witness, targets)
     if isinstance(contexts, str):
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED, contexts, witness=witness)
+        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, contexts, witness=witness)
     conditions = tuple(c for c in rule.conditions if c.fact == witness.version_fact)
     all_releases = releases_of(witness.dist)
     window = tuple(v for v in all_releases if witness.over is None or witness.over.contains(v, prereleases=True))
     bound = _bound_text(witness, conditions)
     if not window:
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
+        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
                            bound=bound, witness=witness)
     inside = tuple(all(c.holds(v) for c in conditions) for v in window)
     if not any(inside):
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"no {witness.dist} release inside {bound} "
+        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"no {witness.dist} release inside {bound} "
                            f"(releases {window[0]}..{window[-1]})", bound=bound, witness=witness)
     points = bound_points(inside)
     checks = tuple(_check(reader, witness, window, index, role, inside[index], context)
@@ -196,20 +196,21 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
         measured = tuple(m for check in wrong for m in _measure(reader, witness, window, inside, check, contexts))
         why = "; ".join(f"{c.version} ({c.role}) reads {c.reading.status.value} for {','.join(c.targets)}"
                         for c in wrong)
-        return RuleVerdict(rule.id, Verdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
+        return RuleVerdict(rule.id, WitnessVerdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
                            measured=_unique(measured), witness=witness)
     undecided = [c for c in checks if c.agrees is None]
     undecided_note = (f"undecided at {witness.dist} {', '.join(dict.fromkeys(c.version for c in undecided))}: "
                       f"{undecided[0].reading.summary}" if undecided else "")
     if not _decides(checks):
-        return RuleVerdict(rule.id, Verdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
+        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
                            checks=checks, witness=witness)
     agreed = sum(1 for c in checks if c.agrees)
     why = f"{agreed} reading(s) agree" + (f"; {len(undecided)} {undecided_note}" if undecided else "")
-    return RuleVerdict(rule.id, Verdict.CONFIRMED, why, bound=bound, contexts=notes, checks=checks, witness=witness)
+    return RuleVerdict(rule.id, WitnessVerdict.CONFIRMED, why, bound=bound, contexts=notes, checks=checks,
+                       witness=witness)
 
 
-def _decides(checks: Sequence[Check]) -> bool:
+def _decides(checks: Sequence[BoundCheck]) -> bool:
     """Whether the decided readings check the rule: some release inside, and some outside when the rule has
     releases outside (a release published only as an sdist is undecided, so an old bound may stay unread)."""
     inside = any(c.agrees is not None for c in checks if c.inside)
@@ -309,10 +310,10 @@ def bound_points(inside: Sequence[bool]) -> tuple[tuple[int, str], ...]:
 
 
 def _check(reader: _Reader, witness: Witness, window: Sequence[str], index: int, role: str, inside: bool,
-           context: _Context) -> Check:
+           context: _Context) -> BoundCheck:
     reading = reader.read(witness, window[index], context.ctx)
-    return Check(version=window[index], role=role, inside=inside, targets=context.targets, reading=reading,
-                 agrees=_agrees(witness, reading, inside))
+    return BoundCheck(version=window[index], role=role, inside=inside, targets=context.targets, reading=reading,
+                      agrees=_agrees(witness, reading, inside))
 
 
 def _agrees(witness: Witness, reading: Reading, inside: bool) -> bool | None:
@@ -332,7 +333,7 @@ def reads_inside(witness: Witness, reading: Reading) -> bool:
 
 # --------------------------------------------------------------------------- measuring the real bound
 
-def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: Sequence[bool], check: Check,
+def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: Sequence[bool], check: BoundCheck,
              contexts: Sequence[_Context]) -> tuple[MeasuredBound, ...]:
     """Where the reading changes near a release that disagrees with the rule.
 
@@ -445,12 +446,12 @@ def _unique(measured: Sequence[MeasuredBound]) -> tuple[MeasuredBound, ...]:
 
 # --------------------------------------------------------------------------- text
 
-def render_text(report: VerifyReport) -> str:
+def render_text(report: RuleVerification) -> str:
     """One line per rule; a WRONG rule also shows the releases that disagree and the measured bound."""
     lines: list[str] = []
     for v in report.verdicts:
         head = f"{v.verdict.value.upper():<11} {v.rule_id}"
-        if v.verdict is Verdict.UNWITNESSED:
+        if v.verdict is WitnessVerdict.UNWITNESSED:
             lines.append(f"{head}: {v.why}")
             continue
         witness = v.witness
@@ -464,14 +465,14 @@ def render_text(report: VerifyReport) -> str:
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
             site = check.reading.sites[0] if check.reading.sites else None
             where = f" {_cited(site)}" if site and _cited(site) not in check.reading.summary else ""
-            on = f" [{', '.join(targets)}]" if v.verdict is Verdict.WRONG else ""
+            on = f" [{', '.join(targets)}]" if v.verdict is WitnessVerdict.WRONG else ""
             lines.append(f"    {mark:<5} {check.version:<14} {check.role:<22} {check.reading.status.value:<11}"
                          f"{where} {check.reading.summary}{on}".rstrip())
         for m in v.measured:
             lines.append(f"    measured ({', '.join(m.targets)}): {m.text}")
     lines.append(f"witnessed {report.witnessed} / {len(report.verdicts)} rules: "
-                 f"{report.count(Verdict.CONFIRMED)} confirmed, {report.count(Verdict.WRONG)} wrong, "
-                 f"{report.count(Verdict.UNWITNESSED)} unwitnessed")
+                 f"{report.count(WitnessVerdict.CONFIRMED)} confirmed, {report.count(WitnessVerdict.WRONG)} wrong, "
+                 f"{report.count(WitnessVerdict.UNWITNESSED)} unwitnessed")
     return "\n".join(lines)
 
 
@@ -480,9 +481,9 @@ def _cited(site: CodeSite) -> str:
     return f"{site.path}:{site.line}" if site.line else f"{site.path} ({site.code or 'not in this release'})"
 
 
-def _grouped(checks: Sequence[Check]) -> list[tuple[Check, tuple[str, ...]]]:
+def _grouped(checks: Sequence[BoundCheck]) -> list[tuple[BoundCheck, tuple[str, ...]]]:
     """Checks that read the same for several contexts, once, with every target they stand for."""
-    groups: dict[tuple[Any, ...], tuple[Check, list[str]]] = {}
+    groups: dict[tuple[Any, ...], tuple[BoundCheck, list[str]]] = {}
     for check in checks:
         key = (check.version, check.role, check.reading.status, check.reading.summary, check.agrees)
         if key not in groups:

@@ -317,7 +317,7 @@ def _check(torch, result, expected, dtype: str) -> tuple[int, str]:
     return wrong, f"element {index}: got {result[index].item()!r}, expected {expected[index].item()!r}"
 
 
-class Clock:
+class CollectiveClock:
     """Times ``iters`` calls of a callable: CUDA events on GPU (device time), perf_counter on CPU."""
 
     def __init__(self, torch, on_gpu: bool) -> None:
@@ -358,7 +358,7 @@ def _capture_graph(torch, backend, op, times: int):
     return graph
 
 
-def _measure(torch, dist, backend, clock: Clock, rank: int, world: int, step: dict, config: dict) -> dict:
+def _measure(torch, dist, backend, clock: CollectiveClock, rank: int, world: int, step: dict, config: dict) -> dict:
     """One step on one rank: correctness check, then timed repeats."""
     reason = backend.unsupported(step)
     if reason:
@@ -446,7 +446,7 @@ def rank_worker(rank: int, world_size: int, config: dict, reporter) -> None:
         # Every rank reaches the same verdict (same checks, same machine), so none waits on another.
         reporter.send("init", "skip", unavailable)
         return
-    clock = Clock(torch, on_gpu)
+    clock = CollectiveClock(torch, on_gpu)
     steps, _ = plan_steps(config)
     for step in steps:
         with reporter.phase(step_label(step)) as data:

@@ -134,7 +134,7 @@ def l2_cache_bytes(torch, on_gpu: bool) -> int | None:
 # ------------------------------------------------------------------------------------------- timing
 
 
-class Clock:
+class GemmClock:
     """Seconds per call of ``fn`` over ``iters`` calls: CUDA events on GPU, perf_counter on CPU."""
 
     def __init__(self, torch, on_gpu: bool) -> None:
@@ -227,7 +227,7 @@ def check_slice(torch, out, reference) -> tuple[bool, str]:
     return error <= _TOLERANCE, f"max relative error {error:.2e} on a {rows}x{cols} slice (limit {_TOLERANCE:g})"
 
 
-def measure_shape(torch, clock: Clock, kernel, plan: dict, args, l2_bytes: int | None = None) -> dict:
+def measure_shape(torch, clock: GemmClock, kernel, plan: dict, args, l2_bytes: int | None = None) -> dict:
     """Check then time one shape with one kernel (its weight rotated past L2); a rejected shape
     comes back as skipped."""
     weight_bytes = plan["n"] * plan["k"] * kernel.weight_bytes_per_element
@@ -254,7 +254,7 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
-def dtype_references(torch, clock: Clock, device, size: int, args, kernels: list) -> tuple[dict, list, list[dict]]:
+def dtype_references(torch, clock: GemmClock, device, size: int, args, kernels: list) -> tuple[dict, list, list[dict]]:
     """(square reference per dtype (see :func:`matmul_best`), the kernels whose reference ran, the
     dtypes skipped with their reason). A reference that raises (``torch._scaled_mm`` refused by
     this build or GPU) skips its dtype with the error text instead of aborting the other dtypes'
@@ -273,7 +273,7 @@ def dtype_references(torch, clock: Clock, device, size: int, args, kernels: list
     return references, kept, skipped
 
 
-def matmul_best(torch, clock: Clock, device, size: int, args, dtype: str = "bf16") -> dict:
+def matmul_best(torch, clock: GemmClock, device, size: int, args, dtype: str = "bf16") -> dict:
     """The rate of a large square product with the kernel a dtype's rows use (bf16: torch.matmul;
     fp8: torch._scaled_mm): the best this GPU + build reaches for that dtype."""
     if dtype == "fp8":
@@ -378,7 +378,7 @@ def run_gemm(args) -> tuple[str, str, str, dict, dict]:
     names = [s.strip() for s in args.shapes.split(",") if s.strip()]
     plans = plan_shapes(ms, names, args.tp, cpu=not on_gpu)
     kernels, skipped = kernels_for(torch, device, on_gpu, {d.strip() for d in args.dtypes.split(",")})
-    clock = Clock(torch, on_gpu)
+    clock = GemmClock(torch, on_gpu)
     peak_size = args.peak_size if on_gpu else min(args.peak_size, 512)
     references, kernels, failed_references = dtype_references(torch, clock, device, peak_size, args, kernels)
     skipped += failed_references
