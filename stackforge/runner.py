@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import concurrent.futures
 import contextlib
 import os
 import shlex
@@ -34,10 +35,10 @@ import signal as signal_module
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, TypeVar
 
 from stackforge.errors import CommandError, CommandTimeout, HostError, Terminated
 
@@ -53,6 +54,11 @@ _READ_CHUNK_BYTES = 64 * 1024
 _POLL_S = 0.05
 # How often a running command's cancel flag is looked at.
 _CANCEL_POLL_S = 0.1
+# How often the main thread wakes while it waits for worker threads, to run pending signal handlers.
+_SIGNAL_POLL_S = 0.25
+
+
+T = TypeVar("T")
 
 
 class CancelFlag(Protocol):
@@ -140,6 +146,24 @@ def signals_as_interrupts(signals: Sequence[signal_module.Signals] = INTERRUPT_S
     finally:
         for sig, handler in previous.items():
             signal_module.signal(sig, handler)
+
+
+def finished_futures(futures: Iterable[concurrent.futures.Future[T]],
+                     poll_s: float = _SIGNAL_POLL_S) -> Iterator[concurrent.futures.Future[T]]:
+    """Each future as it finishes, like :func:`concurrent.futures.as_completed`, but a signal always gets through.
+
+    The kernel hands a process-directed SIGTERM, SIGHUP or SIGINT to any thread that does not block
+    it, often a worker blocked in a socket read. Python then only marks the signal pending; its
+    handler (which raises :class:`~stackforge.errors.Terminated` or KeyboardInterrupt) runs when the
+    main thread next executes bytecode. A main thread parked in ``as_completed`` without a timeout
+    never does, so the run would wait for its workers instead of stopping. Waking every ``poll_s``
+    seconds bounds that delay.
+    """
+    pending = set(futures)
+    while pending:
+        done, pending = concurrent.futures.wait(pending, timeout=poll_s,
+                                                return_when=concurrent.futures.FIRST_COMPLETED)
+        yield from done
 
 
 def which(program: str) -> str | None:

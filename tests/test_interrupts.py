@@ -388,6 +388,45 @@ def test_sigterm_and_sighup_raise_terminated_once():
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
+def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
+    """The kernel hands a process-directed SIGTERM to any thread, often a job's worker blocked in a
+    read; Python then runs the handler only when the main thread runs. The job loop must still stop
+    at once (not when the job ends by itself), with the job's process stopped and no record."""
+    from _build_helpers import small_cell
+
+    from stackforge.model import Interconnect, Target
+    from stackforge.probes.campaign import ProbeJob, run_jobs
+    from stackforge.probes.catalog import ProbeSpec
+    from stackforge.probes.jobs import HostGpus
+
+    pid_file = tmp_path / "pid"
+    (tmp_path / "sleep.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    spec = ProbeSpec(id="t.gate.sleep", feature="torch-kernels", tier="gate", script="sleep.py",
+                     description="sleeps until stopped")
+    target = Target(name="rtx-x2", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=2,
+                    interconnect=Interconnect.PCIE)
+    job_timeout_s = 60.0
+
+    def signal_the_worker() -> None:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the sleeping job", timeout=30)
+        (worker,) = [t for t in threading.enumerate() if t.name.startswith("sf-job")]
+        signal.pthread_kill(worker.ident, signal.SIGTERM)
+
+    sender = threading.Thread(target=signal_the_worker, daemon=True)
+    written: list = []
+    started = time.monotonic()
+    with runner.signals_as_interrupts(), pytest.raises(Terminated):
+        sender.start()
+        run_jobs([ProbeJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
+                 write=written.append, local_python=sys.executable, scripts_dir=tmp_path, timeout_s=job_timeout_s)
+    elapsed = time.monotonic() - started
+    sender.join(timeout=5)
+    assert elapsed < job_timeout_s / 2, f"the run stopped only after {elapsed:.0f} s, when its job ended by itself"
+    assert written == [], "the cut job must not be recorded"
+    assert not alive(int(pid_file.read_text())), "the job's process must be stopped"
+
+
 def test_an_ignored_sighup_stays_ignored():
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

@@ -498,10 +498,10 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
         return record
 
     records: list[ResultRecord] = []
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="sf-job")
     try:
         futures = [pool.submit(one, job) for job in jobs]
-        for future in concurrent.futures.as_completed(futures):
+        for future in runner.finished_futures(futures):
             record = future.result()
             if record is not None:
                 records.append(record)
