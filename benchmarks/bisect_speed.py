@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from stackforge.pip_config import read_pip_config
-from stackforge.plan import load_knowledge
+from stackforge.edges.index import index_config
+from stackforge.edges.pip_config import read_pip_config
+from stackforge.plan.planner import load_knowledge
 from stackforge.wheels.cache import WheelCache
-from stackforge.wheels.index import index_config
 from stackforge.wheels.tier import load_readers, resolve_specs, run_bisect, target_context, target_named
 
 CASES = (("flashinfer-ar-fusion", "flashinfer-python"), ("torch-symm-mem", "sglang"))

@@ -45,10 +45,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell  # noqa: E402
 from _session import TEST_LABEL  # noqa: E402
 
-from stackforge import docker_engine, runner  # noqa: E402
 from stackforge.build import Builder, BuildOptions, BuildRecord, BuildStatus, build_stacks  # noqa: E402
-from stackforge.derive import derive, load_tables  # noqa: E402
-from stackforge.model import Flavour, Stack  # noqa: E402
+from stackforge.core.model import Flavour, Stack  # noqa: E402
+from stackforge.edges import docker_engine, runner  # noqa: E402
+from stackforge.plan.derive import derive, load_tables  # noqa: E402
 
 BENCH_LABEL = "io.stackforge.bench"
 

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from stackforge.matrix import load_matrix
-from stackforge.plan import load_knowledge, plan_matrix
+from stackforge.plan.matrix_file import load_matrix
+from stackforge.plan.planner import load_knowledge, plan_matrix
 
 
 def synthetic_matrix(knowledge, cells: int) -> str:

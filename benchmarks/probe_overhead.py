@@ -20,12 +20,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from stackforge.docker_engine import connect
-from stackforge.model import Stack
+from stackforge.core.model import Stack
+from stackforge.edges.docker_engine import connect
+from stackforge.plan.planner import load_knowledge
 from stackforge.probes.campaign import ProbeJob, run_jobs, select_specs
 from stackforge.probes.catalog import catalog
 from stackforge.probes.execute import ImageRef, detect_host_gpus
-from stackforge.plan import load_knowledge
 
 COMPILE_PROBE = "gate.flashinfer.jit"
 

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def stack_ids() -> list[str]:
     """The kept stacks of the default matrix (what the main job builds or skips)."""
-    from stackforge.plan import plan_file
+    from stackforge.plan.planner import plan_file
     return [s.id for s in plan_file(MATRIX).kept_stacks()]
 
 

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from stackforge import runner
+from stackforge.edges import runner
 from stackforge.probes.scripts._sfshared import parse_result_line
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stackforge import runner
+from stackforge.edges import runner
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

@@ -1,6 +1,6 @@
 """Stacks and derived facts shared by the render and build tests.
 
-``derived_by_hand`` builds a :class:`~stackforge.derive.Derived` without the tables, so render tests
+``derived_by_hand`` builds a :class:`~stackforge.plan.derive.Derived` without the tables, so render tests
 pin every fact they depend on; ``small_cell`` is the real, small stack the integration tests and the
 benchmark build on this machine (see tests/test_build_integration.py for why it looks like this).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stackforge.derive import Derived, derive, load_tables
-from stackforge.model import Flavour, Stack
+from stackforge.core.model import Flavour, Stack
+from stackforge.plan.derive import Derived, derive, load_tables
 
 WHEELHOUSE = "/opt/wheels"
 SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"

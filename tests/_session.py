@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from stackforge import docker_engine
+from stackforge.edges import docker_engine
 
 #: Marks objects created by the test suite (value "1"); tests remove everything carrying it.
 TEST_LABEL = f"{docker_engine.LABEL_PREFIX}.test"

@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, ReadingStatus
+from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 
 
 def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, tag: str = "py3-none-any") -> Path:

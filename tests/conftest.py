@@ -1,6 +1,6 @@
 """Shared fixtures: a real Docker client, the registry-free base image, and labels for cleanup.
 
-* ``docker_client``: session-wide client from :func:`stackforge.docker_engine.connect`; tests that use
+* ``docker_client``: session-wide client from :func:`stackforge.edges.docker_engine.connect`; tests that use
   it are skipped, with the reason, when no engine answers.
 * ``base_image``: ``stackforge/debian:bookworm`` (Python 3.11). Built once with debootstrap (about a
   minute, needs root) when missing. It is the project's base image, not a test artifact, so it stays.
@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-
 from _session import SESSION_ID, TEST_LABEL, TEST_SESSION_LABEL
 from _skips import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F401  (hooks, found by name)
-from stackforge import bootstrap, docker_engine, runner
-from stackforge.errors import DockerUnavailableError
+
+from stackforge.core.errors import DockerUnavailableError
+from stackforge.edges import bootstrap, docker_engine, runner
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,7 +61,7 @@ def base_image(docker_client: docker.DockerClient) -> str:
     except docker.errors.ImageNotFound:
         pass
     if os.geteuid() != 0 or runner.which("debootstrap") is None and runner.which("/usr/sbin/debootstrap") is None:
-        pytest.skip(f"needs {ref}: build it with `sudo python -m stackforge.bootstrap` (root + debootstrap)")
+        pytest.skip(f"needs {ref}: build it with `sudo python -m stackforge.edges.bootstrap` (root + debootstrap)")
     bootstrap.bootstrap_base(docker_client, ref=ref)
     return ref
 

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stackforge.derive import cell_driver_floor
-from stackforge.records import Outcome, Prediction, Provenance, ResultRecord, Status, Tier, Verdict
+from stackforge.core.records import Outcome, Prediction, Provenance, ResultRecord, Status, Tier, Verdict
+from stackforge.plan.derive import cell_driver_floor
 
 TARGET = "rtx-pro-6000-x8-pcie"
 CU128 = "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312"
@@ -182,7 +182,7 @@ def seed_records() -> list[ResultRecord]:
 def seed_workspace(folder: Path) -> Path:
     """``folder`` with ``results/`` holding one finished run (``run-a``) of the seed records and the
     seed plan as ``plan.json``: what the matrix, deadends and pick commands read."""
-    from stackforge.results import finish_run, start_run, write_record
+    from stackforge.results.store import finish_run, start_run, write_record
 
     run_dir = start_run(folder / "results", command=["stackforge", "probe"], run_id="run-a")
     for rec in seed_records():

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from stackforge import docker_engine, runner
 from stackforge.bench import catalog as bench_catalog
 from stackforge.bench import run as bench_run
 from stackforge.bench.run import BenchOptions
-from stackforge.data import resolve_matrix_path
-from stackforge.plan import plan_file
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.records import Status
+from stackforge.edges import docker_engine, runner
+from stackforge.plan.planner import plan_file
 from stackforge.probes.execute import HostGpus, ImageRef
-from stackforge.records import Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -17,12 +17,12 @@ from test_gpu_assignment import fake_smi
 from stackforge.bench import catalog as bench_catalog
 from stackforge.bench.run import BenchOptions, gate_on_probes, plan_bench
 from stackforge.cli import cli
-from stackforge.data import resolve_matrix_path
-from stackforge.plan import plan_file
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.records import Status, Tier
+from stackforge.plan.planner import plan_file
 from stackforge.probes.catalog import catalog as probe_catalog
 from stackforge.probes.execute import HostGpus
-from stackforge.records import Status, Tier
-from stackforge.results import start_run, write_record
+from stackforge.results.store import start_run, write_record
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 TARGET = "rtx-pro-6000-x8-pcie"

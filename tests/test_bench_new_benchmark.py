@@ -11,12 +11,12 @@ import pytest
 from stackforge.bench import catalog as bench_catalog
 from stackforge.bench import run as bench_run
 from stackforge.bench.catalog import BenchSpec, MetricSpec
-from stackforge.data import resolve_matrix_path
-from stackforge.diff import lower_is_better
-from stackforge.errors import SpecError
-from stackforge.plan import plan_file
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.errors import SpecError
+from stackforge.core.records import Status, Tier
+from stackforge.plan.planner import plan_file
 from stackforge.probes.jobs import HostGpus
-from stackforge.records import Status, Tier
+from stackforge.report.diff import lower_is_better
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
@@ -48,8 +48,8 @@ def with_toy(monkeypatch):
 
 
 def test_a_toy_bench_runs_and_its_declared_metrics_reach_report_pick_diff_and_the_terminal(with_toy, tmp_path):
-    from stackforge.pick import _throughput
-    from stackforge.report import key_metric
+    from stackforge.report.compat_matrix import key_metric
+    from stackforge.report.pick import _throughput
 
     (tmp_path / "toy.py").write_text(TOY_SCRIPT)
     plan = plan_file(resolve_matrix_path(None), targets=("rtx-pro-6000-x8-pcie",), only=(STACK_ID,))

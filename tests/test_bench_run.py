@@ -13,11 +13,11 @@ from stackforge.bench import catalog as bench_catalog
 from stackforge.bench import run as bench_run
 from stackforge.bench.run import BenchOptions
 from stackforge.cli import cli
-from stackforge.data import resolve_matrix_path
-from stackforge.errors import SpecError
-from stackforge.plan import plan_file
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.errors import SpecError
+from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.plan.planner import plan_file
 from stackforge.probes.execute import HostGpus, ImageRef
-from stackforge.records import ResultRecord, Status, Tier
 
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
 EIGHT_GPUS = HostGpus(True, "8 GPU(s)", ("NVIDIA RTX PRO 6000 Blackwell",) * 8, "580.65")

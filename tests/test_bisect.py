@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stackforge.core.wheel_readings import Reading, ReadingStatus
 from stackforge.wheels.bisect import binary_search, full_scan
-from stackforge.wheels.model import Reading, ReadingStatus
 
 A, U, X, D = (ReadingStatus.AVAILABLE, ReadingStatus.UNAVAILABLE, ReadingStatus.ABSENT, ReadingStatus.UNDECIDED)
 

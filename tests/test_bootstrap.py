@@ -1,4 +1,4 @@
-"""stackforge.bootstrap: the registry-free base image, its guards, and the safe scratch removal."""
+"""stackforge.edges.bootstrap: the registry-free base image, its guards, and the safe scratch removal."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from stackforge import bootstrap, docker_engine, runner
-from stackforge.errors import HostError, UnsafeValueError
+from stackforge.core.errors import HostError, UnsafeValueError
+from stackforge.edges import bootstrap, docker_engine, runner
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount / debootstrap)")
 

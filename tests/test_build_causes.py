@@ -11,23 +11,28 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _build_helpers import derived_by_hand, devel_stack, small_cell
 from click.testing import CliRunner
 
 import stackforge.build
-import stackforge.docker_engine
-from _build_helpers import devel_stack, derived_by_hand, small_cell
+import stackforge.edges.docker_engine
 from stackforge.build import BuildOptions, BuildRecord, BuildStatus, BuildSummary
 from stackforge.build.buildkit import BuildAttempt
 from stackforge.build.cancel import Cancel
 from stackforge.build.classify import Cause, FailureKind, diagnose
 from stackforge.build.progress import Board, summary_table
-from stackforge.build.requires import (LookupStatus, RequirementsLookup, declared_for, dropped_warning,
-                                       lookup_declared)
+from stackforge.build.requires import (
+    LookupStatus,
+    RequirementsLookup,
+    declared_for,
+    dropped_warning,
+    lookup_declared,
+)
 from stackforge.build.trust import CaSource, choose_ca_bundle
-from stackforge.pip_config import PipSetting, parse_pip_config_list, read_pip_config
 from stackforge.cli import cli
-from stackforge.errors import SpecError
-from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack
+from stackforge.compose.dockerfile import INLINE_DEPS_SUFFIX, ComposeOptions, compose_stack
+from stackforge.core.errors import SpecError
+from stackforge.edges.pip_config import PipSetting, parse_pip_config_list, read_pip_config
 
 LOGS = Path(__file__).resolve().parent / "data" / "build_logs"
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple"   # port 9 (discard): nothing listens, connection refused
@@ -210,8 +215,9 @@ def test_build_cli_prints_the_summarys_warnings(monkeypatch, tmp_path):
         return BuildSummary(records, "buildkit", 1.0, warnings=("no dependency layer for sglang==0.5.23 (why)",))
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
-    monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
-    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans", lambda client: stackforge.docker_engine.Orphans((), ()))
+    monkeypatch.setattr(stackforge.edges.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.edges.docker_engine, "reap_orphans",
+                        lambda client: stackforge.edges.docker_engine.Orphans((), ()))
     result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--no-progress", "--ca-bundle", "none"])
     assert result.exit_code == 0, result.output
     assert "stackforge: warning: no dependency layer for sglang==0.5.23 (why)" in result.stderr
@@ -283,8 +289,9 @@ def captured(monkeypatch):
         return BuildSummary(records, builder="buildkit", duration_s=1.0)
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
-    monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
-    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans", lambda client: stackforge.docker_engine.Orphans((), ()))
+    monkeypatch.setattr(stackforge.edges.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.edges.docker_engine, "reap_orphans",
+                        lambda client: stackforge.edges.docker_engine.Orphans((), ()))
     return seen
 
 
@@ -330,16 +337,16 @@ def test_lookup_reasons_never_show_index_credentials():
 
 
 def test_dropped_layers_mark_the_tag_and_a_label():
-    with_lists = render_stack(devel_stack(), derived_by_hand(),
-                              RenderOptions(declared=(("flashinfer", ("numpy",)), ("sglang", ("aiohttp",)))))
-    dropped = render_stack(devel_stack(), derived_by_hand(), RenderOptions(dropped_layers=("flashinfer", "sglang")))
+    with_lists = compose_stack(devel_stack(), derived_by_hand(),
+                              ComposeOptions(declared=(("flashinfer", ("numpy",)), ("sglang", ("aiohttp",)))))
+    dropped = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(dropped_layers=("flashinfer", "sglang")))
     assert not with_lists.tag.endswith(INLINE_DEPS_SUFFIX)
     assert dropped.tag.endswith(f":{dropped.hash12}{INLINE_DEPS_SUFFIX}")
     assert dropped.label("io.stackforge.dependency-layers.dropped") == "flashinfer,sglang"
-    again = render_stack(devel_stack(), derived_by_hand(), RenderOptions(dropped_layers=("flashinfer", "sglang")))
+    again = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(dropped_layers=("flashinfer", "sglang")))
     assert again.tag == dropped.tag   # the same inputs, the same tag
     with pytest.raises(SpecError):
-        render_stack(devel_stack(), derived_by_hand(), RenderOptions(dropped_layers=("kernel",)))
+        compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(dropped_layers=("kernel",)))
 
 
 def test_declared_for_names_every_dropped_layer_with_its_cause():
@@ -383,7 +390,7 @@ def test_buildkit_failure_against_real_indexes_is_classified(docker_client, base
     """Two real pip runs inside a real BuildKit build: an index that refuses, then PyPI through this
     machine's re-signing proxy without the CA. Each classified from the builder's own output."""
     from stackforge.build import buildkit
-    from stackforge.docker_engine import buildx_available
+    from stackforge.edges.docker_engine import buildx_available
     if not buildx_available():
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     cases = {
@@ -414,9 +421,10 @@ def test_a_build_without_the_ca_records_tls_not_a_missing_package(docker_client,
     """The same end to end (~30 s): the small stack built with --ca-bundle none behind this
     machine's re-signing proxy. pip's last words are "No matching distribution found for ..." and
     BuildKit's "failed to solve"; the record must say tls, with the remedy."""
-    from stackforge.build import Builder, build_stacks
-    from stackforge.docker_engine import buildx_available
     from _build_helpers import WHEELHOUSE
+
+    from stackforge.build import Builder, build_stacks
+    from stackforge.edges.docker_engine import buildx_available
     if not buildx_available() or not Path(WHEELHOUSE).is_dir():
         pytest.skip("needs docker buildx and the wheelhouse /opt/wheels")
     options = BuildOptions(find_links=Path(WHEELHOUSE), ca_bundle=None, out_dir=tmp_path, builder=Builder.BUILDX,

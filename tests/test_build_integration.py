@@ -28,13 +28,13 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
-from stackforge import runner
+
 from stackforge.build import Builder, BuildOptions, BuildStatus, build_stacks, read_record
 from stackforge.build.records import record_path
-from stackforge.model import Flavour, Stack
-from stackforge.derive import derive, load_tables
+from stackforge.core.model import Flavour, Stack
+from stackforge.edges import runner
+from stackforge.plan.derive import derive, load_tables
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -79,7 +79,7 @@ def options_for(out_dir: Path, ca: Path, labels: dict[str, str], **overrides) ->
 @pytest.fixture(scope="module")
 def buildkit_built(docker_client, base_image, out_dir, marker_ca, module_labels):
     """The small stack built from scratch with BuildKit (no layer cache: every RUN uses the CA)."""
-    from stackforge.docker_engine import buildx_available
+    from stackforge.edges.docker_engine import buildx_available
     if not buildx_available():
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     options = options_for(out_dir / "buildkit", marker_ca, module_labels, no_cache=True)
@@ -226,10 +226,10 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from _build_helpers import small_cell
 from stackforge.build import Builder, BuildOptions, build_stacks
-from stackforge.docker_engine import connect
-from stackforge.errors import Interrupted
-from stackforge.model import Flavour, Stack
-from stackforge.derive import derive, load_tables
+from stackforge.edges.docker_engine import connect
+from stackforge.core.errors import Interrupted
+from stackforge.core.model import Flavour, Stack
+from stackforge.plan.derive import derive, load_tables
 
 out, ca, labels = Path(sys.argv[2]), Path(sys.argv[3]), tuple(tuple(p) for p in json.loads(sys.argv[4]))
 builder = Builder(sys.argv[5])
@@ -250,7 +250,7 @@ sys.exit(0)
 @pytest.mark.parametrize("builder", ["buildx", "classic"])
 def test_ctrl_c_stops_the_build_and_keeps_finished_records(docker_client, base_image, marker_ca, module_labels,
                                                            tmp_path, builder):
-    from stackforge.docker_engine import buildx_available
+    from stackforge.edges.docker_engine import buildx_available
     if builder == "buildx" and not buildx_available():
         pytest.skip("docker buildx is not installed")
     out = tmp_path / "out"

@@ -10,10 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _build_helpers import small_cell
 from rich.console import Console
 
-from _build_helpers import small_cell
-from stackforge import runner
 from stackforge.build import BuildOptions, BuildRecord, BuildStatus, BuildSummary
 from stackforge.build.assets import AssetServer
 from stackforge.build.buildkit import buildx_argv, proxy_build_args, supports_named_contexts
@@ -23,9 +22,10 @@ from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, dynamic_
 from stackforge.build.progress import Board, progress_table, summary_table
 from stackforge.build.records import BaseImage, read_record, record_path, write_record
 from stackforge.build.verify import _no_deps_packages, _torch_checks
-from stackforge.errors import RecordError, SpecError
-from stackforge.records import Status
-from stackforge.render import render_stack
+from stackforge.compose.dockerfile import compose_stack
+from stackforge.core.errors import RecordError, SpecError
+from stackforge.core.records import Status
+from stackforge.edges import runner
 
 # --------------------------------------------------------------------------- classification
 
@@ -79,7 +79,7 @@ def make_record(**overrides) -> BuildRecord:
 
 def test_record_round_trips_through_json(tmp_path):
     record = make_record()
-    path = write_record(record, tmp_path)
+    path = write_record(tmp_path, record)
     assert path == record_path(tmp_path, record.stack_id)
     assert read_record(tmp_path, record.stack_id) == record
     data = json.loads(path.read_text())
@@ -133,7 +133,7 @@ def test_build_options_validate():
         BuildOptions(jobs=0)
     with pytest.raises(SpecError, match="no-deps"):
         BuildOptions(no_deps=frozenset({"torch"}))
-    render = BuildOptions(find_links=Path("/opt/wheels"), ca_bundle=Path("/x.pem")).render_options(
+    render = BuildOptions(find_links=Path("/opt/wheels"), ca_bundle=Path("/x.pem")).compose_options(
         buildkit=True, base_image="b:1", asset_port=1234)
     assert render.wheelhouse and render.ca_bundle and render.base_image == "b:1"
 
@@ -239,7 +239,7 @@ def test_a_cancel_stops_a_running_command_through_the_runners_hook():
 
 def test_dynamic_labels_carry_hash_freeze_and_base():
     stack, derived = small_cell()
-    rendered = render_stack(stack, derived)
+    rendered = compose_stack(stack, derived)
     base = BaseImage(requested="python:3.11-slim-bookworm", used="stackforge/debian:bookworm", how="substituted",
                      image_id="sha256:b", digest="stackforge/debian@sha256:d")
     labels = dynamic_labels(rendered, base, ["torch==2.13.0+cpu", "sglang==0.5.9"], "2026-01-01T00:00:00Z",
@@ -276,7 +276,7 @@ def test_no_deps_packages_are_named_as_pip_check_prints_them():
 
 def test_pick_wheel_takes_a_pure_or_linux_x86_64_wheel_of_the_release():
     from stackforge.build.requires import _pick_wheel
-    from stackforge.wheels.index import IndexEntry
+    from stackforge.edges.index import IndexEntry
     files = [IndexEntry("pkg-1.0.tar.gz", "u0"),
              IndexEntry("pkg-1.0-cp310-abi3-manylinux2014_aarch64.whl", "u1"),
              IndexEntry("pkg-1.0-cp310-abi3-manylinux2014_x86_64.whl", "u2"),
@@ -288,7 +288,7 @@ def test_pick_wheel_takes_a_pure_or_linux_x86_64_wheel_of_the_release():
 
 
 def test_declared_requirements_read_through_the_index_client_from_a_file_index(tmp_path):
-    """requires lists files through stackforge.wheels.index, so a file:// (PEP 503 folder) index works too."""
+    """requires lists files through stackforge.edges.index, so a file:// (PEP 503 folder) index works too."""
     import zipfile
 
     from stackforge.build.requires import LookupStatus, lookup_declared

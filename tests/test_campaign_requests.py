@@ -13,10 +13,10 @@ import pytest
 from test_import_graph import PACKAGE_ROOT, import_graph
 
 from stackforge.bench.campaign import BenchRequest, default_suites, run_bench_campaign
-from stackforge.errors import RecordError, SpecError
+from stackforge.core.errors import RecordError, SpecError
+from stackforge.plan.selection import StackSelection
 from stackforge.probes.campaign import CampaignStarted, ProbeRequest, run_probe_campaign
-from stackforge.results import ResultsFolder, load_results, start_run
-from stackforge.selection import StackSelection
+from stackforge.results.store import ResultsFolder, load_results, start_run
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 
@@ -72,7 +72,8 @@ def test_the_cli_of_probe_bench_and_render_only_dispatches():
     graph = import_graph(PACKAGE_ROOT, "stackforge")
     assert "stackforge.cli.build" not in graph["stackforge.cli.render"]
     for command in ("stackforge.cli.probe", "stackforge.cli.bench"):
-        workflow = {"stackforge.plan", "stackforge.shard", "stackforge.data", "stackforge.pip_config",
-                    "stackforge.wheels.tier", "stackforge.wheels.index", "stackforge.wheels.cache",
+        workflow = {"stackforge.plan.planner", "stackforge.core.shard", "stackforge.core.data",
+                    "stackforge.edges.pip_config", "stackforge.wheels.tier", "stackforge.edges.index",
+                    "stackforge.wheels.cache",
                     "stackforge.probes.execute", "stackforge.probes.catalog"}
         assert not workflow & graph[command], command

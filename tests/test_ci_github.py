@@ -1,4 +1,4 @@
-"""Tests for the generated nightly workflow (stackforge.ci_github, `stackforge ci`)."""
+"""Tests for the generated nightly workflow (stackforge.ci.github, `stackforge ci`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-
 from matrix_fixtures import record
-from stackforge.ci_github import (
+
+from stackforge.ci.github import (
     ACTIONS,
     CiMatrix,
     WorkflowConfig,
@@ -25,13 +25,13 @@ from stackforge.ci_github import (
     workflow,
 )
 from stackforge.cli import cli
-from stackforge.derive import Derived, DriverFloor
-from stackforge.errors import RecordError, SpecError, UnsafeValueError
-from stackforge.model import Interconnect, Matrix, Stack, Target
-from stackforge.plan import Plan, PlanCell
-from stackforge.results import finish_run, start_run, write_record
-from stackforge.rules import Effect, Finding, Rule
-from stackforge.shard import Shard, select
+from stackforge.core.errors import RecordError, SpecError, UnsafeValueError
+from stackforge.core.model import Interconnect, Matrix, Stack, Target
+from stackforge.core.shard import Shard, select
+from stackforge.plan.derive import Derived, DriverFloor
+from stackforge.plan.planner import Plan, PlanCell
+from stackforge.plan.rules import Effect, Finding, Rule
+from stackforge.results.store import finish_run, start_run, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED_WORKFLOW = REPO / ".github" / "workflows" / "stackforge-nightly.yml"
@@ -431,7 +431,7 @@ def test_generated_workflow_passes_actionlint(name: str, tmp_path: Path) -> None
     shellcheck = _tool("shellcheck")
     argv = [actionlint, "-no-color", "-config-file", str(ACTIONLINT_CONFIG),
             f"-shellcheck={shellcheck or ''}", str(path)]
-    # A linter, run by a test: subprocess directly is fine here (stackforge.runner is for product code).
+    # A linter, run by a test: subprocess directly is fine here (stackforge.edges.runner is for product code).
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.wheels.model import ReaderSpec
+from stackforge.core.wheel_readings import ReaderSpec
 from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, read_comm_gate, serve
 
 TARGET = "rtx-pro-6000-x8-pcie"   # sm_120
@@ -135,9 +135,9 @@ def test_a_wheel_whose_sha256_differs_from_the_index_is_refused(bisect_cli):
 
 
 def test_results_records_every_release_read_and_deadends_names_the_boundary(bisect_cli, tmp_path):
-    from stackforge.deadends import release_boundaries
-    from stackforge.records import Tier
-    from stackforge.results import load_results
+    from stackforge.core.records import Tier
+    from stackforge.report.deadends import release_boundaries
+    from stackforge.results.store import load_results
 
     invoke, _, _ = bisect_cli
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--results", str(tmp_path / "results"), "--json")

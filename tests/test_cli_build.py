@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import stackforge.build
-import stackforge.docker_engine
+import stackforge.edges.docker_engine
 from stackforge.build import BuildRecord, BuildStatus, BuildSummary
 from stackforge.cli import cli
 
@@ -51,9 +51,9 @@ def captured(monkeypatch):
         return _summary(cells, seen["statuses"](len(cells)))
 
     monkeypatch.setattr(stackforge.build, "build_stacks", fake_build)
-    monkeypatch.setattr(stackforge.docker_engine, "connect", lambda: object())
-    monkeypatch.setattr(stackforge.docker_engine, "reap_orphans",
-                        lambda client: stackforge.docker_engine.Orphans((), ()))
+    monkeypatch.setattr(stackforge.edges.docker_engine, "connect", lambda: object())
+    monkeypatch.setattr(stackforge.edges.docker_engine, "reap_orphans",
+                        lambda client: stackforge.edges.docker_engine.Orphans((), ()))
     return seen
 
 
@@ -85,9 +85,9 @@ def test_build_rejects_a_malformed_label(captured, tmp_path):
 
 def _empty_and_full_shard(total: int) -> tuple[str, str]:
     """An empty and a non-empty shard K/N of the default matrix's kept stacks (the hash decides which)."""
-    from stackforge.data import resolve_matrix_path
-    from stackforge.plan import plan_file
-    from stackforge.shard import Shard, select
+    from stackforge.core.data import resolve_matrix_path
+    from stackforge.core.shard import Shard, select
+    from stackforge.plan.planner import plan_file
 
     kept = plan_file(resolve_matrix_path(None)).kept_stacks()
     sizes = {str(shard): len(select(kept, shard)) for shard in Shard.all_of(total)}
@@ -106,8 +106,8 @@ def test_build_on_an_empty_shard_exits_0_and_builds_nothing(captured, tmp_path):
 
 
 def test_build_with_no_kept_stack_at_all_still_exits_2(captured, tmp_path):
-    from stackforge.data import resolve_matrix_path
-    from stackforge.plan import plan_file
+    from stackforge.core.data import resolve_matrix_path
+    from stackforge.plan.planner import plan_file
 
     plan = plan_file(resolve_matrix_path(None))
     kept = set(plan.kept_stacks())

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
 from click.testing import CliRunner
-
 from matrix_fixtures import seed_workspace
+
 from stackforge.cli import cli
 
 

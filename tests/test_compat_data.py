@@ -561,7 +561,7 @@ def test_rule_says_how_the_wheels_check_it_or_why_they_cannot(rule: dict[str, An
 
 
 def test_witness_facts_are_those_the_loader_knows() -> None:
-    from stackforge.rules import METADATA_FACTS, WITNESS_FACTS
+    from stackforge.plan.rules import METADATA_FACTS, WITNESS_FACTS
 
     for _, rule in ALL_RULES:
         if "witness" in rule:

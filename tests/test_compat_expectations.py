@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.model import Flavour, Stack
-from stackforge.plan import evaluate_cell, load_knowledge
+from stackforge.core.model import Flavour, Stack
+from stackforge.plan.planner import evaluate_cell, load_knowledge
 
 COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
 

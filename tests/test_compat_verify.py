@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.errors import SpecError
-from stackforge.rules import load_rules, load_targets
-from stackforge.versions import parse_version
-from stackforge.wheels.model import CodeSite, Reading, ReadingStatus
+from stackforge.core.errors import SpecError
+from stackforge.core.versions import parse_version
+from stackforge.core.wheel_readings import CodeSite, Reading, ReadingStatus
+from stackforge.plan.rules import load_rules, load_targets
 from stackforge.wheels.verify import WitnessVerdict, bound_points, verify_rules
 
 SGLANG = ["0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.16"]
@@ -282,7 +282,7 @@ def test_a_witness_context_stands_in_for_the_targets_hardware(tmp_path):
 
 def test_a_witness_without_a_registered_reader_reads_undecided(tmp_path):
     """A fact the loader knows but no reader registers leaves the rule unwitnessed, not the run broken."""
-    from stackforge.wheels.model import ReadContext
+    from stackforge.core.wheel_readings import ReadContext
     from stackforge.wheels.readings import WheelReadings
 
     readings = WheelReadings(indexes=None, cache=None)  # no index or cache is touched before the reader

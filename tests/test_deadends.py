@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, record, seed_records
-from stackforge.deadends import find_dead_ends, render_deadends
-from stackforge.errors import SpecError
-from stackforge.plan import Plan
-from stackforge.report import build_matrix
+
+from stackforge.core.errors import SpecError
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import build_matrix
+from stackforge.report.deadends import find_dead_ends, render_deadends
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""stackforge.docker_engine against a real engine: timeouts, crashes, labels, cleanup, unreachable hosts."""
+"""stackforge.edges.docker_engine against a real engine: timeouts, crashes, labels, cleanup, unreachable hosts."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from _session import TEST_LABEL
 from _skips import skip_gpu_only
 
-from stackforge import docker_engine
-from stackforge.docker_engine import MANAGED_LABEL, RUN_LABEL, Bind
-from stackforge.errors import CommandError, DockerUnavailableError, HostError
+from stackforge.core.errors import CommandError, DockerUnavailableError, HostError
+from stackforge.edges import docker_engine
+from stackforge.edges.docker_engine import MANAGED_LABEL, RUN_LABEL, Bind
 
 
 def _containers_with(client: docker.DockerClient, label: str) -> list[object]:

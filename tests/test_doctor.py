@@ -14,11 +14,21 @@ from click.testing import CliRunner
 from test_gpu_assignment import MIXED_SMI, fake_smi
 
 from stackforge.cli import cli
-from stackforge.doctor import (BuildxFacts, CaFacts, DiskFacts, EngineFacts, HostFacts, IndexFacts, RegistryFacts,
-                               CheckStatus, build_report, runnable_targets)
-from stackforge.doctor_facts import pip_ca, pip_indexes
-from stackforge.pip_config import PipConfig, PipSetting, parse_pip_config_list
-from stackforge.model import Interconnect, Target
+from stackforge.core.model import Interconnect, Target
+from stackforge.doctor.checks import (
+    BuildxFacts,
+    CaFacts,
+    CheckStatus,
+    DiskFacts,
+    EngineFacts,
+    HostFacts,
+    IndexFacts,
+    RegistryFacts,
+    build_report,
+    runnable_targets,
+)
+from stackforge.doctor.facts import pip_ca, pip_indexes
+from stackforge.edges.pip_config import PipConfig, PipSetting, parse_pip_config_list
 from stackforge.probes.execute import HostGpu, HostGpus
 
 GIB = 1024 ** 3

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from stackforge.envelope import check_envelope
-from stackforge.errors import RecordError
+from stackforge.core.envelope import check_envelope
+from stackforge.core.errors import RecordError
 
 
 def _check(data: Any) -> int:

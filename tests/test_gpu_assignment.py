@@ -17,7 +17,8 @@ import pytest
 
 from stackforge.bench.catalog import catalog as bench_catalog
 from stackforge.bench.run import BenchOptions, gpus_for, unmet_precondition
-from stackforge.model import Interconnect, Stack, Target
+from stackforge.core.model import Interconnect, Stack, Target
+from stackforge.core.records import Status
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 from stackforge.probes.execute import (
     GpuAssignment,
@@ -28,7 +29,6 @@ from stackforge.probes.execute import (
     detect_host_gpus,
     run_locally,
 )
-from stackforge.records import Status
 
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
 RTX = Target(name="rtx-pro-6000-x8-pcie", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=2,

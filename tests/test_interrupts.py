@@ -44,11 +44,11 @@ import docker
 import pytest
 from _session import session_labels
 
-from stackforge import docker_engine, runner
-from stackforge.errors import ContainerStoppedByEngine, Terminated
-from stackforge.plan import plan_file
+from stackforge.core.errors import ContainerStoppedByEngine, Terminated
+from stackforge.core.records import ResultRecord
+from stackforge.edges import docker_engine, runner
+from stackforge.plan.planner import plan_file
 from stackforge.probes.campaign import STACK_ID_LABEL
-from stackforge.records import ResultRecord
 
 MATRIX = """\
 schema: 1
@@ -394,7 +394,7 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
     at once (not when the job ends by itself), with the job's process stopped and no record."""
     from _build_helpers import small_cell
 
-    from stackforge.model import Interconnect, Target
+    from stackforge.core.model import Interconnect, Target
     from stackforge.probes.campaign import ProbeJob, run_jobs
     from stackforge.probes.catalog import ProbeSpec
     from stackforge.probes.jobs import HostGpus
@@ -579,5 +579,5 @@ def test_engine_stopping_mid_probe_exits_3_and_the_next_run_reaps(own_engine, ma
 
 
 def docker_engine_base(client: docker.DockerClient) -> str:
-    from stackforge.bootstrap import DEFAULT_REF
+    from stackforge.edges.bootstrap import DEFAULT_REF
     return client.images.get(DEFAULT_REF).id

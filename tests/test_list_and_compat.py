@@ -10,11 +10,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.textfit import fit_table
-from stackforge.plan import load_knowledge
+from stackforge.core.textfit import fit_table
+from stackforge.plan.planner import load_knowledge
+from stackforge.plan.rules import FEATURES
+from stackforge.plan.user_compat import load_about
 from stackforge.probes.catalog import catalog
-from stackforge.rules import FEATURES
-from stackforge.user_compat import load_about
 
 COMPAT = Path(__file__).resolve().parents[1] / "compat"
 
@@ -229,7 +229,7 @@ def test_deadends_plans_with_the_user_compat_data(tmp_path):
     """The report commands (matrix, deadends, pick) plan through the same overlay as `plan`."""
     from matrix_fixtures import record
 
-    from stackforge.results import finish_run, start_run, write_record
+    from stackforge.results.store import finish_run, start_run, write_record
 
     stack_id = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
     run_dir = start_run(tmp_path / "results", command=["stackforge", "probe"], run_id="20261130T000000Z-lab")

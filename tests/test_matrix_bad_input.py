@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.errors import SpecError, UnsafeValueError
-from stackforge.matrix import load_matrix
+from stackforge.core.errors import SpecError, UnsafeValueError
+from stackforge.plan.matrix_file import load_matrix
 
 GOOD = """\
 schema: 1

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, record, seed_records, seed_workspace
+
 from stackforge.cli import cli
-from stackforge.records import RESULT_SCHEMA_VERSION
-from stackforge.results import load_results, start_run, write_record
+from stackforge.core.records import RESULT_SCHEMA_VERSION
+from stackforge.results.store import load_results, start_run, write_record
 
 
 @pytest.fixture

@@ -14,19 +14,25 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from matrix_fixtures import TARGET, plan_dict, seed_records
-from stackforge.deadends import find_dead_ends
-from stackforge.errors import NothingQualifiesError
-from stackforge.model import Interconnect, Target
-from stackforge.records import ResultRecord, Status
-from stackforge.plan import Plan
-from stackforge.report import CellStatus, CellSource, build_matrix, decide_cell, render_json
-from stackforge.pick import pick
-from stackforge.results import load_results, start_run, write_record
+
+from stackforge.core.errors import NothingQualifiesError
+from stackforge.core.model import Interconnect, Target
+from stackforge.core.records import ResultRecord, Status
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import (
+    CellSource,
+    CellStatus,
+    build_matrix,
+    decide_cell,
+    render_matrix_json,
+)
+from stackforge.report.deadends import find_dead_ends
+from stackforge.report.pick import pick
+from stackforge.results.store import load_results, start_run, write_record
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "stackforge" / "probes" / "scripts"
-# The gate probes that exist today and the feature each decides (FEATURES of stackforge.rules).
+# The gate probes that exist today and the feature each decides (FEATURES of stackforge.plan.rules).
 GATE_PROBES = (("torch_arch.py", "torch-kernels"), ("nvcc_codegen.py", "nvcc-codegen"),
                ("flashinfer_gates.py", "flashinfer-jit"))
 
@@ -43,7 +49,7 @@ def assert_consistent(records: list[ResultRecord], plan: Plan, target: str) -> N
 def _matrix_reflects_records(report, records) -> None:
     placed = [r for _, cell in report.cells() for r in cell.records]
     assert sorted(r.key for r in placed) == sorted(r.key for r in records)          # each record, exactly once
-    json_rows = {row["stack_id"]: row for row in json.loads(render_json(report))["rows"]}
+    json_rows = {row["stack_id"]: row for row in json.loads(render_matrix_json(report))["rows"]}
     for row, cell in report.cells():
         mine = [r for r in records if r.stack_id == row.stack_id and r.feature == cell.feature]
         again = decide_cell(cell.feature, mine, cell.prediction, row.pruned_by)
@@ -117,9 +123,8 @@ def test_seed_records_without_a_plan_are_consistent():
 
 
 def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
-    from stackforge.probes.execute import HostGpus, ProbeContext, run_locally
-
     from stackforge.probes.catalog import ProbeSpec
+    from stackforge.probes.execute import HostGpus, ProbeContext, run_locally
 
     specs = [ProbeSpec(id=script.removesuffix(".py").replace("_", "-"), feature=feature, tier="gate", script=script,
                        description=f"{script} as a gate probe", default_timeout_s=180)
@@ -147,8 +152,8 @@ def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
 
 def test_real_probe_runs_are_consistent(tmp_path):
     """Real gate probes for the default matrix's kept stacks, on sm_120 and on a V100 (sm_70) profile."""
-    from stackforge.data import default_matrix_path
-    from stackforge.plan import Plan, plan_file
+    from stackforge.core.data import default_matrix_path
+    from stackforge.plan.planner import Plan, plan_file
 
     plan_obj = plan_file(default_matrix_path())
     plan = Plan.from_json(json.loads(json.dumps(plan_obj.to_json())))

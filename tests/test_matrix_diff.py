@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from matrix_fixtures import CU128, CU131, TARGET, plan_dict, record, seed_records
-from stackforge.diff import (MetricStats, diff_snapshots, load_snapshot, metric_stats, render_diff,
-                             snapshot_from_matrix_json, snapshot_from_records)
-from stackforge.errors import RecordError
-from stackforge.plan import Plan
-from stackforge.report import build_matrix, render_json
-from stackforge.results import start_run, write_record
+
+from stackforge.core.errors import RecordError
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import build_matrix, render_matrix_json
+from stackforge.report.diff import (
+    MetricStats,
+    diff_snapshots,
+    load_snapshot,
+    metric_stats,
+    render_diff,
+    snapshot_from_matrix_json,
+    snapshot_from_records,
+)
+from stackforge.results.store import start_run, write_record
 
 
 def bench(stack, probe, metrics, status="pass", run_id="a", feature=None):
@@ -46,7 +53,7 @@ def test_exactly_one_status_flip_and_one_metric_beyond_noise():
 
 
 def test_noise_rule():
-    from stackforge.diff import _significant
+    from stackforge.report.diff import _significant
 
     tight = MetricStats(100.0, 99.5, 100.5, 1.0)
     assert _significant(tight, MetricStats(103.0, 102.6, 103.4, 0.8))[0]              # disjoint, 3 % > 2 %
@@ -95,8 +102,8 @@ def test_appearing_and_disappearing_cells_are_reported():
 
 def test_matrix_json_and_run_folders_diff_the_same(tmp_path):
     plan = Plan.from_json(plan_dict())
-    (tmp_path / "a.json").write_text(render_json(build_matrix(RUN_A, plan, TARGET)))
-    (tmp_path / "b.json").write_text(render_json(build_matrix(RUN_B, plan, TARGET)))
+    (tmp_path / "a.json").write_text(render_matrix_json(build_matrix(RUN_A, plan, TARGET)))
+    (tmp_path / "b.json").write_text(render_matrix_json(build_matrix(RUN_B, plan, TARGET)))
     from_json = diff_snapshots(load_snapshot(tmp_path / "a.json"), load_snapshot(tmp_path / "b.json"))
     for name, records in (("ra", RUN_A), ("rb", RUN_B)):
         run_dir = start_run(tmp_path / name, command=["t"], run_id=name)

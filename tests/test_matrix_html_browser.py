@@ -13,12 +13,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-
 from _browser import ARTIFACTS, chromium, dump_dom, require_chromium
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, seed_records
-from stackforge.plan import Plan
-from stackforge.report import build_matrix
-from stackforge.report_html import render_html
+
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import build_matrix
+from stackforge.report.compat_matrix_html import render_matrix_html
 
 pytestmark = pytest.mark.browser
 
@@ -30,7 +30,7 @@ def page(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("html") / "matrix.html"
     report = build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET,
                         runs=("20260301T020000Z-aaaaaa",))
-    path.write_text(render_html(report), encoding="utf-8")
+    path.write_text(render_matrix_html(report), encoding="utf-8")
     return path
 
 

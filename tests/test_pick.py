@@ -5,12 +5,21 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from matrix_fixtures import (
+    CU128,
+    CU130,
+    CU131,
+    DIGESTS,
+    TARGET,
+    plan_dict,
+    record,
+    seed_records,
+    serve_metrics,
+)
 
-from stackforge.plan import Plan
-
-from matrix_fixtures import CU128, CU130, CU131, DIGESTS, TARGET, plan_dict, record, seed_records, serve_metrics
-from stackforge.errors import NothingQualifiesError, SpecError
-from stackforge.pick import EXIT_GATE_ONLY, EXIT_PICKED, evaluate_candidates, pick, pick_to_json
+from stackforge.core.errors import NothingQualifiesError, SpecError
+from stackforge.plan.planner import Plan
+from stackforge.report.pick import EXIT_GATE_ONLY, EXIT_PICKED, evaluate_candidates, pick, pick_to_json
 
 
 @pytest.fixture

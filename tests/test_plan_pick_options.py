@@ -9,13 +9,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from matrix_fixtures import CU128, CU131, DIGESTS, TARGET, plan_dict, record, seed_records, seed_workspace
+
 from stackforge.cli import cli
-from stackforge.data import resolve_matrix_path
-from stackforge.errors import NothingQualifiesError
-from stackforge.pick import pick
-from stackforge.plan import Plan, plan_file
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.errors import NothingQualifiesError
+from stackforge.plan.planner import Plan, plan_file
+from stackforge.report.pick import pick
 
 WHEELS_131 = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
 
@@ -61,7 +61,7 @@ def test_pick_with_the_help_example_driver_does_not_block_cuda_13_1():
 
 
 def test_driver_floor_is_data_with_a_source():
-    from stackforge.derive import load_tables
+    from stackforge.plan.derive import load_tables
     tables = load_tables()
     assert tables.cuda_driver_floor["13"] == "580" and tables.cuda_driver_floor["12"] == "525"
     assert "minor-version-compatibility" in tables.sources["cuda_driver_floor"][0].url
@@ -102,7 +102,7 @@ def test_pick_respects_the_plan_it_is_given(workspace):
 
 
 def test_scope_without_plan_keeps_measured_stacks():
-    from stackforge.pick import Scope
+    from stackforge.report.pick import Scope
     chosen = pick(seed_records(), Plan.empty(), TARGET, scope=Scope(plan_only=False))
     assert chosen.candidate.stack_id == CU131
 

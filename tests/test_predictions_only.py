@@ -11,8 +11,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from matrix_fixtures import CU128, CU130, CU131, TARGET, plan_dict
+
 from stackforge.cli import cli
 
 SAYS = "predictions only — no probe results"

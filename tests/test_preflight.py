@@ -13,11 +13,20 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.preflight import (Availability, IndexConfig, IndexSource, Wanted, check_package, classify_files,
-                                  find_package, index_config, run_preflight)
-from stackforge.pip_config import parse_pip_config_list
-from stackforge.plan import load_knowledge, plan_matrix
-from stackforge.matrix import load_matrix
+from stackforge.edges.pip_config import parse_pip_config_list
+from stackforge.plan.matrix_file import load_matrix
+from stackforge.plan.planner import load_knowledge, plan_matrix
+from stackforge.plan.preflight import (
+    Availability,
+    IndexConfig,
+    IndexSource,
+    Wanted,
+    check_package,
+    classify_files,
+    find_package,
+    index_config,
+    run_preflight,
+)
 
 COMPAT = Path(__file__).parent / "data" / "compat_min"
 FILES = {
@@ -296,7 +305,7 @@ def test_index_credentials_are_never_shown_nor_stored(preflight_cli, tmp_path, m
 
 
 def test_redact_urls_removes_credentials_from_exception_text():
-    from stackforge.pip_config import redact_urls, without_credentials
+    from stackforge.edges.pip_config import redact_urls, without_credentials
     assert without_credentials("https://u:p@host/simple") == "https://host/simple"
     text = "401 Client Error: Unauthorized for url: https://u:tok@host/simple/pip/"
     assert redact_urls(text, ["https://u:tok@host/simple"]) == \
@@ -314,7 +323,8 @@ def test_a_multi_line_setting_is_unescaped():
 
 def test_a_multi_line_setting_read_from_a_real_pip(tmp_path, monkeypatch):
     import sys
-    from stackforge.pip_config import read_pip_config
+
+    from stackforge.edges.pip_config import read_pip_config
     for name in [n for n in os.environ if n.startswith("PIP_")]:
         monkeypatch.delenv(name)
     conf = tmp_path / "pip.conf"

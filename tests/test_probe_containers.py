@@ -15,14 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
-from stackforge.docker_engine import MANAGED_LABEL
-from stackforge.model import Interconnect, Target
+
+from stackforge.core.model import Interconnect, Target
+from stackforge.core.records import Status
+from stackforge.edges.docker_engine import MANAGED_LABEL
 from stackforge.probes.campaign import ProbeJob, run_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
 from stackforge.probes.execute import HostGpus, ImageRef, ProbeContext, run_in_container
-from stackforge.records import Status
 
 pytestmark = [pytest.mark.docker]
 
@@ -87,7 +87,7 @@ def test_runtime_probes_skip_without_a_gpu(docker_client, base_image):
 def two_fi_images(docker_client, base_image, tmp_path_factory):
     """Two small real images that differ in FlashInfer (0.6.6 vs 0.7.2), built with BuildKit."""
     from stackforge.build import Builder, BuildOptions, build_stacks
-    from stackforge.docker_engine import buildx_available, remove_labelled
+    from stackforge.edges.docker_engine import buildx_available, remove_labelled
     if not buildx_available():
         pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
     if not Path(WHEELHOUSE).is_dir():

@@ -14,8 +14,8 @@ import shutil
 import signal
 import struct
 import subprocess
-import textwrap
 import sys
+import textwrap
 from pathlib import Path
 
 import _probe_venvs as venvs
@@ -1084,7 +1084,7 @@ def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
 def test_ep_a2a_without_deepep_is_a_skip_that_names_torchs_result():
     ep = ep_module()
     sf = ep.sf
-    torch_verdict = sf.Verdict("pass", "x: 20 (token, expert) rows exact", "log")
+    torch_verdict = sf.ProbeVerdict("pass", "x: 20 (token, expert) rows exact", "log")
     absent = {"deepep": "absent: no deep_ep module and no deep-ep/sgl-deep-ep/sgl-deep-ep-v25 distribution"}
     verdict = ep.sglang_backend_verdict(torch_verdict, absent, 4)
     assert verdict.status == "skip"

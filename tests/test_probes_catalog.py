@@ -10,7 +10,7 @@ import subprocess
 import _probe_venvs as venvs
 import pytest
 
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
 from stackforge.probes.catalog import (
     SCRIPTS_DIR,
     Preconditions,
@@ -108,8 +108,8 @@ def test_a_script_may_say_undecided_and_the_runner_keeps_it():
     print; the runner records it as such, with the script's reason and evidence."""
     import sys
 
+    from stackforge.core.records import Status
     from stackforge.probes.execute import outcome_from_ending
-    from stackforge.records import Status
 
     sys.path.insert(0, str(SCRIPTS_DIR))
     try:

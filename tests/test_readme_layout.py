@@ -37,3 +37,19 @@ def test_every_path_the_layout_names_exists() -> None:
     named = set(re.findall(r"`(stackforge/[\w/.]+)`", layout_section()))
     absent = sorted(p for p in named if not (ROOT / p).exists())
     assert not absent, f"README names paths that are not in the tree: {absent}"
+
+
+def test_the_top_level_holds_stage_folders_only() -> None:
+    """Each stage is a folder; no module sits beside them at the top of the package."""
+    modules = sorted(p.name for p in (ROOT / "stackforge").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not modules, f"move into the folder of their stage: {modules}"
+
+
+def test_the_layout_table_lists_the_folders_in_import_order() -> None:
+    """The table reads bottom to top in the layer order that tests/test_import_graph.py enforces."""
+    from test_import_graph import LAYERS
+
+    layer_folders = [prefixes[0].split(".")[1] for _, prefixes in LAYERS[1:]]
+    table_folders = [f for f in re.findall(r"^\| `stackforge/(\w+)/` \|", layout_section(), re.M)
+                     if f != "schemas"]
+    assert table_folders == ["core", *layer_folders], (table_folders, layer_folders)

@@ -1,4 +1,4 @@
-"""Tests for stackforge.registry: reference parsing and cache flags (pure), and a real push/pull
+"""Tests for stackforge.edges.registry: reference parsing and cache flags (pure), and a real push/pull
 round trip through a local registry (Debian's docker-registry on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from registry_fixture import LocalRegistry, free_loopback_port, local_registry  # noqa: F401
 
-from stackforge import registry, runner
-from stackforge.errors import CommandError, SpecError, UnsafeValueError
-from stackforge.registry import Repository
+from stackforge.core.errors import CommandError, SpecError, UnsafeValueError
+from stackforge.edges import registry, runner
+from stackforge.edges.registry import Repository
 
 DIGEST_A = "sha256:" + "a" * 64
 

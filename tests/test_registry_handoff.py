@@ -8,18 +8,17 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _build_helpers import small_cell
+from _session import session_labels
 from registry_fixture import LocalRegistry, local_registry  # noqa: F401  (fixture by name)
 
-from _session import session_labels
-from stackforge import registry, runner
 from stackforge.build.records import BuildRecord, BuildStatus, write_record
-from stackforge.model import Interconnect, Target
+from stackforge.core.model import Interconnect, Target
+from stackforge.core.records import Status
+from stackforge.edges import registry, runner
 from stackforge.probes.campaign import ProbeJob, run_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 from stackforge.probes.execute import HostGpus
-from stackforge.records import Status
-
-from _build_helpers import small_cell
 
 pytestmark = [pytest.mark.docker]
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
@@ -42,9 +41,9 @@ def test_probe_by_digest_from_build_records(docker_client, base_image, local_reg
 
     stack, derived = small_cell()
     out = tmp_path / "build-out"
-    write_record(BuildRecord(stack_id=stack.id, stack=stack.to_json(), derived=derived.to_json(),
-                             status=BuildStatus.BUILT, image_tag=pushed.tagged, image_id=image_id,
-                             repo_digest=pushed.ref), out)
+    write_record(out, BuildRecord(stack_id=stack.id, stack=stack.to_json(), derived=derived.to_json(),
+                                  status=BuildStatus.BUILT, image_tag=pushed.tagged, image_id=image_id,
+                                  repo_digest=pushed.ref))
     docker_client.images.remove(image_id, force=True)          # gone here: the probe must pull it
     assert not docker_client.images.list(filters={"label": f"io.stackforge.test.handoff={unique}"})
 

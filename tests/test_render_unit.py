@@ -1,4 +1,4 @@
-"""stackforge.render: pure rendering of one stack's Dockerfile (no Docker)."""
+"""stackforge.compose.dockerfile: pure rendering of one stack's Dockerfile (no Docker)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from _build_helpers import derived_by_hand, devel_stack, small_cell, wheels_stack
-from stackforge import runner
-from stackforge.errors import SpecError, UnsafeValueError
-from stackforge.model import Flavour
-from stackforge.plan import plan_file
-from stackforge.data import default_matrix_path
-from stackforge.render import (RenderOptions, guard_value, image_repository, render_stack, write_context)
+
+from stackforge.compose.dockerfile import (
+    ComposeOptions,
+    compose_stack,
+    guard_value,
+    image_repository,
+    write_context,
+)
+from stackforge.core.data import default_matrix_path
+from stackforge.core.errors import SpecError, UnsafeValueError
+from stackforge.core.model import Flavour
+from stackforge.edges import runner
+from stackforge.plan.planner import plan_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,37 +56,37 @@ def prefix_before(dockerfile: str, heading: str) -> str:
 
 
 def test_layers_come_in_sharing_order():
-    text = render_stack(devel_stack(), derived_by_hand()).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand()).dockerfile
     order = [text.index(f"# ---- {h}") for h in ("base", "Python", "torch", "FlashInfer", "sglang-kernel",
                                                  "SGLang", "metadata")]
     assert order == sorted(order)
 
 
 def test_stacks_differing_only_in_flashinfer_share_every_earlier_layer():
-    first = render_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand()).dockerfile
-    second = render_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand()).dockerfile
+    first = compose_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand()).dockerfile
+    second = compose_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand()).dockerfile
     assert prefix_before(first, "FlashInfer") == prefix_before(second, "FlashInfer")
     assert layer_text(first, "FlashInfer") != layer_text(second, "FlashInfer")
 
 
 def test_stacks_differing_only_in_sglang_share_torch_and_flashinfer_layers():
-    first = render_stack(devel_stack(sglang="0.5.23"), derived_by_hand()).dockerfile
-    second = render_stack(devel_stack(sglang="0.5.22"), derived_by_hand()).dockerfile
+    first = compose_stack(devel_stack(sglang="0.5.23"), derived_by_hand()).dockerfile
+    second = compose_stack(devel_stack(sglang="0.5.22"), derived_by_hand()).dockerfile
     assert prefix_before(first, "SGLang") == prefix_before(second, "SGLang")
 
 
 def test_content_hash_and_tag_follow_the_rendered_text():
     stack = devel_stack()
-    one = render_stack(stack, derived_by_hand())
-    again = render_stack(stack, derived_by_hand())
-    other = render_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand())
+    one = compose_stack(stack, derived_by_hand())
+    again = compose_stack(stack, derived_by_hand())
+    other = compose_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand())
     assert one.content_hash == again.content_hash and len(one.content_hash) == 64
     assert one.tag == f"stackforge/{stack.id}:{one.content_hash[:12]}"
     assert other.content_hash != one.content_hash
 
 
 def test_every_version_is_pinned_with_double_equals():
-    text = render_stack(devel_stack(flashinfer_addons=("cubin", "jit-cache")), derived_by_hand()).dockerfile
+    text = compose_stack(devel_stack(flashinfer_addons=("cubin", "jit-cache")), derived_by_hand()).dockerfile
     requirements = re.findall(r'^\s+"([^"]+)"', text, flags=re.MULTILINE)
     assert requirements, "no requirement lines found"
     assert all("==" in r for r in requirements), requirements
@@ -90,7 +96,7 @@ def test_every_version_is_pinned_with_double_equals():
 
 
 def test_torch_from_its_index_is_pinned_to_the_variant_and_held():
-    rendered = render_stack(devel_stack(), derived_by_hand())
+    rendered = compose_stack(devel_stack(), derived_by_hand())
     torch = layer_text(rendered.dockerfile, "torch")
     assert "--index-url https://download.pytorch.org/whl/cu130" in torch
     assert '"torch==2.14.1+cu130"' in torch
@@ -100,14 +106,14 @@ def test_torch_from_its_index_is_pinned_to_the_variant_and_held():
 
 
 def test_torch_from_pypi_when_pypi_default_is_the_wanted_variant():
-    rendered = render_stack(devel_stack(), derived_by_hand(torch_index_url=None))
+    rendered = compose_stack(devel_stack(), derived_by_hand(torch_index_url=None))
     torch = layer_text(rendered.dockerfile, "torch")
     assert "--index-url" not in torch and '"torch==2.14.1"' in torch
     assert rendered.label("io.stackforge.torch.index") == "pypi"
 
 
 def test_a_wheelhouse_replaces_the_torch_index():
-    rendered = render_stack(devel_stack(), derived_by_hand(), RenderOptions(wheelhouse=True))
+    rendered = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(wheelhouse=True))
     torch = layer_text(rendered.dockerfile, "torch")
     assert "--find-links /stackforge/wheelhouse" in torch and "download.pytorch.org" not in torch
     assert "--mount=type=bind,from=wheelhouse,target=/stackforge/wheelhouse" in torch
@@ -115,8 +121,8 @@ def test_a_wheelhouse_replaces_the_torch_index():
 
 
 def test_without_named_contexts_buildkit_gets_the_wheelhouse_over_http():
-    rendered = render_stack(devel_stack(), derived_by_hand(),
-                            RenderOptions(wheelhouse=True, wheelhouse_mount=False, ca_bundle=True))
+    rendered = compose_stack(devel_stack(), derived_by_hand(),
+                            ComposeOptions(wheelhouse=True, wheelhouse_mount=False, ca_bundle=True))
     torch = layer_text(rendered.dockerfile, "torch")
     assert "--find-links http://127.0.0.1:38751/wheelhouse/" in torch and "type=bind" not in torch
     assert "FROM scratch AS wheelhouse" not in rendered.dockerfile
@@ -125,7 +131,7 @@ def test_without_named_contexts_buildkit_gets_the_wheelhouse_over_http():
 
 def test_flashinfer_addons_are_pinned_to_the_same_version_and_held_without_extras():
     stack = devel_stack(flashinfer_addons=("cubin", "jit-cache"))
-    layer = layer_text(render_stack(stack, derived_by_hand()).dockerfile, "FlashInfer")
+    layer = layer_text(compose_stack(stack, derived_by_hand()).dockerfile, "FlashInfer")
     assert '"flashinfer-python[cu13]==0.7.2"' in layer
     assert '"flashinfer-cubin==0.7.2"' in layer and '"flashinfer-jit-cache==0.7.2"' in layer
     assert "--extra-index-url https://flashinfer.ai/whl/cu130" in layer
@@ -136,16 +142,16 @@ def test_flashinfer_addons_are_pinned_to_the_same_version_and_held_without_extra
 
 def test_kernel_package_without_version_is_refused():
     with pytest.raises(SpecError, match="no version"):
-        render_stack(devel_stack(), derived_by_hand(kernel_version=None))
+        compose_stack(devel_stack(), derived_by_hand(kernel_version=None))
 
 
 def test_no_kernel_package_renders_no_kernel_install():
-    text = render_stack(devel_stack(), derived_by_hand(kernel_package=None, kernel_version=None)).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand(kernel_package=None, kernel_version=None)).dockerfile
     assert "kernel: no separate kernel package" in text and "sglang-kernel" not in text
 
 
 def test_no_deps_is_rendered_and_labelled():
-    rendered = render_stack(devel_stack(), derived_by_hand(), RenderOptions(no_deps=frozenset({"sglang"})))
+    rendered = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(no_deps=frozenset({"sglang"})))
     assert "--no-deps" in layer_text(rendered.dockerfile, "SGLang")
     assert "--no-deps" not in layer_text(rendered.dockerfile, "FlashInfer")
     assert rendered.label("io.stackforge.no-deps") == "sglang"
@@ -155,19 +161,19 @@ def test_no_deps_is_rendered_and_labelled():
 
 
 def test_devel_flavour_installs_the_os_python_from_apt():
-    text = render_stack(devel_stack(), derived_by_hand()).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand()).dockerfile
     assert "FROM nvidia/cuda:13.1.0-devel-ubuntu24.04" in text
     assert "python3.12 python3.12-venv python3.12-dev" in text and "deadsnakes" not in text
 
 
 def test_other_python_on_ubuntu_comes_from_deadsnakes():
-    text = render_stack(devel_stack(python="3.11"), derived_by_hand()).dockerfile
+    text = compose_stack(devel_stack(python="3.11"), derived_by_hand()).dockerfile
     assert "ppa:deadsnakes/ppa" in text and "python3.11-venv" in text
 
 
 def test_runtime_flavour_is_labelled_runtime_only():
     stack = devel_stack(flavour=Flavour.RUNTIME)
-    rendered = render_stack(stack, derived_by_hand(base_image="nvidia/cuda:13.1.0-runtime-ubuntu24.04",
+    rendered = compose_stack(stack, derived_by_hand(base_image="nvidia/cuda:13.1.0-runtime-ubuntu24.04",
                                                    has_nvcc=False))
     assert rendered.label("io.stackforge.runtime-only") == "true"
     assert rendered.label("io.stackforge.has-nvcc") == "false"
@@ -177,7 +183,7 @@ def test_wheels_13_puts_the_toolkit_in_its_own_prefix_pinned_together():
     pins = {"nvidia-cuda-nvcc": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia-cuda-crt": "13.0.88",
             "nvidia-cuda-cccl": "13.0.85", "nvidia-cuda-runtime": "13.0.96"}
     derived = derived_by_hand(base_image="python:3.11-slim-bookworm", base_python="3.11", toolkit_wheels=pins)
-    rendered = render_stack(wheels_stack("13.0"), derived)
+    rendered = compose_stack(wheels_stack("13.0"), derived)
     toolkit = layer_text(rendered.dockerfile, "CUDA 13.0 toolkit")
     for package, version in pins.items():
         assert f'"{package}=={version}"' in toolkit
@@ -198,7 +204,7 @@ def test_wheels_12_has_no_nvcc_and_says_runtime_only():
     pins = {"nvidia-cuda-nvcc-cu12": "12.8.93", "nvidia-cuda-runtime-cu12": "12.8.90"}
     derived = derived_by_hand(base_image="python:3.11-slim-bookworm", base_python="3.11", toolkit_wheels=pins,
                               has_nvcc=False, torch_variant="cu128", torch_cuda="12.8")
-    rendered = render_stack(wheels_stack("12.8"), derived)
+    rendered = compose_stack(wheels_stack("12.8"), derived)
     assert "CUDA_HOME" not in rendered.dockerfile
     assert "runtime-only" in rendered.dockerfile
     assert rendered.label("io.stackforge.runtime-only") == "true"
@@ -207,12 +213,12 @@ def test_wheels_12_has_no_nvcc_and_says_runtime_only():
 def test_wheels_flavour_without_toolkit_pins_is_refused():
     derived = derived_by_hand(base_image="python:3.11-slim-bookworm", base_python="3.11", toolkit_wheels={})
     with pytest.raises(SpecError, match="toolkit wheel pins"):
-        render_stack(wheels_stack(), derived)
+        compose_stack(wheels_stack(), derived)
 
 
 def test_base_override_is_used_and_the_requested_base_still_recorded():
     stack, derived = small_cell()
-    rendered = render_stack(stack, derived, RenderOptions(base_image="stackforge/debian:bookworm"))
+    rendered = compose_stack(stack, derived, ComposeOptions(base_image="stackforge/debian:bookworm"))
     assert "FROM stackforge/debian:bookworm\n" in rendered.dockerfile
     assert rendered.base_requested == "python:3.11-slim-bookworm"
     assert rendered.label("io.stackforge.base.requested") == "python:3.11-slim-bookworm"
@@ -223,7 +229,7 @@ def test_base_override_is_used_and_the_requested_base_still_recorded():
 
 
 def test_buildkit_mounts_the_ca_as_a_secret_and_the_pip_cache():
-    text = render_stack(devel_stack(), derived_by_hand(), RenderOptions(ca_bundle=True)).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(ca_bundle=True)).dockerfile
     pip_runs = [run for run in run_instructions(text) if "pip install" in run]
     assert len(pip_runs) == 4   # torch, FlashInfer, kernel, SGLang
     for block in pip_runs:
@@ -232,8 +238,8 @@ def test_buildkit_mounts_the_ca_as_a_secret_and_the_pip_cache():
 
 
 def test_classic_has_no_mounts_and_deletes_the_ca_in_the_same_run():
-    text = render_stack(devel_stack(), derived_by_hand(),
-                        RenderOptions(buildkit=False, ca_bundle=True, wheelhouse=True)).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand(),
+                        ComposeOptions(buildkit=False, ca_bundle=True, wheelhouse=True)).dockerfile
     assert "--mount" not in text and "FROM scratch AS wheelhouse" not in text
     pip_runs = [run for run in run_instructions(text) if "pip install" in run]
     assert len(pip_runs) == 4
@@ -246,20 +252,20 @@ def test_classic_has_no_mounts_and_deletes_the_ca_in_the_same_run():
 
 def test_without_a_ca_bundle_nothing_about_it_is_rendered():
     for buildkit in (True, False):
-        text = render_stack(devel_stack(), derived_by_hand(), RenderOptions(buildkit=buildkit)).dockerfile
+        text = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(buildkit=buildkit)).dockerfile
         assert "PIP_CERT" not in text and "secret" not in text and "ca.pem" not in text
 
 
 def test_index_url_with_credentials_is_refused():
     with pytest.raises(SpecError, match="credentials"):
-        render_stack(devel_stack(), derived_by_hand(),
-                     RenderOptions(index_url="https://user:hunter2@pypi.example.com/simple"))
+        compose_stack(devel_stack(), derived_by_hand(),
+                     ComposeOptions(index_url="https://user:hunter2@pypi.example.com/simple"))
 
 
 def test_index_urls_are_rendered_on_every_non_torch_step():
-    options = RenderOptions(index_url="https://mirror.example.com/simple",
+    options = ComposeOptions(index_url="https://mirror.example.com/simple",
                             extra_index_urls=("https://extra.example.com/simple",))
-    text = render_stack(devel_stack(), derived_by_hand(), options).dockerfile
+    text = compose_stack(devel_stack(), derived_by_hand(), options).dockerfile
     for heading in ("FlashInfer", "sglang-kernel", "SGLang"):
         layer = layer_text(text, heading)
         assert "--index-url https://mirror.example.com/simple" in layer
@@ -289,20 +295,20 @@ def test_hostile_stack_values_never_reach_the_dockerfile(field, value):
     # stacks built in code (a Stack is a plain dataclass and does not validate itself).
     stack = dataclasses.replace(devel_stack(), **{field: value})
     with pytest.raises((UnsafeValueError, SpecError)):
-        render_stack(stack, derived_by_hand())
+        compose_stack(stack, derived_by_hand())
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 @pytest.mark.parametrize("field", ["base_image", "torch_index_url", "kernel_version", "torch_variant"])
 def test_hostile_derived_values_never_reach_the_dockerfile(field, value):
     with pytest.raises((UnsafeValueError, SpecError)):
-        render_stack(devel_stack(), derived_by_hand(**{field: value}))
+        compose_stack(devel_stack(), derived_by_hand(**{field: value}))
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_base_image_override_is_refused(value):
     with pytest.raises(UnsafeValueError):
-        render_stack(devel_stack(), derived_by_hand(), RenderOptions(base_image=value))
+        compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(base_image=value))
 
 
 def test_guard_accepts_plain_values():
@@ -328,7 +334,7 @@ def test_image_repository_is_a_valid_docker_name():
 
 
 def test_write_context_writes_dockerfile_and_stack_json(tmp_path):
-    rendered = render_stack(devel_stack(), derived_by_hand())
+    rendered = compose_stack(devel_stack(), derived_by_hand())
     dockerfile = write_context(rendered, tmp_path / "ctx")
     assert dockerfile.read_text() == rendered.dockerfile
     assert (tmp_path / "ctx" / "stack.json").read_text() == rendered.files["stack.json"]
@@ -343,8 +349,9 @@ def test_every_kept_stack_of_the_default_matrix_renders_and_lints(tmp_path):
     assert plan.kept_stacks()
     for stack in plan.kept_stacks():
         derived = plan.cells_for(stack)[0].derived
-        for options in (RenderOptions(ca_bundle=True, wheelhouse=True), RenderOptions(buildkit=False, ca_bundle=True)):
-            rendered = render_stack(stack, derived, options)
+        for options in (ComposeOptions(ca_bundle=True, wheelhouse=True),
+                        ComposeOptions(buildkit=False, ca_bundle=True)):
+            rendered = compose_stack(stack, derived, options)
             path = tmp_path / f"{stack.id}-{options.buildkit}.Dockerfile"
             path.write_text(rendered.dockerfile)
             if not Path(hadolint).exists():
@@ -363,8 +370,8 @@ FI_DECLARED = ("apache-tvm-ffi!=0.1.8,<0.2,>=0.1.6", "torch", "numpy",
 
 
 def test_declared_dependencies_get_their_own_layer_before_the_package():
-    options = RenderOptions(declared=(("flashinfer", FI_DECLARED),))
-    rendered = render_stack(devel_stack(), derived_by_hand(), options)
+    options = ComposeOptions(declared=(("flashinfer", FI_DECLARED),))
+    rendered = compose_stack(devel_stack(), derived_by_hand(), options)
     deps = layer_text(rendered.dockerfile, "FlashInfer dependencies")
     assert "COPY requires/flashinfer.txt /opt/stackforge/requires/flashinfer.txt" in deps
     assert "-r /opt/stackforge/requires/flashinfer.txt" in deps
@@ -376,26 +383,26 @@ def test_declared_dependencies_get_their_own_layer_before_the_package():
 
 
 def test_releases_declaring_the_same_dependencies_share_the_dependency_layer():
-    options = RenderOptions(declared=(("flashinfer", FI_DECLARED),))
-    first = render_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand(), options)
-    second = render_stack(devel_stack(flashinfer="0.7.1"),
-                          derived_by_hand(), RenderOptions(declared=(("flashinfer", tuple(reversed(FI_DECLARED))),)))
+    options = ComposeOptions(declared=(("flashinfer", FI_DECLARED),))
+    first = compose_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand(), options)
+    second = compose_stack(devel_stack(flashinfer="0.7.1"),
+                          derived_by_hand(), ComposeOptions(declared=(("flashinfer", tuple(reversed(FI_DECLARED))),)))
     assert first.files["requires/flashinfer.txt"] == second.files["requires/flashinfer.txt"]
     cut = "# ---- FlashInfer 0."
     assert (first.dockerfile.split("\n", 2)[2].split(cut)[0] == second.dockerfile.split("\n", 2)[2].split(cut)[0])
 
 
 def test_without_the_extra_extra_only_requirements_are_dropped():
-    rendered = render_stack(devel_stack(), derived_by_hand(flashinfer_extra=None),
-                            RenderOptions(declared=(("flashinfer", FI_DECLARED),)))
+    rendered = compose_stack(devel_stack(), derived_by_hand(flashinfer_extra=None),
+                            ComposeOptions(declared=(("flashinfer", FI_DECLARED),)))
     assert "cutlass" not in rendered.files["requires/flashinfer.txt"]
 
 
 def test_sglang_dependencies_come_before_flashinfer_without_the_stack_packages():
     declared = ("aiohttp", "torch==2.14.1", "flashinfer_python==0.7.2", "sglang-kernel==0.4.10", "transformers==4.57.1")
-    options = RenderOptions(declared=(("sglang", declared), ("flashinfer", FI_DECLARED)))
-    first = render_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand(), options)
-    second = render_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand(), options)
+    options = ComposeOptions(declared=(("sglang", declared), ("flashinfer", FI_DECLARED)))
+    first = compose_stack(devel_stack(flashinfer="0.7.2"), derived_by_hand(), options)
+    second = compose_stack(devel_stack(flashinfer="0.7.1"), derived_by_hand(), options)
     assert first.files["requires/sglang.txt"] == "aiohttp\ntransformers==4.57.1\n"
     text = first.dockerfile
     assert text.index("# ---- torch") < text.index("# ---- SGLang dependencies") < text.index("# ---- FlashInfer")
@@ -404,13 +411,13 @@ def test_sglang_dependencies_come_before_flashinfer_without_the_stack_packages()
 
 
 def test_no_deps_layers_get_no_dependency_layer():
-    options = RenderOptions(declared=(("sglang", ("aiohttp", "uvicorn")),), no_deps=frozenset({"sglang"}))
-    rendered = render_stack(devel_stack(), derived_by_hand(), options)
+    options = ComposeOptions(declared=(("sglang", ("aiohttp", "uvicorn")),), no_deps=frozenset({"sglang"}))
+    rendered = compose_stack(devel_stack(), derived_by_hand(), options)
     assert "requires/sglang.txt" not in rendered.files and "SGLang dependencies" not in rendered.dockerfile
 
 
 def test_declared_lines_cannot_smuggle_pip_options_or_shell():
     hostile = ("--index-url http://evil.example/simple", "-r /etc/passwd", "x; os_name == 'posix' and $(id)",
                "ok-package>=1")
-    rendered = render_stack(devel_stack(), derived_by_hand(), RenderOptions(declared=(("sglang", hostile),)))
+    rendered = compose_stack(devel_stack(), derived_by_hand(), ComposeOptions(declared=(("sglang", hostile),)))
     assert rendered.files["requires/sglang.txt"] == "ok-package>=1\n"

@@ -10,15 +10,26 @@ import os
 from pathlib import Path
 
 import pytest
-
 from matrix_fixtures import CU128, CU131, TARGET, record, seed_records
+
 from stackforge.build.records import BuildRecord, BuildStatus
 from stackforge.build.records import write_record as write_build_record
-from stackforge.errors import RecordError
-from stackforge.fsio import atomic_write_text
-from stackforge.records import RESULT_SCHEMA_VERSION, Outcome, ResultRecord
-from stackforge.results import (RUN_FILE, RunInfo, finish_run, load_results, merge_records, merge_runs,
-                                read_run_info, record_path, result_schema, start_run, write_record)
+from stackforge.core.errors import RecordError
+from stackforge.core.fsio import atomic_write_text
+from stackforge.core.records import RESULT_SCHEMA_VERSION, Outcome, ResultRecord
+from stackforge.results.store import (
+    RUN_FILE,
+    RunInfo,
+    finish_run,
+    load_results,
+    merge_records,
+    merge_runs,
+    read_run_info,
+    record_path,
+    result_schema,
+    start_run,
+    write_record,
+)
 
 
 def make_run(root: Path, records, run_id: str = "20260301T020000Z-aaaaaa") -> Path:
@@ -122,8 +133,8 @@ def test_written_files_honour_the_umask(tmp_path, umask, mask, mode):
     run_dir = make_run(tmp_path / "results", seed_records()[:1])
     out = tmp_path / "matrix.md"
     atomic_write_text(out, "text")
-    build = write_build_record(BuildRecord(stack_id=CU131, stack={}, derived={}, status=BuildStatus.BUILT),
-                               tmp_path / "out")
+    build = write_build_record(tmp_path / "out",
+                               BuildRecord(stack_id=CU131, stack={}, derived={}, status=BuildStatus.BUILT))
     written = [run_dir / RUN_FILE, next(run_dir.glob("*/*/*.json")), out, build]
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(mode) for p in written}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from stackforge.rules import load_rules
+from stackforge.plan.rules import load_rules
 
 # (rule id, fact, last release outside, first release inside, what the two wheels show)
 BOUNDS = [

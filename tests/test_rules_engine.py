@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.errors import SpecError
-from stackforge.model import Flavour, Stack
-from stackforge.plan import evaluate_cell, load_knowledge, plan_matrix
-from stackforge.matrix import load_matrix
-from stackforge.records import Verdict
-from stackforge.rules import load_rules
-from stackforge.yamlio import load_text
+from stackforge.core.errors import SpecError
+from stackforge.core.model import Flavour, Stack
+from stackforge.core.records import Verdict
+from stackforge.core.yamlio import load_text
+from stackforge.plan.matrix_file import load_matrix
+from stackforge.plan.planner import evaluate_cell, load_knowledge, plan_matrix
+from stackforge.plan.rules import load_rules
 
 COMPAT = Path(__file__).parent / "data" / "compat_min"
 

@@ -1,4 +1,4 @@
-"""stackforge.runner against real subprocesses: timeouts, process groups, signals, tails, secrets."""
+"""stackforge.edges.runner against real subprocesses: timeouts, process groups, signals, tails, secrets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stackforge import runner
-from stackforge.errors import CommandError, CommandTimeout, HostError
+from stackforge.core.errors import CommandError, CommandTimeout, HostError
+from stackforge.edges import runner
 
 
 def _running(pid: int) -> bool:

@@ -1,4 +1,4 @@
-"""Tests for stackforge.shard: parsing, and the split properties over many random id sets."""
+"""Tests for stackforge.core.shard: parsing, and the split properties over many random id sets."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from stackforge.errors import SpecError
-from stackforge.model import Stack
-from stackforge.shard import Shard, click_shard_option, nonempty_shards, select, shard_index, split
+from stackforge.core.errors import SpecError
+from stackforge.core.model import Stack
+from stackforge.core.shard import Shard, click_shard_option, nonempty_shards, select, shard_index, split
 
 
 def _random_ids(rng: random.Random, count: int) -> list[str]:
@@ -112,7 +112,7 @@ def test_split_is_roughly_balanced_on_large_sets() -> None:
 def test_assignment_is_stable_across_processes_with_different_hash_seeds() -> None:
     """The split must not use Python's salted hash(): two CI jobs must agree."""
     ids = [f"cu131-torch2.14.{n}-fi0.7.2-sgl0.5.23-py312" for n in range(30)]
-    code = ("import sys; from stackforge.shard import shard_index; "
+    code = ("import sys; from stackforge.core.shard import shard_index; "
             "print(','.join(str(shard_index(i, 5)) for i in sys.argv[1:]))")
     answers = set()
     for seed in ("1", "2", "random"):

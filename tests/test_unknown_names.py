@@ -10,12 +10,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from matrix_fixtures import CU128, TARGET, plan_dict, record
+
 from stackforge.cli import cli
-from stackforge.plan import Plan
-from stackforge.report import build_matrix, render_json
-from stackforge.results import finish_run, start_run, write_record
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import build_matrix, render_matrix_json
+from stackforge.results.store import finish_run, start_run, write_record
 
 TYPO = "rtx-pro-6000-x8-pice"
 BEFORE = [record(CU128, "flashinfer-jit", "pass", tier="gate", run_id="a")]
@@ -32,7 +32,7 @@ def runs(tmp_path, monkeypatch):
         for rec in records:
             write_record(run_dir, rec)
         finish_run(run_dir)
-        (tmp_path / f"{name}.json").write_text(render_json(build_matrix(records, plan, TARGET)))
+        (tmp_path / f"{name}.json").write_text(render_matrix_json(build_matrix(records, plan, TARGET)))
     return tmp_path
 
 

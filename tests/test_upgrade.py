@@ -7,16 +7,35 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
-from matrix_fixtures import CU128, CU130, CU131, PRUNED, STACKS, TARGET, plan_dict, record, seed_records, serve_metrics
-from stackforge.build.records import BuildRecord, BuildStatus, write_record as write_build_record
-from stackforge.cli import cli
-from stackforge.errors import SpecError
-from stackforge.plan import Plan
-from stackforge.report import CellStatus
-from stackforge.upgrade import (ChangeKind, StackChoice, build_upgrade, change_of, image_sizes_from_builds,
-                                render_upgrade, upgrade_to_json)
+from matrix_fixtures import (
+    CU128,
+    CU130,
+    CU131,
+    PRUNED,
+    STACKS,
+    TARGET,
+    plan_dict,
+    record,
+    seed_records,
+    serve_metrics,
+)
 from upgrade_fixtures import UPGRADE_DATA, write_workspace
+
+from stackforge.build.records import BuildRecord, BuildStatus
+from stackforge.build.records import write_record as write_build_record
+from stackforge.cli import cli
+from stackforge.core.errors import SpecError
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import CellStatus
+from stackforge.report.formats import render_upgrade
+from stackforge.report.upgrade import (
+    ChangeKind,
+    StackChoice,
+    build_upgrade,
+    change_of,
+    image_sizes_from_builds,
+    upgrade_to_json,
+)
 
 
 def upgrade(records, before: StackChoice, after: StackChoice, plan=None, **kwargs):
@@ -82,8 +101,8 @@ def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not
 
 
 def test_the_shipped_rules_name_the_features_only_nvcc_decides():
-    from stackforge.plan import load_knowledge
-    from stackforge.rules import features_only_nvcc_decides
+    from stackforge.plan.planner import load_knowledge
+    from stackforge.plan.rules import features_only_nvcc_decides
 
     assert features_only_nvcc_decides(load_knowledge().rules) == {"flashinfer-jit", "nvcc-codegen"}
 
@@ -174,10 +193,10 @@ def test_failed_benchmarks_are_not_compared():
 
 
 def test_image_sizes_from_build_records(tmp_path):
-    write_build_record(BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={}, status=BuildStatus.FAILED,
-                                   image_size=None), tmp_path)
-    write_build_record(BuildRecord(stack_id=CU131, stack=STACKS[CU131], derived={}, status=BuildStatus.CACHED,
-                                   image_size=11_604_000_000), tmp_path)
+    write_build_record(tmp_path, BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={},
+                                             status=BuildStatus.FAILED, image_size=None))
+    write_build_record(tmp_path, BuildRecord(stack_id=CU131, stack=STACKS[CU131], derived={},
+                                             status=BuildStatus.CACHED, image_size=11_604_000_000))
     report = upgrade(seed_records(), *by_cuda("12.8", "13.1"), size_of=image_sizes_from_builds(tmp_path))
     assert report.before.image_size.text() == "unknown (its build failed)"
     assert report.after.image_size.text() == "11.60 GB (build record)"
@@ -287,8 +306,9 @@ def test_the_readme_example_is_real_output():
 
 
 def test_a_built_image_never_probed_is_named_as_such(tmp_path):
-    write_build_record(BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={}, status=BuildStatus.BUILT,
-                                   image_tag="stackforge/cu128:abc", image_size=7_000_000_000), tmp_path)
+    write_build_record(tmp_path, BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={},
+                                             status=BuildStatus.BUILT, image_tag="stackforge/cu128:abc",
+                                             image_size=7_000_000_000))
     records = [r for r in seed_records() if r.stack_id != CU128]
     report = upgrade(records, *by_cuda("12.8", "13.1"), size_of=image_sizes_from_builds(tmp_path))
     assert report.before.image == "" and not report.before.measured

@@ -13,13 +13,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-
-from stackforge.plan import Plan
-
 from _browser import ARTIFACTS, chromium, dump_dom, require_chromium
 from matrix_fixtures import CU128, CU131, TARGET, plan_dict, seed_records
-from stackforge.upgrade import StackChoice, build_upgrade
-from stackforge.upgrade_html import render_upgrade_html
+
+from stackforge.plan.planner import Plan
+from stackforge.report.upgrade import StackChoice, build_upgrade
+from stackforge.report.upgrade_html import render_upgrade_html
 
 pytestmark = pytest.mark.browser
 

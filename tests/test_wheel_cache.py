@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.errors import StackforgeError
+from stackforge.core.errors import StackforgeError
+from stackforge.edges.index import IndexConfig, IndexUnreachableError, find_release, releases
 from stackforge.wheels.cache import WheelCache, WheelFileError, WheelHashMismatch, default_root
-from stackforge.wheels.index import IndexConfig, IndexUnreachableError, find_release, releases
 from tests._wheel_helpers import LoopbackIndex, comm_py, make_wheel, serve, sha256_of
 
 

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.wheels.index import (IndexConfig, IndexUnreachableError, find_release, releases,
-                                     with_credentials)
+from stackforge.edges.index import (
+    IndexConfig,
+    IndexUnreachableError,
+    find_release,
+    releases,
+    with_credentials,
+)
 from tests._wheel_helpers import LoopbackIndex, comm_py, make_wheel, serve, sha256_of
 
 VERSIONS = ["0.6.9", "0.6.16.post4", "0.6.17", "0.6.18rc1", "0.6.10"]

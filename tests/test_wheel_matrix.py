@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from stackforge.deadends import find_dead_ends, render_deadends
-from stackforge.pick import pick
-from stackforge.records import Tier
-from stackforge.plan import Plan
-from stackforge.report import CellStatus, CellSource, build_matrix, cell_label
-from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
+from stackforge.core.records import Tier
+from stackforge.core.wheel_readings import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import CellSource, CellStatus, build_matrix, cell_label
+from stackforge.report.deadends import find_dead_ends, render_deadends
+from stackforge.report.pick import pick
 from stackforge.wheels.tier import Measurement, wheel_record
 from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
 
@@ -34,8 +34,8 @@ def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
     assert (cell.status, cell.source) == (CellStatus.FAIL, CellSource.MEASURED)
     assert (cell.tier, cell.how) == (Tier.WHEEL, "wheel")
     assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
-    from stackforge.report import render_md
-    assert "*wheel* = measured (wheel)" in render_md(report), "the legend explains the wheel label"
+    from stackforge.report.compat_matrix import render_matrix_md
+    assert "*wheel* = measured (wheel)" in render_matrix_md(report), "the legend explains the wheel label"
     predicted = report.row(CU131).cell("custom-allreduce").source is CellSource.PREDICTED
     assert predicted, "sglang 0.5.23 was not read"
     assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \

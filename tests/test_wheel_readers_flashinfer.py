@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.errors import SpecError
-from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
+from stackforge.core.errors import SpecError
+from stackforge.core.wheel_readings import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.readers import READERS, reader_for
 from stackforge.wheels.readers import flashinfer as fi
 from stackforge.wheels.readers._ast import parse

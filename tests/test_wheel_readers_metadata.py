@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
+from stackforge.core.wheel_readings import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.readers import metadata as md
 
 CTX = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie", python="3.10", torch_cuda="12.8",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from stackforge.core.wheel_readings import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.bisect import site_text
-from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.readers import sglang as sg
 
 COMM = "sglang/srt/distributed/device_communicators"

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from stackforge.errors import SpecError
-from stackforge.records import ResultRecord, Status, Tier
-from stackforge.results import result_schema
+from stackforge.core.errors import SpecError
+from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.core.wheel_readings import ReadContext, ReadingStatus
+from stackforge.edges.index import IndexConfig, find_release, releases
+from stackforge.results.store import result_schema
 from stackforge.wheels.cache import WheelCache
-from stackforge.wheels.index import IndexConfig, find_release, releases
-from stackforge.wheels.model import ReadContext, ReadingStatus
-from stackforge.wheels.tier import (SDIST_ONLY, measure, outcome_status, pick_wheel, read_release, record_matches,
-                                    wheel_record)
+from stackforge.wheels.tier import (
+    SDIST_ONLY,
+    measure,
+    outcome_status,
+    pick_wheel,
+    read_release,
+    record_matches,
+    wheel_record,
+)
 from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve, sha256_of
 
 SM120 = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie")
@@ -53,8 +60,8 @@ def test_an_unknown_version_is_bad_input(index):
 
 
 def test_py3_none_any_is_preferred():
-    from stackforge.wheels.index import Release
-    from stackforge.wheels.model import ReleaseFile
+    from stackforge.core.wheel_readings import ReleaseFile
+    from stackforge.edges.index import Release
     files = tuple(ReleaseFile("x", "1", f"x-1-{tag}.whl", "u", "") for tag in
                   ("cp312-cp312-manylinux_2_28_aarch64", "cp312-cp312-manylinux_2_28_x86_64", "py3-none-any"))
     assert pick_wheel(Release("x", "1", files)).filename == "x-1-py3-none-any.whl"
@@ -106,8 +113,8 @@ def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from stackforge.cli import cli
-    from stackforge.results import load_results
-    from stackforge.wheels.model import ReaderSpec
+    from stackforge.core.wheel_readings import ReaderSpec
+    from stackforge.results.store import load_results
     from tests._wheel_helpers import read_comm_gate
 
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 from matrix_fixtures import CU128, CU131, MIN_DRIVER, STACKS, plan_dict, seed_records
-from stackforge.build.records import BuildRecord, BuildStatus, write_record as write_build_record
-from stackforge.records import ResultRecord
-from stackforge.results import RUN_FILE, RunInfo, atomic_write_text, record_path
+
+from stackforge.build.records import BuildRecord, BuildStatus
+from stackforge.build.records import write_record as write_build_record
+from stackforge.core.records import ResultRecord
+from stackforge.results.store import RUN_FILE, RunInfo, atomic_write_text, record_path
 
 UPGRADE_DATA = Path(__file__).resolve().parent / "data" / "upgrade"
 RUN_ID = "run-a"
@@ -53,7 +55,7 @@ def write_workspace(folder: Path, *, without: tuple[str, ...] = ()) -> Path:
     write_run(folder / "results", records)
     (folder / "plan.json").write_text(json.dumps(plan_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for build in build_records():
-        write_build_record(build, folder / "out")
+        write_build_record(folder / "out", build)
     return folder
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stackforge.bench.run import BenchOptions
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
+from stackforge.core.records import ResultRecord
+from stackforge.plan.selection import StackSelection
 from stackforge.probes.campaign import CampaignStarted, RunStore
-from stackforge.records import ResultRecord
-from stackforge.selection import StackSelection
 
 
 class ResultsStore(RunStore, Protocol):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
 
 #: The in-image bench scripts (mounted read-only into containers, never baked into images).
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
@@ -44,7 +44,7 @@ class MetricSpec:
     Attributes:
         name: the key in the record's metrics, as the script writes it.
         unit: shown beside the value (``GB/s``, ``TFLOP/s``, ``tok/s``, ``µs``).
-        better: ``higher`` or ``lower``: which way is an improvement (:func:`stackforge.diff.lower_is_better`).
+        better: ``higher`` or ``lower``: which way is an improvement (:func:`stackforge.report.diff.lower_is_better`).
         aliases: other names other writers give the same number (same unit and direction).
         summary_rank: set when the number can be a cell's headline in the report; the lowest rank
             found in a cell's passing records wins.

@@ -19,7 +19,15 @@ name on the host.
 
 from __future__ import annotations
 
-from stackforge.probes.scripts._sfshared import (COLLECTIVES, GB, TFLOP, algbw_gbps, busbw_factor, busbw_gbps,
-                                                 gemm_flops, tflops)
+from stackforge.probes.scripts._sfshared import (
+                                                 COLLECTIVES,
+                                                 GB,
+                                                 TFLOP,
+                                                 algbw_gbps,
+                                                 busbw_factor,
+                                                 busbw_gbps,
+                                                 gemm_flops,
+                                                 tflops,
+)
 
 __all__ = ["COLLECTIVES", "GB", "TFLOP", "algbw_gbps", "busbw_factor", "busbw_gbps", "gemm_flops", "tflops"]

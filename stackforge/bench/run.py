@@ -19,12 +19,12 @@ from typing import Any
 
 from stackforge.bench.catalog import SCRIPTS_DIR, BenchSpec
 from stackforge.bench.stats import efficiency, link_peak_for
-from stackforge.model import Stack, Target
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, decisive_record, undecided_text
 from stackforge.probes import execute
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
 from stackforge.probes.jobs import HostGpus, ImageRef, Job, JobKind, gpus_for, unserved_gpus
-from stackforge.records import Outcome, Provenance, ResultRecord, Status
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
 CONTAINER_BENCH = "/stackforge/bench"
@@ -98,7 +98,7 @@ def plan_bench(plan: Any, specs: Sequence[BenchSpec], options: BenchOptions, *, 
     """One job per kept (stack, target) cell of ``plan`` and bench (pure).
 
     Args:
-        plan: a :class:`stackforge.plan.Plan` (pruned cells are not benchmarked: the rules said why).
+        plan: a :class:`stackforge.plan.planner.Plan` (pruned cells are not benchmarked: the rules said why).
         specs: the benches (see :func:`stackforge.bench.catalog.select_benches`).
         options: the user's choices.
         host_gpus: what this host offers (:func:`stackforge.probes.jobs.detect_host_gpus`).
@@ -127,8 +127,6 @@ def gate_on_probes(jobs: Sequence[Job], records: Sequence[ResultRecord],
     backend (custom all-reduce on PCIe, symmetric memory on sm_120) is not measured, and the
     bench record says why. Benches whose feature no probe speaks for (plain NCCL, GEMM) are kept.
     """
-    from stackforge.report import CellStatus, decide_cell
-
     grouped: dict[tuple[str, str, str], list[ResultRecord]] = {}
     for record in records:
         if record.kind == "probe":
@@ -139,19 +137,36 @@ def gate_on_probes(jobs: Sequence[Job], records: Sequence[ResultRecord],
         if job.skip_reason or feature not in probe_features:
             gated.append(job)
             continue
-        cell = decide_cell(feature, grouped.get((job.stack.id, job.target.name, feature), ()))
-        if cell.status is CellStatus.PASS:
+        said = _probes_say(feature, job.target.name, grouped.get((job.stack.id, job.target.name, feature), ()))
+        if said is None:
             gated.append(job)
             continue
-        if cell.status is CellStatus.UNTESTED:
-            reason = (f"--from-probes: no probe result for {feature} on {job.target.name}; "
-                      "run `stackforge probe` into the same --results first")
-        else:
-            decisive = cell.decisive
-            said = f"{cell.how} probe {decisive.probe}" if decisive else cell.how or "the probes"
-            reason = f"--from-probes: {said} says {feature} is {cell.status.value}: {cell.reason}"
-        gated.append(dataclasses.replace(job, skip_reason=reason, skip_evidence=cell.evidence))
+        reason, evidence = said
+        gated.append(dataclasses.replace(job, skip_reason=reason, skip_evidence=evidence))
     return tuple(gated)
+
+
+def _probes_say(feature: str, target: str, probe_records: Sequence[ResultRecord]) -> tuple[str, str] | None:
+    """None when the probes say ``pass`` (the matrix's deciding record, :func:`decisive_record`), else
+    (the skip reason, its evidence): a failing probe, probes that only skipped or stayed undecided, or none."""
+    records = sorted(probe_records, key=lambda r: (r.tier.value, r.probe))
+    decisive = decisive_record(records)
+    if decisive is not None:
+        if decisive.outcome.status is Status.PASS:
+            return None
+        return (f"--from-probes: {decisive.tier.value} probe {decisive.probe} says {feature} is "
+                f"{decisive.outcome.status.value}: {decisive.outcome.reason}", decisive.outcome.evidence)
+    undecided = [r for r in records if r.outcome.status is Status.UNDECIDED]
+    if undecided:
+        return (f"--from-probes: the probes says {feature} is undecided: {undecided_text(undecided)}",
+                undecided[0].outcome.evidence)
+    if records:   # only skips: not applicable here
+        first = records[0]
+        skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}" for r in records)
+        return (f"--from-probes: {first.tier.value} says {feature} is skip: {first.outcome.reason}",
+                first.outcome.evidence or skipped)
+    return (f"--from-probes: no probe result for {feature} on {target}; "
+            "run `stackforge probe` into the same --results first", "")
 
 
 def bench_argv(job: Job, *, python: str, scripts_root: str) -> list[str]:
@@ -191,7 +206,7 @@ def container_mounts(job: Job, options: BenchOptions) -> list[Any]:
 
     The scripts are copied into the container when the engine is remote; the model never is (it must
     be at the same path on the engine's machine)."""
-    from stackforge import docker_engine
+    from stackforge.edges import docker_engine
 
     mounts = [docker_engine.Bind(SCRIPTS_DIR, CONTAINER_BENCH, copy_to_remote=True),
               docker_engine.Bind(PROBE_SCRIPTS_DIR, CONTAINER_PROBES, copy_to_remote=True)]

@@ -144,7 +144,7 @@ def link_peak_for(interconnect: str, arch: str) -> LinkPeak | None:
     """The per-GPU one-direction link peak of a target, or ``None`` when it is not known.
 
     Args:
-        interconnect: ``"pcie"``, ``"nvlink"`` or ``"nvswitch"`` (a :class:`stackforge.model.Interconnect`
+        interconnect: ``"pcie"``, ``"nvlink"`` or ``"nvswitch"`` (a :class:`stackforge.core.model.Interconnect`
             value).
         arch: compute capability ``"major.minor"``, e.g. ``"12.0"``.
     """

@@ -8,8 +8,14 @@ Public interface::
 """
 
 from stackforge.build.options import Builder, BuildOptions
-from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, BuildSummary, read_record,
-                                      record_path)
+from stackforge.build.records import (
+                                      BaseImage,
+                                      BuildRecord,
+                                      BuildStatus,
+                                      BuildSummary,
+                                      read_record,
+                                      record_path,
+)
 from stackforge.build.scheduler import build_stacks, choose_builder
 
 __all__ = ["BaseImage", "BuildOptions", "BuildRecord", "BuildStatus", "BuildSummary", "Builder", "build_stacks",

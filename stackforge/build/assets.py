@@ -21,7 +21,7 @@ import urllib.parse
 from pathlib import Path
 from types import TracebackType
 
-from stackforge.render import ASSET_PORT
+from stackforge.compose.dockerfile import ASSET_PORT
 
 WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from stackforge import bootstrap, runner
 from stackforge.build.classify import last_error_line
 from stackforge.build.options import BuildOptions
 from stackforge.build.records import BaseImage
-from stackforge.derive import Derived
-from stackforge.errors import BuildError
-from stackforge.model import Flavour, Stack
+from stackforge.core.errors import BuildError
+from stackforge.core.model import Flavour, Stack
+from stackforge.edges import bootstrap, runner
+from stackforge.plan.derive import Derived
 
 #: (os, python) -> a registry-free image with the same OS release and the same Python.
 SUBSTITUTES: dict[tuple[str, str], str] = {("debian12", "3.11"): bootstrap.DEFAULT_REF}

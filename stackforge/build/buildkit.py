@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackforge import runner
 from stackforge.build.cancel import Cancel
+from stackforge.edges import runner
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY",
                    "http_proxy", "https_proxy", "no_proxy", "ftp_proxy", "all_proxy")

@@ -2,7 +2,7 @@
 
 Python delivers SIGINT to the main thread only. The main thread therefore calls :meth:`Cancel.cancel`,
 and every worker has registered, for the step it is in, a callback that stops that step from the
-outside (close the classic build's HTTP stream), or handed the flag to :func:`stackforge.runner.run`,
+outside (close the classic build's HTTP stream), or handed the flag to :func:`stackforge.edges.runner.run`,
 which stops a command's process group when it is set (``docker buildx``). Workers
 also poll :attr:`Cancel.requested` between phases and sleep through :meth:`Cancel.wait`.
 """
@@ -29,7 +29,7 @@ class Cancel:
         return self._event.is_set()
 
     def is_set(self) -> bool:
-        """The flag, for :func:`stackforge.runner.run`'s ``cancel`` (it stops the command's process group)."""
+        """The flag, for :func:`stackforge.edges.runner.run`'s ``cancel`` (it stops the command's process group)."""
         return self._event.is_set()
 
     def cancel(self) -> None:

@@ -21,9 +21,9 @@ import docker.errors
 import docker.utils
 import requests.exceptions
 
-from stackforge import runner
 from stackforge.build.buildkit import BuildAttempt
 from stackforge.build.cancel import Cancel
+from stackforge.edges import runner
 
 
 class _StreamingAPIClient(docker.APIClient):

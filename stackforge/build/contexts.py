@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
-from stackforge.model import Stack
-from stackforge.render import INLINE_DEPS_SUFFIX, RenderOptions, render_stack, write_context
+from stackforge.compose.dockerfile import INLINE_DEPS_SUFFIX, ComposeOptions, compose_stack, write_context
+from stackforge.core.model import Stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class ContextsRequest:
     FlashInfer and SGLang declare, for a shared layer of their dependencies.
     """
 
-    options: RenderOptions
+    options: ComposeOptions
     out_dir: Path
     dependency_layers: bool = True
     ca_bundle: Path | None = None
@@ -40,7 +40,7 @@ class WrittenContext:
     warning: str = ""
 
 
-def render_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsRequest) -> Iterator[WrittenContext]:
+def compose_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsRequest) -> Iterator[WrittenContext]:
     """Render and write each (stack, derived) cell's context, in order, one :class:`WrittenContext` each."""
     lookup = RequirementsLookup(request.options.index_url, request.ca_bundle)
     no_deps = frozenset(request.options.no_deps)
@@ -53,7 +53,7 @@ def render_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsRequest
         if warning in told:   # stacks sharing a release share the warning
             warning = ""
         told.add(warning)
-        rendered = render_stack(stack, derived, dataclasses.replace(
+        rendered = compose_stack(stack, derived, dataclasses.replace(
             request.options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
         folder = request.out_dir / stack.id
         write_context(rendered, folder)

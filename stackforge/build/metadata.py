@@ -17,10 +17,11 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from stackforge import __version__, docker_engine, runner
+from stackforge import __version__
 from stackforge.build.records import BaseImage
-from stackforge.errors import BuildError
-from stackforge.render import LABEL_PREFIX, Rendered
+from stackforge.compose.dockerfile import LABEL_PREFIX, Composed
+from stackforge.core.errors import BuildError
+from stackforge.edges import docker_engine, runner
 
 FREEZE_PATH = "/opt/stackforge/freeze.txt"
 CONTENT_HASH_LABEL = f"{LABEL_PREFIX}.content-hash"
@@ -42,7 +43,7 @@ def read_freeze(client: docker.DockerClient, image_id: str, *, labels: Sequence[
     return [line.strip() for line in run.logs_tail.splitlines() if line.strip()]
 
 
-def dynamic_labels(rendered: Rendered, base: BaseImage, freeze: Sequence[str], body_created: str,
+def dynamic_labels(rendered: Composed, base: BaseImage, freeze: Sequence[str], body_created: str,
                    extra: Sequence[tuple[str, str]]) -> dict[str, str]:
     """Labels added after the build (pure)."""
     labels = {

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from stackforge.errors import SpecError
-from stackforge.render import NO_DEPS_LAYERS, RenderOptions
+from stackforge.compose.dockerfile import NO_DEPS_LAYERS, ComposeOptions
+from stackforge.core.errors import SpecError
 
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_PULL_TIMEOUT_S = 60.0
@@ -81,12 +81,12 @@ class BuildOptions:
             raise SpecError(f"--no-deps takes {', '.join(sorted(NO_DEPS_LAYERS))}; unknown: "
                             f"{', '.join(sorted(unknown))}")
 
-    def render_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
+    def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
                        declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
                        dropped_layers: tuple[str, ...] = (),
-                       wheelhouse_mount: bool = True) -> RenderOptions:
+                       wheelhouse_mount: bool = True) -> ComposeOptions:
         """The render options for one stack under the chosen builder and resolved base image."""
-        return RenderOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
+        return ComposeOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
                              extra_index_urls=tuple(self.extra_index_urls),
                              wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
                              ca_bundle=self.ca_bundle is not None,

@@ -15,9 +15,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from stackforge.envelope import check_envelope
-from stackforge.errors import RecordError
-from stackforge.fsio import atomic_write_text
+from stackforge.core.envelope import check_envelope
+from stackforge.core.errors import RecordError
+from stackforge.core.fsio import atomic_write_text
 
 BUILD_SCHEMA = "stackforge.build"
 BUILD_SCHEMA_VERSION = 1
@@ -148,8 +148,9 @@ def log_path(out_dir: Path, stack_id: str) -> Path:
     return Path(out_dir) / "logs" / f"{stack_id}.log"
 
 
-def write_record(record: BuildRecord, out_dir: Path) -> Path:
-    """Write ``record`` atomically: a reader sees the old record or the new one, never a mix."""
+def write_record(out_dir: Path, record: BuildRecord) -> Path:
+    """Write ``record`` under ``out_dir`` atomically: a reader sees the old record or the new one, never
+    a mix. (Folder first, record second: the argument order of every store's ``write_record``.)"""
     path = record_path(out_dir, record.stack_id)
     atomic_write_text(path, record.dumps())
     return path

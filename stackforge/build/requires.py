@@ -6,9 +6,9 @@ would rebuild and re-store all of them. With the declared list known, the templa
 layer of its own, before the package: releases that declare the same list share that layer, and a
 FlashInfer-only change costs one small layer.
 
-The lookup is an edge (network), read through the one index client, :mod:`stackforge.wheels.index`:
+The lookup is an edge (network), read through the one index client, :mod:`stackforge.edges.index`:
 the release's files from the index (PEP 691 JSON or PEP 503 HTML), then the wheel's core metadata
-(:func:`stackforge.wheels.index.wheel_metadata`: PEP 658, else HTTP range reads of the wheel).
+(:func:`stackforge.edges.index.wheel_metadata`: PEP 658, else HTTP range reads of the wheel).
 When neither works it says why (:class:`Declared`: not listed, or the index unreachable and the cause);
 the package then installs its dependencies in its own layer, and callers say so (see
 :func:`dropped_warning`): the Dockerfile, and so the image tag, differ from a render that had the list.
@@ -29,12 +29,19 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from stackforge.build.classify import diagnose
-from stackforge.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
-from stackforge.wheels.index import (IndexConfig, IndexEntry, IndexSource, new_session, project_files, wheel_metadata,
-                                     with_credentials)
+from stackforge.edges.index import (
+    IndexConfig,
+    IndexEntry,
+    IndexSource,
+    new_session,
+    project_files,
+    wheel_metadata,
+    with_credentials,
+)
+from stackforge.edges.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
 
 if TYPE_CHECKING:
-    from stackforge.model import Stack
+    from stackforge.core.model import Stack
 
 class LookupStatus(str, Enum):
     """How a lookup of declared requirements ended."""

@@ -3,7 +3,7 @@
 :func:`build_stacks` runs each (stack, derived) cell through the same phases::
 
     base     find the base image (local, pulled, --base-image, or an honest substitute)
-    render   render the Dockerfile + context (stackforge.render), write it under <out>/contexts/
+    render   render the Dockerfile + context (stackforge.compose.dockerfile), write it under <out>/contexts/
     build    BuildKit (docker buildx) or the classic SDK builder; transient network errors are retried
     metadata labels known only afterwards (content hash, pip freeze, base id) in a LABEL-only step
     verify   testinfra inside the image: the versions installed are the versions asked for
@@ -13,7 +13,7 @@ Stacks never stop each other: a failure is that stack's status (with the decidin
 run goes on. Each stack gets one log (``<out>/logs/<id>.log``) and one record
 (``<out>/builds/<id>.json``, written atomically). Ctrl-C (or SIGTERM / SIGHUP, which the CLI turns
 into the same interruption) stops running build processes, removes this run's containers, keeps
-finished records, and raises :class:`~stackforge.errors.Interrupted` carrying the signal.
+finished records, and raises :class:`~stackforge.core.errors.Interrupted` carrying the signal.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from stackforge import __version__, docker_engine, registry, runner
+from stackforge import __version__
 from stackforge.build import buildkit, classic
 from stackforge.build.assets import AssetServer
 from stackforge.build.base import BaseResolver
@@ -41,17 +41,38 @@ from stackforge.build.classify import diagnose
 from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
 from stackforge.build.options import Builder, BuildOptions
 from stackforge.build.progress import Board, ProgressView, summary_table
-from stackforge.build.records import (BaseImage, BuildRecord, BuildStatus, BuildSummary, log_path,
-                                      read_record, write_record)
+from stackforge.build.records import (
+    BaseImage,
+    BuildRecord,
+    BuildStatus,
+    BuildSummary,
+    log_path,
+    read_record,
+    write_record,
+)
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.build.verify import ImageVerification, label_check, verify_image
-from stackforge.derive import Derived
-from stackforge.errors import (CommandError, HostError, Interrupted, RecordError, SpecError,
-                               StackforgeError, interrupt_signal)
-from stackforge.model import Stack
-from stackforge.records import Status, utc_now
-from stackforge.registry import Repository
-from stackforge.render import ASSET_PORT, INLINE_DEPS_SUFFIX, Rendered, render_stack, write_context
+from stackforge.compose.dockerfile import (
+    ASSET_PORT,
+    INLINE_DEPS_SUFFIX,
+    Composed,
+    compose_stack,
+    write_context,
+)
+from stackforge.core.errors import (
+    CommandError,
+    HostError,
+    Interrupted,
+    RecordError,
+    SpecError,
+    StackforgeError,
+    interrupt_signal,
+)
+from stackforge.core.model import Stack
+from stackforge.core.records import Status, utc_now
+from stackforge.edges import docker_engine, registry, runner
+from stackforge.edges.registry import Repository
+from stackforge.plan.derive import Derived
 
 BuildCell = tuple[Stack, Derived]
 
@@ -188,7 +209,7 @@ def _build_one(run: _Run, stack: Stack, derived: Derived) -> BuildRecord:
         job.log(traceback.format_exc())
         record = job.record(BuildStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}")
     if record.status is not BuildStatus.SKIPPED:
-        write_record(record, run.options.out_dir)
+        write_record(run.options.out_dir, record)
     run.board.update(stack.id, phase="", status=record.status.value, done=True)
     return record
 
@@ -250,7 +271,7 @@ class _Job:
 
     def execute(self) -> BuildRecord:
         base = self.resolve_base()
-        rendered = self.render(base)
+        rendered = self.compose(base)
         resumed = self.resume(rendered)
         if resumed is not None:
             return resumed
@@ -288,13 +309,13 @@ class _Job:
         self.took("base", started)
         return base
 
-    def render(self, base: BaseImage) -> Rendered:
+    def compose(self, base: BaseImage) -> Composed:
         started = self.enter("render")
         declared, dropped = self.declared()
-        options = self.options.render_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
+        options = self.options.compose_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
                                               asset_port=self.run.asset_port, declared=declared,
                                               dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
-        rendered = render_stack(self.stack, self.derived, options)
+        rendered = compose_stack(self.stack, self.derived, options)
         write_context(rendered, Path(self.options.out_dir) / "contexts" / self.stack.id)
         self.fields.update(image_tag=rendered.tag, content_hash=rendered.content_hash, builder=self.run.builder)
         self.took("render", started)
@@ -311,7 +332,7 @@ class _Job:
             self.run.warnings.append(warning)
         return found, tuple(d.layer for d in dropped)
 
-    def resume(self, rendered: Rendered) -> BuildRecord | None:
+    def resume(self, rendered: Composed) -> BuildRecord | None:
         """--resume: the record says built and the image is still there with the same content hash."""
         if not self.options.resume:
             return None
@@ -329,7 +350,7 @@ class _Job:
         return dataclasses.replace(previous, status=BuildStatus.CACHED,
                                    reason=f"--resume: {rendered.tag} already built with the same content hash")
 
-    def build(self, rendered: Rendered) -> str:
+    def build(self, rendered: Composed) -> str:
         started = self.enter("build")
         context = Path(self.options.out_dir) / "contexts" / self.stack.id
         try:
@@ -343,7 +364,7 @@ class _Job:
             self.took("build", started)
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
-    def _attempt(self, rendered: Rendered, context: Path) -> BuildAttempt:
+    def _attempt(self, rendered: Composed, context: Path) -> BuildAttempt:
         labels = list(self.options.labels)
         if self.run.builder == "buildkit":
             wheelhouse = self.options.find_links if self.run.named_contexts else None
@@ -406,7 +427,7 @@ class _Job:
         self.took("metadata", started)
         return freeze
 
-    def add_metadata(self, rendered: Rendered, base: BaseImage, body_id: str, freeze: list[str]) -> str:
+    def add_metadata(self, rendered: Composed, base: BaseImage, body_id: str, freeze: list[str]) -> str:
         started = self.enter("metadata")
         client = self.run.client
         created = str(client.images.get(body_id).attrs.get("Created", ""))
@@ -416,7 +437,7 @@ class _Job:
         self.took("metadata", started)
         return final_id
 
-    def check_labels(self, rendered: Rendered, final_id: str, report: ImageVerification) -> None:
+    def check_labels(self, rendered: Composed, final_id: str, report: ImageVerification) -> None:
         """Finish verification on the labelled image; a failed check fails the stack (image kept)."""
         started = self.enter("verify")
         report = report.with_check(label_check(self.run.client, final_id, rendered.labels))
@@ -428,7 +449,7 @@ class _Job:
         if report.status is not Status.PASS:
             raise _Stop(BuildStatus.FAILED, f"verification failed: {report.summary()}")
 
-    def push(self, rendered: Rendered, image_id: str) -> None:
+    def push(self, rendered: Composed, image_id: str) -> None:
         if not self.options.push:
             return
         started = self.enter("push")

@@ -4,7 +4,7 @@ Behind a TLS re-signing proxy pip on the host works because its configuration na
 a build that does not get the same bundle fails with ``certificate verify failed`` (see
 :mod:`stackforge.build.classify`). So ``build`` and ``render`` default to the bundle pip on this
 host is configured with (pip's ``cert`` setting, ``PIP_CERT`` first, as pip reads it: see
-:mod:`stackforge.pip_config`), then ``REQUESTS_CA_BUNDLE``. ``--ca-bundle none`` turns that off; an
+:mod:`stackforge.edges.pip_config`), then ``REQUESTS_CA_BUNDLE``. ``--ca-bundle none`` turns that off; an
 explicit path wins. Only the path is ever shown; the bundle reaches builds as a BuildKit secret or
 through the classic builder's asset server, never as a layer, label or log line.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from stackforge.errors import SpecError
-from stackforge.pip_config import PipSetting, read_pip_config, trusted_ca_bundles
+from stackforge.core.errors import SpecError
+from stackforge.edges.pip_config import PipSetting, read_pip_config, trusted_ca_bundles
 
 #: ``--ca-bundle none``: build without any CA bundle, even when pip here has one.
 NO_CA_BUNDLE = "none"
@@ -72,7 +72,7 @@ def choose_ca_bundle(option: str | None, *, pip_cert: PipSetting | None, environ
 
 
 def _ca_source(origin: str) -> CaSource:
-    """The CaSource of a :func:`~stackforge.pip_config.trusted_ca_bundles` entry's origin."""
+    """The CaSource of a :func:`~stackforge.edges.pip_config.trusted_ca_bundles` entry's origin."""
     if origin in (CaSource.PIP_CERT.value, CaSource.REQUESTS_CA_BUNDLE.value):
         return CaSource(origin)
     return CaSource.PIP_CONFIG

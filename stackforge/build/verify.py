@@ -2,7 +2,7 @@
 
 Tags lie (a release tag over an rc, a CPU torch that silently replaced the CUDA one), so the build
 record keeps what is measured here. A container idles in the image (started through
-:func:`stackforge.docker_engine.idle_container`: labelled, host network, always removed);
+:func:`stackforge.edges.docker_engine.idle_container`: labelled, host network, always removed);
 ``testinfra.get_host("docker://<id>")`` then runs the checks:
 
 * python, torch (base version, wheel variant, ``torch.version.cuda``), FlashInfer (+ addons), the
@@ -30,14 +30,14 @@ from typing import Any
 import docker
 from packaging.version import InvalidVersion, Version
 
-from stackforge import docker_engine
 from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, FREEZE_PATH
-from stackforge.derive import Derived
-from stackforge.errors import BuildError, CommandError
-from stackforge.model import Stack
+from stackforge.core.errors import BuildError, CommandError
+from stackforge.core.model import Stack
+from stackforge.core.records import Status
+from stackforge.core.versions import minor_of
+from stackforge.edges import docker_engine
+from stackforge.plan.derive import Derived
 from stackforge.probes.scripts import _sfshared
-from stackforge.records import Status
-from stackforge.versions import minor_of
 
 COMMAND_TIMEOUT_S = 300
 # The verification container ends by itself after this long (more than every check's limit together),
@@ -147,7 +147,7 @@ def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived:
 
 @contextmanager
 def running_container(client: docker.DockerClient, image: str, *, labels: Mapping[str, str]) -> Iterator[str]:
-    """A container idling in ``image`` (host network, labelled; :func:`stackforge.docker_engine.idle_container`),
+    """A container idling in ``image`` (host network, labelled; :func:`stackforge.edges.docker_engine.idle_container`),
     removed on the way out."""
     with ExitStack() as stack:
         try:

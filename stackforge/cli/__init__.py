@@ -2,7 +2,7 @@
 
 Commands are loaded lazily (one module per command under ``stackforge/cli/``, each exposing a
 click object named ``command``) so ``stackforge plan`` never imports Docker or jinja2.
-Every :class:`~stackforge.errors.StackforgeError` is turned into one line on stderr and its exit
+Every :class:`~stackforge.core.errors.StackforgeError` is turned into one line on stderr and its exit
 code here, and only here.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from stackforge import __version__
-from stackforge.errors import StackforgeError, interrupt_signal
-from stackforge.runner import signal_name, signals_as_interrupts
+from stackforge.core.errors import StackforgeError, interrupt_signal
+from stackforge.edges.runner import signal_name, signals_as_interrupts
 
 # command name -> (module under stackforge.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

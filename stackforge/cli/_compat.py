@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from stackforge.user_compat import UserCompat
+    from stackforge.plan.user_compat import UserCompat
 
 PIN_RULES_ORIGIN = "compat/tables.yaml:sglang_pins"
 
 
 def load_compat_overlay(folder: Path) -> UserCompat:
     """Load a user compat directory and print a notice for each shipped rule or target it replaces."""
-    from stackforge.plan import load_knowledge
-    from stackforge.user_compat import load_user_compat, override_notices
+    from stackforge.plan.planner import load_knowledge
+    from stackforge.plan.user_compat import load_user_compat, override_notices
 
     overlay = load_user_compat(folder)
     shipped = load_knowledge()
@@ -36,8 +36,8 @@ def user_compat() -> UserCompat | None:
 
 def version_text(version: str, overlay: UserCompat | None) -> str:
     """``stackforge --version``: the version, how many rules, and the knowledge base's date."""
-    from stackforge.plan import load_knowledge
-    from stackforge.user_compat import load_about
+    from stackforge.plan.planner import load_knowledge
+    from stackforge.plan.user_compat import load_about
 
     shipped = load_knowledge()
     pins = sum(1 for rule in shipped.rules if rule.origin == PIN_RULES_ORIGIN)

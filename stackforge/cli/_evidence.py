@@ -1,7 +1,7 @@
 """Options and loading shared by ``matrix``, ``deadends`` and ``pick``: results + plan -> evidence.
 
-Only parsing and dispatch live here: the loaders are :func:`stackforge.results.load_results` and
-:meth:`stackforge.plan.Plan.from_json`; planning is :func:`stackforge.plan.plan_file`.
+Only parsing and dispatch live here: the loaders are :func:`stackforge.results.store.load_results` and
+:meth:`stackforge.plan.planner.Plan.from_json`; planning is :func:`stackforge.plan.planner.plan_file`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import out_path_error, refuse_together
-from stackforge.errors import RecordError, StackforgeError
-from stackforge.fsio import atomic_write_text
-from stackforge.records import ResultRecord
-from stackforge.plan import Plan
-from stackforge.report import choose_target
-from stackforge.results import LoadedResults, describe_problems, holds_results, load_results
+from stackforge.core.errors import RecordError, StackforgeError
+from stackforge.core.fsio import atomic_write_text
+from stackforge.core.records import ResultRecord
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import choose_target
+from stackforge.results.store import LoadedResults, describe_problems, holds_results, load_results
 
 F = Callable[..., object]
 
@@ -138,8 +138,8 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
 def _plan_matrix(matrix: str | None, target: str | None) -> Plan:
     """Plan a matrix with the shipped knowledge (and a user compat directory on top)."""
     from stackforge.cli._compat import user_compat
-    from stackforge.data import resolve_matrix_path
-    from stackforge.plan import plan_file
+    from stackforge.core.data import resolve_matrix_path
+    from stackforge.plan.planner import plan_file
 
     return plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (),
                      user_compat=user_compat())

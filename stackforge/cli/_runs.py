@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stackforge.records import ResultRecord, Status
+from stackforge.core.records import ResultRecord, Status
 
 
 def connect_engine():
@@ -10,7 +10,7 @@ def connect_engine():
     containers that runs which died on this host left behind (one notice line on stderr)."""
     import click
 
-    from stackforge.docker_engine import connect, reap_orphans
+    from stackforge.edges.docker_engine import connect, reap_orphans
     client = connect()
     orphans = reap_orphans(client)
     if orphans.containers:

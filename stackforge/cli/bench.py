@@ -11,7 +11,7 @@ import click
 from stackforge.bench.catalog import suite_names, suite_variants
 from stackforge.cli._runs import connect_engine, summary_line
 from stackforge.cli.options import refuse_together, refuse_unused, selection, shard_option, stack_selection
-from stackforge.records import ResultRecord
+from stackforge.core.records import ResultRecord
 
 if TYPE_CHECKING:
     from stackforge.probes.campaign import CampaignStarted
@@ -54,7 +54,7 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
     from stackforge.bench.campaign import BenchRequest, run_bench_campaign
     from stackforge.bench.catalog import catalog
     from stackforge.bench.run import BenchOptions
-    from stackforge.results import ResultsFolder
+    from stackforge.results.store import ResultsFolder
 
     refuse_unused("--python", python is not None, needs="--local", present=local)
     refuse_together("--local", "--builds", local and builds_dir is not None,

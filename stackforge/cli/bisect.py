@@ -57,12 +57,12 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     """
     from dataclasses import replace
 
-    from stackforge.errors import SpecError
-    from stackforge.pip_config import read_pip_config
-    from stackforge.plan import load_knowledge
+    from stackforge.core.errors import SpecError
+    from stackforge.edges.index import index_config
+    from stackforge.edges.pip_config import read_pip_config
+    from stackforge.plan.planner import load_knowledge
     from stackforge.wheels.bisect import render_search, search_json
     from stackforge.wheels.cache import WheelCache
-    from stackforge.wheels.index import index_config
     from stackforge.wheels.tier import load_readers, resolve_specs, run_bisect, target_context, target_named
 
     specs = resolve_specs(load_readers(), feature, package)
@@ -113,7 +113,7 @@ def _record(results_root: Path, measured: list, target: str, ctx) -> None:
     import socket
     import sys
 
-    from stackforge.results import finish_run, start_run, write_record
+    from stackforge.results.store import finish_run, start_run, write_record
     from stackforge.wheels.tier import wheel_record
 
     run_dir = start_run(results_root, command=sys.argv)

@@ -16,8 +16,8 @@ import click
               help="Write debootstrap's output to this file.")
 def command(ref: str, suite: str, mirror: str, force: bool, log_path: Path | None) -> None:
     """Create a Debian base image from Debian packages (debootstrap, docker import), for air-gapped builds."""
-    from stackforge.bootstrap import bootstrap_base
-    from stackforge.docker_engine import connect
+    from stackforge.edges.bootstrap import bootstrap_base
+    from stackforge.edges.docker_engine import connect
 
     result = bootstrap_base(connect(), ref=ref, suite=suite, mirror=mirror, force=force, log_path=log_path,
                             report=click.echo)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import ca_choice, image_options, selection, shard_option, stack_selection
-from stackforge.errors import BuildError, SpecError
+from stackforge.core.errors import BuildError, SpecError
 
 
 @click.command(name="build")
@@ -35,7 +35,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     """Build the images of every kept stack of a matrix; one log and one record per stack."""
     from stackforge.build import Builder, BuildOptions, build_stacks
     from stackforge.cli._runs import connect_engine
-    from stackforge.selection import cells_to_build
+    from stackforge.plan.selection import cells_to_build
 
     cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import check_out_path, out_path_error
-from stackforge.errors import SpecError
-from stackforge.fsio import atomic_write_text
+from stackforge.core.errors import SpecError
+from stackforge.core.fsio import atomic_write_text
 
 
 @click.group(name="ci")
@@ -43,9 +43,9 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
            runner: str | None, install: str | None, python: str | None, out: str, check: bool) -> None:
     """Generate a sharded nightly workflow: build and gate on CPU runners, runtime probes and benchmarks
     on self-hosted GPU runners per arch, then merge, diff against the last run, and publish."""
-    from stackforge.ci_github import WorkflowConfig, render_workflow
-    from stackforge.data import resolve_matrix_path
-    from stackforge.matrix import load_matrix
+    from stackforge.ci.github import WorkflowConfig, render_workflow
+    from stackforge.core.data import resolve_matrix_path
+    from stackforge.plan.matrix_file import load_matrix
 
     given = {"cron": cron, "runner": runner, "install": install, "python": python}
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
@@ -92,8 +92,8 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
               help="GPU runner arch label (repeatable).")
 def shards(plan_path: Path, shards: int, gpu_labels: tuple[str, ...]) -> None:
     """Print the job matrices of a nightly run as key=value lines for $GITHUB_OUTPUT."""
-    from stackforge.ci_github import ci_matrix
-    from stackforge.plan import Plan
+    from stackforge.ci.github import ci_matrix
+    from stackforge.plan.planner import Plan
 
     try:
         plan = json.loads(plan_path.read_text(encoding="utf-8"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._compat import PIN_RULES_ORIGIN, user_compat
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
 
 VERIFY_SCHEMA = "stackforge.compat-verify/1"
 
@@ -40,7 +40,7 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
       stackforge compat verify
       stackforge compat verify --rule sglang-ar-fusion-rejects-sm12 --json
     """
-    from stackforge.plan import load_knowledge
+    from stackforge.plan.planner import load_knowledge
     from stackforge.wheels.verify import render_text, verify_rules
 
     knowledge = load_knowledge(user=user_compat())

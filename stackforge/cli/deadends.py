@@ -8,8 +8,8 @@ import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, write_output
 from stackforge.cli.options import out_file_option
-from stackforge.deadends import FORMATS, find_dead_ends, render_deadends
-from stackforge.report import build_matrix
+from stackforge.report.compat_matrix import build_matrix
+from stackforge.report.deadends import FORMATS, find_dead_ends, render_deadends
 
 
 @click.command(name="deadends")

@@ -1,5 +1,5 @@
 """``stackforge doctor``: check this host (engine, buildx, disk, GPUs, runnable targets, index, registry,
-CA bundle). Gathering is :mod:`stackforge.doctor_facts`; judging is :mod:`stackforge.doctor`."""
+CA bundle). Gathering is :mod:`stackforge.doctor.facts`; judging is :mod:`stackforge.doctor.checks`."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def command(as_json: bool, index_url: str | None, registry: str | None, ca_bundl
     Exit codes: 0 every required check (the Docker engine, for build/probe/bench) is ok
                 1 a required check is missing or failed
     """
-    from stackforge.doctor import build_report
-    from stackforge.doctor_facts import gather
-    from stackforge.plan import load_knowledge
+    from stackforge.doctor.checks import build_report
+    from stackforge.doctor.facts import gather
+    from stackforge.plan.planner import load_knowledge
 
     targets = load_knowledge(user=user_compat()).targets
     report = build_report(gather(index_url=index_url, registry=registry, ca_bundle=ca_bundle), targets)

@@ -8,8 +8,8 @@ import click
 
 from stackforge.cli._compat import user_compat
 from stackforge.cli.options import terminal_width
-from stackforge.listing import KINDS, list_kind
-from stackforge.textfit import fit_table
+from stackforge.core.textfit import fit_table
+from stackforge.report.listing import KINDS, list_kind
 
 
 @click.command(name="list")

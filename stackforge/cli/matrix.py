@@ -8,9 +8,10 @@ import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn, write_output
 from stackforge.cli.options import out_file_option
-from stackforge.diff import FORMATS as DIFF_FORMATS
-from stackforge.diff import check_target, diff_snapshots, load_snapshot, render_diff
-from stackforge.report import FORMATS, build_matrix, render
+from stackforge.report.compat_matrix import FORMATS, build_matrix
+from stackforge.report.diff import FORMATS as DIFF_FORMATS
+from stackforge.report.diff import check_target, diff_snapshots, load_snapshot, render_diff
+from stackforge.report.formats import render_matrix
 
 
 @click.group(name="matrix", invoke_without_command=True)
@@ -37,7 +38,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
                              target=target, skip_bad=skip_bad)
     report = build_matrix(evidence.records, evidence.plan, evidence.target, features=features,
                           runs=evidence.runs)
-    write_output(render(report, fmt), out)
+    write_output(render_matrix(report, fmt), out)
 
 
 @command.command(name="diff")
@@ -54,7 +55,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
 def diff_command(a: Path, b: Path, target: str | None, fmt: str, out: Path | None, skip_bad: bool,
                  fail_on: str) -> None:
     """Compare A and B (run folders, results folders or matrix JSON files): cells that changed status,
-    and metrics that moved beyond the runs' own noise (rule: see stackforge.diff).
+    and metrics that moved beyond the runs' own noise (rule: see stackforge.report.diff).
 
     \b
     Exit codes: 0 nothing to report · 1 regression (or change, with --fail-on change) · 2 bad input

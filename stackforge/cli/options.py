@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Callable
 
 import click
 
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
 
 if TYPE_CHECKING:
-    from stackforge.selection import StackSelection
+    from stackforge.plan.selection import StackSelection
 
 F = Callable[..., object]
 
@@ -64,8 +64,8 @@ def index_options(func: F) -> F:
 
 
 def shard_option(func: F) -> F:
-    """--shard K/N, arriving as a :class:`stackforge.shard.Shard` (or None)."""
-    from stackforge.shard import click_shard_option
+    """--shard K/N, arriving as a :class:`stackforge.core.shard.Shard` (or None)."""
+    from stackforge.core.shard import click_shard_option
     return click_shard_option()(func)
 
 
@@ -80,7 +80,7 @@ def selection(matrix: str | None, cuda: Sequence[str], targets: Sequence[str], o
               shard) -> StackSelection:
     """The stacks ``stack_selection`` and ``shard_option`` name, with this invocation's ``--compat`` overlay."""
     from stackforge.cli._compat import user_compat
-    from stackforge.selection import StackSelection
+    from stackforge.plan.selection import StackSelection
 
     return StackSelection(matrix, targets=tuple(targets), cuda=tuple(cuda), only=tuple(only),
                           shard=shard, user_compat=user_compat())

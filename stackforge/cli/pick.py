@@ -1,7 +1,7 @@
 """``stackforge pick``: the best known-good image for a target, by evidence.
 
 stdout carries only the image reference (``IMAGE=$(stackforge pick ...)`` works); the reasons go
-to stderr. Exit codes (see :mod:`stackforge.pick`): 0 picked on measured evidence, 5 picked on gate
+to stderr. Exit codes (see :mod:`stackforge.report.pick`): 0 picked on measured evidence, 5 picked on gate
 evidence only (the reference is still printed), 4 nothing qualifies (also: predictions only, no probe
 results; no image is printed), 2 bad input.
 """
@@ -15,9 +15,19 @@ import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn
 from stackforge.cli.options import cuda_option, only_option
-from stackforge.errors import NothingQualifiesError
-from stackforge.pick import (OPTIMIZE, Candidate, Scope, choose, closest_first, evaluate_candidates,
-                             explain_shortfall, pick_to_json, predictions_only_shortfall, shortfall_remedy)
+from stackforge.core.errors import NothingQualifiesError
+from stackforge.report.pick import (
+    OPTIMIZE,
+    Candidate,
+    Scope,
+    choose,
+    closest_first,
+    evaluate_candidates,
+    explain_shortfall,
+    pick_to_json,
+    predictions_only_shortfall,
+    shortfall_remedy,
+)
 
 
 @click.command(name="pick")

@@ -9,11 +9,17 @@ from pathlib import Path
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli.options import index_options, refuse_together, refuse_unused, stack_selection, terminal_width
-from stackforge.data import resolve_matrix_path
-from stackforge.errors import SpecError
-from stackforge.plan import Plan, plan_file
-from stackforge.render_text import explain_stack, plan_table
+from stackforge.cli.options import (
+    index_options,
+    refuse_together,
+    refuse_unused,
+    stack_selection,
+    terminal_width,
+)
+from stackforge.core.data import resolve_matrix_path
+from stackforge.core.errors import SpecError
+from stackforge.plan.planner import Plan, plan_file
+from stackforge.plan.text import explain_stack, plan_table
 
 
 @click.command(name="plan")
@@ -76,8 +82,8 @@ def _find(plan: Plan, stack_id: str):
 
 def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
                find_links: Path | None):
-    from stackforge.pip_config import read_pip_config
-    from stackforge.preflight import index_config, run_preflight
+    from stackforge.edges.pip_config import read_pip_config
+    from stackforge.plan.preflight import index_config, run_preflight
     indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
                            find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
                            env=os.environ)

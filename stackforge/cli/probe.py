@@ -9,9 +9,15 @@ from typing import TYPE_CHECKING
 import click
 
 from stackforge.cli._runs import connect_engine, summary_line
-from stackforge.cli.options import (index_options, refuse_together, refuse_unused, selection, shard_option,
-                                    stack_selection)
-from stackforge.records import ResultRecord
+from stackforge.cli.options import (
+    index_options,
+    refuse_together,
+    refuse_unused,
+    selection,
+    shard_option,
+    stack_selection,
+)
+from stackforge.core.records import ResultRecord
 
 if TYPE_CHECKING:
     from stackforge.probes.campaign import CampaignStarted
@@ -46,7 +52,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     one record per (release x fact x target), tier wheel, with the code lines as evidence.
     """
     from stackforge.probes.campaign import IndexRequest, ProbeRequest, run_probe_campaign
-    from stackforge.results import ResultsFolder
+    from stackforge.results.store import ResultsFolder
 
     index_given = bool(index_url or extra_index_urls or find_links)
     refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--tier wheel",

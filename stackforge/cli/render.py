@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli.options import ca_choice, image_options, out_folder_checked, selection, shard_option, stack_selection
+from stackforge.cli.options import (
+    ca_choice,
+    image_options,
+    out_folder_checked,
+    selection,
+    shard_option,
+    stack_selection,
+)
 
 
 @click.command(name="render")
@@ -24,22 +31,22 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
 
     The base image is the derived one (or --base-image): a build may still substitute a local one.
     """
-    from stackforge.build.contexts import ContextsRequest, render_contexts
-    from stackforge.render import RenderOptions
-    from stackforge.selection import cells_to_build
+    from stackforge.build.contexts import ContextsRequest, compose_contexts
+    from stackforge.compose.dockerfile import ComposeOptions
+    from stackforge.plan.selection import cells_to_build
 
     # The same CA default as `build`: a bundle adds its secret mount to the Dockerfile, so render and
     # build must agree on it for the tags to match.
     ca = ca_choice(ca_bundle)
     click.echo(ca.describe(), err=True)
-    options = RenderOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
+    options = ComposeOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
                             ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
     cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
     request = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path)
-    for written in render_contexts(cells, request):
+    for written in compose_contexts(cells, request):
         if written.warning:
             click.echo(f"stackforge: warning: {written.warning}", err=True)
         click.echo(f"{written.folder}  {written.tag}")

@@ -9,7 +9,7 @@ import click
 
 from stackforge.cli._evidence import check_problems
 from stackforge.cli.options import out_folder_checked
-from stackforge.results import load_results, merge_runs
+from stackforge.results.store import load_results, merge_runs
 
 
 @click.group(name="results")

@@ -7,13 +7,19 @@ from pathlib import Path
 
 import click
 
+from stackforge.cli._compat import user_compat
 from stackforge.cli._evidence import evidence_options, load_evidence, write_output
 from stackforge.cli.options import out_file_option
-from stackforge.cli._compat import user_compat
-from stackforge.errors import SpecError
-from stackforge.plan import load_knowledge
-from stackforge.rules import features_only_nvcc_decides
-from stackforge.upgrade import FORMATS, StackChoice, build_upgrade, image_sizes_from_builds, render_upgrade
+from stackforge.core.errors import SpecError
+from stackforge.plan.planner import load_knowledge
+from stackforge.plan.rules import features_only_nvcc_decides
+from stackforge.report.formats import render_upgrade
+from stackforge.report.upgrade import (
+    FORMATS,
+    StackChoice,
+    build_upgrade,
+    image_sizes_from_builds,
+)
 
 
 @click.command(name="upgrade")

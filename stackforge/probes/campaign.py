@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stackforge.errors import SpecError
-from stackforge.model import Stack, Target
-from stackforge.plan import Plan
+from stackforge.core.errors import SpecError
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import ResultRecord
+from stackforge.plan.planner import Plan
+from stackforge.plan.selection import StackSelection
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.execute import SCRIPTS_DIR, HostGpus, ImageRef, plan_probe_job, probe_kind
 from stackforge.probes.jobs import STACK_ID_LABEL, stack_image
-from stackforge.records import ResultRecord
-from stackforge.selection import StackSelection
 
 __all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest", "RunStore",
            "plan_jobs", "run_jobs", "run_probe_campaign", "select_specs", "stack_image"]
@@ -75,7 +75,7 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
 
 
 class RunStore(Protocol):
-    """Where a campaign records (:class:`stackforge.results.ResultsFolder`): a run folder, its records."""
+    """Where a campaign records (:class:`stackforge.results.store.ResultsFolder`): a run folder, its records."""
 
     def start(self, *, matrix_source: str, shard: str | None) -> Path: ...
 
@@ -156,10 +156,16 @@ def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Cal
     import os
     import socket
 
-    from stackforge.pip_config import read_pip_config
+    from stackforge.edges.index import index_config
+    from stackforge.edges.pip_config import read_pip_config
     from stackforge.wheels.cache import WheelCache
-    from stackforge.wheels.index import index_config
-    from stackforge.wheels.tier import list_releases, load_readers, plan_wheel_jobs, run_wheel_jobs, select_readers
+    from stackforge.wheels.tier import (
+        list_releases,
+        load_readers,
+        plan_wheel_jobs,
+        run_wheel_jobs,
+        select_readers,
+    )
 
     readers = select_readers(load_readers(), request.features)
     selection = request.selection

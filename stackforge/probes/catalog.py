@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackforge.errors import SpecError
-from stackforge.rules import FEATURES
+from stackforge.core.errors import SpecError
+from stackforge.plan.rules import FEATURES
 
 #: The in-image probe scripts (mounted read-only at /stackforge/probes, never baked into images).
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"

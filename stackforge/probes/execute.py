@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackforge import runner
-from stackforge.model import Stack, Target
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import Outcome, ResultRecord, Status
+from stackforge.edges import runner
+from stackforge.probes import jobs
 from stackforge.probes.jobs import (
     NO_GPUS,
     SMI_FIELDS,
@@ -34,8 +36,6 @@ from stackforge.probes.jobs import (
     run_job_locally,
     unserved_gpus,
 )
-from stackforge.probes import jobs
-from stackforge.records import Outcome, ResultRecord, Status
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 CONTAINER_SCRIPTS = "/stackforge/probes"

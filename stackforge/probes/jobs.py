@@ -7,15 +7,15 @@ differs between the two families of scripts: the record kind, where the scripts 
 much of their output is evidence, which statuses a script may report and how its metrics are
 finished (the bench adds the link peak).
 
-Pure: :func:`outcome_from_ending` (how the process ended -> :class:`~stackforge.records.Outcome`),
+Pure: :func:`outcome_from_ending` (how the process ended -> :class:`~stackforge.core.records.Outcome`),
 :func:`outcome_from_payload` (a ``STACKFORGE_RESULT`` payload -> Outcome), :func:`make_record`,
 :func:`skip_record`, :func:`missing_image_record`, :func:`gpus_for`. The edge: :func:`run_job_locally`
-(through :mod:`stackforge.runner`), :func:`run_job_in_container` (through
-:func:`stackforge.docker_engine.run_container`) and the job loop :func:`run_jobs`.
+(through :mod:`stackforge.edges.runner`), :func:`run_job_in_container` (through
+:func:`stackforge.edges.docker_engine.run_container`) and the job loop :func:`run_jobs`.
 
 Only the software under test decides a result: a job cut short by its run's interruption (the
-``cancel`` flag) raises :class:`~stackforge.errors.Interrupted`, and one whose container the engine
-stopped raises :class:`~stackforge.errors.ContainerStoppedByEngine`; neither becomes a record.
+``cancel`` flag) raises :class:`~stackforge.core.errors.Interrupted`, and one whose container the engine
+stopped raises :class:`~stackforge.core.errors.ContainerStoppedByEngine`; neither becomes a record.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stackforge import runner
-from stackforge.errors import Interrupted, ProbeError
-from stackforge.model import Stack, Target
+from stackforge.core.errors import Interrupted, ProbeError
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.edges import runner
 from stackforge.probes.scripts._sfshared import json_safe, parse_result_line
-from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 #: Every script runs with these (no stale bytecode in a read-only mount; output as it happens).
@@ -173,7 +173,7 @@ class JobSpec(Protocol):
     @property
     def feature(self) -> str: ...
     @property
-    def tier(self) -> str: ...        # a :class:`~stackforge.records.Tier` value
+    def tier(self) -> str: ...        # a :class:`~stackforge.core.records.Tier` value
     @property
     def script(self) -> str: ...      # file name under the kind's scripts folder
     @property
@@ -235,7 +235,7 @@ class JobKind:
         """The job's mounts: the kind's own, else its scripts' folder (copied to a remote engine)."""
         if self.mounts is not None:
             return self.mounts(job)
-        from stackforge import docker_engine
+        from stackforge.edges import docker_engine
         return [docker_engine.Bind(self.scripts_dir, self.container_root, copy_to_remote=True)]
 
 
@@ -367,7 +367,7 @@ def image_from_build_record(client: Any, builds_dir: Path, stack: Stack) -> Imag
     by digest, never by a tag that may have moved since.
     """
     from stackforge.build.records import read_record
-    from stackforge.registry import pull
+    from stackforge.edges.registry import pull
 
     record = read_record(builds_dir, stack.id)
     if record is None or not record.status.ok:
@@ -431,7 +431,7 @@ def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, 
         Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
         ContainerStoppedByEngine / DockerUnavailableError: the engine stopped the container or went away.
     """
-    from stackforge import docker_engine
+    from stackforge.edges import docker_engine
 
     if job.skip_reason:
         return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus, runner_kind="docker")
@@ -511,7 +511,7 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
         cancel.set()
         pool.shutdown(wait=False, cancel_futures=True)
         if client is not None:
-            from stackforge.docker_engine import remove_run_containers
+            from stackforge.edges.docker_engine import remove_run_containers
             remove_run_containers(client, run_id)
         raise
     finally:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from stackforge.wheels.model import CodeSite, Reading, ReadingStatus, ReleaseFile
+from stackforge.core.wheel_readings import CodeSite, Reading, ReadingStatus, ReleaseFile
 
 #: Releases read across the range when its two ends agree (besides the ends).
 SAMPLES_WHEN_ENDS_AGREE = 6
@@ -30,7 +30,7 @@ class HasReading(Protocol):
     def reading(self) -> Reading: ...
 
 
-class Measurement(Protocol):
+class ReleaseReading(Protocol):
     """What the search reports on: a reading and the wheel it was read from (``None``: no wheel)."""
 
     @property
@@ -182,13 +182,13 @@ def site_text(site: CodeSite, *, sep: str = ": ") -> str:
     return f"{site.path}:{site.line}{sep}{site.code}"
 
 
-def headline(dist: str, change: Change[Measurement]) -> str:
+def headline(dist: str, change: Change[ReleaseReading]) -> str:
     """``flashinfer-python 0.6.16.post4 <path:line code> -> 0.6.17 <path:line code>``: on each side the
     first code line that differs between the two readings (the line the verdict turned on)."""
     before, after = change.before.result.reading.sites, change.after.result.reading.sites
     differing = next((i for i, (b, a) in enumerate(zip(before, after)) if b.code != a.code), None)
 
-    def side(point: Point[Measurement], sites: tuple) -> str:
+    def side(point: Point[ReleaseReading], sites: tuple) -> str:
         if not sites:
             return f"{point.version} ({point.verdict_text}) {point.result.reading.summary}"
         site = sites[min(differing, len(sites) - 1)] if differing is not None else sites[-1]
@@ -198,7 +198,7 @@ def headline(dist: str, change: Change[Measurement]) -> str:
     return f"{dist} {side(change.before, before)} -> {side(change.after, after)}{skipped}"
 
 
-def render_search(search: Search[Measurement], *, fact: str, dist: str, target: str, context: str) -> str:
+def render_search(search: Search[ReleaseReading], *, fact: str, dist: str, target: str, context: str) -> str:
     """The search as text: what was searched, each change with the evidence on both sides."""
     how = "every release read (--all)" if search.exhaustive else "binary search"
     span = f"{search.versions[0]} .. {search.versions[-1]}" if search.versions else "none"
@@ -220,7 +220,7 @@ def render_search(search: Search[Measurement], *, fact: str, dist: str, target: 
     return "\n".join(lines)
 
 
-def _undecided_groups(points: Sequence[Point[Measurement]]) -> list[str]:
+def _undecided_groups(points: Sequence[Point[ReleaseReading]]) -> list[str]:
     """``31 release(s) 0.2.0.post1 .. 0.4.1: sdist only: not built``: undecided releases by reason."""
     by_reason: dict[str, list[str]] = {}
     for point in points:
@@ -230,7 +230,7 @@ def _undecided_groups(points: Sequence[Point[Measurement]]) -> list[str]:
             for reason, versions in by_reason.items()]
 
 
-def _evidence_lines(point: Point[Measurement]) -> list[str]:
+def _evidence_lines(point: Point[ReleaseReading]) -> list[str]:
     reading, file = point.result.reading, point.result.file
     lines = [f"  {point.version}: {point.verdict_text}: {reading.summary}"]
     lines += [f"      {site_text(site)}" for site in reading.sites]
@@ -240,7 +240,7 @@ def _evidence_lines(point: Point[Measurement]) -> list[str]:
     return lines
 
 
-def search_json(search: Search[Measurement], *, dist: str) -> dict[str, Any]:
+def search_json(search: Search[ReleaseReading], *, dist: str) -> dict[str, Any]:
     """One distribution's search for ``--json``."""
     return {"package": dist, "mode": "all" if search.exhaustive else "binary", "releases": list(search.versions),
             "read": [_point_json(p) for p in search.points],
@@ -248,7 +248,7 @@ def search_json(search: Search[Measurement], *, dist: str) -> dict[str, Any]:
                          "undecided_between": [p.version for p in c.undecided]} for c in search.changes]}
 
 
-def _point_json(point: Point[Measurement]) -> dict[str, Any]:
+def _point_json(point: Point[ReleaseReading]) -> dict[str, Any]:
     reading, file = point.result.reading, point.result.file
     return {"version": point.version, "status": point.status.value, "manner": reading.manner,
             "summary": reading.summary,

@@ -29,9 +29,15 @@ from urllib.request import url2pathname
 
 import requests
 
-from stackforge.errors import StackforgeError
-from stackforge.wheels.index import IndexConfig, IndexUnreachableError, new_session, unreachable_cause, with_credentials
-from stackforge.wheels.model import ReleaseFile
+from stackforge.core.errors import StackforgeError
+from stackforge.core.wheel_readings import ReleaseFile
+from stackforge.edges.index import (
+    IndexConfig,
+    IndexUnreachableError,
+    new_session,
+    unreachable_cause,
+    with_credentials,
+)
 
 CACHE_ENV = "STACKFORGE_WHEEL_CACHE"
 DOWNLOAD_TIMEOUT = (5, 120)   # connect, read between chunks

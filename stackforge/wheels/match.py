@@ -12,9 +12,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from stackforge.records import ResultRecord
+from stackforge.core.records import ResultRecord
 
-#: The key of :class:`stackforge.model.Stack` (``kernel``: also the derived kernel pin) that pins each distribution.
+#: The key of :class:`stackforge.core.model.Stack` (``kernel``: also the derived kernel pin) that pins each
+#: distribution.
 STACK_KEYS = {"flashinfer-python": "flashinfer", "sglang": "sglang", "torch": "torch",
               "sgl-kernel": "kernel", "sglang-kernel": "kernel"}
 #: Context fields the target decides; records are already per target.

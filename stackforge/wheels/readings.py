@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackforge.errors import SpecError
+from stackforge.core.errors import SpecError
+from stackforge.core.wheel_readings import ReadContext, Reading, ReadingStatus
+from stackforge.edges.index import IndexConfig, Release, find_release, index_config, releases
 from stackforge.wheels.cache import WheelCache
-from stackforge.wheels.index import IndexConfig, Release, find_release, index_config, releases
-from stackforge.wheels.model import ReadContext, Reading, ReadingStatus
 from stackforge.wheels.tier import measure
 
 
@@ -50,7 +50,7 @@ class WheelReadings:
 def open_readings(*, index_url: str | None = None, find_links: Sequence[str] = (),
                   cache_root: Path | None = None) -> WheelReadings:
     """Readings from the indexes pip would ask here (command-line values first) into the wheel cache."""
-    from stackforge.pip_config import read_pip_config
+    from stackforge.edges.pip_config import read_pip_config
 
     indexes = index_config(index_url=index_url, find_links=find_links, pip_config=read_pip_config())
     return WheelReadings(indexes=indexes, cache=WheelCache.open(indexes, cache_root))

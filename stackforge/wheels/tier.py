@@ -4,7 +4,7 @@ No image, no torch, no GPU: the wheel is fetched from the configured index into 
 (:mod:`stackforge.wheels.cache`), never installed, and a pure reader reads its files. A release
 that publishes only an sdist is reported as such (undecided), never built.
 
-A reading becomes one :class:`~stackforge.records.ResultRecord` per (distribution version x fact x
+A reading becomes one :class:`~stackforge.core.records.ResultRecord` per (distribution version x fact x
 target): tier ``wheel``, stack id ``wheel-<dist>-<version>`` (plus the context values the reading
 depended on beyond the target's hardware), stack ``{<stack key>: version, ...}`` so the matrix can
 match it to every stack that pins that version.
@@ -21,14 +21,14 @@ from typing import Any
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 
-from stackforge.errors import SpecError
-from stackforge.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.core.errors import SpecError
+from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
+from stackforge.core.wheel_readings import ReadContext, ReaderSpec, Reading, ReadingStatus, ReleaseFile
+from stackforge.edges.index import IndexConfig, Release, find_release, releases
+from stackforge.wheels import match
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache
-from stackforge.wheels.index import IndexConfig, Release, find_release, releases
-from stackforge.wheels import match
 from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
-from stackforge.wheels.model import ReadContext, Reading, ReaderSpec, ReadingStatus, ReleaseFile
 
 SDIST_ONLY = "sdist only: not built"
 #: How long a project's release list is reused: long enough for a search and its rerun, short enough

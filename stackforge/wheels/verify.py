@@ -22,10 +22,10 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from stackforge.model import Target
-from stackforge.rules import Condition, Rule, Witness
-from stackforge.versions import parse_version
-from stackforge.wheels.model import CodeSite, Reading, ReadContext, ReadingStatus
+from stackforge.core.model import Target
+from stackforge.core.versions import parse_version
+from stackforge.core.wheel_readings import CodeSite, ReadContext, Reading, ReadingStatus
+from stackforge.plan.rules import Condition, Rule, Witness
 
 Evaluate = Callable[[str, str, str, ReadContext], Reading]
 ListReleases = Callable[[str], Sequence[str]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from stackforge.ci_github import WorkflowConfig, render_workflow
+from stackforge.ci.github import WorkflowConfig, render_workflow
 
 GOLDEN = Path(__file__).resolve().parent / "workflows" / "stackforge-nightly.yml"
 

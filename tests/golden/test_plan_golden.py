@@ -6,12 +6,11 @@ A change to a rule, a table or the matrix shows up here as a reviewable diff of 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-
-from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 
@@ -32,7 +31,7 @@ def test_default_plan_json_matches_golden(check_golden):
 def test_the_plan_read_back_from_its_json_writes_the_same_json():
     """``Plan.from_json`` is the inverse of ``Plan.to_json``: the reports, pick and CI read a plan file
     into the same model the planner makes."""
-    from stackforge.plan import Plan
+    from stackforge.plan.planner import Plan
 
     data = json.loads((GOLDEN_DIR / "plan" / "default.plan.json").read_text(encoding="utf-8"))
     assert Plan.from_json(data, path="default.plan.json").to_json() == data

@@ -19,9 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ helpers, also under `pytest tests/golden`
 
 from _build_helpers import derived_by_hand, devel_stack, wheels_stack  # noqa: E402
-from stackforge import runner  # noqa: E402
-from stackforge.model import Flavour  # noqa: E402
-from stackforge.render import RenderOptions, render_stack  # noqa: E402
+
+from stackforge.compose.dockerfile import ComposeOptions, compose_stack  # noqa: E402
+from stackforge.core.model import Flavour  # noqa: E402
+from stackforge.edges import runner  # noqa: E402
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 REPO = GOLDEN_DIR.parents[1]
@@ -37,7 +38,7 @@ VARIANTS = {
     "devel-cu131-buildkit-ca": (
         devel_stack(flashinfer_addons=("cubin", "jit-cache")),
         derived_by_hand(),
-        RenderOptions(ca_bundle=True)),
+        ComposeOptions(ca_bundle=True)),
     # Runtime flavour under the classic builder with a CA bundle (fetched and deleted per RUN).
     "runtime-cu128-classic-ca": (
         devel_stack(cuda="12.8", torch="2.9.1", flashinfer="0.6.3", sglang="0.5.9", flavour=Flavour.RUNTIME),
@@ -45,7 +46,7 @@ VARIANTS = {
                         torch_requirement="torch==2.9.1", kernel_package="sgl-kernel", kernel_version="0.3.21",
                         flashinfer_extra=None, cuda_image_version="12.8.1",
                         base_image="nvidia/cuda:12.8.1-runtime-ubuntu24.04", has_nvcc=False),
-        RenderOptions(buildkit=False, ca_bundle=True)),
+        ComposeOptions(buildkit=False, ca_bundle=True)),
     # Toolkit from CUDA 13.0 wheels (nvcc, CUDA_HOME), torch from a wheelhouse, SGLang --no-deps.
     "wheels-cu130-buildkit-wheelhouse": (
         wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
@@ -53,7 +54,7 @@ VARIANTS = {
                         torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
                         flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
                         base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
-        RenderOptions(ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}))),
+        ComposeOptions(ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}))),
     # BuildKit on an engine without named build contexts: the wheelhouse from the asset server.
     "wheels-cu130-buildkit-wheelhouse-http": (
         wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
@@ -61,7 +62,7 @@ VARIANTS = {
                         torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
                         flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
                         base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
-        RenderOptions(ca_bundle=True, wheelhouse=True, wheelhouse_mount=False, no_deps=frozenset({"sglang"}))),
+        ComposeOptions(ca_bundle=True, wheelhouse=True, wheelhouse_mount=False, no_deps=frozenset({"sglang"}))),
     # The same under the classic builder: wheelhouse and CA from the 127.0.0.1 asset server.
     "wheels-cu130-classic-wheelhouse": (
         wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
@@ -69,7 +70,7 @@ VARIANTS = {
                         torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
                         flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
                         base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
-        RenderOptions(buildkit=False, ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}),
+        ComposeOptions(buildkit=False, ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}),
                       base_image="stackforge/debian:bookworm")),
     # CUDA 12.8 wheels carry no nvcc: runtime-only, said in a comment and in the labels.
     "wheels-cu128-runtime-only": (
@@ -78,12 +79,12 @@ VARIANTS = {
                         torch_requirement="torch==2.9.1", kernel_package="sgl-kernel", kernel_version="0.3.21",
                         flashinfer_extra=None, cuda_image_version="12.8.1", base_image="python:3.11-slim-bookworm",
                         base_python="3.11", toolkit_wheels=TOOLKIT_12_8, has_nvcc=False),
-        RenderOptions()),
+        ComposeOptions()),
     # Declared dependencies of FlashInfer and SGLang in layers of their own (shared across releases).
     "devel-cu131-dependency-layers": (
         devel_stack(),
         derived_by_hand(),
-        RenderOptions(ca_bundle=True, declared=(
+        ComposeOptions(ca_bundle=True, declared=(
             ("flashinfer", ("apache-tvm-ffi<0.2,>=0.1.6", "numpy", "torch",
                             'nvidia-cutlass-dsl[cu13]>=4.3.4; extra == "cu13"')),
             ("sglang", ("aiohttp", "transformers==4.57.1", 'av; platform_machine == "aarch64"'))))),
@@ -91,7 +92,7 @@ VARIANTS = {
     "devel-py311-deadsnakes-mirror": (
         devel_stack(python="3.11"),
         derived_by_hand(),
-        RenderOptions(index_url="https://pypi.mirror.example.com/simple",
+        ComposeOptions(index_url="https://pypi.mirror.example.com/simple",
                       extra_index_urls=("https://wheels.example.com/simple",))),
 }
 
@@ -99,7 +100,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_rendered_dockerfile_matches_golden(name, check_golden):
     stack, derived, options = VARIANTS[name]
-    check_golden(GOLDEN_DIR / f"{name}.Dockerfile", render_stack(stack, derived, options).dockerfile)
+    check_golden(GOLDEN_DIR / f"{name}.Dockerfile", compose_stack(stack, derived, options).dockerfile)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from matrix_fixtures import CU128, TARGET
-from stackforge.cli import cli
 from upgrade_fixtures import UPGRADE_DATA, write_workspace
+
+from stackforge.cli import cli
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "upgrade"
 

@@ -46,7 +46,7 @@ def main(argv):
     started = time.monotonic()
     outcome = sf.run_ranks(worker, 2, {"mode": args.mode, "pidfile": args.pidfile},
                            phase_timeout_s=args.phase_timeout)
-    verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.Verdict("pass", "all ranks finished")
+    verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.ProbeVerdict("pass", "all ranks finished")
     sf.emit_verdict(verdict, extra_metrics={"seconds": round(time.monotonic() - started, 1),
                                             "exitcodes": list(outcome.exitcodes)})
 

@@ -480,7 +480,7 @@ def check_ranks(outcome) -> None:
         rank, code = crashed[0]
         started = [e.phase for e in outcome.events if e.rank == rank and e.state == "start"]
         phase = started[-1] if started else "spawn"
-        raise Abort("fail", f"rank {rank} died ({sf.signal_name(code)}) in phase '{phase}'", log)
+        raise Abort("fail", f"rank {rank} died ({sf.rank_signal_name(code)}) in phase '{phase}'", log)
     if failures:
         first = failures[0]
         raise Abort("fail", f"rank {first.rank} failed in phase '{first.phase}': {first.detail}",

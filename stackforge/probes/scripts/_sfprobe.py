@@ -198,7 +198,7 @@ def emit(status: str, reason: str, evidence: str = "",
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
+class ProbeVerdict:
     """A decided result, before it is printed: scripts that must clean up (temporary workspaces)
     decide first, clean up, then emit."""
 
@@ -212,9 +212,9 @@ class Verdict:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
-def emit_verdict(verdict: Verdict, facts: Mapping[str, Any] | None = None,
+def emit_verdict(verdict: ProbeVerdict, facts: Mapping[str, Any] | None = None,
                  extra_metrics: Mapping[str, Any] | None = None) -> None:
-    """:func:`emit` a :class:`Verdict`, merging ``extra_metrics`` under its own metrics."""
+    """:func:`emit` a :class:`ProbeVerdict`, merging ``extra_metrics`` under its own metrics."""
     metrics = {**dict(extra_metrics or {}), **dict(verdict.metrics)}
     emit(verdict.status, verdict.reason, verdict.evidence, metrics, facts)
 
@@ -267,7 +267,7 @@ def traceback_text(exc: BaseException, limit_lines: int = 40) -> str:
 # --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CommandResult:
+class ScriptCommand:
     """Outcome of one command: exit status (None when it timed out or could not start)."""
 
     argv: tuple[str, ...]
@@ -288,7 +288,7 @@ class CommandResult:
 
 
 def run_command(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None) -> CommandResult:
+                cwd: str | None = None) -> ScriptCommand:
     """Run a command in its own process group; on timeout kill the whole group (nvcc spawns
     cicc/ptxas, ninja spawns nvcc: killing only the direct child would leave them running)."""
     started = time.monotonic()
@@ -297,14 +297,14 @@ def run_command(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str]
                                 errors="replace", env=None if env is None else dict(env), cwd=cwd,
                                 start_new_session=True)
     except OSError as exc:
-        return CommandResult(tuple(argv), None, "", "", False, 0.0, start_error=describe_exception(exc))
+        return ScriptCommand(tuple(argv), None, "", "", False, 0.0, start_error=describe_exception(exc))
     try:
         out, err = proc.communicate(timeout=timeout_s)
-        return CommandResult(tuple(argv), proc.returncode, out, err, False, time.monotonic() - started)
+        return ScriptCommand(tuple(argv), proc.returncode, out, err, False, time.monotonic() - started)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         out, err = proc.communicate()
-        return CommandResult(tuple(argv), None, out, err, True, time.monotonic() - started)
+        return ScriptCommand(tuple(argv), None, out, err, True, time.monotonic() - started)
 
 
 def _kill_group(pid: int) -> None:
@@ -633,7 +633,7 @@ def failure_status(detail: str) -> str:
     return "error" if detail.split(":", 1)[0].strip() in PROBE_BUG_EXCEPTIONS else "fail"
 
 
-def ranks_verdict(outcome: RanksOutcome, what: str) -> Verdict | None:
+def ranks_verdict(outcome: RanksOutcome, what: str) -> ProbeVerdict | None:
     """The verdict when the ranks did not all finish cleanly (hang, failure, crash), else None.
 
     A hang is a measured outcome (NCCL hanging on a PCIe box is the finding), so it is a ``fail``
@@ -642,20 +642,20 @@ def ranks_verdict(outcome: RanksOutcome, what: str) -> Verdict | None:
     log = outcome.log()
     if outcome.hung is not None:
         rank, phase, seconds = outcome.hung
-        return Verdict("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
+        return ProbeVerdict("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
                        "(hang); all ranks were killed", log)
     failures = outcome.failures()
     if failures:
         first = failures[0]
         tb = first.data.get("traceback", "")
-        return Verdict(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
+        return ProbeVerdict(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
                        f"'{first.phase}': {first.detail}", log + (f"\n{tb}" if tb else ""))
     crashed = outcome.crashed()
     if crashed:
         rank, code = crashed[0]
         last = [e.phase for e in outcome.events if e.rank == rank]
         where = last[-1] if last else "startup"
-        return Verdict("fail", f"{what}: rank {rank} died ({signal_name(code)}) in phase '{where}'", log)
+        return ProbeVerdict("fail", f"{what}: rank {rank} died ({rank_signal_name(code)}) in phase '{where}'", log)
     return None
 
 
@@ -930,7 +930,7 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def signal_name(exitcode: int | None) -> str:
+def rank_signal_name(exitcode: int | None) -> str:
     """``SIGSEGV`` for a process killed by signal 11 (negative exit code), else ``exit N``."""
     if exitcode is None:
         return "still running"

@@ -23,8 +23,16 @@ from contextlib import ExitStack
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (SERVER_ARGS_MODULE, SGLANG_UTILS, Node, emulated_node, import_sglang, platform_answers,
-                          sglang_warnings, target_device)
+from _sglang_node import (
+    SERVER_ARGS_MODULE,
+    SGLANG_UTILS,
+    Node,
+    emulated_node,
+    import_sglang,
+    platform_answers,
+    sglang_warnings,
+    target_device,
+)
 from _sglang_source import AUTOENABLE_PASS, OVERRIDES_MODULE, AutoEnable, PassSites, pass_sites, read_pass
 
 

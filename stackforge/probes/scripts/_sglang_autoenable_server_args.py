@@ -33,10 +33,27 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (SERVER_ARGS_MODULE, SGLANG_UTILS, Node, emulated_node, import_sglang, platform_answers,
-                          sglang_warnings, target_device)
-from _sglang_source import (FUSION_FLAG, PASS_KEY, AutoEnable, FusionSite, class_node, named_archs, parse_file,
-                            read_autoenable, sglang_file)
+from _sglang_node import (
+    SERVER_ARGS_MODULE,
+    SGLANG_UTILS,
+    Node,
+    emulated_node,
+    import_sglang,
+    platform_answers,
+    sglang_warnings,
+    target_device,
+)
+from _sglang_source import (
+    FUSION_FLAG,
+    PASS_KEY,
+    AutoEnable,
+    FusionSite,
+    class_node,
+    named_archs,
+    parse_file,
+    read_autoenable,
+    sglang_file,
+)
 
 
 def server_args_for(cls: Any, arch: str, node: Node) -> Any:

@@ -233,18 +233,18 @@ class Evaluated:
     """A gate's verdict and the way it was reached: ``live`` (SGLang's code ran for the node) or
     ``static`` (its files were read with ``ast``)."""
 
-    verdict: sf.Verdict
+    verdict: sf.ProbeVerdict
     method: str
 
 
-LiveGate = Callable[[Any, Node], "sf.Verdict | str"]
-StaticGate = Callable[[Node, str], sf.Verdict]
+LiveGate = Callable[[Any, Node], "sf.ProbeVerdict | str"]
+StaticGate = Callable[[Node, str], sf.ProbeVerdict]
 
 
 def evaluate(live: LiveGate, static: StaticGate, torch: Any, node: Node) -> Evaluated:
     """Live when SGLang's module imports and its code gives an answer, static otherwise (told why)."""
     result = live(torch, node) if torch is not None else "torch is not importable"
-    if isinstance(result, sf.Verdict):
+    if isinstance(result, sf.ProbeVerdict):
         if result.status != "error":
             return Evaluated(result, "live")
         result = f"live evaluation failed: {result.reason}"
@@ -262,5 +262,5 @@ def run_gate(description: str, feature: str, decide: Callable[[Any, Node], Evalu
     decided = decide(torch, Node(args.arch, args.gpus, args.interconnect))
     verdict = decided.verdict
     metrics = {"sglang": version, "feature_status": {feature: verdict.status}, "method": decided.method}
-    sf.emit_verdict(sf.Verdict(verdict.status, f"SGLang {version}: {verdict.reason}", verdict.evidence,
+    sf.emit_verdict(sf.ProbeVerdict(verdict.status, f"SGLang {version}: {verdict.reason}", verdict.evidence,
                                verdict.metrics), sf.collect_facts(torch_module=torch), metrics)

@@ -18,7 +18,6 @@ capture or replay (``agree_on_step``).
 from __future__ import annotations
 
 import builtins
-
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -243,25 +242,25 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     return metrics
 
 
-def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.Verdict:
+def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ProbeVerdict:
     log = outcome.log()
     if metrics["disabled"]:
-        return sf.Verdict("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
+        return sf.ProbeVerdict("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
                           log)
     broken = [e for e in outcome.events if e.state == "check-fail"]
     if broken:
         first = broken[0]
-        return sf.Verdict(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
+        return sf.ProbeVerdict(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
                           f"{first.detail}", log)
     used = [n for n in SIZES if f"custom_us_{n}" in metrics]
     if not used:
-        return sf.Verdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
+        return sf.ProbeVerdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
     timing = "; ".join(f"{n * 2 // 1024} KiB: custom {metrics[f'custom_us_{n}']} us vs NCCL {metrics[f'nccl_us_{n}']} us"
                        for n in used)
     if "graph_us" not in metrics:
-        return sf.Verdict("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
+        return sf.ProbeVerdict("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
                           f"{GRAPH_NUMEL * 2 // 1024} KiB all-reduce to capture in a CUDA graph", log)
-    return sf.Verdict("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
+    return sf.ProbeVerdict("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
                       f"({metrics['graph_us']} us); {timing}", log)
 
 

@@ -497,7 +497,7 @@ def split_deepep(outcome: sf.RanksOutcome) -> tuple[sf.RanksOutcome, str]:
         if phases and phases[-1].startswith(DEEPEP_PHASE_PREFIX):
             rest = tuple(r for r in outcome.closed_first if r != rank)
             return (dataclasses.replace(outcome, closed_first=rest),
-                    f"crash: rank {rank} died ({sf.signal_name(code)}) in phase '{phases[-1]}'")
+                    f"crash: rank {rank} died ({sf.rank_signal_name(code)}) in phase '{phases[-1]}'")
     return outcome, ""
 
 
@@ -552,42 +552,42 @@ def deepep_metrics(outcome: sf.RanksOutcome, backend: str, wanted: bool, source:
     return metrics
 
 
-def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.Verdict:
+def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ProbeVerdict:
     log = outcome.log()
     needed = ("dispatch", "combine") + (("graph_replay",) if backend == "nccl" else ())
     missing = [p for p in needed if len(outcome.phase_events(p)) != gpus]
     if missing:
-        return sf.Verdict("fail", f"{what}: not every rank completed {', '.join(missing)}", log)
+        return sf.ProbeVerdict("fail", f"{what}: not every rank completed {', '.join(missing)}", log)
     deepep = f"; DeepEP: {metrics['deepep'][:300]}"
     rows = f"{metrics['dispatch_rows_verified']} (token, expert) rows"
     if backend == "gloo":
-        return sf.Verdict("pass", f"gloo harness: {gpus} ranks exchanged counts and {rows} with all_to_all_single "
+        return sf.ProbeVerdict("pass", f"gloo harness: {gpus} ranks exchanged counts and {rows} with all_to_all_single "
                           "(uneven splits); every row was exact at its receiver and back at its sender; "
                           "CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL",
                           log)
-    return sf.Verdict("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
+    return sf.ProbeVerdict("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
                       f"combine ({metrics.get('combine_us_max_rank')} us) and replayed from a CUDA graph "
                       f"({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}{deepep}", log)
 
 
-def sglang_backend_verdict(torch_verdict: sf.Verdict, metrics: dict[str, Any], gpus: int) -> sf.Verdict:
+def sglang_backend_verdict(torch_verdict: sf.ProbeVerdict, metrics: dict[str, Any], gpus: int) -> sf.ProbeVerdict:
     """``ep-a2a`` by the backend SGLang's ``--moe-a2a-backend`` would run: DeepEP's own result where
     the image has it, a skip where it has no all-to-all backend; torch's result stays a metric."""
     metrics["torch_all_to_all"] = f"{torch_verdict.status}: {torch_verdict.reason[:300]}"
     deepep = metrics.get("deepep", "")
     what = f"SGLang --moe-a2a-backend deepep on {gpus} GPUs"
     if deepep.startswith("absent"):
-        return sf.Verdict("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
+        return sf.ProbeVerdict("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
                           "--moe-a2a-backend none runs no all-to-all (torch's all_to_all_single: "
                           f"{torch_verdict.status}, see torch-a2a)", torch_verdict.evidence)
     if deepep == "pass":
-        return sf.Verdict("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
+        return sf.ProbeVerdict("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
                           f"({metrics.get('deepep_round_us_max_rank')} us, DeepEP {metrics.get('deepep_version')}); "
                           f"torch all_to_all_single: {torch_verdict.status}", torch_verdict.evidence)
     if deepep.startswith("fail"):
-        return sf.Verdict("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
+        return sf.ProbeVerdict("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
                           f"{torch_verdict.status}", torch_verdict.evidence)
-    return sf.Verdict("skip", f"{what}: DeepEP not run ({deepep})", torch_verdict.evidence)
+    return sf.ProbeVerdict("skip", f"{what}: DeepEP not run ({deepep})", torch_verdict.evidence)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
-           outcome: sf.RanksOutcome | None) -> sf.Verdict:
+           outcome: sf.RanksOutcome | None) -> sf.ProbeVerdict:
     """The driver's claim and the copies, as one verdict with both matrices."""
     copies = copy_results(pairs, outcome)
     lines = ["    " + " ".join(f"{j:>3}" for j in range(n))]
@@ -105,9 +105,9 @@ def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
         verdict = (f"{verdict}; " if verdict else "") + (f"the driver admits peer access but {len(broken)} of "
                                                          f"{len(pairs)} copies failed ({shown})")
     if verdict:
-        return sf.Verdict("fail", verdict, evidence, metrics)
+        return sf.ProbeVerdict("fail", verdict, evidence, metrics)
     rates = [float(text.split()[1]) for text in copies.values()]
-    return sf.Verdict("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
+    return sf.ProbeVerdict("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
                       f"each arrived intact ({min(rates):.1f}-{max(rates):.1f} GB/s)", evidence, metrics)
 
 
@@ -125,7 +125,7 @@ def copy_results(pairs: list[tuple[int, int]], outcome: sf.RanksOutcome | None) 
         elif outcome is not None and outcome.hung is not None and outcome.hung[1] == phase:
             results[(i, j)] = f"hang: no progress for {outcome.hung[2]:.0f} s; the copy was killed"
         elif outcome is not None and outcome.crashed() and any(e.phase == phase for e in outcome.events):
-            results[(i, j)] = f"crash: {sf.signal_name(outcome.crashed()[0][1])} during the copy"
+            results[(i, j)] = f"crash: {sf.rank_signal_name(outcome.crashed()[0][1])} during the copy"
         else:
             results[(i, j)] = "not reached"
     return results

@@ -33,8 +33,19 @@ import _sfprobe as sf
 import flashinfer_gates
 from _sglang_autoenable_overrides import evaluate_pass
 from _sglang_autoenable_server_args import evaluate_server_args
-from _sglang_node import (SGLANG_UTILS, Evaluated, Node, emulated_node, evaluate, import_sglang, is_missing,
-                          platform_answers, run_gate, server_context, sglang_warnings)
+from _sglang_node import (
+    SGLANG_UTILS,
+    Evaluated,
+    Node,
+    emulated_node,
+    evaluate,
+    import_sglang,
+    is_missing,
+    platform_answers,
+    run_gate,
+    server_context,
+    sglang_warnings,
+)
 from _sglang_source import AutoEnable, arch_raise, arch_test, autoenable_sites, parse_file, sglang_file
 
 FEATURE = "flashinfer-ar-fusion"
@@ -43,14 +54,14 @@ FUSION_GATE = "_resolve_backend"
 FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
 
 
-def no_fusion_gate(looked_for: str, method: str) -> sf.Verdict:
+def no_fusion_gate(looked_for: str, method: str) -> sf.ProbeVerdict:
     """This SGLang has no arch gate of its own for FlashInfer allreduce fusion."""
-    return sf.Verdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
+    return sf.ProbeVerdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
                       "SGLang has one from 0.5.14); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
                       f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
 
 
-def live_ar_fusion(torch: Any, node: Node) -> sf.Verdict | str:
+def live_ar_fusion(torch: Any, node: Node) -> sf.ProbeVerdict | str:
     """Call SGLang's ``_resolve_backend("auto")`` with the platform answering for the node."""
     module, error = import_sglang(FUSION_MODULE)
     if module is None:
@@ -74,24 +85,24 @@ def live_ar_fusion(torch: Any, node: Node) -> sf.Verdict | str:
         except ValueError as exc:  # SGLang's own rejection, unless it is state only a server sets up
             context = server_context(exc)
             if context is not None:   # not the gate's answer: let the static reading decide
-                return sf.Verdict("error", f"{call} needs what only a running SGLang server provides: {context}", "")
+                return sf.ProbeVerdict("error", f"{call} needs what only a running SGLang server provides: {context}", "")
             return fusion_verdict(call, f"raised {sf.describe_exception(exc)}", node, f"live; torch CUDA {cuda}")
         except Exception as exc:  # noqa: BLE001 - not the gate: let the static reading decide
-            return sf.Verdict("error", f"{call} raised {sf.describe_exception(exc)}", "")
+            return sf.ProbeVerdict("error", f"{call} raised {sf.describe_exception(exc)}", "")
     return fusion_verdict(call, f"returned {backend!r}", node, f"live; torch CUDA {cuda}")
 
 
-def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.Verdict:
+def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.ProbeVerdict:
     evidence = f"[{method}] {where} for capability {node.arch.dotted}: {outcome}"
     if outcome.startswith("raised"):
-        return sf.Verdict("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
+        return sf.ProbeVerdict("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
                           f"{outcome[7:]}", evidence)
-    return sf.Verdict("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
+    return sf.ProbeVerdict("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
                       f"({outcome}); FlashInfer's own gate (gate.flashinfer.ar-fusion) still decides the kernel",
                       evidence)
 
 
-def static_ar_fusion(node: Node, import_error: str) -> sf.Verdict:
+def static_ar_fusion(node: Node, import_error: str) -> sf.ProbeVerdict:
     """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node."""
     relative = FUSION_MODULE.replace("sglang.", "", 1).replace(".", "/") + ".py"
     path = sglang_file(relative)
@@ -104,12 +115,12 @@ def static_ar_fusion(node: Node, import_error: str) -> sf.Verdict:
     prefix = f"static: import failed ({import_error}); read {path}, not run"
     gate = arch_raise(function)
     if gate is None:
-        return sf.Verdict("error", f"{FUSION_GATE} in {path} has no `if <is_smXX flags>: raise` check", prefix)
+        return sf.ProbeVerdict("error", f"{FUSION_GATE} in {path} has no `if <is_smXX flags>: raise` check", prefix)
     test, message, line = gate
     try:
         rejected = arch_test(test, node.arch.major)
     except ValueError as exc:
-        return sf.Verdict("error", f"could not evaluate SGLang's check `{ast.unparse(test)}`: {exc}", prefix)
+        return sf.ProbeVerdict("error", f"could not evaluate SGLang's check `{ast.unparse(test)}`: {exc}", prefix)
     where = (f"{os.path.basename(path)}:{line} {FUSION_GATE}: `if {ast.unparse(test)}: raise {message}` "
              "(flags read as capability majors; their CUDA-version part not evaluated)")
     outcome = f"raised {message}" if rejected else "returned (the arch check passes)"
@@ -127,19 +138,19 @@ def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
     return evaluate_server_args(torch, node, sites, path)
 
 
-def flashinfer_gate(node: Node) -> sf.Verdict:
+def flashinfer_gate(node: Node) -> sf.ProbeVerdict:
     """FlashInfer's own allreduce-fusion gate for the node, as the gate.flashinfer.ar-fusion probe
     decides it (``flashinfer_gates.py`` beside this script), reason and evidence bounded as that probe's
     result line bounds them."""
     try:
         verdict = flashinfer_gates.ar_fusion_gate(node.arch, node.world_size, node.interconnect)
     except Exception as exc:  # noqa: BLE001 - FlashInfer's failure is this half's answer, not the probe's
-        return sf.Verdict("error", f"{FLASHINFER_GATE_SCRIPT} raised {sf.describe_exception(exc)}",
+        return sf.ProbeVerdict("error", f"{FLASHINFER_GATE_SCRIPT} raised {sf.describe_exception(exc)}",
                           sf.traceback_text(exc))
-    return sf.Verdict(verdict.status, sf.one_line(verdict.reason), sf.bound_text(verdict.evidence))
+    return sf.ProbeVerdict(verdict.status, sf.one_line(verdict.reason), sf.bound_text(verdict.evidence))
 
 
-def with_autoenable(base: sf.Verdict, auto: AutoEnable | str, node: Node) -> sf.Verdict:
+def with_autoenable(base: sf.ProbeVerdict, auto: AutoEnable | str, node: Node) -> sf.ProbeVerdict:
     """The fusion verdict once ServerArgs' own auto-enable is known: a hazard only when SGLang turns
     fusion on by itself for a multi-GPU target and FlashInfer's gate rejects the arch."""
     if isinstance(auto, str):
@@ -158,19 +169,19 @@ def with_autoenable(base: sf.Verdict, auto: AutoEnable | str, node: Node) -> sf.
     if node.world_size <= 1:
         # SGLang fuses only under tensor parallelism (communicator.py: `self._context.tp_size > 1`;
         # flashinfer_comm_fusion.py: `if world_size <= 1: return None, None`, 0.5.4.post3-0.5.7).
-        return sf.Verdict(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
+        return sf.ProbeVerdict(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
                           evidence, metrics)
     fi = flashinfer_gate(node)
     metrics["flashinfer_gate"] = fi.status
     evidence += f"\nFlashInfer's gate ({FLASHINFER_GATE_SCRIPT}): {fi.status}: {fi.reason}\n{fi.evidence}"
     turned_on += f" with {node.world_size} GPUs on one node, without --enable-flashinfer-allreduce-fusion"
     if base.status == "fail":
-        return sf.Verdict("fail", f"{base.reason}; and {turned_on}", evidence, metrics)
+        return sf.ProbeVerdict("fail", f"{base.reason}; and {turned_on}", evidence, metrics)
     if fi.status == "fail":
-        return sf.Verdict("fail", f"{turned_on}, and {fi.reason}", evidence, metrics)
+        return sf.ProbeVerdict("fail", f"{turned_on}, and {fi.reason}", evidence, metrics)
     if fi.status == "pass":
-        return sf.Verdict("pass", f"{turned_on}; {fi.reason}", evidence, metrics)
-    return sf.Verdict(base.status, f"{base.reason}; {turned_on}; FlashInfer's gate: {fi.reason}", evidence, metrics)
+        return sf.ProbeVerdict("pass", f"{turned_on}; {fi.reason}", evidence, metrics)
+    return sf.ProbeVerdict(base.status, f"{base.reason}; {turned_on}; FlashInfer's gate: {fi.reason}", evidence, metrics)
 
 
 def decide(torch: Any, node: Node) -> Evaluated:

@@ -20,17 +20,34 @@ from contextlib import ExitStack
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (Evaluated, GateReached, Node, emulated_node, evaluate, import_sglang, patch_if_present,
-                          run_gate, sglang_warnings)
-from _sglang_source import (COMM, class_node, fill, module_constants, parse_file, pcie_gate, sglang_file,
-                            size_gate_messages)
+from _sglang_node import (
+    Evaluated,
+    GateReached,
+    Node,
+    emulated_node,
+    evaluate,
+    import_sglang,
+    patch_if_present,
+    run_gate,
+    sglang_warnings,
+)
+from _sglang_source import (
+    COMM,
+    class_node,
+    fill,
+    module_constants,
+    parse_file,
+    pcie_gate,
+    sglang_file,
+    size_gate_messages,
+)
 
 FEATURE = "custom-allreduce"
 CAR_MODULE = f"{COMM}.custom_all_reduce"
 CAR_UTILS = f"{COMM}.custom_all_reduce_utils"
 
 
-def live_custom_ar(torch: Any, node: Node) -> sf.Verdict | str:
+def live_custom_ar(torch: Any, node: Node) -> sf.ProbeVerdict | str:
     """Run ``CustomAllreduce.__init__`` for the node up to its P2P check."""
     module, error = import_sglang(CAR_MODULE)
     if module is None:
@@ -66,27 +83,27 @@ def live_custom_ar(torch: Any, node: Node) -> sf.Verdict | str:
     return car_verdict(f"{CAR_MODULE}.CustomAllreduce.__init__", outcome, logs, node, sizes, "live")
 
 
-def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes: Any, method: str) -> sf.Verdict:
+def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes: Any, method: str) -> sf.ProbeVerdict:
     said = "; ".join(logs)
     evidence = (f"[{method}] {where} for {node.world_size} GPUs, interconnect {node.interconnect} "
                 f"(full NVLink: {node.full_nvlink}), _SUPPORTED_WORLD_SIZES={sizes}: {outcome}")
     evidence += f"\nSGLang logged: {said}" if said else ""
     if node.world_size <= 1:
-        return sf.Verdict("skip", "custom all-reduce does not apply to a single GPU", evidence)
+        return sf.ProbeVerdict("skip", "custom all-reduce does not apply to a single GPU", evidence)
     if outcome.startswith("reached"):
-        return sf.Verdict("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
+        return sf.ProbeVerdict("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
                           f"{node.interconnect}; its P2P check decides at run time", evidence)
     if outcome.startswith("raised"):
-        return sf.Verdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
-    return sf.Verdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
+        return sf.ProbeVerdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
+    return sf.ProbeVerdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
 
 
-def static_custom_ar(node: Node, import_error: str) -> sf.Verdict:
+def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
     """Evaluate the custom all-reduce gates from SGLang's files."""
     paths = [p for p in (sglang_file("srt/distributed/device_communicators/custom_all_reduce.py"),
                          sglang_file("srt/distributed/device_communicators/custom_all_reduce_utils.py")) if p]
     if not paths:
-        return sf.Verdict("error", "no custom_all_reduce.py in this SGLang", import_error)
+        return sf.ProbeVerdict("error", "no custom_all_reduce.py in this SGLang", import_error)
     trees = {path: parse_file(path) for path in paths}
     cls = class_node(trees[paths[0]], "CustomAllreduce")
     sizes = None
@@ -98,7 +115,7 @@ def static_custom_ar(node: Node, import_error: str) -> sf.Verdict:
     where = "CustomAllreduce.__init__"
     fields = {"cls_name": "CustomAllreduce", "world_size": node.world_size, "supported_world_size": sizes}
     if sizes is None or gate is None:
-        return sf.Verdict("error", "could not find _SUPPORTED_WORLD_SIZES or the PCIe gate in SGLang's files",
+        return sf.ProbeVerdict("error", "could not find _SUPPORTED_WORLD_SIZES or the PCIe gate in SGLang's files",
                           prefix)
     threshold, pcie_message, line = gate
     if node.world_size <= 1:

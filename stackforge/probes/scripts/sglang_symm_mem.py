@@ -28,15 +28,36 @@ from collections.abc import Sequence
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (Evaluated, GateReached, Node, constructor_line, emulated_node, evaluate, import_sglang,
-                          is_missing, run_gate, server_context, sglang_warnings)
-from _sglang_source import (SYMM_MODULES, SYMM_TABLES, class_node, fill, min_capability, module_constants,
-                            parse_file, sglang_file, table_access, warnings_in)
+from _sglang_node import (
+    Evaluated,
+    GateReached,
+    Node,
+    constructor_line,
+    emulated_node,
+    evaluate,
+    import_sglang,
+    is_missing,
+    run_gate,
+    server_context,
+    sglang_warnings,
+)
+from _sglang_source import (
+    SYMM_MODULES,
+    SYMM_TABLES,
+    class_node,
+    fill,
+    min_capability,
+    module_constants,
+    parse_file,
+    sglang_file,
+    table_access,
+    warnings_in,
+)
 
 FEATURE = "torch-symm-mem"
 
 
-def live_symm_mem(torch: Any, node: Node) -> sf.Verdict | str:
+def live_symm_mem(torch: Any, node: Node) -> sf.ProbeVerdict | str:
     """Run the torch symmetric-memory communicator's constructor for the node; a verdict, or
     the import error text when the module cannot be imported."""
     errors = []
@@ -78,7 +99,7 @@ def live_symm_mem(torch: Any, node: Node) -> sf.Verdict | str:
 
 
 def symm_without_server(node: Node, where: str, outcome: str, context: str, stopped_at: int | None, trace: str,
-                        logs: Sequence[str], tables: str) -> sf.Verdict:
+                        logs: Sequence[str], tables: str) -> sf.ProbeVerdict:
     """The live constructor stopped at state only a running server provides (not SGLang's verdict):
     the size table decides when it can, else the result is undecided."""
     reading = symm_table_reading(node)
@@ -87,37 +108,37 @@ def symm_without_server(node: Node, where: str, outcome: str, context: str, stop
             f"{outcome}\nthe constructor needs what only a running SGLang server provides: {context}"
             + (f"\nSGLang logged: {said}" if said else "") + f"\n{trace}")
     if isinstance(reading, str):
-        return sf.Verdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
+        return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
                           f"({context}); the size table could not be read ({reading})", live)
     evidence = f"{live}\n[table] {reading.text()}"
     if not reading.admits:
-        return sf.Verdict("fail", f"SGLang's size table decides: {reading.denial} (measured: the table "
+        return sf.ProbeVerdict("fail", f"SGLang's size table decides: {reading.denial} (measured: the table "
                           f"{reading.table_name} at {reading.table_where} as looked up at {reading.lookup_where}; "
                           "the constructor itself stopped at server-only state)", evidence)
     if stopped_at is not None and stopped_at > reading.checks_end:
-        return sf.Verdict("pass", f"SGLang's size table decides: {reading.table_name} "
+        return sf.ProbeVerdict("pass", f"SGLang's size table decides: {reading.table_name} "
                           f"({reading.table_where}) admits capability {node.arch.major} with {node.world_size} "
                           f"GPUs, and the constructor passed its table checks ({reading.checks_where}) live before "
                           f"it stopped at server-only state ({os.path.basename(reading.comm_path)}:{stopped_at}); "
                           "the allocation and multicast (handle.multicast_ptr != 0) were not reached and decide "
                           "at run time (see the runtime probe)", evidence)
-    return sf.Verdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
+    return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
                       f"before its table checks ({context}); its table admits capability {node.arch.major} with "
                       f"{node.world_size} GPUs, but what comes before the table was not run", evidence)
 
 
-def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.Verdict:
+def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.ProbeVerdict:
     said = "; ".join(logs)
     evidence = f"[{method}] {where} for capability {node.arch.dotted}, world size {node.world_size}: {outcome}"
     evidence += f"\nSGLang logged: {said}" if said else ""
     if outcome.startswith("reached"):
-        return sf.Verdict("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
+        return sf.ProbeVerdict("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
                           f"{node.world_size} GPUs; it still needs multicast (handle.multicast_ptr != 0) at run "
                           "time, which PCIe GPUs usually lack (see the runtime probe)", evidence)
     if outcome.startswith("raised"):
-        return sf.Verdict("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
+        return sf.ProbeVerdict("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
                           f"capability {node.arch.major} (world size {node.world_size})", evidence)
-    return sf.Verdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
+    return sf.ProbeVerdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,14 +230,14 @@ def assignment_line(tree: ast.Module, name: str) -> int:
                 0)
 
 
-def static_symm_mem(node: Node, import_error: str) -> sf.Verdict:
+def static_symm_mem(node: Node, import_error: str) -> sf.ProbeVerdict:
     """Evaluate the symmetric-memory gate from SGLang's files."""
     reading = symm_table_reading(node)
     if isinstance(reading, str):
         if reading.startswith("no torch symmetric-memory communicator"):
-            return sf.Verdict("skip", "this SGLang has no torch symmetric-memory communicator "
+            return sf.ProbeVerdict("skip", "this SGLang has no torch symmetric-memory communicator "
                               "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
-        return sf.Verdict("error", reading, import_error)
+        return sf.ProbeVerdict("error", reading, import_error)
     where = f"{os.path.basename(reading.comm_path)}:{reading.lookup_line} {reading.class_name}.__init__"
     prefix = (f"import of the communicator failed ({import_error}); read {reading.table_path} and "
               f"{reading.comm_path} instead: {reading.table_name} = {reading.table}")

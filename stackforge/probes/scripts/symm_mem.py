@@ -198,26 +198,26 @@ def op_state(outcome: sf.RanksOutcome, phase: str) -> str:
     return "ok" if outcome.phase_events(phase) else "not run"
 
 
-def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require_multicast: bool) -> sf.Verdict:
+def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require_multicast: bool) -> sf.ProbeVerdict:
     log = outcome.log()
     chosen = metrics["sglang_op"]
     summary = ", ".join(f"{op}={metrics[op]}" for op in (*OPS, GRAPH_PHASE))
     judged = (f"{what}, capability {metrics['capability']}: SGLang runs {chosen} here" if chosen
               else what)
     if require_multicast and not metrics["multicast"]:
-        return sf.Verdict("fail", f"{judged}, but the devices have no multicast (handle.multicast_ptr == 0); "
+        return sf.ProbeVerdict("fail", f"{judged}, but the devices have no multicast (handle.multicast_ptr == 0); "
                           f"SGLang's TorchSymmMemCommunicator disables itself without it ({summary})", log)
     if chosen is None or metrics[chosen] == "not run":
-        return sf.Verdict("error", f"{what}: the ranks never reached the op SGLang uses ({summary})", log)
+        return sf.ProbeVerdict("error", f"{what}: the ranks never reached the op SGLang uses ({summary})", log)
     if metrics[chosen] == "unsupported":
         first = outcome.phase_events(chosen, "skip")[0]
-        return sf.Verdict("fail", f"{judged}, which torch cannot run: {first.detail[len('unsupported: '):]}", log)
+        return sf.ProbeVerdict("fail", f"{judged}, which torch cannot run: {first.detail[len('unsupported: '):]}", log)
     broken = [e for e in outcome.events if e.state == "check-fail" and e.phase in (chosen, GRAPH_PHASE)]
     if broken:
         first = broken[0]
-        return sf.Verdict(sf.failure_status(first.detail), f"{judged}; rank {first.rank} {first.phase}: "
+        return sf.ProbeVerdict(sf.failure_status(first.detail), f"{judged}; rank {first.rank} {first.phase}: "
                           f"{first.detail} ({summary})", log)
-    return sf.Verdict("pass", f"{judged}: exact eagerly ({metrics[f'{chosen}_us_max_rank']} us) and replayed from a "
+    return sf.ProbeVerdict("pass", f"{judged}: exact eagerly ({metrics[f'{chosen}_us_max_rank']} us) and replayed from a "
                       f"CUDA graph ({metrics[f'{GRAPH_PHASE}_us_max_rank']} us); {summary}; "
                       f"multicast={'yes' if metrics['multicast'] else 'no'}", log)
 

@@ -2,14 +2,14 @@
 
 Each module reads one distribution's unpacked wheel (:mod:`.flashinfer` for flashinfer-python,
 :mod:`.sglang` for sglang, :mod:`.metadata` for any distribution's METADATA) and exports
-``READERS``, a tuple of :class:`~stackforge.wheels.model.ReaderSpec`. This registry joins them;
+``READERS``, a tuple of :class:`~stackforge.core.wheel_readings.ReaderSpec`. This registry joins them;
 :func:`reader_for` is the one lookup the tier, ``bisect`` and ``compat verify`` use.
 """
 
 from __future__ import annotations
 
-from stackforge.errors import SpecError
-from stackforge.wheels.model import ReaderSpec
+from stackforge.core.errors import SpecError
+from stackforge.core.wheel_readings import ReaderSpec
 from stackforge.wheels.readers import flashinfer, metadata, sglang
 
 READERS: tuple[ReaderSpec, ...] = flashinfer.READERS + sglang.READERS + metadata.READERS

@@ -2,7 +2,7 @@
 
 Readers decide a fact from the code as written, so they need three things, all here: a file parsed
 into an AST (or just its lines, for headers), the calls / keywords / literals that carry the fact,
-and the 1-based line each came from, as a :class:`~stackforge.wheels.model.CodeSite`.
+and the 1-based line each came from, as a :class:`~stackforge.core.wheel_readings.CodeSite`.
 
 Nothing here raises on the wheel's content: a missing file is ``None``; a file that does not parse is
 a :class:`SourceFile` whose ``tree`` is ``None`` and whose ``error`` says why (the reader then reports
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackforge.wheels.model import CodeSite
+from stackforge.core.wheel_readings import CodeSite
 
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 

@@ -54,16 +54,16 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, ReadingStatus
+from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 from stackforge.wheels.readers._ast import (
     SourceFile,
     absent_site,
-    looked_site,
     callee_name,
     calls_named,
     decorator_calls,
     files_containing,
     keyword_arg,
+    looked_site,
     parse,
 )
 

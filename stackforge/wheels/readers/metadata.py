@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, ReadingStatus
+from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 
 #: The extra of a release whose requirements a CUDA install pulls in when they are not unconditional:
 #: SGLang up to 0.5.x kept its runtime (torch, sgl-kernel, flashinfer) under ``sglang[srt]``.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 from stackforge.probes.scripts import _sglang_source as source
-from stackforge.wheels.model import CodeSite, ReadContext, Reading, ReaderSpec, ReadingStatus
 
 DIST = "sglang"
 COMM_DIR = source.COMM.replace("sglang.", "", 1).replace(".", "/")

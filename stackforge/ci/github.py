@@ -1,0 +1,554 @@
+"""Generate the nightly GitHub Actions workflow that runs a matrix, sharded, and publishes the matrix.
+
+Pure: :func:`render_workflow` turns a :class:`WorkflowConfig` into YAML text, byte for byte the same
+for the same config (a golden test and the repository's own committed workflow depend on that).
+:func:`ci_matrix` turns a plan (``stackforge plan --json``) into the job matrices the workflow fans
+out over; the workflow's ``plan`` job calls it through ``stackforge ci shards``.
+
+The workflow, job by job::
+
+    plan      (CPU)  stackforge plan --json; which shards have work; which GPU jobs exist
+    build     (CPU)  one job per shard: build and push to the registry
+    gate      (CPU)  one job per shard: gate-tier probes in the pushed images (no GPU needed)
+    runtime   (GPU)  one job per arch label x target x shard on self-hosted runners
+    bench     (GPU)  the same fan-out, after the runtime probes
+    report    (CPU)  merge every shard's results, render the matrix, diff against the last run
+    publish   (CPU)  deploy the matrix to GitHub Pages
+    verdict   (CPU)  fail the run when the diff found regressions (after publishing them)
+
+Registry credentials only ever reach ``docker/login-action`` (from ``secrets``); no step echoes a
+secret or writes one into a file that is uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from stackforge.core.errors import SpecError, UnsafeValueError
+from stackforge.core.shard import MAX_SHARDS, nonempty_shards
+from stackforge.core.versions import compact
+from stackforge.edges.registry import Repository
+from stackforge.plan.planner import Plan
+
+#: Every action the workflow uses, pinned by major version (all run on Node 24).
+ACTIONS = {
+    "checkout": "actions/checkout@v6",
+    "setup-python": "actions/setup-python@v6",
+    "upload-artifact": "actions/upload-artifact@v7",
+    "download-artifact": "actions/download-artifact@v8",
+    "upload-pages-artifact": "actions/upload-pages-artifact@v5",
+    "deploy-pages": "actions/deploy-pages@v5",
+    "login": "docker/login-action@v4",
+    "setup-buildx": "docker/setup-buildx-action@v4",
+}
+
+DEFAULT_MATRIX = "matrices/default.yaml"
+DEFAULT_SHARDS = 4
+# 03:17 UTC: off the hour, when GitHub's scheduler is least loaded and cron runs start on time.
+DEFAULT_CRON = "17 3 * * *"
+DEFAULT_RUNNER = "ubuntu-latest"
+DEFAULT_PYTHON = "3.12"
+DEFAULT_WORKFLOW_PATH = ".github/workflows/stackforge-nightly.yml"
+#: The workflow's own checkout: stackforge's repository or a fork of it. PyPI's "stackforge" is another
+#: project; elsewhere pass --install git+https://<host>/<owner>/stackforge@<tag>.
+DEFAULT_INSTALL = "."
+#: Used when no --registry is given: the repository's own GitHub Container Registry package.
+GHCR_OF_REPOSITORY = "ghcr.io/${{ github.repository }}"
+#: Secrets a non-GHCR registry login reads (documented in docs/scale-out.md).
+USERNAME_SECRET = "STACKFORGE_REGISTRY_USERNAME"
+PASSWORD_SECRET = "STACKFORGE_REGISTRY_PASSWORD"
+PAGES_ARTIFACT = "stackforge-matrix"
+
+# Minutes per job. A full SGLang image builds in about 8 minutes on a fast machine and can take an hour
+# on a 4-core hosted runner; hosted runners stop any job at 6 hours.
+TIMEOUTS = {"plan": 15, "build": 300, "gate": 120, "runtime": 180, "bench": 240, "report": 30, "publish": 15,
+            "verdict": 5}
+
+_GPU_LABEL = re.compile(r"sm_[0-9]{2,3}[af]?")
+_RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_MATRIX_PATH = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}")
+_OUT_PATH = re.compile(r"[A-Za-z0-9._/][A-Za-z0-9._/-]{0,399}")
+_INSTALL_SPEC = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._=<>!~,\[\]+@:/-]{0,299}")
+_CRON_FIELD = re.compile(r"[0-9*/,-]+")
+_PYTHON = re.compile(r"3\.[0-9]{1,2}")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowConfig:
+    """What the generated workflow runs, and where.
+
+    Attributes:
+        matrix: matrix file (relative to the repository root) or shipped matrix name.
+        gpu_labels: arch labels of self-hosted GPU runners (``sm_120``); each gets runtime and bench jobs
+            for the matrix targets of that arch. Empty: CPU-only (build + gate).
+        registry: ``host/path`` images are pushed to; ``None`` is the repository's GHCR package.
+        shards: how many shards build, gate, runtime and bench jobs split the matrix into.
+        cron: when the nightly run starts (UTC, five fields).
+        runner: label of the CPU runners (GitHub-hosted by default).
+        install: what ``pip install`` installs on the runners: ``.`` (the default) is the workflow's own
+            checkout, i.e. stackforge's repository or a fork; a ``git+https://...@<tag>`` URL elsewhere.
+        python: Python version set up on the runners.
+        workflow_path: where the file goes; its name is how the report job finds the previous run.
+    """
+
+    matrix: str = DEFAULT_MATRIX
+    gpu_labels: tuple[str, ...] = ()
+    registry: str | None = None
+    shards: int = DEFAULT_SHARDS
+    cron: str = DEFAULT_CRON
+    runner: str = DEFAULT_RUNNER
+    install: str = DEFAULT_INSTALL
+    python: str = DEFAULT_PYTHON
+    workflow_path: str = DEFAULT_WORKFLOW_PATH
+
+    def __post_init__(self) -> None:
+        _check(_MATRIX_PATH, self.matrix, "--matrix", "a relative path such as matrices/default.yaml")
+        if self.matrix.startswith("/") or ".." in self.matrix.split("/"):
+            raise UnsafeValueError(f"--matrix {self.matrix!r} must be relative to the repository root")
+        for label in self.gpu_labels:
+            _check(_GPU_LABEL, label, "--gpu-label", "an arch label such as sm_120 or sm_90")
+        if len(set(self.gpu_labels)) != len(self.gpu_labels):
+            raise SpecError(f"--gpu-label values repeat: {', '.join(self.gpu_labels)}")
+        if self.registry is not None:
+            Repository.parse(self.registry)
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise SpecError(f"--shards must be between 1 and {MAX_SHARDS}, got {self.shards}")
+        fields = self.cron.split(" ")
+        if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+            raise SpecError(f"--cron {self.cron!r} is not five cron fields separated by single spaces")
+        _check(_RUNNER_LABEL, self.runner, "--runner", "a runner label such as ubuntu-latest")
+        _check(_INSTALL_SPEC, self.install, "--install",
+               "a pip requirement such as git+https://github.com/<owner>/stackforge@v0.1.0, or .")
+        _check(_PYTHON, self.python, "--python", "a version such as 3.12")
+        _check(_OUT_PATH, self.workflow_path, "--out", f"a path such as {DEFAULT_WORKFLOW_PATH}")
+
+    @property
+    def registry_ref(self) -> str:
+        """The registry as the workflow spells it (may contain a GitHub expression)."""
+        return self.registry or GHCR_OF_REPOSITORY
+
+    @property
+    def registry_host(self) -> str:
+        return Repository.parse(self.registry).host if self.registry else "ghcr.io"
+
+    @property
+    def workflow_file(self) -> str:
+        return self.workflow_path.rpartition("/")[2]
+
+    def command_line(self) -> str:
+        """The canonical ``stackforge ci github`` call that regenerates exactly this workflow."""
+        parts = ["stackforge", "ci", "github", "--matrix", self.matrix]
+        for label in self.gpu_labels:
+            parts += ["--gpu-label", label]
+        if self.registry:
+            parts += ["--registry", self.registry]
+        parts += ["--shards", str(self.shards)]
+        if self.cron != DEFAULT_CRON:
+            parts += ["--cron", self.cron]
+        if self.runner != DEFAULT_RUNNER:
+            parts += ["--runner", self.runner]
+        parts += ["--install", self.install]
+        if self.python != DEFAULT_PYTHON:
+            parts += ["--python", self.python]
+        return shlex.join(parts + ["--out", self.workflow_path])
+
+
+def _check(pattern: re.Pattern[str], value: str, option: str, expected: str) -> None:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise UnsafeValueError(f"{option} {value!r} is not {expected}")
+
+
+# ---------------------------------------------------------------------------------------------- steps
+
+
+def _checkout() -> dict[str, Any]:
+    return {"uses": ACTIONS["checkout"], "with": {"persist-credentials": False}}
+
+
+def _setup_python(config: WorkflowConfig) -> dict[str, Any]:
+    return {"uses": ACTIONS["setup-python"], "with": {"python-version": config.python}}
+
+
+def _install(config: WorkflowConfig) -> dict[str, Any]:
+    return {"name": "Install stackforge",
+            "run": f"python -m pip install --upgrade pip\npython -m pip install '{config.install}'\n"}
+
+
+def _prepare(config: WorkflowConfig) -> list[dict[str, Any]]:
+    return [_checkout(), _setup_python(config), _install(config)]
+
+
+def _free_disk() -> dict[str, Any]:
+    # Hosted runners start with ~14 GB free; an SGLang image is 7-11 GB plus build cache. The
+    # preinstalled SDKs below are unused here. Never on self-hosted machines: they are someone's box.
+    return {"name": "Free disk space (GitHub-hosted runners only)",
+            "if": "runner.environment == 'github-hosted'",
+            "run": "sudo rm -rf /usr/share/dotnet /usr/local/lib/android /opt/ghc "
+                   "/opt/hostedtoolcache/CodeQL\ndf -h /\n"}
+
+
+def _login(config: WorkflowConfig) -> list[dict[str, Any]]:
+    """Log in to the registry; the password goes from ``secrets`` straight into the action."""
+    if config.registry and Repository.parse(config.registry).loopback:
+        return []  # a loopback registry is the runner's own; nothing to log in to
+    if config.registry_host == "ghcr.io":
+        credentials = {"username": "${{ github.actor }}", "password": "${{ secrets.GITHUB_TOKEN }}"}
+    else:
+        credentials = {"username": f"${{{{ secrets.{USERNAME_SECRET} }}}}",
+                       "password": f"${{{{ secrets.{PASSWORD_SECRET} }}}}"}
+    return [{"name": "Log in to the registry", "uses": ACTIONS["login"],
+             "with": {"registry": config.registry_host, **credentials}}]
+
+
+def _download_build_records() -> dict[str, Any]:
+    """Every build shard's records: the probe and bench jobs pull the images they name by digest."""
+    return {"name": "Download the build records", "uses": ACTIONS["download-artifact"],
+            "with": {"pattern": "build-*", "path": "build-out", "merge-multiple": True}}
+
+
+def _upload(name: str, path: str, *, retention_days: int | None = None) -> dict[str, Any]:
+    step: dict[str, Any] = {"name": "Upload " + path.rstrip("/"), "if": "${{ !cancelled() }}",
+                            "uses": ACTIONS["upload-artifact"],
+                            "with": {"name": name, "path": path, "if-no-files-found": "warn"}}
+    if retention_days is not None:
+        step["with"]["retention-days"] = retention_days
+    return step
+
+
+# ----------------------------------------------------------------------------------------------- jobs
+
+
+def _permissions(*extra: tuple[str, str]) -> dict[str, str]:
+    return {"contents": "read", **dict(extra)}
+
+
+def _packages(config: WorkflowConfig, access: str) -> tuple[tuple[str, str], ...]:
+    return (("packages", access),) if config.registry_host == "ghcr.io" else ()
+
+
+def _plan_job(config: WorkflowConfig) -> dict[str, Any]:
+    labels = "".join(f" --gpu-label {label}" for label in config.gpu_labels)
+    return {
+        "name": "Plan the matrix",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["plan"],
+        "permissions": _permissions(),
+        "outputs": {key: f"${{{{ steps.shards.outputs.{key} }}}}"
+                    for key in ("has-stacks", "cpu", "has-gpu", "gpu")}
+        | {"registry": "${{ steps.registry.outputs.registry }}"},
+        "steps": [
+            *_prepare(config),
+            {"name": "Plan",
+             "run": 'stackforge plan --matrix "$STACKFORGE_MATRIX" --json > plan.json\n'
+                    "{ echo '## Plan'; echo '```'; stackforge plan --matrix \"$STACKFORGE_MATRIX\"; "
+                    "echo '```'; } >> \"$GITHUB_STEP_SUMMARY\"\n"},
+            {"name": "Shard the plan into jobs", "id": "shards",
+             "run": f"stackforge ci shards --plan plan.json --shards {config.shards}{labels}"
+                    ' >> "$GITHUB_OUTPUT"\n'},
+            # Image references must be lower case; github.repository keeps the owner's capitals.
+            {"name": "Registry", "id": "registry",
+             "run": 'echo "registry=${STACKFORGE_REGISTRY,,}" >> "$GITHUB_OUTPUT"\n'},
+            _upload("plan", "plan.json"),
+        ],
+    }
+
+
+def _cpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> dict[str, Any]:
+    """A job per non-empty shard on CPU runners (build or gate)."""
+    is_build = kind == "build"
+    steps = [_free_disk(), *_prepare(config)]
+    if is_build:
+        steps.append({"name": "Set up Docker Buildx", "uses": ACTIONS["setup-buildx"]})
+    steps += _login(config)
+    if not is_build:
+        steps.append(_download_build_records())
+    steps.append({"name": "Build and push" if is_build else "Gate-tier probes",
+                  "env": {"SHARD": "${{ matrix.shard }}"}, "run": run})
+    steps.append(_upload(f"{'build' if is_build else 'results-gate'}-${{{{ matrix.slug }}}}",
+                         "build-out/" if is_build else "results/"))
+    return {
+        "name": f"{'Build' if is_build else 'Gate probes'} ${{{{ matrix.shard }}}}",
+        "needs": needs,
+        "if": "${{ !cancelled() && needs.plan.outputs.has-stacks == 'true' }}",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS[kind],
+        "permissions": _permissions(*_packages(config, "write" if is_build else "read")),
+        "env": {"STACKFORGE_REGISTRY": "${{ needs.plan.outputs.registry }}"},
+        "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.cpu) }}"},
+        "steps": steps,
+    }
+
+
+def _gpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> dict[str, Any]:
+    """A job per (arch label, target, shard) on self-hosted GPU runners carrying that label."""
+    return {
+        "name": f"{'Runtime probes' if kind == 'runtime' else 'Bench'} "
+                "${{ matrix.target }} ${{ matrix.shard }}",
+        "needs": needs,
+        "if": "${{ !cancelled() && needs.plan.outputs.has-gpu == 'true' }}",
+        "runs-on": ["self-hosted", "linux", "gpu", "${{ matrix.label }}"],
+        "timeout-minutes": TIMEOUTS[kind],
+        "permissions": _permissions(*_packages(config, "read")),
+        "env": {"STACKFORGE_REGISTRY": "${{ needs.plan.outputs.registry }}"},
+        "strategy": {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.gpu) }}"},
+        "steps": [
+            *_prepare(config),
+            *_login(config),
+            _download_build_records(),
+            {"name": "Runtime-tier probes" if kind == "runtime" else "Benchmarks",
+             "env": {"SHARD": "${{ matrix.shard }}", "TARGET": "${{ matrix.target }}"}, "run": run},
+            _upload(f"results-{kind}-${{{{ matrix.slug }}}}", "results/"),
+        ],
+    }
+
+
+# One matrix per target of the plan (``stackforge matrix`` needs --target when a run holds several):
+# site/<target>/{matrix.json,matrix.md,index.html}, and site/index.html linking them.
+_MERGE_AND_RENDER = """\
+shopt -s nullglob
+shards=(shards/*/)
+if [ "${#shards[@]}" -eq 0 ]; then
+  echo "::error::no shard produced results"
+  exit 1
+fi
+stackforge results merge "${shards[@]}" --out merged --run-id "nightly-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}"
+run="merged/nightly-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}"
+mkdir -p site
+cp -r "$run" site/results
+python -c 'import json, sys; print("\\n".join(json.load(sys.stdin)["targets"]))' < plan.json > site/targets.txt
+{ echo '<!DOCTYPE html><html><head><meta charset="utf-8"><title>stackforge matrix</title></head><body><ul>'
+  while read -r target; do echo "<li><a href='$target/'>$target</a></li>"; done < site/targets.txt
+  echo '</ul></body></html>'; } > site/index.html
+while read -r target; do
+  matrix=(stackforge matrix --results "$run" --plan plan.json --target "$target")
+  "${matrix[@]}" --format json --out "site/$target/matrix.json"
+  "${matrix[@]}" --format md --out "site/$target/matrix.md"
+  "${matrix[@]}" --format html --out "site/$target/index.html"
+  cat "site/$target/matrix.md" >> "$GITHUB_STEP_SUMMARY"
+done < site/targets.txt
+"""
+
+# The baseline is the newest earlier run of this workflow on this branch that left a matrix behind
+# (a run that failed on regressions still published its matrix, so tomorrow compares with today).
+_PREVIOUS = """\
+mkdir -p previous
+for run_id in $(gh run list --repo "$GITHUB_REPOSITORY" --workflow "$WORKFLOW_FILE" \\
+    --branch "$GITHUB_REF_NAME" --status completed --limit 10 --json databaseId --jq '.[].databaseId'); do
+  if gh run download "$run_id" --repo "$GITHUB_REPOSITORY" --name "$PAGES_ARTIFACT" --dir previous; then
+    echo "run-id=$run_id" >> "$GITHUB_OUTPUT"
+    exit 0
+  fi
+done
+echo "No earlier run left a matrix: nothing to compare with."
+"""
+
+# Every target's matrix against the same target's matrix of the previous run; the worst exit code
+# of the diffs (1 regression, 2 unusable input) is the step's status.
+_DIFF = """\
+status=0
+: > site/diff.md
+while read -r target; do
+  echo "### $target" >> site/diff.md
+  if [ -f "previous/$target/matrix.json" ]; then
+    rc=0
+    stackforge matrix diff "previous/$target/matrix.json" "site/$target/matrix.json" >> site/diff.md || rc=$?
+    if [ "$rc" -gt "$status" ]; then status=$rc; fi
+  else
+    echo "No previous matrix for $target: nothing to compare with." >> site/diff.md
+  fi
+done < site/targets.txt
+{ echo "## Changes since the previous run"; cat site/diff.md; } >> "$GITHUB_STEP_SUMMARY"
+echo "status=$status" >> "$GITHUB_OUTPUT"
+"""
+
+
+def _report_job(config: WorkflowConfig, needs: list[str]) -> dict[str, Any]:
+    return {
+        "name": "Merge, diff and render the matrix",
+        "needs": needs,
+        "if": "${{ !cancelled() && needs.plan.outputs.has-stacks == 'true' }}",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["report"],
+        # actions: read lets `gh` find the previous run's artifact.
+        "permissions": _permissions(("actions", "read")),
+        "outputs": {"diff-status": "${{ steps.diff.outputs.status }}"},
+        "steps": [
+            *_prepare(config),
+            {"name": "Download the plan", "uses": ACTIONS["download-artifact"],
+             "with": {"name": "plan", "path": "."}},
+            {"name": "Download every shard's results", "uses": ACTIONS["download-artifact"],
+             "with": {"pattern": "results-*", "path": "shards"}},
+            {"name": "Merge and render", "run": _MERGE_AND_RENDER},
+            {"name": "Fetch the previous run's matrix", "id": "previous",
+             "env": {"GH_TOKEN": "${{ github.token }}", "WORKFLOW_FILE": config.workflow_file,
+                     "PAGES_ARTIFACT": PAGES_ARTIFACT},
+             "run": _PREVIOUS},
+            {"name": "Diff against the previous run", "id": "diff", "run": _DIFF},
+            _upload(PAGES_ARTIFACT, "site/", retention_days=90),
+            {"name": "Package the site for GitHub Pages", "uses": ACTIONS["upload-pages-artifact"],
+             "with": {"path": "site/"}},
+        ],
+    }
+
+
+def _publish_job(config: WorkflowConfig) -> dict[str, Any]:
+    return {
+        "name": "Publish the matrix to GitHub Pages",
+        "needs": ["report"],
+        "if": "${{ !cancelled() && needs.report.result == 'success' }}",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["publish"],
+        "permissions": {"pages": "write", "id-token": "write"},
+        "environment": {"name": "github-pages", "url": "${{ steps.deployment.outputs.page_url }}"},
+        "steps": [{"name": "Deploy", "id": "deployment", "uses": ACTIONS["deploy-pages"]}],
+    }
+
+
+def _verdict_job(config: WorkflowConfig) -> dict[str, Any]:
+    return {
+        "name": "Fail on regressions",
+        "needs": ["report", "publish"],
+        "if": "${{ !cancelled() }}",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["verdict"],
+        "permissions": {},
+        "steps": [{"name": "Verdict",
+                   "env": {"REPORT": "${{ needs.report.result }}",
+                           "DIFF": "${{ needs.report.outputs.diff-status }}"},
+                   "run": 'if [ "$REPORT" != "success" ]; then\n'
+                          '  echo "::error::the report job did not succeed ($REPORT)"\n  exit 1\nfi\n'
+                          'if [ "$DIFF" != "0" ]; then\n'
+                          '  echo "::error::the matrix regressed since the previous run (see the summary)"\n'
+                          '  exit 1\nfi\necho "No regressions."\n'}],
+    }
+
+
+def workflow(config: WorkflowConfig) -> dict[str, Any]:
+    """The workflow as a plain dict, keys in the order they are written."""
+    matrix_arg = '--matrix "$STACKFORGE_MATRIX"'
+    jobs: dict[str, Any] = {
+        "plan": _plan_job(config),
+        "build": _cpu_job(config, "build", ["plan"],
+                          f'stackforge build {matrix_arg} --shard "$SHARD" --push "$STACKFORGE_REGISTRY" '
+                          "--out build-out\n"),
+        "gate": _cpu_job(config, "gate", ["plan", "build"],
+                         f'stackforge probe {matrix_arg} --tier gate --shard "$SHARD" '
+                         '--builds build-out --results results\n'),
+    }
+    if config.gpu_labels:
+        jobs["runtime"] = _gpu_job(config, "runtime", ["plan", "build"],
+                                   f'stackforge probe {matrix_arg} --target "$TARGET" --tier runtime '
+                                   '--shard "$SHARD" --builds build-out --results results\n')
+        jobs["bench"] = _gpu_job(config, "bench", ["plan", "runtime"],
+                                 f'stackforge bench {matrix_arg} --target "$TARGET" --shard "$SHARD" '
+                                 "--builds build-out --results results\n")
+    jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("plan", "build"))])
+    jobs["publish"] = _publish_job(config)
+    jobs["verdict"] = _verdict_job(config)
+    return {
+        "name": "stackforge nightly matrix",
+        "on": {"schedule": [{"cron": config.cron}], "workflow_dispatch": {}},
+        "permissions": {"contents": "read"},
+        "concurrency": {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": False},
+        "defaults": {"run": {"shell": "bash"}},
+        "env": {"STACKFORGE_MATRIX": config.matrix, "STACKFORGE_REGISTRY": config.registry_ref,
+                "PYTHONUNBUFFERED": "1"},
+        "jobs": jobs,
+    }
+
+
+def render_workflow(config: WorkflowConfig) -> str:
+    """The workflow file's text: a header naming the command that made it, then stable YAML."""
+    header = (f"# Generated by: {config.command_line()}\n"
+              "# Do not edit by hand: change the options and regenerate (a test compares this file with\n"
+              "# the generator's output). See docs/scale-out.md.\n")
+    return header + yaml.dump(workflow(config), Dumper=_WorkflowDumper, sort_keys=False, allow_unicode=True,
+                              width=1000, default_flow_style=False)
+
+
+def parse_header_command(text: str) -> list[str]:
+    """The ``stackforge ci github ...`` arguments (after ``github``) recorded in a generated file's header."""
+    first = text.splitlines()[0] if text else ""
+    prefix = "# Generated by: stackforge ci github "
+    if not first.startswith(prefix):
+        raise SpecError("not a workflow generated by `stackforge ci github` (no header line)")
+    return shlex.split(first[len(prefix):])
+
+
+class _WorkflowDumper(yaml.SafeDumper):
+    """SafeDumper that indents lists under their key and writes scripts as literal blocks."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        return super().increase_indent(flow, False)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_WorkflowDumper.add_representer(str, _represent_str)
+
+
+# ----------------------------------------------------------------------------------------- job matrices
+
+
+@dataclass(frozen=True, slots=True)
+class CiMatrix:
+    """The fan-out of one nightly run, computed from the plan by the workflow's ``plan`` job.
+
+    Attributes:
+        cpu: one entry per shard that owns at least one kept stack (build and gate jobs).
+        gpu: one entry per (arch label, target of that arch, shard with stacks kept for that target).
+        unmatched_labels: labels no target of the plan has (their runners get no work; worth a warning).
+    """
+
+    cpu: tuple[dict[str, str], ...]
+    gpu: tuple[dict[str, str], ...]
+    unmatched_labels: tuple[str, ...] = field(default=())
+
+    def github_output(self) -> str:
+        """``key=value`` lines for ``$GITHUB_OUTPUT`` (values are one-line JSON, read with fromJSON)."""
+        def compact_json(value: Any) -> str:
+            return json.dumps(value, separators=(",", ":"))
+        lines = [f"has-stacks={'true' if self.cpu else 'false'}",
+                 f"cpu={compact_json({'include': list(self.cpu)})}",
+                 f"has-gpu={'true' if self.gpu else 'false'}",
+                 f"gpu={compact_json({'include': list(self.gpu)})}"]
+        return "\n".join(lines) + "\n"
+
+
+def ci_matrix(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatrix:
+    """Which shard jobs a plan needs: CPU shards over kept stacks, GPU shards per target arch.
+
+    Args:
+        plan: the plan (a ``stackforge plan --json`` file is read with :meth:`Plan.from_json`).
+        shards: N of the K/N split.
+        gpu_labels: arch labels (``sm_120``) that have self-hosted runners.
+    """
+    for label in gpu_labels:
+        _check(_GPU_LABEL, label, "--gpu-label", "an arch label such as sm_120 or sm_90")
+    targets = {t.name: t.arch for t in plan.targets}
+    kept = [c.stack_id for c in plan.cells if not c.pruned]
+    cpu = tuple({"shard": str(s), "slug": s.slug} for s in nonempty_shards(dict.fromkeys(kept), shards))
+    gpu: list[dict[str, str]] = []
+    unmatched = []
+    for label in gpu_labels:
+        names = [name for name, arch in targets.items() if f"sm_{compact(arch)}" == label.rstrip("af")]
+        unmatched += [] if names else [label]
+        for name in names:
+            ids = dict.fromkeys(c.stack_id for c in plan.cells_for_target(name) if not c.pruned)
+            gpu += [{"label": label, "target": name, "shard": str(s), "slug": f"{label}-{name}-{s.slug}"}
+                    for s in nonempty_shards(ids, shards)]
+    return CiMatrix(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched))
+
+
+__all__ = ["ACTIONS", "CiMatrix", "WorkflowConfig", "ci_matrix", "parse_header_command",
+           "render_workflow", "workflow"]

@@ -1,0 +1,199 @@
+"""Versioned JSON records: what a probe or benchmark observed, and where.
+
+One :class:`ResultRecord` per (stack, target, probe). Records are plain JSON so that any stage can
+be rerun, sharded across machines, or resumed, and results from many machines merge by key.
+A record keeps what was *measured*; rule predictions live in :class:`Prediction` and never mix in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from stackforge.core.envelope import check_envelope
+from stackforge.core.errors import RecordError
+
+RESULT_SCHEMA = "stackforge.result"
+RESULT_SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    """Outcome of one probe or benchmark run."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"        # preconditions not met (no GPU, no nvcc...): not applicable, not a failure
+    ERROR = "error"      # the probe itself broke (import error, bad output)
+    # The probe ran but could not reach the decisive code path honestly (it needs a context the probe
+    # cannot provide, e.g. a running server's published config): kept with its evidence, never a verdict.
+    UNDECIDED = "undecided"
+    TIMEOUT = "timeout"  # killed at its hard timeout (assigned by the runner)
+    CRASH = "crash"      # died by a signal (assigned by the runner)
+
+
+class Tier(str, Enum):
+    """Where a result comes from: gate (no GPU), runtime (GPU), bench (GPU measurements), wheel (a
+    release's wheel read from the index: no image, no GPU; :mod:`stackforge.wheels.tier`)."""
+
+    GATE = "gate"
+    RUNTIME = "runtime"
+    BENCH = "bench"
+    WHEEL = "wheel"
+
+
+class Verdict(str, Enum):
+    """What a rule predicts for a feature (never a measurement)."""
+
+    UNAVAILABLE = "unavailable"
+    HAZARD = "hazard"
+    REQUIRES = "requires"
+    NO_RULE = "no-rule"   # no rule speaks for it: unknown until probed
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one run decided, and on what evidence."""
+
+    status: Status
+    reason: str
+    evidence: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a result was observed: the image as it really is, and the hardware."""
+
+    image: str = ""                 # reference used to run (tag or repo@digest)
+    image_id: str | None = None
+    digest: str | None = None       # repo digest when pushed
+    versions: dict[str, str] = field(default_factory=dict)   # installed, not requested
+    torch_arch_list: list[str] = field(default_factory=list)
+    torch_git_version: str | None = None
+    torch_cuda: str | None = None
+    nvcc: str | None = None
+    driver: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    host: str = ""
+    runner: str = "docker"          # docker | local | wheel
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """One measurement: (stack, target, probe) -> outcome, with provenance."""
+
+    run_id: str
+    stack_id: str
+    stack: dict[str, Any]
+    target: str
+    probe: str
+    feature: str
+    tier: Tier
+    outcome: Outcome
+    provenance: Provenance
+    kind: str = "probe"             # probe | bench
+    created_at: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Merge key: results from many machines merge by (stack, target, probe)."""
+        return (self.stack_id, self.target, self.probe)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tier"] = self.tier.value
+        data["outcome"]["status"] = self.outcome.status.value
+        return {"schema": RESULT_SCHEMA, "schema_version": RESULT_SCHEMA_VERSION, **data}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "") -> "ResultRecord":
+        """Validate and load a record; corrupt, partial or newer-schema records raise RecordError."""
+        check_envelope(data, schema=RESULT_SCHEMA, supported=RESULT_SCHEMA_VERSION, what="result record", path=path)
+        try:
+            outcome = dict(data["outcome"])
+            outcome["status"] = Status(outcome["status"])
+            return cls(run_id=str(data["run_id"]), stack_id=str(data["stack_id"]), stack=dict(data["stack"]),
+                       target=str(data["target"]), probe=str(data["probe"]), feature=str(data["feature"]),
+                       tier=Tier(data["tier"]), outcome=Outcome(**outcome),
+                       provenance=Provenance(**data.get("provenance", {})), kind=str(data.get("kind", "probe")),
+                       created_at=str(data.get("created_at", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"partial or corrupt record: {type(exc).__name__}: {exc}", path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the rules predict for one feature of one (stack, target) cell."""
+
+    feature: str
+    verdict: Verdict
+    rule: str = ""
+    reason: str = ""
+    error: str = ""
+    remedy: str = ""
+    sources: tuple[dict[str, str], ...] = ()
+    unwitnessed: str = ""   # the rule's word on why no wheel reading can decide it (a runtime bug...)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["sources"] = [dict(s) for s in self.sources]
+        if not self.unwitnessed:
+            del data["unwitnessed"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Prediction":
+        """Inverse of :meth:`to_json`."""
+        return cls(feature=str(data["feature"]), verdict=Verdict(data["verdict"]),
+                   rule=str(data.get("rule", "")), reason=str(data.get("reason", "")),
+                   error=str(data.get("error", "")), remedy=str(data.get("remedy", "")),
+                   sources=tuple(dict(s) for s in data.get("sources", ())),
+                   unwitnessed=str(data.get("unwitnessed", "")))
+
+
+# ---------------------------------------------------------------------------------------------- the deciding record
+
+#: Statuses that say nothing about the feature: the cell is decided by the other records.
+NO_VERDICT = frozenset({Status.SKIP, Status.UNDECIDED})
+#: Within one level, the worst outcome decides.
+_SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
+#: GPU tiers outrank gate, which outranks the wheel tier (code read, nothing run or imported).
+_LEVEL = {Tier.WHEEL: 0, Tier.GATE: 1, Tier.RUNTIME: 2, Tier.BENCH: 2}
+#: Among records of one level, which tier's record to show first.
+TIER_PREFERENCE = {Tier.WHEEL: -1, Tier.GATE: 0, Tier.RUNTIME: 1, Tier.BENCH: 2}
+
+
+def decisive_record(records: Sequence[ResultRecord]) -> ResultRecord | None:
+    """The record that decides a (stack, target, feature): from the highest tier that said something,
+    the worst outcome within it. None when every record skipped or was undecided (or there is none).
+
+    The matrix decides its measured cells with this, and ``bench --from-probes`` its gate, so the two
+    never disagree on what the probes said.
+    """
+    informative = [r for r in records if r.outcome.status not in NO_VERDICT]
+    if not informative:
+        return None
+    level = max(_LEVEL[r.tier] for r in informative)
+    top = [r for r in informative if _LEVEL[r.tier] == level]
+    return max(top, key=lambda r: (_SEVERITY.get(r.outcome.status, 0), TIER_PREFERENCE[r.tier], r.probe))
+
+
+def undecided_text(records: Sequence[ResultRecord]) -> str:
+    """``undecided by <probe>: <why>`` for each undecided record, joined by ``; ``."""
+    return "; ".join(f"undecided by {r.probe}: {r.outcome.reason}"
+                     for r in records if r.outcome.status is Status.UNDECIDED)
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp used in records."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+

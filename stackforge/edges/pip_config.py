@@ -1,0 +1,128 @@
+"""What pip on this host is configured with (index, extra indexes, find-links, CA bundle), read in one place.
+
+pip is asked (``python -m pip config list``) rather than its files parsed: pip layers several files
+(``/etc/xdg/pip/pip.conf``, ``/etc/pip.conf``, the virtual environment's ``pip.conf``,
+``~/.config/pip/pip.conf``, the legacy ``~/.pip/pip.conf``, ``PIP_CONFIG_FILE``, which may be
+``os.devnull`` to mean "none"), honours ``XDG_CONFIG_DIRS``, and has changed that list across
+releases. ``pip config list`` prints the merged result, one ``section.option='value'`` line per key,
+with the ``PIP_*`` environment as the ``:env:`` section. ``pip config get`` is no substitute: without
+``--global``/``--user``/``--site`` it reads only the user (or site) file, so a bundle set in
+/etc/pip.conf is "No such key" to it.
+
+Precedence is pip's own: the environment (``PIP_CERT``) over the ``install`` section over ``global``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stackforge.core.errors import StackforgeError
+from stackforge.edges import runner
+
+PIP_CONFIG_TIMEOUT_S = 60.0
+#: The index pip asks when nothing says otherwise.
+PYPI_SIMPLE = "https://pypi.org/simple"
+_SECTION_RANK = {"global": 1, "install": 2, ":env:": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class PipSetting:
+    """One option's value and where pip got it (``PIP_INDEX_URL``, ``pip config global.cert``)."""
+
+    value: str
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class PipConfig:
+    """pip's merged configuration: option name (``index-url``, ``cert``) -> the value pip uses."""
+
+    settings: Mapping[str, PipSetting] = field(default_factory=dict)
+
+    def setting(self, option: str, environ: Mapping[str, str] | None = None) -> PipSetting | None:
+        """The value pip would use for ``option``; ``environ``'s ``PIP_<OPTION>`` wins, as in pip."""
+        env_name = "PIP_" + option.upper().replace("-", "_")
+        if environ and environ.get(env_name):
+            return PipSetting(environ[env_name], env_name)
+        return self.settings.get(option)
+
+    def values(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Every option pip would use, as plain values (``environ``'s ``PIP_*`` on top)."""
+        merged = {option: setting.value for option, setting in self.settings.items()}
+        for name, value in (environ or {}).items():
+            if name.startswith("PIP_") and value:
+                merged[name[4:].lower().replace("_", "-")] = value
+        return merged
+
+
+def trusted_ca_bundles(pip_cert: PipSetting | None, environ: Mapping[str, str]) -> tuple[PipSetting, ...]:
+    """The CA bundles a pip here would trust, first choice first: its ``cert`` setting (``pip_cert``,
+    PIP_CERT before the config files), then ``REQUESTS_CA_BUNDLE``, which pip's HTTP client honours."""
+    requests_bundle = environ.get("REQUESTS_CA_BUNDLE")
+    found = (pip_cert, PipSetting(requests_bundle, "REQUESTS_CA_BUNDLE") if requests_bundle else None)
+    return tuple(setting for setting in found if setting is not None)
+
+
+def parse_pip_config_list(text: str) -> PipConfig:
+    """The output of ``pip config list`` as a :class:`PipConfig` (pure)."""
+    best: dict[str, tuple[int, PipSetting]] = {}
+    for line in text.splitlines():
+        key, sep, raw = line.strip().partition("=")
+        section, dot, option = key.strip().rpartition(".")
+        if not sep or not dot or section not in _SECTION_RANK:
+            continue
+        value = _unquoted(raw.strip())
+        if not value:
+            continue
+        origin = "PIP_" + option.upper().replace("-", "_") if section == ":env:" else f"pip config {section}.{option}"
+        rank = _SECTION_RANK[section]
+        if option not in best or rank > best[option][0]:
+            best[option] = (rank, PipSetting(value, origin))
+    return PipConfig({option: setting for option, (_, setting) in best.items()})
+
+
+def _unquoted(value: str) -> str:
+    """A value as ``pip config list`` prints it (Python's repr: ``'\\nhttps://a\\nhttps://b'`` for a
+    multi-line setting) back to the text pip uses; a value that is no Python literal loses its quotes only."""
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        literal = None
+    if isinstance(literal, str):
+        return literal
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part: index URLs are shown on the terminal, in --json and logs."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
+# ``scheme://userinfo@``: any URL in a text (an exception's "for url: ...") that carries credentials.
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+
+
+def redact_urls(text: str, urls: Iterable[str] = ()) -> str:
+    """``text`` (an exception's message) with the credentials of ``urls``, and of any URL in it, removed."""
+    for url in urls:
+        if url and url != without_credentials(url):
+            text = text.replace(url, without_credentials(url))
+    return _USERINFO.sub(r"\1", text)
+
+
+def read_pip_config(python: str = sys.executable, *, timeout: float = PIP_CONFIG_TIMEOUT_S) -> PipConfig:
+    """pip's configuration for ``python``'s pip; empty when pip cannot be asked (no pip, pip failed)."""
+    try:
+        result = runner.run([python, "-m", "pip", "config", "list"], timeout=timeout,
+                            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except StackforgeError:
+        return PipConfig()
+    return parse_pip_config_list(result.output_tail) if result.succeeded else PipConfig()

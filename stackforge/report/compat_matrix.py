@@ -1,0 +1,902 @@
+"""The compatibility matrix: stacks x features for one target, every cell with its evidence.
+
+Inputs are measured :class:`~stackforge.core.records.ResultRecord` s and the plan (``stackforge plan
+--json``: rules' predictions, pruned stacks, derived facts). Everything here is pure: data in,
+:class:`MatrixReport` out, and renderers that turn a report into text (``md``, ``json``, ``csv``;
+``html`` lives in :mod:`stackforge.report.compat_matrix_html`).
+
+How a cell is decided (documented here because every other view -- dead ends, pick, diff -- uses
+the same function, :func:`decide_cell`):
+
+1. Records of the cell (same stack, target and feature; several probes may speak for one feature)
+   that ``skip`` say nothing about the feature and are set aside; so are ``undecided`` ones (the
+   probe ran but could not reach the deciding code path out of its real context): they are kept,
+   with their evidence, but decide nothing.
+2. Of the rest, the strongest evidence level decides: records taken on the GPU (``runtime`` and
+   ``bench`` tiers) outrank ``gate`` records (decided inside the image without a GPU), which
+   outrank ``wheel`` records (the release's code read from its wheel on the index, no image: a
+   wheel record speaks for every stack that pins that release, see :mod:`stackforge.wheels.match`).
+   A cell a wheel record decides is *measured (wheel)*: below gate and runtime, above a rule.
+3. Within that level the worst outcome wins: ``crash`` > ``timeout`` > ``fail`` > ``pass`` >
+   ``error``. A probe that broke (``error``) does not hide a pass, but any real failure does.
+4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
+   rule predicted the feature unavailable -- the cell keeps both and is flagged "rule contradicted
+   by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
+   "unpredicted" (a rule is missing). One exception: a wheel-tier pass (the code admits the target)
+   is set aside under a rule whose data says no wheel reading can decide it (``unwitnessed``: a
+   failure only running the kernel shows); the rule's prediction shows and says so.
+5. Without an informative measurement the rule's prediction shows (``unavailable``, ``hazard``,
+   ``requires``), a pruned stack shows ``pruned``, a cell whose probes were all undecided shows
+   ``undecided``, and anything else is ``untested``. Every such cell whose records include an
+   undecided one says so: "undecided by <probe>: <why>" (:attr:`ReportCell.undecided`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from stackforge.core.data import display_path
+from stackforge.core.errors import SpecError
+from stackforge.core.records import (
+    TIER_PREFERENCE,
+    Prediction,
+    ResultRecord,
+    Status,
+    Tier,
+    Verdict,
+    decisive_record,
+    undecided_text,
+)
+from stackforge.plan.derive import DriverFloor, cell_driver_floor
+from stackforge.plan.planner import Plan, PlanCell
+from stackforge.plan.rules import Finding
+
+__all__ = [
+    "DEAD_STATUSES",
+    "GLYPHS",
+    "LEGEND",
+    "COMPAT_MATRIX_SCHEMA",
+    "COMPAT_MATRIX_SCHEMA_VERSION",
+    "PREDICTIONS_ONLY",
+    "ReportCell",
+    "CellStatus",
+    "MatrixReport",
+    "Metric",
+    "ReportRow",
+    "CellSource",
+    "build_matrix",
+    "check_features",
+    "choose_target",
+    "decide_cell",
+    "headline_value",
+    "image_display",
+    "image_reference",
+    "key_metric",
+    "metric_center",
+    "render_matrix_csv",
+    "render_matrix_json",
+    "render_matrix_md",
+    "row_driver_floor",
+    "stack_order_key",
+]
+
+COMPAT_MATRIX_SCHEMA = "stackforge.matrix"
+COMPAT_MATRIX_SCHEMA_VERSION = 1
+FORMATS = ("md", "html", "json", "csv")
+
+
+class CellSource(str, Enum):
+    """Where a cell's status comes from."""
+
+    MEASURED = "measured"    # a probe or benchmark ran and decided it
+    PREDICTED = "predicted"  # a compat rule says so; nothing measured it
+    NONE = "none"            # nobody knows yet
+
+
+class CellStatus(str, Enum):
+    """Everything a cell can say. The first six are measured statuses (same values as Status);
+    ``undecided`` (also a Status value) is a probe that ran without deciding, never a measurement."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    SKIP = "skip"
+    UNDECIDED = "undecided"       # probes ran but none could decide; no rule predicts the feature
+    UNAVAILABLE = "unavailable"   # predicted by a rule
+    HAZARD = "hazard"             # predicted by a rule: works, with a known risk
+    REQUIRES = "requires"         # predicted by a rule: works given a requirement (driver, env)
+    PRUNED = "pruned"             # the whole stack is incompatible (plan)
+    UNTESTED = "untested"         # neither measured nor predicted
+
+
+#: Statuses that make a feature a dead end when measured.
+DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT})
+
+GLYPHS: dict[CellStatus, str] = {
+    CellStatus.PASS: "✅", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
+    CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
+    CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
+}
+CONTRADICTED_GLYPH = "‼️"
+#: How every report without a single probe result for its target says so.
+PREDICTIONS_ONLY = "predictions only — no probe results"
+
+LEGEND: dict[str, str] = {
+    "pass": "measured: works", "fail": "measured: does not work", "crash": "measured: died by a signal",
+    "timeout": "measured: hung and was killed at its time limit",
+    "error": "the probe itself broke (no verdict)",
+    "skip": "probe not applicable here (e.g. needs a GPU)",
+    "undecided": "a probe ran but could not reach the deciding code path out of its real context (no verdict)",
+    "unavailable": "predicted by a rule: not available",
+    "hazard": "predicted by a rule: works with a known risk",
+    "requires": "predicted by a rule: needs a driver/env",
+    "pruned": "the stack is incompatible as a whole (plan)", "untested": "neither measured nor predicted",
+    "contradicted": "a measurement contradicts a rule's prediction (the rule needs review)",
+}
+HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "wheel": "wheel", "predicted": "rule"}
+
+#: Record statuses that decide nothing about the feature: set aside when a cell is decided.
+VERSION_AXES = ("cuda", "torch", "flashinfer", "sglang", "python")
+_PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD: CellStatus.HAZARD,
+                     Verdict.REQUIRES: CellStatus.REQUIRES}
+
+
+# ---------------------------------------------------------------------------------------------- report model
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """The one number that summarises a cell (median when the bench repeated itself)."""
+
+    name: str
+    value: float
+    unit: str = ""
+    probe: str = ""
+
+    def text(self) -> str:
+        number = f"{self.value:.3g}" if abs(self.value) < 1000 else f"{self.value:,.0f}"
+        return f"{number} {self.unit}".strip() if self.unit else f"{self.name} {number}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportCell:
+    """One stack x feature cell.
+
+    Attributes:
+        status: what the cell says (see :class:`CellStatus`).
+        source: measured, predicted or none.
+        tier: the tier of the deciding record when measured.
+        reason / evidence: the deciding record's reason and evidence, or the rule's reason and error.
+        metric: key metric of the cell's records, if any.
+        records: every record of the cell, all tiers, skips included (the full evidence).
+        prediction: what the rules predicted (kept even when a measurement decides).
+        contradicted: set when a measured pass contradicts a rule predicting ``unavailable``.
+        unpredicted: a measured dead end that no rule predicted.
+        pruned_by: the pruning findings, for cells of a pruned stack.
+        undecided: "undecided by <probe>: <why>" for each undecided record, when none of the records
+            decided the cell (empty otherwise).
+    """
+
+    feature: str
+    status: CellStatus
+    source: CellSource
+    tier: Tier | None = None
+    reason: str = ""
+    evidence: str = ""
+    metric: Metric | None = None
+    records: tuple[ResultRecord, ...] = ()
+    prediction: Prediction | None = None
+    contradicted: str = ""
+    unpredicted: bool = False
+    pruned_by: tuple[Finding, ...] = ()
+    undecided: str = ""
+
+    @property
+    def how(self) -> str:
+        """``gate`` / ``runtime`` / ``bench`` / ``wheel`` for measured cells, ``predicted`` or ``""`` otherwise."""
+        if self.source is CellSource.MEASURED and self.tier is not None:
+            return self.tier.value
+        return "predicted" if self.source is CellSource.PREDICTED else ""
+
+    @property
+    def dead(self) -> bool:
+        """A dead end: measured fail/crash/timeout, or predicted unavailable."""
+        return self.status in DEAD_STATUSES or self.status is CellStatus.UNAVAILABLE
+
+    @property
+    def decisive(self) -> ResultRecord | None:
+        """The record that decided a measured cell."""
+        return decisive_record(self.records) if self.source is CellSource.MEASURED else None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One stack: its plan status and one cell per feature."""
+
+    stack_id: str
+    stack: dict[str, Any]
+    plan_status: str              # kept | pruned | unplanned (measured, but not in the plan)
+    cells: tuple[ReportCell, ...]
+    pruned_by: tuple[Finding, ...] = ()
+    derived: dict[str, Any] | None = None
+    findings: tuple[Finding, ...] = ()
+    driver_floor: DriverFloor | None = None    # the plan cell's; None for a stack the plan does not list
+
+    def cell(self, feature: str) -> ReportCell:
+        for cell in self.cells:
+            if cell.feature == feature:
+                return cell
+        raise KeyError(feature)
+
+    @property
+    def records(self) -> tuple[ResultRecord, ...]:
+        return tuple(r for c in self.cells for r in c.records)
+
+    def images(self) -> tuple[str, ...]:
+        """Distinct images seen in this row's records (the pinned reference when known)."""
+        return tuple(dict.fromkeys(image_display(r) for r in self.records if image_display(r)))
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixReport:
+    """The compatibility matrix for one target."""
+
+    target: str
+    target_info: dict[str, Any]
+    features: tuple[str, ...]
+    rows: tuple[ReportRow, ...]
+    matrix_name: str = ""
+    matrix_source: str = ""
+    runs: tuple[str, ...] = ()
+    #: no probe result for this target: every cell is a rule's prediction (or untested)
+    predictions_only: bool = False
+    #: every wheel-tier record of the target, also those of releases no row pins (release boundaries)
+    wheel_records: tuple[ResultRecord, ...] = ()
+
+    def row(self, stack_id: str) -> ReportRow:
+        for row in self.rows:
+            if row.stack_id == stack_id:
+                return row
+        raise KeyError(stack_id)
+
+    def cells(self) -> Iterable[tuple[ReportRow, ReportCell]]:
+        for row in self.rows:
+            for cell in row.cells:
+                yield row, cell
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def choose_target(records: Sequence[ResultRecord], plan: Plan, target: str | None) -> str:
+    """The target to report on: the given one, else the only one known.
+
+    Raises:
+        SpecError: no target is known, or several are and none was chosen.
+    """
+    known = sorted({r.target for r in records} | {c.target.name for c in plan.cells}
+                   | {t.name for t in plan.targets})
+    if target:
+        if known and target not in known:
+            raise SpecError(f"no results or plan entries for target {target!r}; known: {', '.join(known)}")
+        return target
+    if len(known) == 1:
+        return known[0]
+    if not known:
+        raise SpecError("no target: the results and the plan are empty")
+    raise SpecError(f"several targets in these results; choose one with --target: {', '.join(known)}")
+
+
+def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
+                 features: Sequence[str] = (), runs: Sequence[str] = ()) -> MatrixReport:
+    """Build the stacks x features matrix for ``target``.
+
+    Args:
+        records: measured results (any targets; only ``target``'s are used).
+        plan: the plan (predictions, pruned stacks); :meth:`Plan.empty` for records only.
+        target: the target profile name.
+        features: restrict and order the feature columns (default: the plan's features in plan
+            order, then any measured feature the plan does not know, sorted).
+        runs: run ids the records came from, shown in the header.
+    """
+    mine = [r for r in records if r.target == target]
+    wheel = tuple(r for r in mine if r.tier is Tier.WHEEL)
+    imaged = [r for r in mine if r.tier is not Tier.WHEEL]
+    plan_cells = {c.stack_id: c for c in plan.cells_for_target(target)}
+    # A wheel reading of a narrower fact (``trtllm-fmha:decode``, ``metadata:...``) is no column.
+    present = _features([*imaged, *(r for r in wheel if ":" not in r.feature)], plan_cells.values())
+    columns = check_features(features, present) or present
+    stacks = _stacks(imaged, plan_cells)
+    grouped: dict[tuple[str, str], list[ResultRecord]] = {}
+    for record in imaged:
+        grouped.setdefault((record.stack_id, record.feature), []).append(record)
+    for stack_id, stack in stacks.items():
+        _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
+    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, columns)
+                 for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
+    profile = plan.target(target)
+    return MatrixReport(target=target, target_info=profile.to_json() if profile else {"name": target},
+                        features=columns, rows=rows, matrix_name=plan.matrix.name,
+                        matrix_source=display_path(plan.matrix.source) if plan.matrix.source else "",
+                        runs=tuple(runs), predictions_only=not mine and bool(plan_cells), wheel_records=wheel)
+
+
+def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], stack_id: str,
+                          stack: Mapping[str, Any], plan_cell: PlanCell | None,
+                          wheel: Sequence[ResultRecord]) -> None:
+    """Add to a stack's cells the wheel records of the releases it pins (same context values).
+
+    A pruned stack gets none: a release's code says nothing about a stack that cannot be installed,
+    and a pass there would read as the plan contradicted.
+    """
+    from stackforge.wheels.match import record_matches, stack_context, stack_pins
+
+    if plan_cell is not None and plan_cell.pruned:
+        return
+    derived = plan_cell.derived.to_json() if plan_cell else None
+    pins, context = stack_pins(stack, derived), stack_context(stack, derived)
+    for record in wheel:
+        if record_matches(record, pins, context):
+            grouped.setdefault((stack_id, record.feature), []).append(record)
+
+
+def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, ...]:
+    """``wanted`` when every name is a feature (the rules' vocabulary, a probe's, or one the results measured).
+
+    Raises:
+        SpecError: a name no rule and no record knows; a typo would otherwise be a silent empty column.
+    """
+    from stackforge.probes.catalog import known_features
+
+    known = tuple(dict.fromkeys((*known_features(), *present)))
+    unknown = [f for f in wanted if f not in known]
+    if unknown:
+        raise SpecError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(wanted)
+
+
+def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
+                pruned_by: Sequence[Finding] = ()) -> ReportCell:
+    """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
+    records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
+    blind = _wheel_blind_passes(records, prediction)
+    decisive = decisive_record([r for r in records if r not in blind])
+    if decisive is not None:
+        return _measured_cell(feature, records, decisive, decisive.outcome.status, prediction, tuple(pruned_by))
+    cell = _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
+    if blind and prediction is not None and cell.source is CellSource.PREDICTED:
+        admitted = ", ".join(r.probe for r in blind)
+        cell = replace(cell, reason=f"{cell.reason} (the release's code admits it, {admitted} passed, but no wheel "
+                                    f"reading decides this rule: {prediction.unwitnessed})")
+    return cell
+
+
+def _wheel_blind_passes(records: Sequence[ResultRecord], prediction: Prediction | None) -> tuple[ResultRecord, ...]:
+    """Wheel-tier passes that say nothing against the rule predicting the cell unavailable.
+
+    A wheel pass only says the release's code admits the target; a rule whose data says no wheel
+    reading can decide it (``unwitnessed``: a failure only running the kernel shows) stands over it.
+    A rule a wheel reader witnesses is still contradicted by a wheel pass (its bound is wrong).
+    """
+    if prediction is None or prediction.verdict is not Verdict.UNAVAILABLE or not prediction.unwitnessed:
+        return ()
+    return tuple(r for r in records if r.tier is Tier.WHEEL and r.outcome.status is Status.PASS)
+
+
+def _measured_cell(feature: str, records: tuple[ResultRecord, ...], decisive: ResultRecord, status: Status,
+                   prediction: Prediction | None, pruned_by: tuple[Finding, ...]) -> ReportCell:
+    predicted_dead = prediction is not None and prediction.verdict is Verdict.UNAVAILABLE
+    contradicted = ""
+    if status is Status.PASS and predicted_dead:
+        contradicted = (f"rule contradicted by measurement: rule {prediction.rule} predicts {feature} "
+                        f"unavailable ({prediction.reason}), but {decisive.tier.value} probe "
+                        f"{decisive.probe} passed")
+    elif status is Status.PASS and pruned_by:
+        contradicted = (f"rule contradicted by measurement: the plan prunes this stack "
+                        f"({', '.join(f.rule.id for f in pruned_by)}), but {decisive.tier.value} probe "
+                        f"{decisive.probe} passed")
+    unpredicted = CellStatus(status.value) in DEAD_STATUSES and not predicted_dead and not pruned_by
+    return ReportCell(feature=feature, status=CellStatus(status.value), source=CellSource.MEASURED,
+                      tier=decisive.tier, reason=decisive.outcome.reason, evidence=decisive.outcome.evidence,
+                      metric=key_metric(records), records=records, prediction=prediction,
+                      contradicted=contradicted, unpredicted=unpredicted, pruned_by=pruned_by)
+
+
+def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction: Prediction | None,
+                     pruned_by: tuple[Finding, ...]) -> ReportCell:
+    skipped = "; ".join(f"{r.probe} skipped: {r.outcome.reason}"
+                        for r in records if r.outcome.status is Status.SKIP)
+    undecided_records = [r for r in records if r.outcome.status is Status.UNDECIDED]
+    undecided = undecided_text(undecided_records)
+    if pruned_by:
+        first = pruned_by[0]
+        return ReportCell(feature=feature, status=CellStatus.PRUNED, source=CellSource.PREDICTED,
+                          reason=first.rule.reason, evidence=first.rule.error or skipped, records=records,
+                          prediction=prediction, pruned_by=pruned_by, undecided=undecided)
+    if prediction is not None and prediction.verdict in _PREDICTED_STATUS:
+        return ReportCell(feature=feature, status=_PREDICTED_STATUS[prediction.verdict],
+                          source=CellSource.PREDICTED, reason=prediction.reason,
+                          evidence=prediction.error or skipped, records=records, prediction=prediction,
+                          undecided=undecided)
+    if undecided_records:   # probes ran, none decided, no rule speaks: nobody knows, and it says why
+        return ReportCell(feature=feature, status=CellStatus.UNDECIDED, source=CellSource.NONE,
+                          reason=undecided, evidence=undecided_records[0].outcome.evidence, records=records,
+                          prediction=prediction, undecided=undecided)
+    if records:   # only skips: measured, but not applicable here
+        first = records[0]
+        return ReportCell(feature=feature, status=CellStatus.SKIP, source=CellSource.MEASURED,
+                          tier=first.tier, reason=first.outcome.reason,
+                          evidence=first.outcome.evidence or skipped, records=records, prediction=prediction)
+    return ReportCell(feature=feature, status=CellStatus.UNTESTED, source=CellSource.NONE,
+                      prediction=prediction, reason="no probe result and no rule for this feature yet")
+
+
+def _features(records: Sequence[ResultRecord], plan_cells: Iterable[PlanCell]) -> tuple[str, ...]:
+    ordered: dict[str, None] = {}
+    for cell in plan_cells:
+        ordered.update((p.feature, None) for p in cell.predictions)
+    ordered.update((f, None) for f in sorted({r.feature for r in records} - set(ordered)))
+    return tuple(ordered)
+
+
+def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell]) -> dict[str, dict[str, Any]]:
+    stacks = {stack_id: cell.stack.to_json() for stack_id, cell in plan_cells.items()}
+    for record in records:
+        stacks.setdefault(record.stack_id, record.stack)
+    return stacks
+
+
+def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> ReportRow:
+    predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
+    pruned_by = plan_cell.pruning_findings() if plan_cell else ()
+    cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by)
+                  for f in features)
+    status = plan_cell.status if plan_cell else "unplanned"
+    return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
+                     derived=plan_cell.derived.to_json() if plan_cell else None,
+                     findings=plan_cell.findings if plan_cell else (),
+                     driver_floor=plan_cell.driver_floor if plan_cell else None)
+
+
+def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Version order of stacks: CUDA, torch, FlashInfer, SGLang, Python (PEP 440), then the id."""
+    return (*(_version(stack.get(axis)) for axis in VERSION_AXES), stack_id)
+
+
+def _version(value: Any) -> Version:
+    try:
+        return Version(str(value)) if value is not None else Version("0")
+    except InvalidVersion:
+        return Version("0")
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def metric_center(value: Any) -> float | None:
+    """The central value of a metric: a number, a summary's median (or mean), or the median of samples."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        numbers = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return statistics.median(numbers) if numbers else None
+    if isinstance(value, Mapping):
+        for key in ("median", "mean", "value"):
+            if isinstance(value.get(key), (int, float)) and not isinstance(value.get(key), bool):
+                return float(value[key])
+        if "samples" in value:
+            return metric_center(value["samples"])
+    return None
+
+
+def headline_value(value: Any) -> float | None:
+    """:func:`metric_center`, or the best of a per-variant mapping (``best_tflops: {bf16: .., fp8: ..}``)."""
+    center = metric_center(value)
+    if center is None and isinstance(value, Mapping):
+        numbers = [metric_center(v) for v in value.values() if not isinstance(v, Mapping)]
+        numbers = [n for n in numbers if n is not None]
+        return max(numbers) if numbers else None
+    return center
+
+
+def key_metric(records: Sequence[ResultRecord]) -> Metric | None:
+    """The cell's headline number: the first of the bench catalog's summary metrics (its
+    :func:`~stackforge.bench.catalog.summary_metric_names`, units as declared there) found in a passing record."""
+    from stackforge.bench.catalog import metric_units, summary_metric_names
+
+    units = metric_units()
+    passing = [r for r in records if r.outcome.status is Status.PASS]
+    for name in summary_metric_names():
+        for record in sorted(passing, key=lambda r: -TIER_PREFERENCE[r.tier]):
+            value = headline_value(record.outcome.metrics.get(name))
+            if value is not None:
+                return Metric(name=name, value=value, unit=units.get(name, ""), probe=record.probe)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+
+
+def image_reference(record: ResultRecord) -> tuple[str, bool]:
+    """``(reference, pinned)``: ``repo@sha256:...`` when a digest is known, else the image id or tag."""
+    prov = record.provenance
+    if prov.digest:
+        if "@" in prov.digest:
+            return prov.digest, True
+        return f"{_repository(prov.image)}@{prov.digest}", True
+    return (prov.image_id or prov.image or ""), False
+
+
+def image_display(record: ResultRecord) -> str:
+    """For people: the pinned reference, else the tag with a short image id."""
+    reference, pinned = image_reference(record)
+    prov = record.provenance
+    if pinned or not prov.image:
+        return reference
+    short = (prov.image_id or "").removeprefix("sha256:")[:12]
+    return f"{prov.image} (id {short}, not pinned)" if short else f"{prov.image} (not pinned)"
+
+
+def _repository(image: str) -> str:
+    """``registry:5000/org/name:tag`` -> ``registry:5000/org/name`` (a port is not a tag)."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+# ---------------------------------------------------------------------------------------------- text helpers
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Collapse whitespace and cut to ``limit`` characters (with an ellipsis)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def source_text(source: Mapping[str, str]) -> str:
+    """``ref (confidence)`` for a rule source."""
+    confidence = source.get("confidence", "")
+    return f"{source.get('ref', '')}{f' ({confidence})' if confidence else ''}"
+
+
+def cell_label(cell: ReportCell) -> str:
+    """The short text of a cell: glyph, how it was decided, key metric (e.g. ``✅ bench 1,520 tok/s``)."""
+    parts = [(CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]]
+    if cell.how:
+        parts.append(HOW_LABELS[cell.how])
+    if cell.metric is not None:
+        parts.append(cell.metric.text())
+    return " ".join(parts)
+
+
+def cell_summary(cell: ReportCell) -> str:
+    """One line: status, how, reason (the hover text)."""
+    how = f" ({cell.how})" if cell.how else ""
+    text = f"{cell.status.value}{how}: {cell.reason}" if cell.reason else f"{cell.status.value}{how}"
+    if cell.undecided and cell.status is not CellStatus.UNDECIDED:
+        text += f" — {cell.undecided}"
+    return one_line(f"{text} — {cell.contradicted}" if cell.contradicted else text, 400)
+
+
+def header_summary(report: MatrixReport) -> str:
+    """Counts for the header: stacks, pruned, measured / predicted / untested cells, contradictions."""
+    sources = [c.source for _, c in report.cells()]
+    pruned = sum(r.plan_status == "pruned" for r in report.rows)
+    contradicted = sum(bool(c.contradicted) for _, c in report.cells())
+    undecided = sum(bool(c.undecided) for _, c in report.cells())
+    untested = sum(c.status is CellStatus.UNTESTED for _, c in report.cells())
+    text = (f"{len(report.rows)} stacks ({pruned} pruned) × {len(report.features)} features · "
+            f"{sources.count(CellSource.MEASURED)} measured, "
+            f"{sources.count(CellSource.PREDICTED)} predicted, "
+            f"{untested} untested cells")
+    text += f" · {GLYPHS[CellStatus.UNDECIDED]} {undecided} left undecided by their probes" if undecided else ""
+    text += (f" · {CONTRADICTED_GLYPH} {contradicted} rule(s) contradicted by measurement"
+             if contradicted else "")
+    return f"{PREDICTIONS_ONLY} · {text}" if report.predictions_only else text
+
+
+def target_text(report: MatrixReport) -> str:
+    """``rtx-pro-6000-x8-pcie — RTX PRO 6000 Blackwell, sm 12.0, 8 GPUs, pcie``."""
+    info = report.target_info
+    details = [str(info[k]) for k in ("gpu",) if info.get(k)]
+    if info.get("arch"):
+        details.append(f"compute capability {info['arch']}")
+    if info.get("gpu_count"):
+        details.append(f"{info['gpu_count']} GPUs")
+    if info.get("interconnect"):
+        details.append(str(info["interconnect"]))
+    return f"{report.target} — {', '.join(details)}" if details else report.target
+
+
+# ---------------------------------------------------------------------------------------------- json
+
+
+def report_to_json(report: MatrixReport) -> dict[str, Any]:
+    """The versioned JSON envelope (``stackforge.matrix`` v1)."""
+    return {"schema": COMPAT_MATRIX_SCHEMA, "schema_version": COMPAT_MATRIX_SCHEMA_VERSION,
+            "matrix": {"name": report.matrix_name, "source": report.matrix_source},
+            "target": report.target_info | {"name": report.target}, "runs": list(report.runs),
+            "predictions_only": report.predictions_only,
+            "features": list(report.features), "legend": dict(LEGEND),
+            "rows": [_row_json(row) for row in report.rows]}
+
+
+def _row_json(row: ReportRow) -> dict[str, Any]:
+    return {"stack_id": row.stack_id, "stack": row.stack, "plan_status": row.plan_status,
+            "pruned_by": [_finding_json(f) for f in row.pruned_by], "derived": row.derived,
+            "images": list(row.images()), "cells": [_cell_json(cell) for cell in row.cells]}
+
+
+def _finding_json(finding: Finding) -> dict[str, Any]:
+    """A pruning finding as the matrix JSON has always carried it (the plan's own form adds
+    component, confidence and origin)."""
+    rule = finding.rule
+    return {"rule": rule.id, "effect": rule.effect.value, "feature": rule.feature, "reason": rule.reason,
+            "error": rule.error, "remedy": rule.remedy, "sources": [s.to_json() for s in rule.sources],
+            "requires": dict(rule.requires)}
+
+
+def _cell_json(cell: ReportCell) -> dict[str, Any]:
+    return {"feature": cell.feature, "status": cell.status.value, "source": cell.source.value,
+            "tier": cell.tier.value if cell.tier else None, "reason": cell.reason, "evidence": cell.evidence,
+            "metric": None if cell.metric is None else {"name": cell.metric.name, "value": cell.metric.value,
+                                                        "unit": cell.metric.unit, "probe": cell.metric.probe},
+            "contradicted": cell.contradicted, "unpredicted": cell.unpredicted, "undecided": cell.undecided,
+            "prediction": cell.prediction.to_json() if cell.prediction else None,
+            "measurements": [_measurement_json(r) for r in cell.records]}
+
+
+def _measurement_json(record: ResultRecord) -> dict[str, Any]:
+    reference, pinned = image_reference(record)
+    return {"probe": record.probe, "tier": record.tier.value, "kind": record.kind,
+            "status": record.outcome.status.value, "reason": record.outcome.reason,
+            "evidence": record.outcome.evidence, "metrics": record.outcome.metrics,
+            "duration_s": record.outcome.duration_s, "run_id": record.run_id, "created_at": record.created_at,
+            "image": reference, "pinned": pinned, "driver": record.provenance.driver,
+            "gpus": list(record.provenance.gpus), "versions": dict(record.provenance.versions)}
+
+
+def render_matrix_json(report: MatrixReport) -> str:
+    """The matrix as pretty JSON text."""
+    return json.dumps(report_to_json(report), indent=2, ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- csv
+
+
+CSV_COLUMNS = ("target", "stack_id", "plan_status", "feature", "status", "source", "tier", "metric",
+               "metric_value", "metric_unit", "reason", "evidence", "rule", "contradicted", "image", "run_id",
+               "undecided")
+
+
+def render_matrix_csv(report: MatrixReport) -> str:
+    """One line per cell (tidy format: easy to pivot in a spreadsheet or pandas)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row, cell in report.cells():
+        decisive = cell.decisive
+        rule = cell.prediction.rule if cell.prediction else ""
+        if cell.pruned_by and not rule:
+            rule = cell.pruned_by[0].rule.id
+        writer.writerow([report.target, row.stack_id, row.plan_status, cell.feature, cell.status.value,
+                         cell.source.value, cell.tier.value if cell.tier else "",
+                         cell.metric.name if cell.metric else "", cell.metric.value if cell.metric else "",
+                         cell.metric.unit if cell.metric else "", one_line(cell.reason, 2000),
+                         one_line(cell.evidence, 2000), rule, cell.contradicted,
+                         image_reference(decisive)[0] if decisive else "",
+                         decisive.run_id if decisive else "", one_line(cell.undecided, 2000)])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+
+
+#: GitHub refuses comments over 65,536 characters; stay below with room for a header.
+MD_BUDGET = 60_000
+# Ever more compact footnotes, tried in order until the comment fits: (notes on passing cells,
+# evidence characters, notes on measured cells at all).
+# The first level cuts nothing (``None``: full evidence); the file is shortened only past the budget.
+_MD_LEVELS = ((True, None, True), (True, 240, True), (False, 240, True), (False, 80, True), (False, 0, False))
+_TRIMMED_NOTE = ("*Evidence notes were shortened to fit a PR comment; the HTML and JSON reports carry "
+                 "the full evidence of every cell.*")
+
+
+def render_matrix_md(report: MatrixReport, *, budget: int = MD_BUDGET) -> str:
+    """The matrix as GitHub-flavoured markdown for a PR comment: table, legend, findings, footnotes.
+
+    Every cell gets a footnote with its reason and evidence while the text fits ``budget``; a large
+    matrix first drops the notes of passing cells, then shortens evidence, then keeps only rule
+    notes, and says so (the HTML and JSON reports always carry everything).
+    """
+    text = ""
+    for level, (pass_notes, evidence_chars, measured_notes) in enumerate(_MD_LEVELS):
+        text = _render_md(report, pass_notes=pass_notes, evidence_chars=evidence_chars,
+                          measured_notes=measured_notes, trimmed=level > 0)
+        if len(text) <= budget:
+            break
+    return text
+
+
+def _render_md(report: MatrixReport, *, pass_notes: bool, evidence_chars: int | None, measured_notes: bool,
+               trimmed: bool) -> str:
+    notes = _Footnotes()
+    lines = [f"### stackforge matrix · {_md_escape(target_text(report))}", ""]
+    if report.matrix_name or report.runs:
+        lines.append(_md_escape(_provenance_line(report)))
+        lines.append("")
+    lines += [header_summary(report), ""]
+    lines.append("| stack | " + " | ".join(f"`{f}`" for f in report.features) + " |")
+    lines.append("|---|" + "---|" * len(report.features))
+    for row in report.rows:
+        lines.append(_md_row(row, notes, evidence_chars, pass_notes=pass_notes,
+                             measured_notes=measured_notes))
+    lines += ["", _md_legend(), ""]
+    if trimmed:
+        lines += [_TRIMMED_NOTE, ""]
+    lines += _md_contradictions(report)
+    lines += notes.render()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _provenance_line(report: MatrixReport) -> str:
+    parts = []
+    if report.matrix_name:
+        parts.append(f"matrix {report.matrix_name} ({report.matrix_source})")
+    if report.runs:
+        shown = ", ".join(report.runs[-3:])
+        parts.append(f"runs: {shown}" + (f" (+{len(report.runs) - 3} older)" if len(report.runs) > 3 else ""))
+    return " · ".join(parts)
+
+
+def _md_row(row: ReportRow, notes: _Footnotes, evidence_chars: int | None, *, pass_notes: bool,
+            measured_notes: bool) -> str:
+    stack = f"`{row.stack_id}`"
+    if row.plan_status == "pruned":
+        rules = ", ".join(f"`{f.rule.id}`" for f in row.pruned_by) or "the plan"
+        stack = f"~~`{row.stack_id}`~~ ⛔ pruned by {rules}" + notes.ref(_pruned_note(row))
+    elif row.plan_status == "unplanned":
+        stack += " (not in plan)"
+    cells = []
+    for cell in row.cells:
+        if cell.status is CellStatus.PRUNED:
+            cells.append("—")     # the stack cell says why; repeating ⛔ in every column is noise
+            continue
+        wanted = cell.source is not CellSource.MEASURED or measured_notes and (
+            pass_notes or cell.status is not CellStatus.PASS or bool(cell.contradicted))
+        note = _cell_note(row, cell, evidence_chars) if wanted else ""
+        cells.append(_md_escape(cell_label(cell)) + (notes.ref(note) if note else ""))
+    return f"| {stack} | " + " | ".join(cells) + " |"
+
+
+def _cell_note(row: ReportRow, cell: ReportCell, evidence_chars: int | None) -> str:
+    """Footnote text of a cell; cells predicted by the same rule share one note."""
+    if cell.source is CellSource.NONE and cell.status is not CellStatus.UNDECIDED:
+        return ""
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None:
+        prediction = cell.prediction
+        note = _rule_note(prediction.rule, prediction.verdict.value, cell.feature, cell.reason,
+                          prediction.error, prediction.remedy, prediction.sources, evidence_chars)
+        return note + (_md_escape(f" — {_flat(cell.undecided)}") if cell.undecided else "")
+    undecided = next((r for r in cell.records if r.outcome.status is Status.UNDECIDED), None)
+    decisive = cell.decisive or (undecided if cell.status is CellStatus.UNDECIDED else None) \
+        or (cell.records[0] if cell.records else None)
+    text = f"`{row.stack_id}` · `{cell.feature}`: {GLYPHS[cell.status]} {cell.status.value}"
+    if decisive is not None:
+        text += f" ({decisive.tier.value} probe `{decisive.probe}`)"
+    text += f": {_flat(cell.reason)}"
+    if cell.evidence and evidence_chars != 0:
+        text += f" — evidence: `{_md_code(cell.evidence, evidence_chars)}`"
+    if cell.metric is not None:
+        text += f" — {cell.metric.name} = {cell.metric.value:g} {cell.metric.unit}".rstrip()
+    if cell.contradicted:
+        text += f" — {CONTRADICTED_GLYPH} {_flat(cell.contradicted)}"
+    elif cell.unpredicted:
+        text += " — no rule predicts this failure"
+    if decisive is not None:
+        shown = image_display(decisive)
+        text += f" — run {decisive.run_id}" + (f", image `{shown}`" if shown else "")
+    return _md_escape(text)
+
+
+def _rule_note(rule: str, verdict: str, feature: str, reason: str, error: str, remedy: str,
+               sources: Sequence[Mapping[str, str]], evidence_chars: int | None) -> str:
+    text = f"rule `{rule}` predicts `{feature}` {verdict}: {_flat(reason)}"
+    if error and evidence_chars != 0:
+        text += f" — error: `{_md_code(error, evidence_chars)}`"
+    if remedy:
+        text += f" — remedy: {_flat(remedy)}"
+    if sources:
+        text += " — sources: " + ", ".join(_md_source(s) for s in sources)
+    return _md_escape(text)
+
+
+def _pruned_note(row: ReportRow) -> str:
+    parts = []
+    for finding in row.pruned_by:
+        part = f"pruned by rule `{finding.rule.id}`: {_flat(finding.rule.reason)}"
+        if finding.rule.sources:
+            part += " — sources: " + ", ".join(_md_source(s.to_json()) for s in finding.rule.sources)
+        parts.append(part)
+    return _md_escape(" · ".join(parts) or "pruned by the plan")
+
+
+def _md_source(source: Mapping[str, str]) -> str:
+    label = source_text(source)
+    return f"[{label}]({source['url']})" if source.get("url") else label
+
+
+def _md_legend() -> str:
+    statuses = " · ".join(f"{GLYPHS[s]} {s.value}" for s in CellStatus)
+    return (f"**Legend** {statuses} · {CONTRADICTED_GLYPH} rule contradicted by measurement · "
+            "— a pruned stack. *gate* = decided inside the image without a GPU · "
+            "*run* = runtime probe on the GPU · "
+            "*bench* = benchmark · *wheel* = measured (wheel): read in the release's code from its wheel on "
+            "the index, no image (below gate and run, above a rule) · "
+            "*rule* = predicted by a compat rule, not measured. "
+            "Footnotes carry each cell's reason and evidence.")
+
+
+def _md_contradictions(report: MatrixReport) -> list[str]:
+    found = [(row, cell) for row, cell in report.cells() if cell.contradicted]
+    if not found:
+        return []
+    lines = [f"**{CONTRADICTED_GLYPH} Rules contradicted by measurement** (review these rules):", ""]
+    lines += [f"- `{row.stack_id}` · `{cell.feature}`: {_md_escape(_flat(cell.contradicted))}"
+              for row, cell in found]
+    return lines + [""]
+
+
+def _md_escape(text: str) -> str:
+    """Table-safe markdown: no pipes or newlines break a row."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _md_code(text: str, limit: int | None) -> str:
+    """Text inside a code span: one line, no backticks, bounded by ``limit`` (``None``: whole)."""
+    flat = str(text).replace("`", "'")
+    return _flat(flat) if limit is None else one_line(flat, limit)
+
+
+def _flat(text: str) -> str:
+    """One line, whitespace collapsed, nothing cut (the markdown is a file; the budget levels shorten it)."""
+    return " ".join(str(text).split())
+
+
+class _Footnotes:
+    """Numbered footnotes, deduplicated by text (cells predicted by one rule share a note)."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        number = self._numbers.setdefault(text, len(self._numbers) + 1)
+        return f"[^{number}]"
+
+    def render(self) -> list[str]:
+        return [f"[^{number}]: {text}" for text, number in self._numbers.items()]
+
+
+def row_driver_floor(row: ReportRow, target: str, target_min: str | None) -> DriverFloor:
+    """The driver floor the plan shows for this row: its cell's ``driver_floor`` as ``plan`` wrote it
+    (:func:`stackforge.plan.derive.cell_driver_floor`: the CUDA family's floor, the target's ``min_driver``,
+    ``requires: driver`` rules), never recomputed from ``derived``. A stack the plan does not list has
+    only the target's hardware floor."""
+    if row.driver_floor is not None:
+        return row.driver_floor
+    return cell_driver_floor(None, "", target, target_min, ())

@@ -1,0 +1,43 @@
+"""Each report as text of one format: the compatibility matrix (md, html, json, csv) and the upgrade
+report (md, json, html).
+
+The dispatch lives here, above the modules that write each format, so that the HTML pages can
+import the reports' types without the reports importing the pages back.
+"""
+
+from __future__ import annotations
+
+import json
+
+from stackforge.core.errors import SpecError
+from stackforge.report import compat_matrix, upgrade
+from stackforge.report.compat_matrix_html import render_matrix_html
+from stackforge.report.upgrade_html import render_upgrade_html
+
+
+def render_matrix(report: compat_matrix.MatrixReport, fmt: str) -> str:
+    """``report`` as ``md``, ``html``, ``json`` or ``csv``.
+
+    Raises:
+        SpecError: an unknown format.
+    """
+    renderers = {"md": compat_matrix.render_matrix_md, "html": render_matrix_html,
+                 "json": compat_matrix.render_matrix_json, "csv": compat_matrix.render_matrix_csv}
+    if fmt not in renderers:
+        raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(compat_matrix.FORMATS)}")
+    return renderers[fmt](report)
+
+
+def render_upgrade(report: upgrade.UpgradeReport, fmt: str) -> str:
+    """``report`` as ``md``, ``json`` or ``html``.
+
+    Raises:
+        SpecError: an unknown format.
+    """
+    if fmt == "md":
+        return upgrade.render_upgrade_md(report)
+    if fmt == "json":
+        return json.dumps(upgrade.upgrade_to_json(report), indent=2, ensure_ascii=False) + "\n"
+    if fmt == "html":
+        return render_upgrade_html(report)
+    raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(upgrade.FORMATS)}")

@@ -1,0 +1,656 @@
+"""Two stacks side by side: what an upgrade (CUDA 12.8 -> 13.1, say) gains and loses on a target.
+
+Everything is read off the compatibility matrix (:func:`stackforge.report.compat_matrix.build_matrix`), so the
+upgrade report can never disagree with ``matrix``, ``deadends`` or ``pick``:
+
+* each feature's cell on both sides, decided by :func:`stackforge.report.compat_matrix.decide_cell` (its ranking of
+  evidence tiers included), labelled with its evidence: ``measured (<tier>)`` or ``predicted by rule
+  <id>``. A prediction is never called measured;
+* the change of a feature: *gained* (dead before, works after), *lost* (works before, dead after),
+  *unchanged* (the same on both sides), *undecided* (a side has no verdict: untested, skipped, or the
+  probe broke). Works = ``pass``, or predicted ``hazard`` / ``requires``; dead = measured
+  ``fail`` / ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned stack;
+* the driver floor of each side as ``plan`` and ``pick`` state it (:func:`stackforge.report.compat_matrix.row_driver_floor`);
+* the image ``pick`` would hand out for each side, and its size from the build record (else "unknown");
+* benchmark deltas for every metric both sides' benchmarks measured with the same probe, judged against
+  the runs' own noise by :func:`stackforge.report.diff.compare_metric` (which also knows each metric's direction);
+* the dead ends that remain on the new stack, with what unblocks each
+  (:func:`stackforge.report.deadends.find_dead_ends`) and the rule's remedy.
+
+"The best stack of a CUDA family" is ``pick``'s choice (no required feature) among that family's
+stacks; when none of them was ever probed, ``pick`` has nothing to rank and the newest stack the
+plan keeps is taken instead. The report says which stack was taken and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from stackforge.core.errors import SpecError
+from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.core.versions import validate_version
+from stackforge.plan.derive import DriverFloor
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import (
+    GLYPHS,
+    PREDICTIONS_ONLY,
+    VERSION_AXES,
+    CellSource,
+    CellStatus,
+    MatrixReport,
+    ReportCell,
+    ReportRow,
+    build_matrix,
+    one_line,
+    row_driver_floor,
+    target_text,
+)
+from stackforge.report.deadends import DeadEnd, find_dead_ends
+from stackforge.report.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
+from stackforge.report.pick import (
+    Candidate,
+    choose,
+    evaluate_candidates,
+    predicted_to_qualify,
+)
+
+__all__ = ["FORMATS", "UPGRADE_SCHEMA", "ChangeKind", "FeatureChange", "ImageSize", "MetricDelta",
+           "RemainingDeadEnd",
+           "Side", "SideCell", "StackChoice", "UpgradeReport", "build_upgrade", "change_of", "evidence_label",
+           "image_sizes_from_builds", "upgrade_to_json"]
+
+UPGRADE_SCHEMA = "stackforge.upgrade"
+UPGRADE_SCHEMA_VERSION = 1
+FORMATS = ("md", "json", "html")
+
+WORKS = frozenset({CellStatus.PASS, CellStatus.HAZARD, CellStatus.REQUIRES})
+DEAD = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, CellStatus.PRUNED})
+#: How a side with no measurement at all is labelled (its column header says so).
+PREDICTED_ONLY = "predicted only"
+
+
+class ChangeKind:
+    """What an upgrade does to a feature (the order is the report's)."""
+
+    GAINED = "gained"
+    LOST = "lost"
+    UNCHANGED = "unchanged"
+    UNDECIDED = "undecided"
+    FLAVOUR = "flavour"
+    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED, FLAVOUR)
+    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔", FLAVOUR: "🧰"})
+    MEANING = MappingProxyType({GAINED: "dead before, works after", LOST: "works before, dead after",
+                                UNCHANGED: "the same verdict on both sides",
+                                UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)",
+                                FLAVOUR: "differs because one image has nvcc and the other not (its flavour), "
+                                         "not because of the upgrade"})
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True, slots=True)
+class StackChoice:
+    """How a side is named: a stack id, or a CUDA family whose best stack is taken."""
+
+    stack_id: str | None = None
+    cuda: str | None = None
+
+    def describe(self) -> str:
+        return self.stack_id if self.stack_id else f"CUDA {self.cuda}"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSize:
+    """An image's size from its build record; ``None`` with the reason when it is not known."""
+
+    bytes: int | None
+    note: str = ""
+    built_image: str = ""           # the build record's image (digest when pushed, else tag): built, maybe never probed
+
+    def text(self) -> str:
+        if self.bytes is None:
+            return f"unknown ({self.note})" if self.note else "unknown"
+        return _gigabytes(self.bytes) + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of the upgrade: the stack taken, why, and what is known about it."""
+
+    role: str                       # from | to
+    stack_id: str
+    stack: dict[str, Any]
+    plan_status: str
+    why: str                        # why this stack was taken
+    measured: bool                  # at least one record that decided something (not a skip)
+    image: str
+    pinned: bool
+    image_size: ImageSize
+    driver_floor: DriverFloor
+
+    @property
+    def evidence(self) -> str:
+        return "measured" if self.measured else PREDICTED_ONLY
+
+    def versions(self) -> str:
+        return " · ".join(f"{axis} {self.stack[axis]}" for axis in VERSION_AXES if self.stack.get(axis))
+
+
+@dataclass(frozen=True, slots=True)
+class SideCell:
+    """A feature on one side: status, the evidence label, and the deciding text."""
+
+    status: str
+    evidence: str                   # measured (<tier>) | predicted by rule <id> | no evidence
+    reason: str
+    detail: str                     # the deciding record's evidence, or the rule's error
+    probe: str = ""
+    rule: str = ""
+
+    def label(self) -> str:
+        return f"{GLYPHS[CellStatus(self.status)]} {self.status} · {self.evidence}"
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureChange:
+    feature: str
+    change: str
+    before: SideCell
+    after: SideCell
+
+    def label(self) -> str:
+        """``➕ gained``; an unchanged feature says whether it works on both sides or is dead on both."""
+        text = f"{ChangeKind.GLYPHS[self.change]} {self.change}"
+        if self.change == ChangeKind.UNCHANGED:
+            text += " (works)" if CellStatus(self.after.status) in WORKS else " (dead)"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDelta:
+    """One metric both sides measured with the same probe, and whether it moved beyond noise."""
+
+    probe: str
+    metric: str
+    before: MetricStats
+    after: MetricStats
+    delta: float
+    relative: float | None
+    noise: float | None
+    verdict: str                    # improvement | regression | within noise
+    higher_is_better: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RemainingDeadEnd:
+    """A feature still dead on the new stack, and what would unblock it."""
+
+    feature: str
+    cell: SideCell
+    change: str                     # lost (new with the upgrade), unchanged (dead before too), undecided
+    unblock: str
+    remedy: str = ""
+
+    def history(self) -> str:
+        return {ChangeKind.LOST: "new with the upgrade (it works on FROM)",
+                ChangeKind.UNCHANGED: "dead on FROM too"}.get(self.change, "no verdict on FROM")
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeReport:
+    target: str
+    target_label: str
+    before: Side
+    after: Side
+    features: tuple[FeatureChange, ...]
+    metrics: tuple[MetricDelta, ...]
+    dead_ends: tuple[RemainingDeadEnd, ...]
+    matrix_name: str = ""
+    matrix_source: str = ""
+    runs: tuple[str, ...] = ()
+    predictions_only: bool = False
+
+    def count(self, change: str) -> int:
+        return sum(f.change == change for f in self.features)
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, before: StackChoice,
+                  after: StackChoice, *, size_of: Callable[[str], ImageSize] | None = None, runs: Sequence[str] = (),
+                  plan_only: bool = False, nvcc_features: frozenset[str] = frozenset()) -> UpgradeReport:
+    """Compare two stacks of ``target``.
+
+    Args:
+        records: measured results (any targets).
+        plan: the plan (predictions, pruned stacks, driver floors).
+        before / after: the stacks, by id or by CUDA family.
+        size_of: a stack id's image size (:func:`image_sizes_from_builds`); without it sizes are "unknown".
+        runs: run ids the records came from.
+        plan_only: only the plan's stacks may be taken for a CUDA family (as ``pick --plan``).
+        nvcc_features: features that only an image with nvcc has
+            (:func:`stackforge.plan.rules.features_only_nvcc_decides`): when one side's image has nvcc and
+            the other's not, their change is the flavour's, not the upgrade's.
+
+    Raises:
+        SpecError: an unknown stack id or CUDA family (naming the known ones), both sides the same stack,
+            or a CUDA family whose every stack the plan prunes.
+    """
+    report = build_matrix(records, plan, target, runs=runs)
+    candidates = {c.stack_id: c for c in evaluate_candidates(records, plan, target)}
+    sides = []
+    for role, choice in (("from", before), ("to", after)):
+        row, why = _resolve(report, tuple(candidates.values()), choice, role, plan_only)
+        size = size_of(row.stack_id) if size_of is not None else None
+        sides.append(_side(role, row, why, candidates.get(row.stack_id), report, size))
+    old, new = sides
+    if old.stack_id == new.stack_id:
+        raise SpecError(f"FROM and TO are the same stack ({old.stack_id}): an upgrade needs two stacks",
+                        remedy="name two different stack ids or CUDA versions")
+    old_row, new_row = report.row(old.stack_id), report.row(new.stack_id)
+    features = tuple(_feature_change(f, old_row.cell(f), new_row.cell(f)) for f in report.features)
+    if _has_nvcc(old_row) != _has_nvcc(new_row):
+        features = tuple(_flavour_change(c) if c.feature in nvcc_features else c for c in features)
+    ordered = tuple(sorted(features, key=lambda c: ChangeKind.ORDER.index(c.change)))
+    return UpgradeReport(target=target, target_label=target_text(report), before=old, after=new,
+                         features=ordered, metrics=_metric_deltas(old_row, new_row),
+                         dead_ends=_remaining_dead_ends(report, new_row, features), matrix_name=report.matrix_name,
+                         matrix_source=report.matrix_source, runs=tuple(runs),
+                         predictions_only=report.predictions_only)
+
+
+def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: StackChoice, role: str,
+             plan_only: bool) -> tuple[ReportRow, str]:
+    option = "FROM" if role == "from" else "TO"
+    if choice.stack_id is not None:
+        known = [r.stack_id for r in report.rows]
+        if choice.stack_id not in known:
+            raise SpecError(f"unknown stack id {choice.stack_id!r} for {option} on target {report.target}; "
+                            f"known: {', '.join(known) or '(none)'}",
+                            remedy="copy an id from `stackforge matrix` or `stackforge plan`")
+        return report.row(choice.stack_id), f"given as {option}"
+    return _best_of_family(report, candidates, str(choice.cuda), role, plan_only)
+
+
+def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cuda: str, role: str,
+                    plan_only: bool) -> tuple[ReportRow, str]:
+    """``pick``'s choice among the stacks of CUDA ``cuda``; else the newest kept one, never probed."""
+    option = f"--{role}-cuda"
+    wanted = _loose(validate_version(cuda, what=option))
+    family = [r for r in report.rows if _loose(str(r.stack.get("cuda"))) == wanted]
+    if plan_only:
+        family = [r for r in family if r.plan_status != "unplanned"]
+    if not family:
+        have = sorted({str(r.stack.get("cuda")) for r in report.rows}, key=_loose)
+        raise SpecError(f"no stack with CUDA {cuda} for {option} on target {report.target}; the stacks have "
+                        f"CUDA {', '.join(have) or '(none)'}: {', '.join(r.stack_id for r in report.rows) or '(none)'}",
+                        remedy=f"pass a CUDA version those stacks have to {option}, or name stack ids")
+    ids = {r.stack_id for r in family}
+    mine = tuple(c for c in candidates if c.stack_id in ids)
+    chosen = choose(mine, report.target)
+    if chosen is not None:
+        return report.row(chosen.candidate.stack_id), _why_picked(chosen.candidate, cuda, family)
+    hopeful = predicted_to_qualify(mine)
+    if hopeful:
+        return report.row(hopeful[0]), (f"newest CUDA {cuda} stack the plan keeps, out of {_family_size(family)}: "
+                                        "none of them was probed on this target, so pick has no image to rank")
+    pruned = ", ".join(sorted(ids))
+    raise SpecError(f"every CUDA {cuda} stack for {option} is pruned by the plan on target {report.target}: {pruned}",
+                    remedy="see `stackforge plan --explain STACK_ID` for the rule, or name a stack id")
+
+
+def _family_size(family: Sequence[ReportRow]) -> str:
+    """``4 (3 pruned by the plan)``."""
+    pruned = sum(r.plan_status == "pruned" for r in family)
+    return f"{len(family)} ({pruned} pruned by the plan)" if pruned else str(len(family))
+
+
+def _why_picked(candidate: Candidate, cuda: str, family: Sequence[ReportRow]) -> str:
+    text = (f"best CUDA {cuda} stack by pick's ranking (probed, then serving / all-reduce / GEMM throughput, "
+            f"then newest), out of {_family_size(family)}")
+    if candidate.metric is not None:
+        text += f"; its best {candidate.metric.name}: {candidate.metric.text()}"
+    return text
+
+
+def _side(role: str, row: ReportRow, why: str, candidate: Candidate | None, report: MatrixReport,
+          size: ImageSize | None) -> Side:
+    measured = any(r.outcome.status is not Status.SKIP for r in row.records)
+    floor = row_driver_floor(row, report.target, report.target_info.get("min_driver"))
+    image = candidate.image if candidate is not None else ""
+    pinned = candidate.pinned if candidate is not None else False
+    if size is None:
+        size = ImageSize(None, "no build record; pass --builds, the folder of stackforge build --out")
+    return Side(role=role, stack_id=row.stack_id, stack=dict(row.stack), plan_status=row.plan_status, why=why,
+                measured=measured, image=image, pinned=pinned, image_size=size, driver_floor=floor)
+
+
+def evidence_label(cell: ReportCell) -> str:
+    """``measured (<tier>)``, ``predicted by rule <id>``, or ``no evidence``: never a prediction called measured."""
+    if cell.status is CellStatus.PRUNED:
+        return "predicted by rule " + ", ".join(f.rule.id for f in cell.pruned_by) + " (stack pruned)"
+    if cell.source is CellSource.MEASURED and cell.tier is not None:
+        return f"measured ({cell.tier.value})"
+    if cell.source is CellSource.PREDICTED and cell.prediction is not None and cell.prediction.rule:
+        return f"predicted by rule {cell.prediction.rule}"
+    return "no evidence"
+
+
+def _side_cell(cell: ReportCell) -> SideCell:
+    decisive = cell.decisive
+    predicted = cell.source is CellSource.PREDICTED and cell.prediction is not None
+    return SideCell(status=cell.status.value, evidence=evidence_label(cell), reason=cell.reason,
+                    detail=cell.evidence, probe=decisive.probe if decisive is not None else "",
+                    rule=cell.prediction.rule if predicted and cell.prediction else "")
+
+
+def change_of(before: CellStatus, after: CellStatus) -> str:
+    """gained / lost / unchanged / undecided (see the module docstring)."""
+    if before in DEAD and after in WORKS:
+        return ChangeKind.GAINED
+    if before in WORKS and after in DEAD:
+        return ChangeKind.LOST
+    if before in WORKS | DEAD and after in WORKS | DEAD:
+        return ChangeKind.UNCHANGED
+    return ChangeKind.UNDECIDED
+
+
+def _has_nvcc(row: ReportRow) -> bool | None:
+    """Whether the row's image has nvcc, as the plan derived it (None when the plan does not say)."""
+    return (row.derived or {}).get("has_nvcc")
+
+
+def _flavour_change(change: FeatureChange) -> FeatureChange:
+    """A gained or lost nvcc-only feature, relabelled: the images differ in flavour there."""
+    if change.change not in (ChangeKind.GAINED, ChangeKind.LOST):
+        return change
+    return dataclasses.replace(change, change=ChangeKind.FLAVOUR)
+
+
+def _feature_change(feature: str, before: ReportCell, after: ReportCell) -> FeatureChange:
+    return FeatureChange(feature=feature, change=change_of(before.status, after.status),
+                         before=_side_cell(before), after=_side_cell(after))
+
+
+def _metric_deltas(before: ReportRow, after: ReportRow) -> tuple[MetricDelta, ...]:
+    """Every metric of a passing benchmark that both stacks measured with the same probe."""
+    old, new = _metrics(before), _metrics(after)
+    deltas = []
+    for key in sorted(set(old) & set(new)):
+        probe, metric = key
+        change = compare_metric(("", "", probe, metric), old[key], new[key])
+        deltas.append(MetricDelta(probe=probe, metric=metric, before=change.before, after=change.after,
+                                  delta=change.delta, relative=change.relative, noise=change.noise,
+                                  verdict=change.verdict, higher_is_better=not lower_is_better(metric)))
+    return tuple(deltas)
+
+
+def _metrics(row: ReportRow) -> dict[tuple[str, str], MetricStats]:
+    """Metrics of the row's passing benchmarks. Probes record numbers too (``max_abs_diff``, rows verified):
+    evidence of their verdict, not a performance to compare."""
+    passing = [r for r in row.records if r.outcome.status is Status.PASS and r.tier is Tier.BENCH]
+    snapshot = snapshot_from_records(passing, row.stack_id)
+    return {(probe, metric): stats for (_, _, probe, metric), stats in snapshot.metrics.items()}
+
+
+def _remaining_dead_ends(report: MatrixReport, after: ReportRow,
+                         changes: Sequence[FeatureChange]) -> tuple[RemainingDeadEnd, ...]:
+    if after.plan_status == "pruned":
+        return ()     # the stack as a whole is the dead end; the feature table says so cell by cell
+    dead_ends = {d.feature: d for d in find_dead_ends(report).dead_ends}
+    change = {c.feature: c.change for c in changes}
+    remaining = []
+    for cell in after.cells:
+        dead = dead_ends.get(cell.feature)
+        if cell.dead and dead is not None:
+            remedy = cell.prediction.remedy if cell.prediction is not None else ""
+            remaining.append(RemainingDeadEnd(feature=cell.feature, cell=_side_cell(cell), change=change[cell.feature],
+                                              unblock=_unblock_text(dead, report, after), remedy=remedy))
+    return tuple(remaining)
+
+
+def _unblock_text(dead: DeadEnd, report: MatrixReport, after: ReportRow) -> str:
+    unblock = dead.unblocked_by
+    if unblock is None:
+        return "no stack in this matrix unblocks it"
+    other = report.row(unblock.stack_id).stack
+    moves = [f"{axis} {after.stack.get(axis)} → {other.get(axis)}" for axis in VERSION_AXES
+             if other.get(axis) != after.stack.get(axis)]
+    differs = f" ({', '.join(moves)})" if moves else ""
+    if unblock.basis == "measured":
+        return f"measured to pass ({unblock.tier}) on {unblock.stack_id}{differs}: {unblock.detail}"
+    return f"predicted to work on {unblock.stack_id}{differs}, not measured: {unblock.detail}"
+
+
+def image_sizes_from_builds(builds_dir: Path) -> Callable[[str], ImageSize]:
+    """A stack id's image size from its build record in ``builds_dir`` (a ``stackforge build --out`` folder).
+
+    The lookup reads one record when asked; a corrupt record raises RecordError (with its path).
+    """
+    from stackforge.build.records import read_record
+
+    def size_of(stack_id: str) -> ImageSize:
+        record = read_record(builds_dir, stack_id)
+        if record is None:
+            return ImageSize(None, f"no build record for this stack in {builds_dir}")
+        if not record.status.ok:
+            return ImageSize(None, f"its build {record.status.value}")
+        built = record.repo_digest or record.image_tag or ""
+        if record.image_size is None:
+            return ImageSize(None, "its build record has no size", built)
+        return ImageSize(record.image_size, "build record", built)
+
+    return size_of
+
+
+def _loose(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+# ---------------------------------------------------------------------------------------------- shared text
+
+
+def _gigabytes(size: int) -> str:
+    """Decimal GB, as ``docker image ls`` prints them."""
+    return f"{size / 1e9:.2f} GB"
+
+
+def size_change(report: UpgradeReport) -> str:
+    old, new = report.before.image_size.bytes, report.after.image_size.bytes
+    if old is None or new is None:
+        return "unknown (a side has no build record)"
+    delta = new - old
+    return f"{'+' if delta >= 0 else '-'}{_gigabytes(abs(delta))}"
+
+
+def floor_change(report: UpgradeReport) -> str:
+    old, new = report.before.driver_floor.version, report.after.driver_floor.version
+    if old is None or new is None:
+        return "unknown (a side has no known floor)"
+    if _loose(old) == _loose(new):
+        return f"unchanged (>= {new})"
+    return f"{'raised' if _loose(new) > _loose(old) else 'lowered'} from >= {old} to >= {new}"
+
+
+def summary_line(report: UpgradeReport) -> str:
+    counts = ", ".join(f"{report.count(c)} {c}" for c in ChangeKind.ORDER
+                       if c != ChangeKind.FLAVOUR or report.count(c))
+    moved = [m for m in report.metrics if m.verdict != "within noise"]
+    bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
+             else "no benchmark measured on both sides")
+    text = (f"{counts} · driver floor {floor_change(report)} · image {size_change(report)} · {bench} · "
+            f"{len(report.dead_ends)} dead end(s) remain")
+    return f"{PREDICTIONS_ONLY} · {text}" if report.predictions_only else text
+
+
+def stats_text(stats: MetricStats) -> str:
+    """``89.5 (88.9–90.1, n=5)``: the centre, the observed range (or ± half the spread), the repeats."""
+    if stats.low is not None and stats.high is not None and stats.n > 1:
+        return f"{stats.center:.4g} ({stats.low:.4g}–{stats.high:.4g}, n={stats.n})"
+    if stats.spread is not None:
+        return f"{stats.center:.4g} (±{stats.spread / 2:.3g}, n={stats.n})"
+    return f"{stats.center:.4g} (n={stats.n}, spread unknown)"
+
+
+def delta_text(delta: MetricDelta) -> str:
+    relative = f" ({delta.relative:+.1%})" if delta.relative is not None else ""
+    return f"{delta.delta:+.4g}{relative}"
+
+
+def verdict_text(delta: MetricDelta) -> str:
+    better = "higher is better" if delta.higher_is_better else "lower is better"
+    noise = f"noise {delta.noise:.3g}" if delta.noise is not None else "noise unknown: single values"
+    return f"{delta.verdict} ({noise}; {better})"
+
+
+# ---------------------------------------------------------------------------------------------- json
+
+
+def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
+    """The versioned JSON document (``stackforge.upgrade`` v1)."""
+    return {"schema": UPGRADE_SCHEMA, "schema_version": UPGRADE_SCHEMA_VERSION, "target": report.target,
+            "matrix": {"name": report.matrix_name, "source": report.matrix_source}, "runs": list(report.runs),
+            "predictions_only": report.predictions_only,
+            "from": _side_json(report.before), "to": _side_json(report.after),
+            "summary": {**{c: report.count(c) for c in ChangeKind.ORDER},
+                        "driver_floor": floor_change(report), "image_size": size_change(report)},
+            "features": [{"feature": f.feature, "change": f.change, "from": _cell_json(f.before),
+                          "to": _cell_json(f.after)} for f in report.features],
+            "benchmarks": [_delta_json(m) for m in report.metrics],
+            "dead_ends_after": [{"feature": d.feature, "to": _cell_json(d.cell), "change": d.change,
+                                 "history": d.history(), "unblock": d.unblock, "remedy": d.remedy}
+                                for d in report.dead_ends]}
+
+
+def _side_json(side: Side) -> dict[str, Any]:
+    # Keys sorted: the document reads the same whether the plan was planned here or read from a file.
+    return {"stack_id": side.stack_id, "stack": dict(sorted(side.stack.items())),
+            "plan_status": side.plan_status, "why": side.why,
+            "evidence": side.evidence, "image": side.image or None, "pinned": side.pinned,
+            "built_image": side.image_size.built_image or None,
+            "image_size_bytes": side.image_size.bytes, "image_size_note": side.image_size.note,
+            "driver_floor": side.driver_floor.to_json()}
+
+
+def _cell_json(cell: SideCell) -> dict[str, Any]:
+    return {"status": cell.status, "evidence": cell.evidence, "reason": cell.reason, "detail": cell.detail,
+            "probe": cell.probe or None, "rule": cell.rule or None}
+
+
+def _delta_json(delta: MetricDelta) -> dict[str, Any]:
+    def stats(s: MetricStats) -> dict[str, Any]:
+        return {"center": s.center, "low": s.low, "high": s.high, "spread": s.spread, "n": s.n}
+
+    return {"probe": delta.probe, "metric": delta.metric, "from": stats(delta.before), "to": stats(delta.after),
+            "delta": delta.delta, "relative": delta.relative, "noise": delta.noise, "verdict": delta.verdict,
+            "higher_is_better": delta.higher_is_better}
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+
+
+def render_upgrade_md(report: UpgradeReport) -> str:
+    """The upgrade as GitHub-flavoured markdown (a PR comment)."""
+    old, new = report.before, report.after
+    lines = [f"### stackforge upgrade · CUDA {_md(old.stack.get('cuda', '?'))} → {_md(new.stack.get('cuda', '?'))} "
+             f"on {_md(report.target_label)}", ""]
+    if report.matrix_name or report.runs:
+        parts = [f"matrix {report.matrix_name} ({report.matrix_source})"] if report.matrix_name else []
+        parts += [f"runs: {', '.join(report.runs)}"] if report.runs else []
+        lines += [_md(" · ".join(parts)), ""]
+    lines += [_md(summary_line(report)), ""]
+    lines += ["| | from | to |", "|---|---|---|"]
+    for label, values in _side_rows(old, new):
+        lines.append(f"| {label} | {values[0]} | {values[1]} |")
+    lines += ["", "#### Features", "",
+              f"| feature | change | from `{old.stack_id}`{_md_only(old)} | to `{new.stack_id}`{_md_only(new)} |",
+              "|---|---|---|---|"]
+    for item in report.features:
+        lines.append(f"| `{item.feature}` | {item.label()} | "
+                     f"{_md(item.before.label())} | {_md(item.after.label())} |")
+    legend = " · ".join(f"{ChangeKind.GLYPHS[c]} {c}: {ChangeKind.MEANING[c]}" for c in ChangeKind.ORDER)
+    lines += ["", "**Legend** " + legend
+              + ". *measured (gate)* = decided inside the image without a GPU · *measured (runtime)* = a probe on "
+              "the GPU · *measured (bench)* = a benchmark · *measured (wheel)* = the release's own code read from "
+              "its wheel, no image · *predicted by rule X* = a compat rule says so, nothing measured it.", "", "#### Evidence", ""]
+    for item in report.features:
+        if item.before == item.after:     # the same rule (or nothing) on both sides: say it once
+            lines.append(f"- `{item.feature}` ({item.change}) — both: {_md_cell(item.after)}")
+        else:
+            lines.append(f"- `{item.feature}` ({item.change}) — from: {_md_cell(item.before)} — "
+                         f"to: {_md_cell(item.after)}")
+    lines += ["", "#### Benchmarks measured on both sides", ""]
+    if report.metrics:
+        lines += ["| probe · metric | from | to | delta | verdict |", "|---|---|---|---|---|"]
+        lines += [f"| `{m.probe}` · {_md(m.metric)} | {stats_text(m.before)} | {stats_text(m.after)} | "
+                  f"{delta_text(m)} | {_md(verdict_text(m))} |" for m in report.metrics]
+    else:
+        lines.append("None: no benchmark measured the same metric on both stacks.")
+    lines += ["", "#### Dead ends that remain after the upgrade", ""]
+    if not report.dead_ends:
+        lines.append(f"None on `{new.stack_id}`.")
+    for dead in report.dead_ends:
+        text = (f"- **{dead.feature}** ({dead.history()}): {_md_cell(dead.cell)} — way out: "
+                f"{_md(dead.unblock)}")
+        lines.append(text + (f" — remedy per rule: {_md(dead.remedy)}" if dead.remedy else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _side_rows(old: Side, new: Side) -> list[tuple[str, tuple[str, str]]]:
+    def both(get: Any) -> tuple[str, str]:
+        return get(old), get(new)
+
+    return [
+        ("stack", both(lambda s: f"`{s.stack_id}`" + (f" ({s.plan_status})" if s.plan_status != "kept" else ""))),
+        ("versions", both(lambda s: _md(s.versions()))),
+        ("why this stack", both(lambda s: _md(s.why))),
+        ("evidence", both(lambda s: "measured" if s.measured else f"**{PREDICTED_ONLY}** — no probe result")),
+        ("image", both(lambda s: _md_image(*image_text(s)))),
+        ("image size", both(lambda s: _md(s.image_size.text()))),
+        ("driver floor", both(lambda s: _md(s.driver_floor.text() + (
+            f" ({'; '.join(s.driver_floor.because)})" if s.driver_floor.because else "")))),
+    ]
+
+
+def image_text(side: Side) -> tuple[str, str]:
+    """``(reference, note)``: the image a side's evidence came from (what ``pick`` hands out), else the one
+    built and never probed, else none."""
+    if side.image:
+        return side.image, "pinned by digest" if side.pinned else "not pinned"
+    if side.image_size.built_image:
+        return side.image_size.built_image, "built, never probed on this target: no evidence it works"
+    return "", "none: never probed on this target"
+
+
+def _md_image(reference: str, note: str) -> str:
+    return f"`{reference}` ({_md(note)})" if reference else _md(note)
+
+
+def _md_only(side: Side) -> str:
+    return "" if side.measured else f" ({PREDICTED_ONLY})"
+
+
+def _md_cell(cell: SideCell) -> str:
+    text = f"{cell.status}, {cell.evidence}"
+    text += f" probe `{cell.probe}`" if cell.probe else ""
+    text += f": {_md(cell.reason)}" if cell.reason else ""
+    if cell.detail:
+        text += f" `{_md(one_line(cell.detail, 240)).replace('`', chr(39))}`"
+    return text
+
+
+def _md(text: Any) -> str:
+    """Table-safe markdown: one line, no pipe breaks a row."""
+    return " ".join(str(text).split()).replace("|", "\\|")

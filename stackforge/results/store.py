@@ -1,0 +1,439 @@
+"""The results store: a folder of versioned JSON records, one run per folder, merged by key.
+
+Layout (everything below ``<results>`` is plain files, so runs can be copied, rsynced, sharded and merged)::
+
+    <results>/<run-id>/run.json                          run metadata (RunInfo)
+    <results>/<run-id>/<stack-id>/<target>/<probe>.json  one ResultRecord per (stack, target, probe)
+    <results>/<run-id>/_<anything>/...                   ignored by the loader (logs, raw bench output)
+
+Guarantees:
+
+* Writes are atomic (:func:`stackforge.core.fsio.atomic_write_text`): the text goes to a temporary file in
+  the same folder, is flushed to disk, then ``os.replace``-d over the final name. Concurrent writers (threads or processes, same or different
+  keys) never leave a torn file; for the same key the last complete write wins. Temporary files
+  start with ``.`` and are never read as records.
+* Loading never drops anything silently: every corrupt, partial, misplaced or newer-schema file is
+  collected as a :class:`~stackforge.core.errors.RecordError` naming its path; the caller decides whether
+  that is fatal (the default) or a warning (``--skip-bad``).
+* Merging is a pure function of the records: by key ``(stack_id, target, probe)``, the newest
+  ``created_at`` wins, then the larger ``run_id``, then the larger canonical JSON text. That total
+  order makes the merge idempotent and independent of the order of its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from stackforge import __version__
+from stackforge.core.envelope import check_envelope
+from stackforge.core.errors import RecordError
+from stackforge.core.fsio import atomic_write_text
+from stackforge.core.records import ResultRecord, utc_now
+
+__all__ = [
+    "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
+    "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
+    "read_run_info", "record_path", "result_schema", "start_run", "write_record",
+]
+
+RUN_FILE = "run.json"
+RUN_SCHEMA = "stackforge.run"
+RUN_SCHEMA_VERSION = 1
+# Ids become folder and file names: keep them to one safe path component.
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,159}")
+_OLDEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """Metadata of one run folder (``run.json``).
+
+    Attributes:
+        run_id: the folder name, e.g. ``20260301T020000Z-3f9a1c``.
+        started_at / finished_at: ISO-8601 UTC; ``finished_at`` is ``None`` while the run is going
+            (or when it died: a run without ``finished_at`` is partial, and reports say so).
+        host: the machine that ran it.
+        command: argv of the stackforge command that made it.
+        matrix_source: the matrix file the run was planned from.
+        stackforge_version: the version that wrote it.
+        shard: ``"K/N"`` when the run is one shard of a larger run, else ``None``.
+        merged_from: run ids this run was merged from (empty for a run that measured things).
+    """
+
+    run_id: str
+    started_at: str
+    finished_at: str | None = None
+    host: str = ""
+    command: tuple[str, ...] = ()
+    matrix_source: str = ""
+    stackforge_version: str = __version__
+    shard: str | None = None
+    merged_from: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON dict with the schema envelope."""
+        return {"schema": RUN_SCHEMA, "schema_version": RUN_SCHEMA_VERSION, "run_id": self.run_id,
+                "started_at": self.started_at, "finished_at": self.finished_at, "host": self.host,
+                "command": list(self.command), "matrix_source": self.matrix_source,
+                "stackforge_version": self.stackforge_version, "shard": self.shard,
+                "merged_from": list(self.merged_from)}
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "") -> RunInfo:
+        """Validate and load ``run.json``; corrupt, partial or newer files raise RecordError."""
+        check_envelope(data, schema=RUN_SCHEMA, supported=RUN_SCHEMA_VERSION, what="run file", path=path)
+        try:
+            return cls(run_id=str(data["run_id"]), started_at=str(data["started_at"]),
+                       finished_at=_optional_str(data.get("finished_at")), host=str(data.get("host", "")),
+                       command=tuple(str(a) for a in data.get("command", ())),
+                       matrix_source=str(data.get("matrix_source", "")),
+                       stackforge_version=str(data.get("stackforge_version", "")),
+                       shard=_optional_str(data.get("shard")),
+                       merged_from=tuple(str(r) for r in data.get("merged_from", ())))
+        except (KeyError, TypeError) as exc:
+            raise RecordError(f"partial or corrupt run file: {type(exc).__name__}: {exc}",
+                              path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedResults:
+    """What a results folder holds: the records (merged by key), the runs, and every problem found.
+
+    Attributes:
+        records: valid records, merged by key across the loaded runs, sorted by key.
+        runs: metadata of the runs that were loaded (sorted by run id).
+        problems: one RecordError per file that could not be used; never silently empty.
+    """
+
+    records: tuple[ResultRecord, ...]
+    runs: tuple[RunInfo, ...] = ()
+    problems: tuple[RecordError, ...] = ()
+    source: str = ""
+
+    def raise_for_problems(self) -> None:
+        """Raise one RecordError listing every problem, if there is any."""
+        if self.problems:
+            raise RecordError(describe_problems(self.problems, self.source),
+                              remedy="fix or remove these files, or pass --skip-bad to load the rest")
+
+
+def describe_problems(problems: Sequence[RecordError], source: str = "") -> str:
+    """A multi-line message: a count, then one ``path: problem`` line per bad file."""
+    where = f" in {source}" if source else ""
+    head = f"{len(problems)} unusable result file{'s' if len(problems) != 1 else ''}{where}:"
+    # One problem per line; the ';' keeps them apart when the CLI flattens an error to one line.
+    return head + ";".join(f"\n  {problem.message}" for problem in problems)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def record_path(run_dir: Path, key: tuple[str, str, str]) -> Path:
+    """``<run_dir>/<stack-id>/<target>/<probe>.json`` for a record key; unsafe ids raise RecordError."""
+    stack_id, target, probe = (_safe_component(part, what) for part, what in
+                               zip(key, ("stack id", "target", "probe"), strict=True))
+    return run_dir / stack_id / target / f"{probe}.json"
+
+
+def write_record(run_dir: Path, record: ResultRecord) -> Path:
+    """Atomically write one record into its run folder; returns the file's path."""
+    path = record_path(run_dir, record.key)
+    atomic_write_text(path, record.dumps())
+    return path
+
+
+def new_run_id(now: datetime | None = None, *, salt: str | None = None) -> str:
+    """A sortable, unique run id: ``20260301T020000Z-3f9a1c`` (UTC time, then 6 random hex digits)."""
+    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{moment:%Y%m%dT%H%M%SZ}-{salt if salt is not None else os.urandom(3).hex()}"
+
+
+def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str = "",
+              shard: str | None = None, run_id: str | None = None, host: str | None = None) -> Path:
+    """Create a run folder with its ``run.json`` (``finished_at`` unset) and return the folder.
+
+    Raises:
+        RecordError: ``run_id`` is not a safe folder name, or that run folder holds a run already.
+    """
+    run_id = _safe_component(run_id or new_run_id(), "run id")
+    run_dir = results_root / run_id
+    if (run_dir / RUN_FILE).exists():
+        raise RecordError("run folder already holds a run", path=str(run_dir),
+                          remedy="choose another --run-id or remove the folder")
+    from stackforge.edges.pip_config import redact_urls
+
+    # The command line may carry an index URL with ``user:password@`` (--index-url): kept without it.
+    info = RunInfo(run_id=run_id, started_at=utc_now(), host=host or socket.gethostname(),
+                   command=tuple(redact_urls(arg) for arg in command), matrix_source=matrix_source, shard=shard)
+    atomic_write_text(run_dir / RUN_FILE, _dumps(info.to_json()))
+    return run_dir
+
+
+def finish_run(run_dir: Path) -> RunInfo:
+    """Stamp ``finished_at`` into the run's ``run.json`` and return the updated metadata."""
+    info = read_run_info(run_dir)
+    done = RunInfo(**{**_fields(info), "finished_at": utc_now()})
+    atomic_write_text(run_dir / RUN_FILE, _dumps(done.to_json()))
+    return done
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsFolder:
+    """A results root as a campaign uses it: one run folder per run, its records, and the runs before it.
+
+    Campaigns (:mod:`stackforge.probes.campaign`, :mod:`stackforge.bench.campaign`) sit below this
+    module and receive it as a value, so the store stays the one place that lays out result files.
+    """
+
+    root: Path
+    command: tuple[str, ...] = ()
+
+    def start(self, *, matrix_source: str, shard: str | None) -> Path:
+        return start_run(self.root, command=self.command, matrix_source=matrix_source, shard=shard)
+
+    def write(self, run_dir: Path, record: ResultRecord) -> Path:
+        return write_record(run_dir, record)
+
+    def finish(self, run_dir: Path) -> RunInfo:
+        return finish_run(run_dir)
+
+    def records(self, *, remedy: str) -> tuple[ResultRecord, ...]:
+        """Every record under the root, read strictly: a file that does not load is an error, not a gap.
+
+        Raises:
+            RecordError: naming every file that did not load.
+        """
+        loaded = load_results(self.root)
+        if loaded.problems:
+            raise RecordError(describe_problems(loaded.problems, loaded.source),
+                              remedy=remedy)
+        return tuple(loaded.records)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    """Load ``<run_dir>/run.json``; raises RecordError when it is missing, corrupt or newer."""
+    path = run_dir / RUN_FILE
+    return RunInfo.from_json(_read_json(path), path=str(path))
+
+
+def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
+    """Load a run folder, or every run under a results root, collecting all problems.
+
+    Args:
+        path: a run folder (it has ``run.json`` or record files) or a folder of run folders.
+        runs: when ``path`` is a results root, only these run ids (``"latest"`` = the newest id).
+
+    Returns:
+        :class:`LoadedResults`; records of several runs are merged by key (newest wins).
+
+    Raises:
+        RecordError: ``path`` does not exist or holds no run at all (nothing to show is an error,
+            not an empty matrix), or a requested run id is not there.
+    """
+    if not path.is_dir():
+        raise RecordError("results folder does not exist", path=str(path),
+                          remedy="run `stackforge probe` first or pass --results")
+    run_dirs = [path] if _looks_like_run(path) else _select_runs(path, runs)
+    infos: list[RunInfo] = []
+    groups: list[list[ResultRecord]] = []
+    problems: list[RecordError] = []
+    for run_dir in run_dirs:
+        info, records, run_problems = _load_run(run_dir)
+        infos.extend([info] if info else [])
+        groups.append(records)
+        problems.extend(run_problems)
+    return LoadedResults(records=merge_records(*groups), runs=tuple(sorted(infos, key=lambda i: i.run_id)),
+                         problems=tuple(problems), source=str(path))
+
+
+def holds_results(path: Path) -> bool:
+    """Whether ``path`` is a run folder or a results folder with at least one run (nothing is read)."""
+    if not path.is_dir():
+        return False
+    return _looks_like_run(path) or any(p.is_dir() and not p.name.startswith((".", "_")) and _looks_like_run(p)
+                                        for p in path.iterdir())
+
+
+def result_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a result record file, as shipped in the package."""
+    text = resources.files("stackforge").joinpath("schemas/result.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------------------------------- merging
+
+
+def merge_records(*groups: Iterable[ResultRecord]) -> tuple[ResultRecord, ...]:
+    """Merge record collections by key; for each key the record with the highest precedence wins.
+
+    Precedence: newer ``created_at``, then larger ``run_id``, then larger canonical JSON text (a
+    total order, so ``merge(a, b) == merge(b, a)`` and ``merge(a, a) == merge(a)``).
+    Returns the winners sorted by key.
+    """
+    winners: dict[tuple[str, str, str], ResultRecord] = {}
+    for group in groups:
+        for record in group:
+            held = winners.get(record.key)
+            if held is None or _precedence(record) > _precedence(held):
+                winners[record.key] = record
+    return tuple(winners[key] for key in sorted(winners))
+
+
+def merge_runs(run_dirs: Sequence[Path], results_root: Path, *, command: Sequence[str] = (),
+               run_id: str | None = None, skip_bad: bool = False) -> Path:
+    """Merge several run folders (e.g. the shards of a nightly run) into a new run folder.
+
+    Args:
+        run_dirs: run folders to merge (each must hold a run; problems are collected from all).
+        results_root: where the merged run folder is created.
+        command: argv recorded in the merged ``run.json``.
+        run_id: id of the merged run (default: a new id ending in ``-merged``).
+        skip_bad: merge what loads and ignore unusable files instead of refusing.
+
+    Returns:
+        The new run folder.
+
+    Raises:
+        RecordError: an input holds unusable files (unless ``skip_bad``), or the target exists.
+    """
+    loaded = [load_results(run_dir) for run_dir in run_dirs]
+    problems = tuple(p for result in loaded for p in result.problems)
+    if problems and not skip_bad:
+        LoadedResults((), problems=problems, source=", ".join(map(str, run_dirs))).raise_for_problems()
+    infos = [info for result in loaded for info in result.runs]
+    run_id = _safe_component(run_id or f"{new_run_id()}-merged", "run id")
+    run_dir = results_root / run_id
+    if run_dir.exists():
+        raise RecordError("merge target already exists", path=str(run_dir), remedy="choose another run id")
+    for record in merge_records(*(result.records for result in loaded)):
+        write_record(run_dir, record)
+    atomic_write_text(run_dir / RUN_FILE, _dumps(_merged_info(run_id, infos, command).to_json()))
+    return run_dir
+
+
+# ---------------------------------------------------------------------------------------------- internals
+
+
+def _merged_info(run_id: str, infos: Sequence[RunInfo], command: Sequence[str]) -> RunInfo:
+    """Metadata of a merged run: the span of its inputs and where they came from."""
+    started = min((i.started_at for i in infos), default=utc_now())
+    finished = [i.finished_at for i in infos if i.finished_at is not None]
+    sources = sorted({i.matrix_source for i in infos if i.matrix_source})
+    # One unfinished input makes the merge partial too: keep that visible.
+    complete = bool(infos) and len(finished) == len(infos)
+    return RunInfo(run_id=run_id, started_at=started, finished_at=max(finished) if complete else None,
+                   host=", ".join(sorted({i.host for i in infos if i.host})), command=tuple(command),
+                   matrix_source=", ".join(sources), merged_from=tuple(sorted(i.run_id for i in infos)))
+
+
+def _load_run(run_dir: Path) -> tuple[RunInfo | None, list[ResultRecord], list[RecordError]]:
+    """One run folder: its metadata, its valid records, and a RecordError per unusable file."""
+    problems: list[RecordError] = []
+    info = None
+    try:
+        info = read_run_info(run_dir)
+    except RecordError as exc:
+        problems.append(exc)
+    records = []
+    for path in _record_files(run_dir):
+        try:
+            records.append(_load_record(run_dir, path))
+        except RecordError as exc:
+            problems.append(exc)
+    return info, records, problems
+
+
+def _load_record(run_dir: Path, path: Path) -> ResultRecord:
+    """Load one record file and check that it sits where its key says it should."""
+    record = ResultRecord.from_json(_read_json(path), path=str(path))
+    expected = record_path(run_dir, record.key)
+    if expected != path:
+        raise RecordError(f"record for {record.key} is stored under the wrong name "
+                          f"(expected {expected.relative_to(run_dir)})", path=str(path),
+                          remedy="files are named <stack-id>/<target>/<probe>.json; do not rename them")
+    return record
+
+
+def _record_files(run_dir: Path) -> list[Path]:
+    """Record files at ``<stack>/<target>/<probe>.json``; ``.``/``_``-prefixed entries are skipped."""
+    return sorted(p for p in run_dir.glob("*/*/*.json")
+                  if not any(part.startswith((".", "_")) for part in p.relative_to(run_dir).parts))
+
+
+def _read_json(path: Path) -> Any:
+    """Parse a JSON file; unreadable or invalid JSON raises RecordError with the path and position."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError("file is missing", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"cannot read file: {exc}", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"corrupt JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+                          path=str(path)) from None
+
+
+def _looks_like_run(path: Path) -> bool:
+    return (path / RUN_FILE).is_file() or bool(_record_files(path))
+
+
+def _select_runs(root: Path, wanted: Sequence[str]) -> list[Path]:
+    """The run folders under a results root, restricted to ``wanted`` ids when given."""
+    found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+                   and _looks_like_run(p))
+    if not found:
+        raise RecordError("no run folders here (expected <run-id>/run.json)", path=str(root))
+    if not wanted:
+        return found
+    by_id = {p.name: p for p in found}
+    chosen = [found[-1] if run == "latest" else by_id.get(run) for run in wanted]
+    missing = [run for run, path in zip(wanted, chosen, strict=True) if path is None]
+    if missing:
+        raise RecordError(f"no such run: {', '.join(missing)} (have: {', '.join(sorted(by_id))})",
+                          path=str(root))
+    return [path for path in chosen if path is not None]
+
+
+def _precedence(record: ResultRecord) -> tuple[datetime, str, str, str]:
+    return (_parse_time(record.created_at), record.created_at, record.run_id, record.dumps())
+
+
+def _parse_time(text: str) -> datetime:
+    """ISO-8601 to an aware datetime; empty or unparsable sorts as oldest (then by its text)."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return _OLDEST
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _safe_component(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _SAFE_COMPONENT.fullmatch(value) or value in {".", ".."}:
+        raise RecordError(f"{what} {value!r} cannot be used as a file name "
+                          "(letters, digits and . _ + - only, starting with a letter or digit)")
+    return value
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _fields(info: RunInfo) -> dict[str, Any]:
+    return {name: getattr(info, name) for name in RunInfo.__dataclass_fields__}
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
