@@ -22,10 +22,11 @@ from pathlib import Path
 
 from stackforge.core.model import Stack
 from stackforge.edges.docker_engine import connect
+from stackforge.edges.gpus import detect_host_gpus
 from stackforge.plan.planner import load_knowledge
 from stackforge.probes.campaign import ProbeJob, run_jobs, select_specs
 from stackforge.probes.catalog import catalog
-from stackforge.probes.execute import ImageRef, detect_host_gpus
+from stackforge.probes.execute import ImageRef
 
 COMPILE_PROBE = "gate.flashinfer.jit"
 

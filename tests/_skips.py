@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from stackforge.probes.execute import detect_host_gpus
+from stackforge.edges.gpus import detect_host_gpus
 
 GPU_ONLY = "gpu-only"
 OTHER = "other"

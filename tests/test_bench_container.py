@@ -18,8 +18,9 @@ from stackforge.bench.run import BenchOptions
 from stackforge.core.data import resolve_matrix_path
 from stackforge.core.records import Status
 from stackforge.edges import docker_engine, runner
+from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
-from stackforge.probes.execute import HostGpus, ImageRef
+from stackforge.probes.execute import ImageRef
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -19,9 +19,9 @@ from stackforge.bench.run import BenchOptions, gate_on_probes, plan_bench
 from stackforge.cli import cli
 from stackforge.core.data import resolve_matrix_path
 from stackforge.core.records import Status, Tier
+from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
 from stackforge.probes.catalog import catalog as probe_catalog
-from stackforge.probes.execute import HostGpus
 from stackforge.results.store import start_run, write_record
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"

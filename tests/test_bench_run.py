@@ -16,8 +16,9 @@ from stackforge.cli import cli
 from stackforge.core.data import resolve_matrix_path
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
-from stackforge.probes.execute import HostGpus, ImageRef
+from stackforge.probes.execute import ImageRef
 
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
 EIGHT_GPUS = HostGpus(True, "8 GPU(s)", ("NVIDIA RTX PRO 6000 Blackwell",) * 8, "580.65")

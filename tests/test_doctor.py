@@ -28,8 +28,8 @@ from stackforge.doctor.checks import (
     runnable_targets,
 )
 from stackforge.doctor.facts import pip_ca, pip_indexes
+from stackforge.edges.gpus import HostGpu, HostGpus
 from stackforge.edges.pip_config import PipConfig, PipSetting, parse_pip_config_list
-from stackforge.probes.execute import HostGpu, HostGpus
 
 GIB = 1024 ** 3
 RTX8 = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)

@@ -395,9 +395,9 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
     from _build_helpers import small_cell
 
     from stackforge.core.model import Interconnect, Target
+    from stackforge.edges.gpus import HostGpus
     from stackforge.probes.campaign import ProbeJob, run_jobs
     from stackforge.probes.catalog import ProbeSpec
-    from stackforge.probes.jobs import HostGpus
 
     pid_file = tmp_path / "pid"
     (tmp_path / "sleep.py").write_text(

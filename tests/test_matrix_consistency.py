@@ -123,8 +123,9 @@ def test_seed_records_without_a_plan_are_consistent():
 
 
 def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
+    from stackforge.edges.gpus import HostGpus
     from stackforge.probes.catalog import ProbeSpec
-    from stackforge.probes.execute import HostGpus, ProbeContext, run_locally
+    from stackforge.probes.execute import ProbeContext, run_locally
 
     specs = [ProbeSpec(id=script.removesuffix(".py").replace("_", "-"), feature=feature, tier="gate", script=script,
                        description=f"{script} as a gate probe", default_timeout_s=180)

@@ -20,9 +20,10 @@ from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges.docker_engine import MANAGED_LABEL
+from stackforge.edges.gpus import HostGpus
 from stackforge.probes.campaign import ProbeJob, run_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
-from stackforge.probes.execute import HostGpus, ImageRef, ProbeContext, run_in_container
+from stackforge.probes.execute import ImageRef, ProbeContext, run_in_container
 
 pytestmark = [pytest.mark.docker]
 

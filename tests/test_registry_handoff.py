@@ -16,9 +16,9 @@ from stackforge.build.records import BuildRecord, BuildStatus, write_record
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges import registry, runner
+from stackforge.edges.gpus import HostGpus
 from stackforge.probes.campaign import ProbeJob, run_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec
-from stackforge.probes.execute import HostGpus
 
 pytestmark = [pytest.mark.docker]
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"

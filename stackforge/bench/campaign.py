@@ -63,7 +63,7 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     """
     from stackforge.bench.catalog import catalog, select_benches
     from stackforge.bench.run import plan_bench, run_bench_jobs
-    from stackforge.probes.execute import detect_host_gpus
+    from stackforge.edges.gpus import detect_host_gpus
 
     options = request.options
     specs = select_benches(catalog(), suites=request.suites or default_suites(options.model_dir),

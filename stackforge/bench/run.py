@@ -21,10 +21,11 @@ from stackforge.bench.catalog import SCRIPTS_DIR, BenchSpec
 from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, decisive_record, undecided_text
+from stackforge.edges.gpus import HostGpus
 from stackforge.probes import execute
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
-from stackforge.probes.jobs import HostGpus, ImageRef, Job, JobKind, gpus_for, unserved_gpus
+from stackforge.probes.jobs import ImageRef, Job, JobKind, gpus_for, unserved_gpus
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
 CONTAINER_BENCH = "/stackforge/bench"
@@ -101,7 +102,7 @@ def plan_bench(plan: Any, specs: Sequence[BenchSpec], options: BenchOptions, *, 
         plan: a :class:`stackforge.plan.planner.Plan` (pruned cells are not benchmarked: the rules said why).
         specs: the benches (see :func:`stackforge.bench.catalog.select_benches`).
         options: the user's choices.
-        host_gpus: what this host offers (:func:`stackforge.probes.jobs.detect_host_gpus`).
+        host_gpus: what this host offers (:func:`stackforge.edges.gpus.detect_host_gpus`).
         local: True when scripts run in this machine's Python (the model path is the host path);
             False for containers (the model is mounted at :data:`CONTAINER_MODEL`).
         stacks: only these stacks (a shard), default all kept ones.

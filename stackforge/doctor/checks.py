@@ -20,8 +20,8 @@ from enum import Enum
 from typing import Any
 
 from stackforge.core.model import Target
+from stackforge.edges.gpus import HostGpus, assign_gpus
 from stackforge.edges.pip_config import redact_urls, without_credentials
-from stackforge.probes.execute import HostGpus, assign_gpus
 
 DOCTOR_SCHEMA = "stackforge.doctor"
 DOCTOR_SCHEMA_VERSION = 1

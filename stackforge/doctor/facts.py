@@ -31,9 +31,9 @@ from stackforge.doctor.checks import (
     RegistryFacts,
 )
 from stackforge.edges import docker_engine, runner
+from stackforge.edges.gpus import HostGpus, detect_host_gpus
 from stackforge.edges.index import index_config
 from stackforge.edges.pip_config import PipConfig, read_pip_config, trusted_ca_bundles
-from stackforge.probes.execute import HostGpus, detect_host_gpus
 
 ENGINE_TIMEOUT_S = 5.0
 TOOL_TIMEOUT_S = 15.0

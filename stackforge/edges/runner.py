@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from stackforge.core.errors import CommandError, CommandTimeout, HostError, Terminated
 
@@ -249,31 +249,19 @@ def run(
     return result
 
 
-def check_run(
-    argv: Sequence[str],
-    *,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    log_path: Path | None = None,
-    input_text: str | None = None,
-    tail_chars: int = 8000,
-    redact: Sequence[str] = (),
-    grace: float = DEFAULT_KILL_GRACE_S,
-    cancel: CancelFlag | None = None,
-) -> CommandResult:
-    """Like :func:`run`, but a timeout, a cancel or a non-zero exit raises.
+def check_run(argv: Sequence[str], **options: Any) -> CommandResult:
+    """:func:`run` with the same keyword arguments, but a timeout, a cancel or a non-zero exit raises.
 
     Raises:
         CommandTimeout: the command ran past ``timeout`` and was stopped.
         CommandError: the command exited non-zero, died by a signal, or was cancelled.
         HostError: as in :func:`run`.
     """
-    result = run(argv, timeout=timeout, env=env, cwd=cwd, log_path=log_path, input_text=input_text,
-                 tail_chars=tail_chars, redact=redact, grace=grace, cancel=cancel)
+    result = run(argv, **options)
     if result.succeeded:
         return result
     error = CommandTimeout if result.timed_out else CommandError
+    log_path = options.get("log_path")
     where = f"; log: {log_path}" if log_path is not None else ""
     raise error(f"{shlex.join(result.argv[:3])}{' ...' if len(result.argv) > 3 else ''} "
                 f"{result.describe()}{where}",

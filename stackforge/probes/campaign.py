@@ -17,10 +17,11 @@ from typing import Any, Protocol
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord
+from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import Plan
 from stackforge.plan.selection import StackSelection
 from stackforge.probes import jobs as job_runner
-from stackforge.probes.execute import SCRIPTS_DIR, HostGpus, ImageRef, plan_probe_job, probe_kind
+from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, probe_kind
 from stackforge.probes.jobs import STACK_ID_LABEL, stack_image
 
 __all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest", "RunStore",
@@ -132,8 +133,8 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     """
     if request.tier == "wheel":
         return _run_wheel_campaign(request, store=store, on_start=on_start, on_done=on_done)
+    from stackforge.edges.gpus import detect_host_gpus
     from stackforge.probes.catalog import catalog
-    from stackforge.probes.execute import detect_host_gpus
 
     selection = request.selection
     plan = selection.plan()

@@ -18,20 +18,12 @@ from typing import Any
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import Outcome, ResultRecord, Status
 from stackforge.edges import runner
+from stackforge.edges.gpus import HostGpus
 from stackforge.probes import jobs
 from stackforge.probes.jobs import (
-    NO_GPUS,
-    SMI_FIELDS,
-    SMI_FIELDS_OLD,
-    GpuAssignment,
-    HostGpu,
-    HostGpus,
     ImageRef,
     Job,
     JobKind,
-    assign_gpus,
-    detect_host_gpus,
-    parse_smi_row,
     run_job_in_container,
     run_job_locally,
     unserved_gpus,
@@ -43,10 +35,7 @@ EVIDENCE_CHARS = 4000
 #: A probe script may report any status but the two only the runner observes.
 PROBE_STATUSES = frozenset(set(Status) - {Status.TIMEOUT, Status.CRASH})
 
-__all__ = ["CONTAINER_SCRIPTS", "EVIDENCE_CHARS", "NO_GPUS", "SCRIPTS_DIR", "SMI_FIELDS", "SMI_FIELDS_OLD",
-           "GpuAssignment", "HostGpu", "HostGpus", "ImageRef", "ProbeContext", "assign_gpus", "detect_host_gpus",
-           "outcome_from_ending", "parse_smi_row", "plan_probe_job", "probe_kind", "run_in_container",
-           "run_locally", "unmet_precondition"]
+__all__ = ["CONTAINER_SCRIPTS", "EVIDENCE_CHARS", "SCRIPTS_DIR", "ImageRef", "ProbeContext", "outcome_from_ending", "plan_probe_job", "probe_kind", "run_in_container", "run_locally", "unmet_precondition"]
 
 
 @dataclass(frozen=True, slots=True)
