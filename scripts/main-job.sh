@@ -10,8 +10,10 @@
 #               registry that does not answer (the devel flavour's nvidia/cuda image) is skipped and
 #               said so: its cells stay predictions
 #   probe       the gate tier for the default target, on every stack built above (a rerun on the
-#               same images, target and probe code reuses the newest run; MAIN_JOB_PROBE=always)
-#   matrix      out/matrix.html
+#               same images, target and probe code reuses the gate run it recorded; MAIN_JOB_PROBE=always)
+#   wheel       the wheel tier for the same stacks: their FlashInfer / SGLang releases' own code read
+#               from the index's wheels (features no gate probe decides: PCIe IPC all-reduce, MNNVL...)
+#   matrix      out/matrix.html (from the gate run and the wheel run)
 #   deadends    out/deadends.md (also printed)
 #   upgrade     the upgrade report 12.8 -> 13.1 (stackforge upgrade; also printed)
 #   pick        the best image with its evidence level (out/pick.txt)
@@ -152,26 +154,44 @@ build_headline() {
 }
 
 # Gate verdicts are a function of the image, the target and the probe code (gate probes get no GPU),
-# so a rerun on the same images reuses the newest run when all three are unchanged; MAIN_JOB_PROBE=always
-# probes again anyway. PROBE_INPUTS records what the newest run was made from.
+# so a rerun on the same images reuses the gate run recorded in PROBE_INPUTS when all three are
+# unchanged; MAIN_JOB_PROBE=always probes again anyway. Sets GATE_RUN.
+GATE_RUN=""
+WHEEL_RUN=""
 probe_gate() {
   local only=() id run inputs
   inputs=$(probe_inputs)
-  run=$(newest_run)
-  if [[ "${MAIN_JOB_PROBE:-auto}" != "always" && -n "$run" && -f "$PROBE_INPUTS" ]] \
+  run=$(sed -n 's/^run //p' "$PROBE_INPUTS" 2>/dev/null || true)
+  if [[ "${MAIN_JOB_PROBE:-auto}" != "always" && -n "$run" && -f "$run/run.json" ]] \
      && [[ "$(cat "$PROBE_INPUTS")" == "$inputs"$'\n'"run $run" ]] && grep -q '"finished_at": "' "$run/run.json"; then
     say "gate results reused from $run: the same images (ids), target and probe code as when they were recorded" \
         "(MAIN_JOB_PROBE=always probes again)"
     CURRENT_NOTE+="; reused $run"
-    FILES+=("$run  (the probe records used)")
+    FILES+=("$run  (the gate records used)")
+    GATE_RUN="$run"
     return 0
   fi
   rm -f "$PROBE_INPUTS"
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
   "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --results "$RESULTS"
-  run=$(newest_run)
-  printf '%s\nrun %s\n' "$inputs" "$run" >"$PROBE_INPUTS"
-  FILES+=("$run  (this run's probe records)")
+  GATE_RUN=$(newest_run)
+  printf '%s\nrun %s\n' "$inputs" "$GATE_RUN" >"$PROBE_INPUTS"
+  FILES+=("$GATE_RUN  (this run's gate records)")
+}
+
+# The wheel tier reads the pinned releases' own code from the wheels on the index (a few seconds once
+# the wheel cache holds them): the features no gate probe decides get a measured verdict too. Sets WHEEL_RUN.
+probe_wheels() {
+  local only=() id
+  for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
+  "$SF" probe --tier wheel --target "$TARGET" "${only[@]}" --results "$RESULTS"
+  WHEEL_RUN=$(newest_run)
+  FILES+=("$WHEEL_RUN  (this run's wheel records)")
+}
+
+# The runs the reports read: this job's gate run and wheel run, by name.
+report_runs() {
+  printf -- '--run\n%s\n--run\n%s\n' "$(basename "$GATE_RUN")" "$(basename "$WHEEL_RUN")"
 }
 
 # probe_inputs: what the gate verdicts depend on: the target, each stack's local images (ids; probe runs
@@ -202,18 +222,21 @@ newest_run() {
 }
 
 write_matrix() {
-  "$SF" matrix --results "$RESULTS" --run latest --target "$TARGET" --format html --out "$OUT/matrix.html"
+  local runs; mapfile -t runs < <(report_runs)
+  "$SF" matrix --results "$RESULTS" "${runs[@]}" --target "$TARGET" --format html --out "$OUT/matrix.html"
   FILES+=("$OUT/matrix.html")
 }
 
 print_deadends() {
-  "$SF" deadends --results "$RESULTS" --run latest --target "$TARGET" --format md --out "$OUT/deadends.md"
+  local runs; mapfile -t runs < <(report_runs)
+  "$SF" deadends --results "$RESULTS" "${runs[@]}" --target "$TARGET" --format md --out "$OUT/deadends.md"
   cat "$OUT/deadends.md"
   FILES+=("$OUT/deadends.md")
 }
 
 print_upgrade() {
-  local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" --run latest
+  local runs; mapfile -t runs < <(report_runs)
+  local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" "${runs[@]}"
               --builds "$OUT")
   "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
   "$SF" upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
@@ -222,8 +245,8 @@ print_upgrade() {
 }
 
 pick_image() {
-  local status=0
-  "$SF" pick --results "$RESULTS" --run latest --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
+  local status=0 runs; mapfile -t runs < <(report_runs)
+  "$SF" pick --results "$RESULTS" "${runs[@]}" --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
   cat "$OUT/pick.txt"
   FILES+=("$OUT/pick.txt")
   case "$status" in
@@ -254,6 +277,7 @@ say "images of the stacks built here:"
 docker image ls --filter label=io.stackforge.stack.id --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' \
   | grep -F -f <(printf '%s\n' "${BUILT_IDS[@]}") || say "  (none)"
 stage probe "gate probes for $TARGET" probe_gate
+stage wheel "wheel tier for $TARGET (the releases' code, from the index)" probe_wheels
 stage matrix "stackforge matrix --format html" write_matrix
 stage deadends "stackforge deadends" print_deadends
 stage upgrade "stackforge upgrade --from-cuda $FROM_CUDA --to-cuda $TO_CUDA" print_upgrade

@@ -117,6 +117,7 @@ JSON
   build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi ;;
   probe)
     run="results/20261201T00000${FAKE_RUN:-0}Z-fake"
+    [[ "$*" == *"--tier wheel"* ]] && run="results/20261201T00000${FAKE_RUN:-0}Z-wheel"
     mkdir -p "$run"
     echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
     echo "summary: 3 pass" ;;
@@ -182,25 +183,28 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
     assert builds == ["build --cuda 13.1 --no-progress", "build --only cu128-wheels --no-progress"]
     assert ("skipped cu128-devel (devel flavour): its base image nvidia/cuda:12.8.1-devel-ubuntu24.04 is not on "
             "this engine and no registry answers") in output
-    probe = next(c for c in calls if c.startswith("probe "))
-    assert probe == ("probe --tier gate --target rtx-pro-6000-x8-pcie --only cu131-wheels --only cu128-wheels "
-                     "--results results")
-    assert "matrix --results results --run latest --target rtx-pro-6000-x8-pcie --format html --out out/matrix.html" in calls
+    probes = [c for c in calls if c.startswith("probe ")]
+    assert probes == [f"probe --tier {tier} --target rtx-pro-6000-x8-pcie --only cu131-wheels --only cu128-wheels "
+                      "--results results" for tier in ("gate", "wheel")]
+    # The reports read this job's gate run and wheel run, by name.
+    runs = "--run 20261201T000000Z-fake --run 20261201T000000Z-wheel"
+    assert (f"matrix --results results {runs} --target rtx-pro-6000-x8-pcie --format html --out out/matrix.html"
+            in calls)
     upgrade = [c for c in calls if c.startswith("upgrade --from-cuda")]
     assert upgrade and all("--from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie" in c for c in upgrade)
     assert "# upgrade report 12.8 -> 13.1" in done.stdout
     assert "stackforge/cu131-wheels@sha256:abc" in done.stdout
-    assert "pick --results results --run latest --target rtx-pro-6000-x8-pcie --require torch-kernels" in calls
+    assert f"pick --results results {runs} --target rtx-pro-6000-x8-pcie --require torch-kernels" in calls
     assert "main-job: evidence: gate only (torch-kernels decided inside the image without a GPU" in done.stdout
     # The summary: every stage with its seconds, and where each file is.
     stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
-    assert [s[0] for s in stages] == ["engine", "install", "base", "build-13.1", "build-12.8", "probe", "matrix",
-                                      "deadends", "upgrade", "pick", "total"]
+    assert [s[0] for s in stages] == ["engine", "install", "base", "build-13.1", "build-12.8", "probe", "wheel",
+                                      "matrix", "deadends", "upgrade", "pick", "total"]
     assert all(s[1].isdigit() and s[2] == "ok" for s in stages), stages
     assert dict((s[0], s[3]) for s in stages)["build-12.8"].endswith("; skipped, no registry: cu128-devel")
     assert f"main-job: files (in {root}):" in done.stdout
     for path in ("out/matrix.html", "out/deadends.md", "out/upgrade.md", "out/pick.txt",
-                 "results/20261201T000000Z-fake/"):
+                 "results/20261201T000000Z-fake/", "results/20261201T000000Z-wheel/"):
         assert f"  {path}" in done.stdout, path
         assert (root / path).exists(), path
 
@@ -234,11 +238,14 @@ def test_main_job_reuses_gate_results_only_for_the_same_images_and_probe_code(tm
         return again, (tmp_path / "calls.log").read_text().splitlines()
 
     same, calls = rerun()
-    assert not any(c.startswith("probe ") for c in calls)
+    assert not any(c.startswith("probe --tier gate") for c in calls)
     assert "gate results reused from results/20261201T000000Z-fake/: the same images (ids)" in same.stdout
+    # The reused gate run, not the newer wheel runs, is what the reports read.
+    matrix = next(c for c in calls if c.startswith("matrix "))
+    assert "--run 20261201T000000Z-fake --run 20261201T000001Z-wheel" in matrix, matrix
     # Another image for a stack: probed again.
     other, calls = rerun(FAKE_IMAGE_ID="2222")
-    assert any(c.startswith("probe ") for c in calls), other.stdout
+    assert any(c.startswith("probe --tier gate") for c in calls), other.stdout
     # Asked to: probed again, although nothing changed.
     forced, calls = rerun(FAKE_IMAGE_ID="2222", MAIN_JOB_PROBE="always")
-    assert any(c.startswith("probe ") for c in calls), forced.stdout
+    assert any(c.startswith("probe --tier gate") for c in calls), forced.stdout
