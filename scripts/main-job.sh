@@ -173,7 +173,8 @@ probe_gate() {
   fi
   rm -f "$PROBE_INPUTS"
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
-  "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --results "$RESULTS"
+  # --builds: the images this job's build records name, never another image that carries the label.
+  "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --builds "$OUT" --results "$RESULTS"
   GATE_RUN=$(newest_run)
   printf '%s\nrun %s\n' "$inputs" "$GATE_RUN" >"$PROBE_INPUTS"
   FILES+=("$GATE_RUN  (this run's gate records)")

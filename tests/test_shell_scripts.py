@@ -184,8 +184,9 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
     assert ("skipped cu128-devel (devel flavour): its base image nvidia/cuda:12.8.1-devel-ubuntu24.04 is not on "
             "this engine and no registry answers") in output
     probes = [c for c in calls if c.startswith("probe ")]
-    assert probes == [f"probe --tier {tier} --target rtx-pro-6000-x8-pcie --only cu131-wheels --only cu128-wheels "
-                      "--results results" for tier in ("gate", "wheel")]
+    only = "--target rtx-pro-6000-x8-pcie --only cu131-wheels --only cu128-wheels"
+    assert probes == [f"probe --tier gate {only} --builds out --results results",
+                      f"probe --tier wheel {only} --results results"]
     # The reports read this job's gate run and wheel run, by name.
     runs = "--run 20261201T000000Z-fake --run 20261201T000000Z-wheel"
     assert (f"matrix --results results {runs} --target rtx-pro-6000-x8-pcie --format html --out out/matrix.html"
