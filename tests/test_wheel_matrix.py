@@ -76,6 +76,22 @@ def test_undecided_and_narrower_facts_decide_nothing_and_add_no_column():
     assert "trtllm-fmha:decode" not in report.features
 
 
+def test_both_halves_of_the_pcie_ipc_allreduce_decide_one_cell_and_the_worst_wins():
+    """FlashInfer's module and SGLang's switch are read from two releases; the path works only when both
+    have it, so both readings land in the ``pcie-allreduce`` cell and a missing half makes it fail."""
+    fi = wheel("flashinfer-python", "0.7.2", "flashinfer-pcie-ipc-ar", ReadingStatus.AVAILABLE,
+               "_SUPPORTED_WORLD_SIZES = (2, 4, 8)")
+    both = matrix([fi, wheel("sglang", "0.5.23", "sglang-pcie-ipc-ar", ReadingStatus.AVAILABLE,
+                             "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE = EnvBool(False)")])
+    assert "flashinfer-pcie-ipc-ar" not in both.features and "sglang-pcie-ipc-ar" not in both.features
+    cell = both.row(CU131).cell("pcie-allreduce")
+    assert (cell.status, cell.tier) == (CellStatus.PASS, Tier.WHEEL)
+    assert {r.probe for r in cell.records} == {"wheel.flashinfer-python.flashinfer-pcie-ipc-ar",
+                                               "wheel.sglang.sglang-pcie-ipc-ar"}
+    half = matrix([fi, wheel("sglang", "0.5.23", "sglang-pcie-ipc-ar", ReadingStatus.ABSENT)])
+    assert half.row(CU131).cell("pcie-allreduce").status is CellStatus.FAIL
+
+
 def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries():
     boundary = [wheel("flashinfer-python", "0.6.3", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE,
                       "supported_major_versions=[9, 10]"),

@@ -84,6 +84,19 @@ class Reading:
 Reader = Callable[[Path, ReadContext], Reading]
 
 
+#: Facts whose name is not the feature they speak for. The PCIe IPC all-reduce takes two halves, each
+#: read from its own release: FlashInfer's module (``comm/pcie_ipc_ar.py``) and SGLang's switch
+#: (``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``). Both readings land in the ``pcie-allreduce`` cell, where the
+#: worst one decides: the path works only when both releases have it.
+_FACT_FEATURES = {"flashinfer-pcie-ipc-ar": "pcie-allreduce", "sglang-pcie-ipc-ar": "pcie-allreduce"}
+
+
+def feature_of_fact(fact: str) -> str:
+    """The feature a wheel reading's fact speaks for (a record's ``feature``): the fact itself, but for
+    the facts of :data:`_FACT_FEATURES`; a narrower fact (``trtllm-fmha:decode``) stays as it is."""
+    return _FACT_FEATURES.get(fact, fact)
+
+
 @dataclass(frozen=True, slots=True)
 class ReaderSpec:
     """Which distribution's wheel a fact is read from, and by what.

@@ -23,7 +23,14 @@ from packaging.utils import parse_wheel_filename
 
 from stackforge.core.errors import SpecError
 from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
-from stackforge.core.wheel_readings import ReadContext, ReaderSpec, Reading, ReadingStatus, ReleaseFile
+from stackforge.core.wheel_readings import (
+    ReadContext,
+    ReaderSpec,
+    Reading,
+    ReadingStatus,
+    ReleaseFile,
+    feature_of_fact,
+)
 from stackforge.edges.index import IndexConfig, Release, find_release, releases
 from stackforge.wheels import match
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
@@ -168,7 +175,8 @@ def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run
                              "depends_on": list(reading.depends_on)}
     return ResultRecord(
         run_id=run_id, stack_id=wheel_stack_id(measurement.dist, measurement.version, values), stack=stack,
-        target=target, probe=wheel_probe_id(measurement.dist, reading.fact), feature=reading.fact, tier=Tier.WHEEL,
+        target=target, probe=wheel_probe_id(measurement.dist, reading.fact), feature=feature_of_fact(reading.fact),
+        tier=Tier.WHEEL,
         outcome=Outcome(status=outcome_status(reading.status), reason=outcome_reason(reading),
                         evidence=evidence_text(measurement), duration_s=round(measurement.duration_s, 3)),
         provenance=Provenance(image="", versions={measurement.dist: measurement.version}, host=host,
@@ -308,17 +316,20 @@ def pinned_version(dist: str, stack: Any, derived: Any) -> str | None:
 
 
 def select_readers(readers: Sequence[ReaderSpec], features: Sequence[str]) -> tuple[ReaderSpec, ...]:
-    """The readers of ``features`` (facts, or the features before ``:``; all when none are named).
+    """The readers of ``features`` (facts, the features before ``:``, or the feature a fact speaks for,
+    :func:`~stackforge.core.wheel_readings.feature_of_fact`; all when none are named).
 
     Raises:
         SpecError: a name no reader reads (exit 2), listing the known facts.
     """
-    known = {spec.fact for spec in readers} | {spec.fact.split(":")[0] for spec in readers}
+    def names(spec: ReaderSpec) -> set[str]:
+        return {spec.fact, spec.fact.split(":")[0], feature_of_fact(spec.fact)}
+
+    known = set().union(*(names(spec) for spec in readers))
     unknown = [f for f in features if f not in known]
     if unknown:
         raise SpecError(f"no wheel reader for: {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
-    return tuple(spec for spec in readers
-                 if not features or spec.fact in features or spec.fact.split(":")[0] in features)
+    return tuple(spec for spec in readers if not features or names(spec) & set(features))
 
 
 def plan_wheel_jobs(cells: Sequence[Any], readers: Sequence[ReaderSpec]) -> tuple[WheelJob, ...]:
@@ -382,7 +393,7 @@ def _missing_release_record(job: WheelJob, indexes: IndexConfig, *, run_id: str,
     return ResultRecord(
         run_id=run_id, stack_id=wheel_stack_id(dist, job.version, {}),
         stack={stack_key(dist): job.version, "depends_on": []}, target=job.target,
-        probe=wheel_probe_id(dist, job.spec.fact), feature=job.spec.fact, tier=Tier.WHEEL,
+        probe=wheel_probe_id(dist, job.spec.fact), feature=feature_of_fact(job.spec.fact), tier=Tier.WHEEL,
         outcome=Outcome(status=Status.ERROR, reason=f"{dist} {job.version} is not on the configured indexes",
                         evidence=indexes.describe()),
         provenance=Provenance(versions={dist: job.version}, host=host, runner="wheel"), created_at=utc_now())
