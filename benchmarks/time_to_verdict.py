@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/time_to_verdict.py [--mode cold|cached|both] [--drop-pip-cache]
                                                    [--drop-build-cache] [--log FILE]
 
-Runs ``scripts/main-job.sh`` (engine, install, base, build of both CUDA families, gate probes, the HTML
-matrix, dead ends, the 12.8 -> 13.1 upgrade report, pick) and reads its per-stage seconds from
+Runs ``scripts/main-job.sh`` (engine, install, base, build of both CUDA families, gate probes, the wheel
+tier, the HTML matrix, dead ends, the 12.8 -> 13.1 upgrade report, pick) and reads its per-stage seconds from
 ``out/main-job.tsv``. Two states:
 
 - **cold**: the default matrix's stackforge images are removed first (the bootstrapped Debian base
@@ -12,7 +12,7 @@ matrix, dead ends, the 12.8 -> 13.1 upgrade report, pick) and reads its per-stag
   (BuildKit cache mounts) stays unless ``--drop-pip-cache``; ``--drop-build-cache`` empties BuildKit's
   whole cache (``docker buildx prune``). Both are engine-wide: other builds on the engine lose them too.
 - **cached**: the images are there; the main job runs with ``--resume`` (stacks whose image has the
-  same content hash are not rebuilt), and its probe stage reuses the newest gate run when the images
+  same content hash are not rebuilt), and its probe stage reuses the gate run it recorded when the images
   (ids), the target and the probe code are the ones it was recorded for (the main job's own rule;
   ``MAIN_JOB_PROBE=always`` in the environment probes again).
 

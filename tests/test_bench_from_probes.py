@@ -71,6 +71,22 @@ def test_a_backend_without_probe_records_is_not_measured():
         "--from-probes: no probe result for custom-allreduce on rtx-pro-6000-x8-pcie")
 
 
+def test_probes_that_only_skipped_or_stayed_undecided_keep_the_backend_unmeasured():
+    skipped = [record(STACK_ID, "custom-allreduce", Status.SKIP, tier=Tier.GATE, probe="gate.sglang.custom-allreduce",
+                      target=TARGET, reason="SGLang is not installed in this image", evidence="import sglang")]
+    custom = by_variant(gate_on_probes(jobs("custom"), skipped, PROBE_FEATURES))["bench.allreduce.custom"]
+    assert custom.skip_reason == ("--from-probes: gate says custom-allreduce is skip: "
+                                  "SGLang is not installed in this image")
+    assert custom.skip_evidence == "import sglang"
+    undecided = [record(STACK_ID, "custom-allreduce", Status.UNDECIDED, tier=Tier.GATE,
+                        probe="gate.sglang.custom-allreduce", target=TARGET, reason="needs a running server",
+                        evidence="server context")]
+    custom = by_variant(gate_on_probes(jobs("custom"), undecided, PROBE_FEATURES))["bench.allreduce.custom"]
+    assert custom.skip_reason == ("--from-probes: the probes leave custom-allreduce undecided: "
+                                  "undecided by gate.sglang.custom-allreduce: needs a running server")
+    assert custom.skip_evidence == "server context"
+
+
 def test_records_of_other_stacks_targets_and_benches_do_not_count():
     records = [record("cu128-other", "custom-allreduce", Status.PASS, target=TARGET),
                record(STACK_ID, "custom-allreduce", Status.PASS, target="h100-x8-nvswitch"),

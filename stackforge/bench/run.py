@@ -159,7 +159,7 @@ def _probes_say(feature: str, target: str, probe_records: Sequence[ResultRecord]
                 f"{decisive.outcome.status.value}: {decisive.outcome.reason}", decisive.outcome.evidence)
     undecided = [r for r in records if r.outcome.status is Status.UNDECIDED]
     if undecided:
-        return (f"--from-probes: the probes says {feature} is undecided: {undecided_text(undecided)}",
+        return (f"--from-probes: the probes leave {feature} undecided: {undecided_text(undecided)}",
                 undecided[0].outcome.evidence)
     if records:   # only skips: not applicable here
         first = records[0]
