@@ -281,3 +281,31 @@ def test_check_run_raises_when_cancelled() -> None:
         runner.check_run(["sleep", "300"], timeout=120, grace=1, cancel=cancel)
     assert not isinstance(caught.value, CommandTimeout)
     assert "cancelled" in caught.value.one_line()
+
+
+def test_result_of_lets_a_signal_through_while_it_waits():
+    """The main thread waiting on a worker's future must still run its signal handler: a SIGTERM the
+    kernel hands to the worker thread raises Terminated in the waiting thread, not when the work ends."""
+    import concurrent.futures
+    import signal
+    import threading
+    import time
+
+    from stackforge.core.errors import Terminated
+
+    release = threading.Event()
+
+    def work() -> str:
+        time.sleep(0.5)   # the main thread is blocked in result_of by now
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)   # lands on this worker thread
+        release.wait(30)
+        return "done"
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        started = time.monotonic()
+        try:
+            with runner.signals_as_interrupts(), pytest.raises(Terminated):
+                runner.result_of(pool.submit(work))
+        finally:
+            release.set()
+    assert time.monotonic() - started < 10

@@ -43,21 +43,22 @@ DOCKER_HUB_API = "registry-1.docker.io"   # where docker.io's registry API lives
 
 def gather(*, index_url: str | None = None, registry: str | None = None, ca_bundle: str | None = None,
            cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> HostFacts:
-    """Every fact, gathered in parallel (each bounded by its own timeout)."""
+    """Every fact, gathered in parallel (each bounded by its own timeout; Ctrl-C and SIGTERM get through
+    while the main thread waits, see :func:`stackforge.edges.runner.result_of`)."""
     environ = os.environ if environ is None else environ
     with ThreadPoolExecutor(max_workers=4) as pool:
         engine_and_gpus = pool.submit(_engine_and_gpus)
         buildx = pool.submit(buildx_facts)
         pip = pool.submit(read_pip_config, timeout=TOOL_TIMEOUT_S)
         registry_future = pool.submit(registry_facts, registry) if registry else None
-        config = pip.result()
+        config = runner.result_of(pip)
         ca = pip_ca(ca_bundle, config, environ)
         indexes = pool.submit(index_facts, pip_indexes(index_url, config, environ), ca)
-        engine, gpus = engine_and_gpus.result()
+        engine, gpus = runner.result_of(engine_and_gpus)
         disks = (engine_disk(engine), disk_facts("working directory", cwd or Path.cwd()))
-        return HostFacts(engine=engine, buildx=buildx.result(), disks=disks, gpus=gpus, machine=platform.machine(),
-                         indexes=indexes.result(), registry=registry_future.result() if registry_future else None,
-                         ca=ca)
+        registry_found = runner.result_of(registry_future) if registry_future else None
+        return HostFacts(engine=engine, buildx=runner.result_of(buildx), disks=disks, gpus=gpus,
+                         machine=platform.machine(), indexes=runner.result_of(indexes), registry=registry_found, ca=ca)
 
 
 # --------------------------------------------------------------------------- engine, buildx, GPUs, disk

@@ -166,6 +166,16 @@ def finished_futures(futures: Iterable[concurrent.futures.Future[T]],
         yield from done
 
 
+def result_of(future: concurrent.futures.Future[T], poll_s: float = _SIGNAL_POLL_S) -> T:
+    """``future.result()``, waking every ``poll_s`` seconds so that a signal gets through (see
+    :func:`finished_futures`)."""
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except concurrent.futures.TimeoutError:
+            continue
+
+
 def which(program: str) -> str | None:
     """The full path of ``program`` on PATH (or the path itself when it is executable), else None."""
     return shutil.which(program)
