@@ -157,7 +157,8 @@ build_headline() {
 # so a rerun on the same images reuses the gate run recorded in PROBE_INPUTS when all three are
 # unchanged; MAIN_JOB_PROBE=always probes again anyway. Sets GATE_RUN.
 GATE_RUN=""
-WHEEL_RUN=""
+# The runs the reports read: this job's gate run and wheel run, by name (set by probe_wheels).
+REPORT_RUNS=()
 probe_gate() {
   local only=() id run inputs
   inputs=$(probe_inputs)
@@ -181,18 +182,14 @@ probe_gate() {
 }
 
 # The wheel tier reads the pinned releases' own code from the wheels on the index (a few seconds once
-# the wheel cache holds them): the features no gate probe decides get a measured verdict too. Sets WHEEL_RUN.
+# the wheel cache holds them): the features no gate probe decides get a measured verdict too. Sets REPORT_RUNS.
 probe_wheels() {
-  local only=() id
+  local only=() id wheel_run
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
   "$SF" probe --tier wheel --target "$TARGET" "${only[@]}" --results "$RESULTS"
-  WHEEL_RUN=$(newest_run)
-  FILES+=("$WHEEL_RUN  (this run's wheel records)")
-}
-
-# The runs the reports read: this job's gate run and wheel run, by name.
-report_runs() {
-  printf -- '--run\n%s\n--run\n%s\n' "$(basename "$GATE_RUN")" "$(basename "$WHEEL_RUN")"
+  wheel_run=$(newest_run)
+  FILES+=("$wheel_run  (this run's wheel records)")
+  REPORT_RUNS=(--run "$(basename "$GATE_RUN")" --run "$(basename "$wheel_run")")
 }
 
 # probe_inputs: what the gate verdicts depend on: the target, each stack's local images (ids; probe runs
@@ -223,21 +220,18 @@ newest_run() {
 }
 
 write_matrix() {
-  local runs; mapfile -t runs < <(report_runs)
-  "$SF" matrix --results "$RESULTS" "${runs[@]}" --target "$TARGET" --format html --out "$OUT/matrix.html"
+  "$SF" matrix --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --format html --out "$OUT/matrix.html"
   FILES+=("$OUT/matrix.html")
 }
 
 print_deadends() {
-  local runs; mapfile -t runs < <(report_runs)
-  "$SF" deadends --results "$RESULTS" "${runs[@]}" --target "$TARGET" --format md --out "$OUT/deadends.md"
+  "$SF" deadends --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --format md --out "$OUT/deadends.md"
   cat "$OUT/deadends.md"
   FILES+=("$OUT/deadends.md")
 }
 
 print_upgrade() {
-  local runs; mapfile -t runs < <(report_runs)
-  local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" "${runs[@]}"
+  local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" "${REPORT_RUNS[@]}"
               --builds "$OUT")
   "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
   "$SF" upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
@@ -246,8 +240,8 @@ print_upgrade() {
 }
 
 pick_image() {
-  local status=0 runs; mapfile -t runs < <(report_runs)
-  "$SF" pick --results "$RESULTS" "${runs[@]}" --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
+  local status=0
+  "$SF" pick --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
   cat "$OUT/pick.txt"
   FILES+=("$OUT/pick.txt")
   case "$status" in

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stackforge.core.errors import SpecError
@@ -10,13 +12,13 @@ from stackforge.core.wheel_readings import ReadContext, ReadingStatus
 from stackforge.edges.index import IndexConfig, find_release, releases
 from stackforge.results.store import result_schema
 from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.match import record_matches
 from stackforge.wheels.tier import (
     SDIST_ONLY,
     measure,
     outcome_status,
     pick_wheel,
     read_release,
-    record_matches,
     wheel_record,
 )
 from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve, sha256_of
@@ -100,10 +102,11 @@ def test_a_record_matches_stacks_of_its_version_and_context(index):
     indexes, cache, _ = index
     release = find_release(releases("flashinfer-python", indexes=indexes), "0.6.17")
     record = wheel_record(measure(COMM_SPEC, release, SM120, cache=cache), target="t", ctx=SM120, run_id="r")
-    assert record_matches({"flashinfer": "0.6.17", "sglang": "0.5.23"}, record, SM120)
-    assert record_matches({"flashinfer": "0.6.17.0"}, record, SM120)
-    assert not record_matches({"flashinfer": "0.6.16.post4"}, record, SM120)
-    assert not record_matches({"sglang": "0.6.17"}, record, SM120)
+    context = dataclasses.asdict(SM120)
+    assert record_matches(record, {"flashinfer": "0.6.17", "sglang": "0.5.23"}, context)
+    assert record_matches(record, {"flashinfer": "0.6.17.0"}, context)
+    assert not record_matches(record, {"flashinfer": "0.6.16.post4"}, context)
+    assert not record_matches(record, {"sglang": "0.6.17"}, context)
 
 
 def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):

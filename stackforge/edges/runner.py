@@ -169,11 +169,8 @@ def finished_futures(futures: Iterable[concurrent.futures.Future[T]],
 def result_of(future: concurrent.futures.Future[T], poll_s: float = _SIGNAL_POLL_S) -> T:
     """``future.result()``, waking every ``poll_s`` seconds so that a signal gets through (see
     :func:`finished_futures`)."""
-    while True:
-        try:
-            return future.result(timeout=poll_s)
-        except concurrent.futures.TimeoutError:
-            continue
+    (done,) = finished_futures((future,), poll_s)
+    return done.result()
 
 
 def which(program: str) -> str | None:

@@ -32,7 +32,6 @@ from stackforge.core.wheel_readings import (
     feature_of_fact,
 )
 from stackforge.edges.index import IndexConfig, Release, find_release, releases
-from stackforge.wheels import match
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
@@ -182,11 +181,6 @@ def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run
         provenance=Provenance(image="", versions={measurement.dist: measurement.version}, host=host,
                               runner="wheel"),
         kind="probe", created_at=utc_now())
-
-
-def record_matches(stack: dict[str, Any], record: ResultRecord, ctx: ReadContext) -> bool:
-    """Whether a wheel-tier record speaks for ``stack`` whose read context on the target is ``ctx``."""
-    return match.record_matches(record, stack, {name: getattr(ctx, name) for name in ctx.__slots__})
 
 
 def specs_for(readers: Sequence[ReaderSpec], fact: str) -> tuple[ReaderSpec, ...]:
