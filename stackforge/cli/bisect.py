@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -58,8 +57,7 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     from dataclasses import replace
 
     from stackforge.core.errors import SpecError
-    from stackforge.edges.index import index_config
-    from stackforge.edges.pip_config import read_pip_config
+    from stackforge.edges.index import configured_indexes
     from stackforge.plan.planner import load_knowledge
     from stackforge.wheels.bisect import render_search, search_json
     from stackforge.wheels.cache import WheelCache
@@ -74,9 +72,7 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     if cuda:
         ctx = replace(ctx, cuda=cuda, nvcc=True)
     ctx = replace(ctx, python=python or None, torch_cuda=torch_cuda or None, kernel_package=kernel_package)
-    indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
-                           find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
-                           env=os.environ)
+    indexes = configured_indexes(index_url=index_url, extra_index_urls=extra_index_urls, find_links=find_links)
     cache = WheelCache.open(indexes)
     context = ", ".join([target.sm, f"{target.gpu_count}x {target.interconnect.value}",
                          *(f"{name} {value}" for name, value in (("CUDA", cuda), ("Python", python),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -82,9 +81,7 @@ def _find(plan: Plan, stack_id: str):
 
 def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
                find_links: Path | None):
-    from stackforge.edges.pip_config import read_pip_config
-    from stackforge.plan.preflight import index_config, run_preflight
-    indexes = index_config(index_url=index_url, extra_index_urls=extra_index_urls,
-                           find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
-                           env=os.environ)
+    from stackforge.edges.index import configured_indexes
+    from stackforge.plan.preflight import run_preflight
+    indexes = configured_indexes(index_url=index_url, extra_index_urls=extra_index_urls, find_links=find_links)
     return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)

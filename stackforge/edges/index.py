@@ -142,6 +142,17 @@ def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str
                                         find_links=find_links))
 
 
+def configured_indexes(*, index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                       find_links: str | os.PathLike[str] | None = None) -> IndexConfig:
+    """:func:`index_config` for this host: the command-line values over pip's configuration here
+    (:func:`stackforge.edges.pip_config.read_pip_config`) and this process's environment."""
+    from stackforge.edges.pip_config import read_pip_config
+
+    return index_config(index_url=index_url, extra_index_urls=extra_index_urls,
+                        find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
+                        env=os.environ)
+
+
 def _origins(config: PipConfig, env: Mapping[str, str] | None, *, index_url: str | None,
              extra_index_urls: Sequence[str], find_links: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """(location, where it was set) for every location; a command-line value names its option."""

@@ -154,11 +154,9 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
 def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],
                         on_done: Callable[[ResultRecord], None]) -> list[ResultRecord]:
     """The wheel tier: one record per (release x fact x target), read from the index's wheels."""
-    import os
     import socket
 
-    from stackforge.edges.index import index_config
-    from stackforge.edges.pip_config import read_pip_config
+    from stackforge.edges.index import configured_indexes
     from stackforge.wheels.cache import WheelCache
     from stackforge.wheels.tier import (
         list_releases,
@@ -174,9 +172,8 @@ def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Cal
     wanted = {stack.id for stack in selection.stacks(plan)}
     jobs = plan_wheel_jobs([c for c in plan.cells if not c.pruned and c.stack.id in wanted], readers)
     given = request.index
-    indexes = index_config(index_url=given.index_url, extra_index_urls=given.extra_index_urls,
-                           find_links=[str(given.find_links)] if given.find_links else [],
-                           pip_config=read_pip_config(), env=os.environ)
+    indexes = configured_indexes(index_url=given.index_url, extra_index_urls=given.extra_index_urls,
+                                 find_links=given.find_links)
     cache = WheelCache.open(indexes)
     listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
