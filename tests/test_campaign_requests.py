@@ -68,12 +68,12 @@ def test_serving_is_a_default_suite_only_with_a_model(tmp_path):
     assert default_suites(tmp_path) == ("allreduce", "gemm", "serve")
 
 
-def test_the_cli_of_probe_bench_and_render_only_dispatches():
+def test_the_cli_of_probe_bench_bisect_and_render_only_dispatches():
     graph = import_graph(PACKAGE_ROOT, "stackforge")
     assert "stackforge.cli.build" not in graph["stackforge.cli.render"]
-    for command in ("stackforge.cli.probe", "stackforge.cli.bench"):
+    for command in ("stackforge.cli.probe", "stackforge.cli.bench", "stackforge.cli.bisect"):
         workflow = {"stackforge.plan.planner", "stackforge.core.shard", "stackforge.core.data",
                     "stackforge.edges.pip_config", "stackforge.wheels.tier", "stackforge.edges.index",
-                    "stackforge.wheels.cache",
+                    "stackforge.wheels.cache", "stackforge.wheels.bisect",
                     "stackforge.probes.execute", "stackforge.probes.catalog"}
         assert not workflow & graph[command], command

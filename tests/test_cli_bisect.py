@@ -26,7 +26,7 @@ def bisect_cli(tmp_path, monkeypatch):
     for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: (COMM_SPEC,))
+    monkeypatch.setattr("stackforge.wheels.bisect_campaign.load_readers", lambda: (COMM_SPEC,))
     index = LoopbackIndex()
     for version, majors in HISTORY:
         index.add("flashinfer-python", make_wheel(tmp_path / "w", "flashinfer-python", version,
@@ -99,7 +99,7 @@ def test_unknown_feature_target_and_distribution_exit_2_listing_the_valid_ones(b
 def test_a_feature_read_from_several_distributions_is_searched_in_each(bisect_cli, monkeypatch, tmp_path):
     invoke, index, _ = bisect_cli
     twice = (COMM_SPEC, ReaderSpec("flashinfer-ar-fusion", "sglang", read_comm_gate, "x"))
-    monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: twice)
+    monkeypatch.setattr("stackforge.wheels.bisect_campaign.load_readers", lambda: twice)
     for version, majors in (("0.5.13", [9, 10]), ("0.5.14", [9, 10]), ("0.5.15", [9])):
         index.add("sglang", make_wheel(tmp_path / "s", "sglang", version, {"flashinfer/jit/comm.py": comm_py(majors)}))
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--json")

@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 from stackforge.bench.run import BenchOptions
 from stackforge.core.errors import SpecError
-from stackforge.core.records import ResultRecord
+from stackforge.core.records import ResultRecord, RunStore
 from stackforge.plan.selection import StackSelection
-from stackforge.probes.campaign import CampaignStarted, RunStore
+from stackforge.probes.campaign import CampaignStarted
 
 
 class ResultsStore(RunStore, Protocol):
-    """A :class:`~stackforge.probes.campaign.RunStore` that also reads the records already under it."""
+    """A :class:`~stackforge.core.records.RunStore` that also reads the records already under it."""
 
     def records(self, *, remedy: str) -> Sequence[ResultRecord]: ...
 

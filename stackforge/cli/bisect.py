@@ -54,73 +54,21 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
       stackforge bisect flashinfer-ar-fusion --target rtx-pro-6000-x8-pcie --results results
                                   # then `stackforge deadends` names the release that unblocks it
     """
-    from dataclasses import replace
-
-    from stackforge.core.errors import SpecError
-    from stackforge.edges.index import configured_indexes
-    from stackforge.plan.planner import load_knowledge
-    from stackforge.wheels.bisect import render_search, search_json
-    from stackforge.wheels.cache import WheelCache
-    from stackforge.wheels.tier import load_readers, resolve_specs, run_bisect, target_context, target_named
-
-    specs = resolve_specs(load_readers(), feature, package)
-    if len(specs) > 1 and (first or last):
-        raise SpecError(f"--from/--to take versions of one distribution, and {feature} is read from several: "
-                        f"{', '.join(spec.dist for spec in specs)}", remedy="add --package DIST")
-    target = target_named(load_knowledge(user=user_compat()).targets, target_name)
-    ctx = target_context(target)
-    if cuda:
-        ctx = replace(ctx, cuda=cuda, nvcc=True)
-    ctx = replace(ctx, python=python or None, torch_cuda=torch_cuda or None, kernel_package=kernel_package)
-    indexes = configured_indexes(index_url=index_url, extra_index_urls=extra_index_urls, find_links=find_links)
-    cache = WheelCache.open(indexes)
-    context = ", ".join([target.sm, f"{target.gpu_count}x {target.interconnect.value}",
-                         *(f"{name} {value}" for name, value in (("CUDA", cuda), ("Python", python),
-                                                                  ("torch CUDA", torch_cuda),
-                                                                  ("kernel package", kernel_package)) if value)])
-    searches, texts, missing, measured = [], [], [], []
-    for spec in specs:
-        try:
-            search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=first, last=last,
-                                exhaustive=exhaustive, include_pre=include_pre, include_yanked=include_yanked,
-                                on_read=lambda point, dist=spec.dist: click.echo(
-                                    f"  read {dist} {point.version}: {point.verdict_text}", err=True))
-        except SpecError as exc:
-            if len(specs) == 1:
-                raise
-            missing.append(exc.one_line())   # one distribution of several is not on the indexes
-            continue
-        searches.append(search_json(search, dist=spec.dist))
-        measured += [point.result for point in search.points]
-        texts.append(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
-    if not searches:
-        raise SpecError("; ".join(missing))
-    if results_root is not None:
-        _record(results_root, measured, target.name, ctx)
-    if as_json:
-        click.echo(json.dumps({"feature": feature, "target": target.name, "context": _ctx_json(ctx),
-                               "searches": searches, "not_searched": missing}, indent=2))
-    else:
-        click.echo("\n\n".join([*texts, *(f"not searched: {line}" for line in missing)]))
-
-
-def _record(results_root: Path, measured: list, target: str, ctx) -> None:
-    """Every release read, as wheel-tier records of one new run (stderr names it)."""
-    import socket
     import sys
 
-    from stackforge.results.store import finish_run, start_run, write_record
-    from stackforge.wheels.tier import wheel_record
+    from stackforge.results.store import ResultsFolder
+    from stackforge.wheels.bisect_campaign import BisectRequest, IndexRequest, run_bisect_campaign
 
-    run_dir = start_run(results_root, command=sys.argv)
-    for measurement in measured:
-        write_record(run_dir, wheel_record(measurement, target=target, ctx=ctx, run_id=run_dir.name,
-                                           host=socket.gethostname()))
-    finish_run(run_dir)
-    click.echo(f"recorded {len(measured)} wheel-tier result(s) -> {run_dir}", err=True)
+    request = BisectRequest(feature, target_name, package=package, first=first, last=last, exhaustive=exhaustive,
+                            include_pre=include_pre, include_yanked=include_yanked, cuda=cuda, python=python,
+                            torch_cuda=torch_cuda, kernel_package=kernel_package,
+                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
+    store = ResultsFolder(results_root, command=tuple(sys.argv)) if results_root is not None else None
+    outcome = run_bisect_campaign(request, user=user_compat(), store=store, on_read=_echo_read)
+    if outcome.run_dir is not None:
+        click.echo(f"recorded {outcome.recorded} wheel-tier result(s) -> {outcome.run_dir}", err=True)
+    click.echo(json.dumps(outcome.to_json(), indent=2) if as_json else outcome.text())
 
 
-def _ctx_json(ctx) -> dict:
-    """The read context without the fields nobody set."""
-    from dataclasses import asdict
-    return {k: v for k, v in asdict(ctx).items() if v is not None}
+def _echo_read(dist: str, point) -> None:
+    click.echo(f"  read {dist} {point.version}: {point.verdict_text}", err=True)

@@ -81,7 +81,7 @@ def _find(plan: Plan, stack_id: str):
 
 def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
                find_links: Path | None):
-    from stackforge.edges.index import configured_indexes
+    from stackforge.edges.index import IndexRequest, configured_indexes
     from stackforge.plan.preflight import run_preflight
-    indexes = configured_indexes(index_url=index_url, extra_index_urls=extra_index_urls, find_links=find_links)
+    indexes = configured_indexes(IndexRequest(index_url, tuple(extra_index_urls), find_links))
     return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from stackforge.core.envelope import check_envelope
 from stackforge.core.errors import RecordError
@@ -197,3 +198,16 @@ def utc_now() -> str:
     """ISO-8601 UTC timestamp used in records."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
+
+class RunStore(Protocol):
+    """Where a campaign (probe, bench, bisect) writes: a run folder and its records.
+
+    :class:`stackforge.results.store.ResultsFolder` is the one implementation; campaigns sit below the
+    store and receive it as a value.
+    """
+
+    def start(self, *, matrix_source: str, shard: str | None) -> Path: ...
+
+    def write(self, run_dir: Path, record: ResultRecord) -> Any: ...
+
+    def finish(self, run_dir: Path) -> Any: ...

@@ -142,15 +142,24 @@ def index_config(*, index_url: str | None = None, extra_index_urls: Sequence[str
                                         find_links=find_links))
 
 
-def configured_indexes(*, index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                       find_links: str | os.PathLike[str] | None = None) -> IndexConfig:
+@dataclass(frozen=True, slots=True)
+class IndexRequest:
+    """Where a command was told to look for wheels (``--index-url``, ``--extra-index-url``,
+    ``--find-links``); pip's configuration on this host fills in what it leaves out."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: Path | None = None
+
+
+def configured_indexes(request: IndexRequest = IndexRequest()) -> IndexConfig:
     """:func:`index_config` for this host: the command-line values over pip's configuration here
     (:func:`stackforge.edges.pip_config.read_pip_config`) and this process's environment."""
     from stackforge.edges.pip_config import read_pip_config
 
-    return index_config(index_url=index_url, extra_index_urls=extra_index_urls,
-                        find_links=[str(find_links)] if find_links else [], pip_config=read_pip_config(),
-                        env=os.environ)
+    return index_config(index_url=request.index_url, extra_index_urls=request.extra_index_urls,
+                        find_links=[str(request.find_links)] if request.find_links else [],
+                        pip_config=read_pip_config(), env=os.environ)
 
 
 def _origins(config: PipConfig, env: Mapping[str, str] | None, *, index_url: str | None,

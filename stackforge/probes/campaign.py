@@ -12,19 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Stack, Target
-from stackforge.core.records import ResultRecord
+from stackforge.core.records import ResultRecord, RunStore
 from stackforge.edges.gpus import HostGpus
+from stackforge.edges.index import IndexRequest
 from stackforge.plan.planner import Plan
 from stackforge.plan.selection import StackSelection
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, probe_kind
 from stackforge.probes.jobs import STACK_ID_LABEL, stack_image
 
-__all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest", "RunStore",
+__all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest",
            "plan_jobs", "run_jobs", "run_probe_campaign", "select_specs", "stack_image"]
 
 TIERS = ("gate", "runtime", "all")
@@ -73,25 +74,6 @@ def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, writ
 
 
 # ------------------------------------------------------------------------------------- the campaign
-
-
-class RunStore(Protocol):
-    """Where a campaign records (:class:`stackforge.results.store.ResultsFolder`): a run folder, its records."""
-
-    def start(self, *, matrix_source: str, shard: str | None) -> Path: ...
-
-    def write(self, run_dir: Path, record: ResultRecord) -> Any: ...
-
-    def finish(self, run_dir: Path) -> Any: ...
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRequest:
-    """Where the wheel tier asks for wheels: command-line values; pip's configuration fills the rest."""
-
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +153,7 @@ def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Cal
     plan = selection.plan()
     wanted = {stack.id for stack in selection.stacks(plan)}
     jobs = plan_wheel_jobs([c for c in plan.cells if not c.pruned and c.stack.id in wanted], readers)
-    given = request.index
-    indexes = configured_indexes(index_url=given.index_url, extra_index_urls=given.extra_index_urls,
-                                 find_links=given.find_links)
+    indexes = configured_indexes(request.index)
     cache = WheelCache.open(indexes)
     listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)

@@ -1,0 +1,154 @@
+"""What ``stackforge bisect`` does: search each distribution a feature is read from, and record the reads.
+
+:func:`run_bisect_campaign` takes one :class:`BisectRequest` (what the command was asked) and returns a
+:class:`BisectOutcome`: one search per distribution (:func:`stackforge.wheels.tier.run_bisect`), the
+distributions that could not be searched, and, when a store is given, the run every release read was
+recorded in as a wheel-tier result.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stackforge.core.errors import SpecError
+from stackforge.core.records import RunStore
+from stackforge.edges.index import IndexRequest, configured_indexes
+from stackforge.plan.planner import load_knowledge
+from stackforge.plan.user_compat import UserCompat
+from stackforge.wheels.bisect import Point, render_search, search_json
+from stackforge.wheels.cache import WheelCache
+from stackforge.core.wheel_readings import ReadContext
+from stackforge.wheels.tier import (
+    Measurement,
+    load_readers,
+    resolve_specs,
+    run_bisect,
+    target_context,
+    target_named,
+    wheel_record,
+)
+
+__all__ = ["BisectOutcome", "BisectRequest", "IndexRequest", "run_bisect_campaign"]
+
+
+@dataclass(frozen=True, slots=True)
+class BisectRequest:
+    """One ``stackforge bisect`` run.
+
+    Attributes:
+        feature: the feature or fact to search (``flashinfer-ar-fusion``).
+        target: the target profile whose arch, GPU count and interconnect the readers judge for.
+        package: only this distribution, when several are read for the feature.
+        first, last: the release range (included); only with one distribution.
+        exhaustive: read every release (a history that is not monotone) instead of bisecting.
+        cuda, python, torch_cuda, kernel_package: the stack's values, for facts that depend on them.
+    """
+
+    feature: str
+    target: str
+    package: str | None = None
+    first: str | None = None
+    last: str | None = None
+    exhaustive: bool = False
+    include_pre: bool = False
+    include_yanked: bool = False
+    cuda: str | None = None
+    python: str | None = None
+    torch_cuda: str | None = None
+    kernel_package: str | None = None
+    index: IndexRequest = IndexRequest()
+
+
+@dataclass(frozen=True, slots=True)
+class BisectOutcome:
+    """The searches of one bisect run, as text and JSON, and what could not be searched."""
+
+    feature: str
+    target: str
+    context: dict[str, Any]        # the read context, without the fields nobody set
+    texts: tuple[str, ...]
+    searches: tuple[dict[str, Any], ...]
+    not_searched: tuple[str, ...]  # one line per distribution the indexes do not have
+    recorded: int = 0              # wheel-tier records written
+    run_dir: Path | None = None    # where they were written
+
+    def text(self) -> str:
+        return "\n\n".join([*self.texts, *(f"not searched: {line}" for line in self.not_searched)])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"feature": self.feature, "target": self.target, "context": self.context,
+                "searches": list(self.searches), "not_searched": list(self.not_searched)}
+
+
+def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = None, store: RunStore | None = None,
+                        on_read: Callable[[str, Point[Measurement]], None] = lambda dist, point: None
+                        ) -> BisectOutcome:
+    """Search every distribution the request's feature is read from; record each release read in a
+    new run of ``store`` when one is given.
+
+    Raises:
+        SpecError: unknown feature, target or distribution; --from/--to with several distributions;
+            no distribution could be searched (exit 2).
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    specs = resolve_specs(load_readers(), request.feature, request.package)
+    if len(specs) > 1 and (request.first or request.last):
+        raise SpecError(f"--from/--to take versions of one distribution, and {request.feature} is read from "
+                        f"several: {', '.join(spec.dist for spec in specs)}", remedy="add --package DIST")
+    target = target_named(load_knowledge(user=user).targets, request.target)
+    ctx = _read_context(target, request)
+    indexes = configured_indexes(request.index)
+    cache = WheelCache.open(indexes)
+    context = _context_words(target, request)
+    searches, texts, missing, measured = [], [], [], []
+    for spec in specs:
+        try:
+            search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=request.first, last=request.last,
+                                exhaustive=request.exhaustive, include_pre=request.include_pre,
+                                include_yanked=request.include_yanked,
+                                on_read=lambda point, dist=spec.dist: on_read(dist, point))
+        except SpecError as exc:
+            if len(specs) == 1:
+                raise
+            missing.append(exc.one_line())   # one distribution of several is not on the indexes
+            continue
+        searches.append(search_json(search, dist=spec.dist))
+        measured += [point.result for point in search.points]
+        texts.append(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
+    if not searches:
+        raise SpecError("; ".join(missing))
+    run_dir = _record(store, measured, target.name, ctx) if store is not None else None
+    return BisectOutcome(request.feature, target.name, {k: v for k, v in asdict(ctx).items() if v is not None},
+                         tuple(texts), tuple(searches), tuple(missing),
+                         recorded=len(measured) if store is not None else 0, run_dir=run_dir)
+
+
+def _read_context(target: Any, request: BisectRequest) -> ReadContext:
+    """The target's context with the stack values the request names (``--cuda`` also means nvcc)."""
+    ctx = target_context(target)
+    if request.cuda:
+        ctx = replace(ctx, cuda=request.cuda, nvcc=True)
+    return replace(ctx, python=request.python or None, torch_cuda=request.torch_cuda or None,
+                   kernel_package=request.kernel_package)
+
+
+def _context_words(target: Any, request: BisectRequest) -> str:
+    """``sm_120, 8x pcie, CUDA 13.1``: the target and the stack values given, for the search's heading."""
+    given = (("CUDA", request.cuda), ("Python", request.python), ("torch CUDA", request.torch_cuda),
+             ("kernel package", request.kernel_package))
+    return ", ".join([target.sm, f"{target.gpu_count}x {target.interconnect.value}",
+                      *(f"{name} {value}" for name, value in given if value)])
+
+
+def _record(store: RunStore, measured: list[Measurement], target: str, ctx: ReadContext) -> Path:
+    """Every release read, as wheel-tier records of one new run; the run's folder."""
+    run_dir = store.start(matrix_source="", shard=None)
+    for measurement in measured:
+        store.write(run_dir, wheel_record(measurement, target=target, ctx=ctx, run_id=run_dir.name,
+                                          host=socket.gethostname()))
+    store.finish(run_dir)
+    return run_dir
