@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from html import escape
+from string import Template
 
 from stackforge.core.records import ResultRecord
 from stackforge.plan.rules import Finding
@@ -33,7 +34,7 @@ from stackforge.report.compat_matrix import (
     target_text,
 )
 
-__all__ = ["render_matrix_html"]
+__all__ = ["render_matrix_html", "row_filter_js"]
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
 _RANK = {CellStatus.PASS: 0, CellStatus.REQUIRES: 1, CellStatus.HAZARD: 2, CellStatus.SKIP: 3,
@@ -87,6 +88,29 @@ tr.pruned th .stack-id { text-decoration: line-through; color: #777; }
 .notes { margin-top: 18px; color: var(--muted); font-size: 12.5px; max-width: 1100px; }
 """
 
+_ROW_FILTER_JS = Template("""\
+    var terms = input.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    var rows = $rows, visible = 0;
+    for (var i = 0; i < rows.length; i++) {
+      var hay = rows[i].getAttribute('data-search');
+      var ok = terms.every(function (t) { return hay.indexOf(t) !== -1; });
+      rows[i].hidden = !ok;
+      if (ok) visible++;
+    }
+    shown.textContent = visible + ' of ' + rows.length + ' $noun shown';
+""")
+
+
+def row_filter_js(rows: str, noun: str) -> str:
+    """The body of a page's filter function, for this page and the upgrade page.
+
+    It hides every row of ``rows`` (a JavaScript expression) whose ``data-search`` text lacks one of
+    the whitespace-separated terms typed in ``input``, and writes "N of M <noun> shown" into
+    ``shown``; the script must have ``input`` and ``shown`` in scope.
+    """
+    return _ROW_FILTER_JS.substitute(rows=rows, noun=noun)
+
+
 # Sorting and filtering. The filter matches every whitespace-separated term against the row's
 # search text (stack id, versions, "feature=status" pairs, reasons), so "flashinfer-jit=fail cu131"
 # finds the rows where that feature fails on CUDA 13.1 stacks.
@@ -101,15 +125,7 @@ _JS = """
     return new URLSearchParams(text);
   }
   function applyFilter() {
-    var terms = input.value.toLowerCase().split(/\\s+/).filter(Boolean);
-    var rows = body.rows, visible = 0;
-    for (var i = 0; i < rows.length; i++) {
-      var hay = rows[i].getAttribute('data-search');
-      var ok = terms.every(function (t) { return hay.indexOf(t) !== -1; });
-      rows[i].hidden = !ok;
-      if (ok) visible++;
-    }
-    shown.textContent = visible + ' of ' + rows.length + ' stacks shown';
+""" + row_filter_js("body.rows", "stacks") + """\
     table.setAttribute('data-filter', input.value);
   }
   function sortBy(col, dir) {

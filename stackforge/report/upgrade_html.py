@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from stackforge.report.compat_matrix import GLYPHS, CellStatus
-from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS
+from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS, row_filter_js
 from stackforge.report.upgrade import (
     PREDICTED_ONLY,
     ChangeKind,
@@ -46,15 +46,7 @@ _JS = """
   var input = document.getElementById('filter');
   var shown = document.getElementById('shown');
   function apply() {
-    var terms = input.value.toLowerCase().split(/\\s+/).filter(Boolean);
-    var rows = table.tBodies[0].rows, visible = 0;
-    for (var i = 0; i < rows.length; i++) {
-      var hay = rows[i].getAttribute('data-search');
-      var ok = terms.every(function (t) { return hay.indexOf(t) !== -1; });
-      rows[i].hidden = !ok;
-      if (ok) visible++;
-    }
-    shown.textContent = visible + ' of ' + rows.length + ' features shown';
+""" + row_filter_js("table.tBodies[0].rows", "features") + """\
   }
   var text = location.search.replace(/^\\?/, '') || location.hash.replace(/^#/, '');
   var wanted = new URLSearchParams(text).get('filter');
