@@ -165,44 +165,65 @@ class GemmClock:
 # ------------------------------------------------------------------------------------------- kernels
 
 
-class Bf16Linear:
+class GemmKernel:
+    """One way to compute ``x @ W^T`` for a shape. Its inputs come from a generator seeded by the
+    shape, so every run checks and times the same numbers; the weight is cloned ``copies`` times and
+    the calls cycle through the copies (:func:`rotating`), so a call reads its weight from HBM, not
+    from L2 where the previous call left it."""
+
+    dtype: str
+    weight_bytes_per_element: int
+
+    def __init__(self, torch, device) -> None:
+        self.torch, self.device = torch, device
+
+    def prepare(self, m: int, n: int, k: int, copies: int = 1):
+        """(a callable running the product, the float32 inputs :func:`check_slice` compares with)."""
+        gen = self.torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
+        x, w = self.inputs(m, n, k, gen)
+        weights = [w] + [w.clone() for _ in range(copies - 1)]
+        return rotating([self.call(x, weight) for weight in weights]), (x.float(), w.float())
+
+    def inputs(self, m: int, n: int, k: int, gen):
+        """(x [M, K], W [N, K]) in the kernel's input dtype, drawn from ``gen``."""
+        raise NotImplementedError
+
+    def call(self, x, weight):
+        """A callable computing ``x @ weight^T`` with this kernel."""
+        raise NotImplementedError
+
+
+class Bf16Linear(GemmKernel):
     """``F.linear(x, W)`` in bf16: what a serving engine's unquantized linear layer runs."""
 
     dtype = "bf16"
-
-    def __init__(self, torch, device) -> None:
-        self.torch, self.device = torch, device
-
     weight_bytes_per_element = 2
 
-    def prepare(self, m: int, n: int, k: int, copies: int = 1):
+    def inputs(self, m: int, n: int, k: int, gen):
         torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
         x = torch.randn(m, k, device=self.device, dtype=torch.bfloat16, generator=gen)
         w = torch.randn(n, k, device=self.device, dtype=torch.bfloat16, generator=gen) / math.sqrt(k)
-        weights = [w] + [w.clone() for _ in range(copies - 1)]
-        calls = [(lambda weight=weight: torch.nn.functional.linear(x, weight)) for weight in weights]
-        return rotating(calls), (x.float(), w.float())
+        return x, w
+
+    def call(self, x, weight):
+        torch = self.torch
+        return lambda: torch.nn.functional.linear(x, weight)
 
 
-class Fp8ScaledMm:
+class Fp8ScaledMm(GemmKernel):
     """``torch._scaled_mm`` on e4m3 inputs with per-tensor scales, bf16 output (an fp8 linear layer)."""
 
     dtype = "fp8"
-
-    def __init__(self, torch, device) -> None:
-        self.torch, self.device = torch, device
-
     weight_bytes_per_element = 1
 
-    def prepare(self, m: int, n: int, k: int, copies: int = 1):
+    def inputs(self, m: int, n: int, k: int, gen):
         torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(m * 7919 + n * 31 + k)
         x = torch.randn(m, k, device=self.device, generator=gen).clamp(-4, 4).to(torch.float8_e4m3fn)
         w = (torch.randn(n, k, device=self.device, generator=gen).clamp(-4, 4)).to(torch.float8_e4m3fn)
-        weights = [w] + [w.clone() for _ in range(copies - 1)]
-        calls = [scaled_mm_call(torch, x, weight, self.device) for weight in weights]
-        return rotating(calls), (x.float(), w.float())
+        return x, w
+
+    def call(self, x, weight):
+        return scaled_mm_call(self.torch, x, weight, self.device)
 
 
 def scaled_mm_call(torch, x, w, device):

@@ -19,20 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import types
-from contextlib import ExitStack
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (
-    SERVER_ARGS_MODULE,
-    SGLANG_UTILS,
-    Node,
-    emulated_node,
-    import_sglang,
-    platform_answers,
-    sglang_warnings,
-    target_device,
-)
+from _sglang_node import SERVER_ARGS_MODULE, SGLANG_UTILS, Node, import_sglang, on_target, sglang_warnings
 from _sglang_source import AUTOENABLE_PASS, OVERRIDES_MODULE, AutoEnable, PassSites, pass_sites, read_pass
 
 
@@ -69,10 +59,7 @@ def live_pass(torch: Any, node: Node, found: PassSites) -> AutoEnable | str:
     if server_args is None or utils is None or missing or not hasattr(server_args, "ServerArgs"):
         return f"cannot run the pass: {error or utils_error or f'{OVERRIDES_MODULE} lacks {missing}'}"
     outcomes: dict[str, tuple[bool | None, str]] = {}
-    with ExitStack() as stack:
-        stack.enter_context(emulated_node(torch, node, [module, utils]))
-        notes = stack.enter_context(target_device(torch, node))
-        stack.enter_context(platform_answers(utils, node))
+    with on_target(torch, node, [module, utils], utils) as notes:
         for arch in found.archs:
             outcomes[arch] = pass_outcome(module, server_args.ServerArgs, arch, node)
     if all(on is None for on, _ in outcomes.values()):

@@ -33,16 +33,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import _sfprobe as sf
-from _sglang_node import (
-    SERVER_ARGS_MODULE,
-    SGLANG_UTILS,
-    Node,
-    emulated_node,
-    import_sglang,
-    platform_answers,
-    sglang_warnings,
-    target_device,
-)
+from _sglang_node import SERVER_ARGS_MODULE, SGLANG_UTILS, Node, import_sglang, on_target, sglang_warnings
 from _sglang_source import (
     FUSION_FLAG,
     PASS_KEY,
@@ -166,9 +157,7 @@ def live_autoenable(torch: Any, node: Node, sites: Sequence[FusionSite], path: s
     archs: list[str] = []
     with ExitStack() as stack:
         notes = stack.enter_context(importable(method_imports(parse_file(path), methods)))
-        stack.enter_context(emulated_node(torch, node, [module]))
-        notes += stack.enter_context(target_device(torch, node))
-        stack.enter_context(platform_answers(utils, node))
+        notes += stack.enter_context(on_target(torch, node, [module], utils))
         for arch in named_archs(sites):
             args = server_args_for(cls, arch, node)
             with sglang_warnings(logging.INFO) as logs:

@@ -199,6 +199,18 @@ def target_device(torch: Any, node: Node) -> Iterator[list[str]]:
         yield notes
 
 
+@contextmanager
+def on_target(torch: Any, node: Node, modules: Sequence[Any], utils: Any) -> Iterator[list[str]]:
+    """Everything that answers for the node while ServerArgs-level code runs (its decisions read the
+    device name and CUDA version as well as the capability): :func:`emulated_node` over ``modules``,
+    :func:`target_device`, and :func:`platform_answers` over ``utils``. Yields target_device's notes."""
+    with ExitStack() as stack:
+        stack.enter_context(emulated_node(torch, node, modules))
+        notes = stack.enter_context(target_device(torch, node))
+        stack.enter_context(platform_answers(utils, node))
+        yield notes
+
+
 def server_context(exc: BaseException) -> str | None:
     """What a running server would have provided, when ``exc`` is one of :data:`SERVER_CONTEXT_ERRORS`
     (matched on the message and on the file the innermost frame is in); None for any other error."""

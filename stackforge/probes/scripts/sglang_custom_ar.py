@@ -14,6 +14,7 @@ No GPU needed.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -21,7 +22,6 @@ from typing import Any
 
 import _sfprobe as sf
 from _sglang_node import (
-    Evaluated,
     GateReached,
     Node,
     emulated_node,
@@ -130,8 +130,8 @@ def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
     return car_verdict(where, "reached the P2P check", [], node, sizes, prefix)
 
 
-def decide(torch: Any, node: Node) -> Evaluated:
-    return evaluate(live_custom_ar, static_custom_ar, torch, node)
+#: SGLang's code alone decides this gate: the live run, else the static reading.
+decide = functools.partial(evaluate, live_custom_ar, static_custom_ar)
 
 
 def main(argv: Sequence[str]) -> None:

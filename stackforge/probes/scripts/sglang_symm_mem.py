@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -29,7 +30,6 @@ from typing import Any
 
 import _sfprobe as sf
 from _sglang_node import (
-    Evaluated,
     GateReached,
     Node,
     constructor_line,
@@ -256,8 +256,8 @@ def static_symm_mem(node: Node, import_error: str) -> sf.ProbeVerdict:
     return symm_verdict(where, "reached the symmetric-memory allocation", [], node, "static: " + prefix)
 
 
-def decide(torch: Any, node: Node) -> Evaluated:
-    return evaluate(live_symm_mem, static_symm_mem, torch, node)
+#: SGLang's code alone decides this gate: the live run, else the static reading.
+decide = functools.partial(evaluate, live_symm_mem, static_symm_mem)
 
 
 def main(argv: Sequence[str]) -> None:
