@@ -19,7 +19,7 @@ pytestmark = pytest.mark.pypi
 
 def test_bisect_finds_the_flashinfer_allreduce_fusion_boundary_on_pypi(tmp_path, monkeypatch):
     monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("stackforge.wheels.tier.load_readers", lambda: (COMM_SPEC,))
+    monkeypatch.setattr("stackforge.wheels.bisect_campaign.load_readers", lambda: (COMM_SPEC,))
     result = CliRunner().invoke(cli, ["bisect", "flashinfer-ar-fusion", "--target", "rtx-pro-6000-x8-pcie",
                                       "--from", "0.6.16.post4", "--to", "0.6.17", "--json"])
     assert result.exit_code == 0, result.output

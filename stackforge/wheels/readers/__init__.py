@@ -2,7 +2,8 @@
 
 Each module reads one distribution's unpacked wheel (:mod:`.flashinfer` for flashinfer-python,
 :mod:`.sglang` for sglang, :mod:`.metadata` for any distribution's METADATA) and exports
-``READERS``, a tuple of :class:`~stackforge.core.wheel_readings.ReaderSpec`. This registry joins them;
+``READERS``, a tuple of :class:`~stackforge.core.wheel_readings.ReaderSpec` built by
+:func:`._reader.specs` from each reader's :func:`._reader.reads` declaration. This registry joins them;
 :func:`reader_for` is the one lookup the tier, ``bisect`` and ``compat verify`` use.
 """
 

@@ -66,6 +66,7 @@ from stackforge.wheels.readers._ast import (
     looked_site,
     parse,
 )
+from stackforge.wheels.readers._reader import gate_reading, reads, specs
 
 DIST = "flashinfer-python"
 PACKAGE = "flashinfer"
@@ -104,6 +105,17 @@ def bad_arch(fact: str, ctx: ReadContext, sites: tuple[CodeSite, ...]) -> Readin
 def cite(site: CodeSite) -> str:
     """``path:line`` of a site (just the path for a file's absence)."""
     return f"{site.path}:{site.line}" if site.line else site.path
+
+
+def parsed_file(fact: str, root: Path, path: str, absent: ReadingStatus, absence: str) -> SourceFile | Reading:
+    """The Python file ``path`` parsed, or the reading when there is nothing to read: ``absent``
+    ("no <path>: <absence>") when the wheel lacks the file, UNDECIDED when it does not parse."""
+    source = parse(root, path)
+    if source is None:
+        return Reading(fact, absent, f"no {path}: {absence}", (absent_site(path),))
+    if source.tree is None:
+        return Reading(fact, ReadingStatus.UNDECIDED, source.error, (looked_site(root, path, "does not parse"),))
+    return source
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,24 +221,26 @@ def read_generator_gate(fact: str, generator: str, candidates: Sequence[str], wh
                        f"{unreadable[0].site.code}", sites, ("arch",))
     major = capability[0]
     refusing = [gate for gate in gates if major not in (gate.majors or ())]
-    if refusing:
-        gate = refusing[0]
-        return Reading(fact, ReadingStatus.UNAVAILABLE,
-                       f"{cite(gate.site)} {gate.text()}: {major} not admitted ({generator} raises "
-                       f"'No supported CUDA architectures found' for {ctx.arch})", sites, ("arch",))
-    return Reading(fact, ReadingStatus.AVAILABLE,
-                   f"{cite(gates[0].site)} {gates[0].text()}: {major} admitted", sites, ("arch",))
+    gate = (refusing or gates)[0]   # the first gate that refuses the major, else the first gate
+    verdict = (f"not admitted ({generator} raises 'No supported CUDA architectures found' for {ctx.arch})"
+               if refusing else "admitted")
+    return gate_reading(fact, not refusing, f"{cite(gate.site)} {gate.text()}: {major} {verdict}", sites,
+                        ("arch",))
 
 
 # ------------------------------------------------------------------------------------------------
 # flashinfer-ar-fusion, flashinfer-ar-fusion:gate-present, flashinfer-mnnvl
 # ------------------------------------------------------------------------------------------------
 
+@reads("flashinfer-ar-fusion",
+       "gen_trtllm_comm_module's get_nvcc_flags_list(supported_major_versions=...) vs the target's major")
 def read_ar_fusion(root: Path, ctx: ReadContext) -> Reading:
     return read_generator_gate("flashinfer-ar-fusion", "gen_trtllm_comm_module", AR_FUSION_FILES,
                                "trtllm allreduce-fusion JIT module", root, ctx)
 
 
+@reads("flashinfer-ar-fusion:gate-present",
+       "whether gen_trtllm_comm_module has an arch gate at all (none before 0.3.1)")
 def read_ar_fusion_gate_present(root: Path, ctx: ReadContext) -> Reading:
     """Is there an arch gate on the fusion JIT at all (target-independent)."""
     fact, generator = "flashinfer-ar-fusion:gate-present", "gen_trtllm_comm_module"
@@ -249,6 +263,7 @@ def read_ar_fusion_gate_present(root: Path, ctx: ReadContext) -> Reading:
                    f"{cite(gates[0].site)} {generator} gated by {gates[0].text()}", sites)
 
 
+@reads("flashinfer-mnnvl", "gen_trtllm_mnnvl_comm_module's supported_major_versions vs the target's major")
 def read_mnnvl(root: Path, ctx: ReadContext) -> Reading:
     return read_generator_gate("flashinfer-mnnvl", "gen_trtllm_mnnvl_comm_module", MNNVL_FILES,
                                "MNNVL comm JIT module", root, ctx)
@@ -443,17 +458,15 @@ def nvcc_arch(value: Any) -> str:
     return ""
 
 
+@reads("flashinfer-jit",
+       "CompilationContext._normalize_cuda_arch followed for the target arch and the CUDA FlashInfer finds")
 def read_jit(root: Path, ctx: ReadContext) -> Reading:
     """The SM12x CUDA-version gate of FlashInfer's CompilationContext for the target and CUDA."""
     fact = "flashinfer-jit"
-    source = parse(root, COMPILATION_CONTEXT)
-    if source is None:
-        return Reading(fact, ReadingStatus.AVAILABLE,
-                       f"no {COMPILATION_CONTEXT}: no CUDA-version gate on the target arch in this release",
-                       (absent_site(COMPILATION_CONTEXT),))
-    if source.tree is None:
-        return Reading(fact, ReadingStatus.UNDECIDED, source.error,
-                       (looked_site(root, COMPILATION_CONTEXT, "does not parse"),))
+    source = parsed_file(fact, root, COMPILATION_CONTEXT, ReadingStatus.AVAILABLE,
+                         "no CUDA-version gate on the target arch in this release")
+    if isinstance(source, Reading):
+        return source
     function = source.function("_normalize_cuda_arch")
     if function is None:
         anchor = source.lines_containing("class CompilationContext")
@@ -534,6 +547,7 @@ def fmha_check_lines(source: SourceFile) -> tuple[int, ...]:
     return tuple(range(start, end + 1))
 
 
+@reads("trtllm-fmha", "TllmGenFmhaRunner's SM check (mSM == kSM_N) in the shipped fmhaRunner.cuh")
 def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
     """trtllm-gen FMHA's SM list, from the runner header the wheel ships."""
     fact = "trtllm-fmha"
@@ -566,12 +580,9 @@ def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
         return bad_arch(fact, ctx, sites)
     sm = capability[0] * 10 + capability[1]
     listed = "{" + ", ".join(f"sm_{n}" for n in sms) + "}"
-    if sm in sms:
-        return Reading(fact, ReadingStatus.AVAILABLE,
-                       f"{cite(sites[0])} TllmGenFmhaRunner accepts {listed}: sm_{sm} admitted", sites, ("arch",))
-    return Reading(fact, ReadingStatus.UNAVAILABLE,
-                   f"{cite(sites[0])} TllmGenFmhaRunner accepts {listed}: sm_{sm} 'Unsupported architecture'",
-                   sites, ("arch",))
+    verdict = "admitted" if sm in sms else "'Unsupported architecture'"
+    return gate_reading(fact, sm in sms,
+                        f"{cite(sites[0])} TllmGenFmhaRunner accepts {listed}: sm_{sm} {verdict}", sites, ("arch",))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -611,6 +622,7 @@ def backend_support(root: Path, source: SourceFile, backend: str, requirement: a
     return BackendSupport(backend, tuple(int(cc) for cc in resolved.value), holder.site(decorators[0]))
 
 
+@reads("nvfp4-gemm", "mm_fp4's backends and each requirement's @supported_compute_capability list")
 def read_nvfp4_gemm(root: Path, ctx: ReadContext) -> Reading:
     """Which of mm_fp4's backends declare support for the target's compute capability."""
     fact = "nvfp4-gemm"
@@ -638,32 +650,31 @@ def read_nvfp4_gemm(root: Path, ctx: ReadContext) -> Reading:
     listing = "; ".join(f"{b.backend} {list(b.ccs) if b.ccs is not None else '?'}" for b in backends)
     sites = (def_site, *dict.fromkeys(b.site for b in backends))
     admitting = [b.backend for b in backends if b.ccs and cc in b.ccs]
-    if admitting:
-        return Reading(fact, ReadingStatus.AVAILABLE,
-                       f"{cite(def_site)} mm_fp4 backends {listing}: {cc} admitted by {', '.join(admitting)}",
-                       sites, ("arch",))
     unread = [b for b in backends if b.ccs is None]
-    if unread:
-        return Reading(fact, ReadingStatus.UNDECIDED,
-                       f"{cite(def_site)} mm_fp4 backends {listing}: {cc} not admitted by those read; "
-                       f"{', '.join(f'{b.backend} ({b.note})' for b in unread)}", sites, ("arch",))
-    return Reading(fact, ReadingStatus.UNAVAILABLE,
-                   f"{cite(def_site)} mm_fp4 backends {listing}: {cc} admitted by none", sites, ("arch",))
+    admitted: bool | None
+    if admitting:
+        admitted, verdict = True, f"admitted by {', '.join(admitting)}"
+    elif unread:   # one of the backends not read may admit it
+        notes = ", ".join(f"{b.backend} ({b.note})" for b in unread)
+        admitted, verdict = None, f"not admitted by those read; {notes}"
+    else:
+        admitted, verdict = False, "admitted by none"
+    return gate_reading(fact, admitted, f"{cite(def_site)} mm_fp4 backends {listing}: {cc} {verdict}", sites,
+                        ("arch",))
 
 
 # ------------------------------------------------------------------------------------------------
 # flashinfer-pcie-ipc-ar
 # ------------------------------------------------------------------------------------------------
 
+@reads("flashinfer-pcie-ipc-ar",
+       "flashinfer/comm/pcie_ipc_ar.py present, its _SUPPORTED_WORLD_SIZES and the JIT arch gate")
 def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
     """FlashInfer's PCIe IPC allreduce: present, its world sizes, and its JIT arch gate."""
     fact = "flashinfer-pcie-ipc-ar"
-    source = parse(root, PCIE_IPC_AR)
-    if source is None:
-        return Reading(fact, ReadingStatus.ABSENT, f"no {PCIE_IPC_AR}: no PCIe IPC allreduce in this release",
-                       (absent_site(PCIE_IPC_AR),))
-    if source.tree is None:
-        return Reading(fact, ReadingStatus.UNDECIDED, source.error, (looked_site(root, PCIE_IPC_AR, "does not parse"),))
+    source = parsed_file(fact, root, PCIE_IPC_AR, ReadingStatus.ABSENT, "no PCIe IPC allreduce in this release")
+    if isinstance(source, Reading):
+        return source
     assignment = source.module_constant("_SUPPORTED_WORLD_SIZES")
     resolved = source.resolve(assignment.value) if assignment is not None else None
     if resolved is None or not isinstance(resolved.value, (tuple, list, set)):
@@ -689,19 +700,5 @@ def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
                    f"{where}: world size {ctx.gpu_count} admitted; {arch_note}", tuple(sites), depends)
 
 
-READERS: tuple[ReaderSpec, ...] = (
-    ReaderSpec("flashinfer-ar-fusion", DIST, read_ar_fusion,
-               "gen_trtllm_comm_module's get_nvcc_flags_list(supported_major_versions=...) vs the target's major"),
-    ReaderSpec("flashinfer-ar-fusion:gate-present", DIST, read_ar_fusion_gate_present,
-               "whether gen_trtllm_comm_module has an arch gate at all (none before 0.3.1)"),
-    ReaderSpec("flashinfer-mnnvl", DIST, read_mnnvl,
-               "gen_trtllm_mnnvl_comm_module's supported_major_versions vs the target's major"),
-    ReaderSpec("flashinfer-jit", DIST, read_jit,
-               "CompilationContext._normalize_cuda_arch followed for the target arch and the CUDA FlashInfer finds"),
-    ReaderSpec("trtllm-fmha", DIST, read_trtllm_fmha,
-               "TllmGenFmhaRunner's SM check (mSM == kSM_N) in the shipped fmhaRunner.cuh"),
-    ReaderSpec("nvfp4-gemm", DIST, read_nvfp4_gemm,
-               "mm_fp4's backends and each requirement's @supported_compute_capability list"),
-    ReaderSpec("flashinfer-pcie-ipc-ar", DIST, read_pcie_ipc_ar,
-               "flashinfer/comm/pcie_ipc_ar.py present, its _SUPPORTED_WORLD_SIZES and the JIT arch gate"),
-)
+READERS: tuple[ReaderSpec, ...] = specs(DIST, read_ar_fusion, read_ar_fusion_gate_present, read_mnnvl,
+                                         read_jit, read_trtllm_fmha, read_nvfp4_gemm, read_pcie_ipc_ar)

@@ -9,7 +9,7 @@ unconditional), so an optional ``[cu13]`` extra does not decide a release's stac
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
+from stackforge.wheels.readers._reader import gate_reading, reads, specs
 
 #: The extra of a release whose requirements a CUDA install pulls in when they are not unconditional:
 #: SGLang up to 0.5.x kept its runtime (torch, sgl-kernel, flashinfer) under ``sglang[srt]``.
@@ -112,6 +113,7 @@ def no_metadata(fact: str) -> Reading:
 # metadata:requires-python
 # --------------------------------------------------------------------------------------------
 
+@reads("metadata:requires-python", "Requires-Python in *.dist-info/METADATA")
 def read_requires_python(root: Path, ctx: ReadContext) -> Reading:
     """Is the context's Python admitted by the release's Requires-Python?"""
     fact = "metadata:requires-python"
@@ -132,9 +134,9 @@ def read_requires_python(root: Path, ctx: ReadContext) -> Reading:
     except (InvalidSpecifier, InvalidVersion) as exc:
         return Reading(fact, ReadingStatus.UNDECIDED, f"{where.path}:{where.line} unreadable: {exc}", (where,),
                        ("python",))
-    return Reading(fact, ReadingStatus.AVAILABLE if admitted else ReadingStatus.UNAVAILABLE,
-                   f"{where.path}:{where.line} Requires-Python: {header.value}: Python {ctx.python} "
-                   f"{'admitted' if admitted else 'not admitted'}", (where,), ("python",))
+    return gate_reading(fact, admitted,
+                        f"{where.path}:{where.line} Requires-Python: {header.value}: Python {ctx.python} "
+                        f"{'admitted' if admitted else 'not admitted'}", (where,), ("python",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,6 +163,8 @@ def cuda_major(version: str) -> int | None:
         return None
 
 
+@reads("metadata:torch-pin",
+       "Requires-Dist torch and the requirements only a CUDA 13 stack satisfies (cuda-python>=13, [cu13])")
 def read_torch_pin(root: Path, ctx: ReadContext) -> Reading:
     """The release's torch requirement and whether it needs a CUDA 13 stack, for the context's torch
     CUDA: UNAVAILABLE when it does and ``ctx.torch_cuda`` is below 13."""
@@ -184,15 +188,16 @@ def read_torch_pin(root: Path, ctx: ReadContext) -> Reading:
     if major is None:
         return Reading(fact, ReadingStatus.UNDECIDED, f"{stack}; the context names no torch CUDA", sites,
                        ("torch_cuda",))
-    status = ReadingStatus.AVAILABLE if major >= 13 else ReadingStatus.UNAVAILABLE
-    return Reading(fact, status, f"{stack}: torch CUDA {ctx.torch_cuda} {'is' if major >= 13 else 'is not'} one",
-                   sites, ("torch_cuda",))
+    return gate_reading(fact, major >= 13,
+                        f"{stack}: torch CUDA {ctx.torch_cuda} {'is' if major >= 13 else 'is not'} one",
+                        sites, ("torch_cuda",))
 
 
 # --------------------------------------------------------------------------------------------
 # metadata:kernel-package
 # --------------------------------------------------------------------------------------------
 
+@reads("metadata:kernel-package", "Requires-Dist sgl-kernel / sglang-kernel in *.dist-info/METADATA")
 def read_kernel_package(root: Path, ctx: ReadContext) -> Reading:
     """Which kernel distribution the release requires (``sgl-kernel``, renamed ``sglang-kernel``):
     UNAVAILABLE when the context's kernel package is the other name."""
@@ -212,22 +217,12 @@ def read_kernel_package(root: Path, ctx: ReadContext) -> Reading:
         return Reading(fact, ReadingStatus.UNDECIDED, f"{said}; the context names no kernel package", (where,),
                        ("kernel_package",))
     same = canonicalize_name(ctx.kernel_package) == required
-    return Reading(fact, ReadingStatus.AVAILABLE if same else ReadingStatus.UNAVAILABLE,
-                   f"{said}: {ctx.kernel_package} {'is' if same else 'is not'} the package it requires", (where,),
-                   ("kernel_package",))
+    return gate_reading(fact, same,
+                        f"{said}: {ctx.kernel_package} {'is' if same else 'is not'} the package it requires",
+                        (where,), ("kernel_package",))
 
-
-def specs(dist: str, *readers: tuple[str, Callable[[Path, ReadContext], Reading], str]) -> tuple[ReaderSpec, ...]:
-    return tuple(ReaderSpec(fact, dist, reader, what) for fact, reader, what in readers)
-
-
-REQUIRES_PYTHON = ("metadata:requires-python", read_requires_python, "Requires-Python in *.dist-info/METADATA")
-TORCH_PIN = ("metadata:torch-pin", read_torch_pin,
-             "Requires-Dist torch and the requirements only a CUDA 13 stack satisfies (cuda-python>=13, [cu13])")
-KERNEL_PACKAGE = ("metadata:kernel-package", read_kernel_package,
-                  "Requires-Dist sgl-kernel / sglang-kernel in *.dist-info/METADATA")
 
 READERS: tuple[ReaderSpec, ...] = (
-    *specs("sglang", REQUIRES_PYTHON, TORCH_PIN, KERNEL_PACKAGE),
-    *specs("flashinfer-python", REQUIRES_PYTHON, TORCH_PIN),
+    *specs("sglang", read_requires_python, read_torch_pin, read_kernel_package),
+    *specs("flashinfer-python", read_requires_python, read_torch_pin),
 )

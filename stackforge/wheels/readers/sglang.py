@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 from stackforge.probes.scripts import _sglang_source as source
+from stackforge.wheels.readers._reader import DeclaredReader, gate_reading, reads, specs
 
 DIST = "sglang"
 COMM_DIR = source.COMM.replace("sglang.", "", 1).replace(".", "/")
@@ -133,6 +134,8 @@ def symm_mem(root: Path) -> SymmMem | Reading:
                    site(root, path, multicast) if multicast else None)
 
 
+@reads("torch-symm-mem",
+       "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES and how TorchSymmMemCommunicator.__init__ indexes it")
 def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
     """Replays ``TorchSymmMemCommunicator.__init__``'s gates for the capability and the GPU count."""
     found = symm_mem(root)
@@ -181,6 +184,8 @@ def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
 # custom-allreduce: supported world sizes and the PCIe gate
 # --------------------------------------------------------------------------------------------
 
+@reads("custom-allreduce",
+       "CustomAllreduce._SUPPORTED_WORLD_SIZES and the `world_size > 2 and not full_nvlink` gate")
 def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
     """``CustomAllreduce``: world size in ``_SUPPORTED_WORLD_SIZES``, then ``world_size > 2 and not
     full_nvlink`` disables it (in ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``
@@ -224,6 +229,7 @@ def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
 # flashinfer-ar-fusion: SGLang's own arch gate, and ServerArgs turning fusion on by itself
 # --------------------------------------------------------------------------------------------
 
+@reads("flashinfer-ar-fusion", "_resolve_backend's arch check in srt/layers/flashinfer_comm_fusion.py")
 def read_ar_fusion_gate(root: Path, ctx: ReadContext) -> Reading:
     """``_resolve_backend`` in ``srt/layers/flashinfer_comm_fusion.py`` (0.5.14+): its
     ``if not (is_sm90 or is_sm100...): raise`` evaluated for the capability major."""
@@ -251,11 +257,13 @@ def read_ar_fusion_gate(root: Path, ctx: ReadContext) -> Reading:
         return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED,
                        f"{where(sites[0])} `{ast.unparse(test)}` could not be evaluated: {exc}", sites, ("arch",))
     verdict = f"raises {message}" if rejected else "passes"
-    return Reading("flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE if rejected else ReadingStatus.AVAILABLE,
-                   f"{where(sites[0])} {FUSION_GATE}: `if {ast.unparse(test)}` for capability {ctx.arch}: {verdict} "
-                   "(flags read as capability majors)", sites, ("arch",))
+    return gate_reading("flashinfer-ar-fusion", not rejected,
+                        f"{where(sites[0])} {FUSION_GATE}: `if {ast.unparse(test)}` for capability "
+                        f"{ctx.arch}: {verdict} (flags read as capability majors)", sites, ("arch",))
 
 
+@reads("flashinfer-ar-fusion:autoenable",
+       "ServerArgs / the overrides pass turning FlashInfer allreduce fusion on by itself")
 def read_ar_fusion_autoenable(root: Path, ctx: ReadContext) -> Reading:
     """Does ServerArgs turn ``enable_flashinfer_allreduce_fusion`` on by itself for the arch? Every
     ``self.enable_flashinfer_allreduce_fusion = True`` (0.5.23: the overrides pass's returns) with the
@@ -373,9 +381,10 @@ def backend_named(root: Path) -> CodeSite | None:
     return None
 
 
-def trtllm_reader(phase: str) -> Callable[[Path, ReadContext], Reading]:
+def trtllm_reader(phase: str) -> DeclaredReader:
     fact = f"trtllm-fmha:{phase}"
 
+    @reads(fact, f"the trtllm_mha {phase} backend's arch check (server_args.py / arg_groups)")
     def read(root: Path, ctx: ReadContext) -> Reading:
         """SGLang's check of the trtllm_mha attention backend for one phase on the arch."""
         named = backend_named(root)
@@ -427,7 +436,8 @@ def option_site(root: Path, option: str) -> CodeSite | None:
     return None
 
 
-def option_reader(fact: str, option: str) -> Callable[[Path, ReadContext], Reading]:
+def option_reader(fact: str, option: str) -> DeclaredReader:
+    @reads(fact, f"the {option} option (server_args.py / arg_groups/fields)")
     def read(root: Path, ctx: ReadContext) -> Reading:
         """Whether this SGLang declares the option (its argparse string or its ServerArgs field)."""
         found = option_site(root, option)
@@ -454,6 +464,7 @@ def env_site(root: Path, name: str) -> CodeSite | None:
     return None
 
 
+@reads("sglang-pcie-ipc-ar", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE and pcie_ipc_ar.py's supported world sizes")
 def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
     """``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` (off by default) builds ``PcieIpcCommunicator`` for the tp
     group when its ``_SUPPORTED_WORLD_SIZES`` admits the world size; it needs FlashInfer's
@@ -486,23 +497,7 @@ def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
                    f"{tuple(sizes)} admits {ctx.gpu_count}{needed}", sites, ("gpu_count",))
 
 
-READERS: tuple[ReaderSpec, ...] = (
-    ReaderSpec("torch-symm-mem", DIST, read_torch_symm_mem,
-               "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES and how TorchSymmMemCommunicator.__init__ indexes it"),
-    ReaderSpec("torch-symm-mem:flag", DIST, option_reader("torch-symm-mem:flag", "--enable-torch-symm-mem"),
-               "the --enable-torch-symm-mem option (server_args.py / arg_groups/fields)"),
-    ReaderSpec("custom-allreduce", DIST, read_custom_allreduce,
-               "CustomAllreduce._SUPPORTED_WORLD_SIZES and the `world_size > 2 and not full_nvlink` gate"),
-    ReaderSpec("flashinfer-ar-fusion", DIST, read_ar_fusion_gate,
-               "_resolve_backend's arch check in srt/layers/flashinfer_comm_fusion.py"),
-    ReaderSpec("flashinfer-ar-fusion:autoenable", DIST, read_ar_fusion_autoenable,
-               "ServerArgs / the overrides pass turning FlashInfer allreduce fusion on by itself"),
-    ReaderSpec("trtllm-fmha:prefill", DIST, trtllm_reader("prefill"),
-               "the trtllm_mha prefill backend's arch check (server_args.py / arg_groups)"),
-    ReaderSpec("trtllm-fmha:decode", DIST, trtllm_reader("decode"),
-               "the trtllm_mha decode backend's arch check (server_args.py / arg_groups)"),
-    ReaderSpec("sglang-pcie-ipc-ar", DIST, read_pcie_ipc_ar,
-               "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE and pcie_ipc_ar.py's supported world sizes"),
-    ReaderSpec("ep-a2a", DIST, option_reader("ep-a2a", "--moe-a2a-backend"),
-               "the --moe-a2a-backend option (server_args.py / arg_groups/fields)"),
-)
+READERS: tuple[ReaderSpec, ...] = specs(
+    DIST, read_torch_symm_mem, option_reader("torch-symm-mem:flag", "--enable-torch-symm-mem"),
+    read_custom_allreduce, read_ar_fusion_gate, read_ar_fusion_autoenable, trtllm_reader("prefill"),
+    trtllm_reader("decode"), read_pcie_ipc_ar, option_reader("ep-a2a", "--moe-a2a-backend"))
