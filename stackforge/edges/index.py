@@ -39,6 +39,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from stackforge.core.errors import StackforgeError
+from stackforge.core.fsio import atomic_write_text
 from stackforge.core.wheel_readings import ReleaseFile
 from stackforge.edges.pip_config import PYPI_SIMPLE, PipConfig, redact_urls, without_credentials
 
@@ -315,11 +316,8 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl
         else:
             entries = _page_entries(response.text, response.url or url)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"url": without_credentials(url),
-                                   "files": None if entries is None else [e.to_json() for e in entries]}))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps({"url": without_credentials(url),
+                                            "files": None if entries is None else [e.to_json() for e in entries]}))
     return entries
 
 
