@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -43,9 +42,7 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
            runner: str | None, install: str | None, python: str | None, out: str, check: bool) -> None:
     """Generate a sharded nightly workflow: build and gate on CPU runners, runtime probes and benchmarks
     on self-hosted GPU runners per arch, then merge, diff against the last run, and publish."""
-    from stackforge.ci.github import WorkflowConfig, render_workflow
-    from stackforge.core.data import resolve_matrix_path
-    from stackforge.plan.matrix_file import load_matrix
+    from stackforge.ci.github import WorkflowConfig, check_workflow_inputs, render_workflow
 
     given = {"cron": cron, "runner": runner, "install": install, "python": python}
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
@@ -53,16 +50,8 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
                             **{key: value for key, value in given.items() if value is not None})
     if out != "-" and not check:
         check_out_path(Path(out))
-    # The runners plan this file from the repository root: it must exist (and load) there, now.
-    matrix_path = resolve_matrix_path(config.matrix)
-    if not matrix_path.is_file():
-        raise SpecError(f"--matrix {config.matrix}: no such file here (the workflow plans it from the "
-                        "repository root)", remedy="run from the repository root and pass a path relative to "
-                        "it, or a shipped matrix name such as default")
-    load_matrix(matrix_path)
-    if re.fullmatch(r"stackforge\s*([=<>!~].*)?", config.install, flags=re.IGNORECASE):
-        click.echo("stackforge: warning: --install names the PyPI project 'stackforge', which is not this "
-                   "one; use '.' in a checkout of it or git+https://<host>/<owner>/stackforge@<tag>", err=True)
+    for warning in check_workflow_inputs(config):
+        click.echo(f"stackforge: warning: {warning}", err=True)
     text = render_workflow(config)
     if out == "-":
         click.echo(text, nl=False)
