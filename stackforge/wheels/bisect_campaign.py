@@ -16,12 +16,12 @@ from typing import Any
 
 from stackforge.core.errors import SpecError
 from stackforge.core.records import RunStore
+from stackforge.core.wheel_readings import ReadContext
 from stackforge.edges.index import IndexRequest, configured_indexes
 from stackforge.plan.planner import load_knowledge
 from stackforge.plan.user_compat import UserCompat
 from stackforge.wheels.bisect import Point, render_search, search_json
 from stackforge.wheels.cache import WheelCache
-from stackforge.core.wheel_readings import ReadContext
 from stackforge.wheels.tier import (
     Measurement,
     load_readers,
