@@ -57,11 +57,17 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     import sys
 
     from stackforge.results.store import ResultsFolder
-    from stackforge.wheels.bisect_campaign import BisectRequest, IndexRequest, run_bisect_campaign
+    from stackforge.wheels.bisect_campaign import (
+        BisectRequest,
+        IndexRequest,
+        ReleaseRange,
+        run_bisect_campaign,
+    )
 
-    request = BisectRequest(feature, target_name, package=package, first=first, last=last, exhaustive=exhaustive,
-                            include_pre=include_pre, include_yanked=include_yanked, cuda=cuda, python=python,
-                            torch_cuda=torch_cuda, kernel_package=kernel_package,
+    request = BisectRequest(feature, target_name, package=package,
+                            span=ReleaseRange(first, last, include_pre=include_pre, include_yanked=include_yanked),
+                            exhaustive=exhaustive, cuda=cuda, python=python, torch_cuda=torch_cuda,
+                            kernel_package=kernel_package,
                             index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
     store = ResultsFolder(results_root, command=tuple(sys.argv)) if results_root is not None else None
     outcome = run_bisect_campaign(request, user=user_compat(), store=store, on_read=_echo_read)

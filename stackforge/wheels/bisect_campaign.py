@@ -24,6 +24,7 @@ from stackforge.wheels.bisect import Point, render_search, search_json
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.tier import (
     Measurement,
+    ReleaseRange,
     load_readers,
     resolve_specs,
     run_bisect,
@@ -32,7 +33,7 @@ from stackforge.wheels.tier import (
     wheel_record,
 )
 
-__all__ = ["BisectOutcome", "BisectRequest", "IndexRequest", "run_bisect_campaign"]
+__all__ = ["BisectOutcome", "BisectRequest", "IndexRequest", "ReleaseRange", "run_bisect_campaign"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class BisectRequest:
         feature: the feature or fact to search (``flashinfer-ar-fusion``).
         target: the target profile whose arch, GPU count and interconnect the readers judge for.
         package: only this distribution, when several are read for the feature.
-        first, last: the release range (included); only with one distribution.
+        span: the releases read; a ``first``/``last`` bound only with one distribution.
         exhaustive: read every release (a history that is not monotone) instead of bisecting.
         cuda, python, torch_cuda, kernel_package: the stack's values, for facts that depend on them.
     """
@@ -51,11 +52,8 @@ class BisectRequest:
     feature: str
     target: str
     package: str | None = None
-    first: str | None = None
-    last: str | None = None
+    span: ReleaseRange = ReleaseRange()
     exhaustive: bool = False
-    include_pre: bool = False
-    include_yanked: bool = False
     cuda: str | None = None
     python: str | None = None
     torch_cuda: str | None = None
@@ -96,7 +94,7 @@ def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = Non
         IndexUnreachableError: an index or a file host did not answer (exit 3).
     """
     specs = resolve_specs(load_readers(), request.feature, request.package)
-    if len(specs) > 1 and (request.first or request.last):
+    if len(specs) > 1 and (request.span.first or request.span.last):
         raise SpecError(f"--from/--to take versions of one distribution, and {request.feature} is read from "
                         f"several: {', '.join(spec.dist for spec in specs)}", remedy="add --package DIST")
     target = target_named(load_knowledge(user=user).targets, request.target)
@@ -107,10 +105,8 @@ def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = Non
     searches, texts, missing, measured = [], [], [], []
     for spec in specs:
         try:
-            search = run_bisect(spec, ctx, indexes=indexes, cache=cache, first=request.first, last=request.last,
-                                exhaustive=request.exhaustive, include_pre=request.include_pre,
-                                include_yanked=request.include_yanked,
-                                on_read=lambda point, dist=spec.dist: on_read(dist, point))
+            search = run_bisect(spec, ctx, indexes=indexes, cache=cache, span=request.span,
+                                exhaustive=request.exhaustive, on_read=lambda point, dist=spec.dist: on_read(dist, point))
         except SpecError as exc:
             if len(specs) == 1:
                 raise

@@ -236,25 +236,35 @@ def resolve_specs(readers: Sequence[ReaderSpec], fact: str, package: str | None)
     return found
 
 
-def releases_between(found: Sequence[Release], dist: str, first: str | None, last: str | None) -> list[Release]:
-    """The releases from ``first`` to ``last`` (both included, either open).
+@dataclass(frozen=True, slots=True)
+class ReleaseRange:
+    """Which releases of a distribution a search reads: ``first`` to ``last`` (both included, either
+    open), pre-releases and yanked files only when asked."""
 
-    Raises:
-        SpecError: a bound that is no version, or no release in the range (exit 2).
-    """
-    from packaging.version import InvalidVersion, Version
-    try:
-        low = Version(first) if first else None
-        high = Version(last) if last else None
-    except InvalidVersion as exc:
-        raise SpecError(f"{exc}", remedy="--from/--to take PEP 440 versions such as 0.6.16.post4") from None
-    kept = [r for r in found if (low is None or r.parsed >= low) and (high is None or r.parsed <= high)]
-    if not kept:
-        span = f"{found[0].version} .. {found[-1].version}" if found else "none"
-        raise SpecError(f"no release of {dist} between {first or 'the first'} and {last or 'the last'} "
-                        f"(releases on the indexes: {span})",
-                        remedy="widen --from/--to, or add --pre / --yanked")
-    return kept
+    first: str | None = None
+    last: str | None = None
+    include_pre: bool = False
+    include_yanked: bool = False
+
+    def of(self, found: Sequence[Release], dist: str) -> list[Release]:
+        """The releases of ``found`` (``dist``'s listing) within the range.
+
+        Raises:
+            SpecError: a bound that is no version, or no release in the range (exit 2).
+        """
+        from packaging.version import InvalidVersion, Version
+        try:
+            low = Version(self.first) if self.first else None
+            high = Version(self.last) if self.last else None
+        except InvalidVersion as exc:
+            raise SpecError(f"{exc}", remedy="--from/--to take PEP 440 versions such as 0.6.16.post4") from None
+        kept = [r for r in found if (low is None or r.parsed >= low) and (high is None or r.parsed <= high)]
+        if not kept:
+            listed = f"{found[0].version} .. {found[-1].version}" if found else "none"
+            raise SpecError(f"no release of {dist} between {self.first or 'the first'} and "
+                            f"{self.last or 'the last'} (releases on the indexes: {listed})",
+                            remedy="widen --from/--to, or add --pre / --yanked")
+        return kept
 
 
 def target_named(targets: Mapping[str, Any], name: str) -> Any:
@@ -269,18 +279,17 @@ def target_named(targets: Mapping[str, Any], name: str) -> Any:
 
 
 def run_bisect(spec: ReaderSpec, ctx: ReadContext, *, indexes: IndexConfig, cache: WheelCache,
-               first: str | None = None, last: str | None = None, exhaustive: bool = False,
-               include_pre: bool = False, include_yanked: bool = False,
+               span: ReleaseRange = ReleaseRange(), exhaustive: bool = False,
                on_read: Callable[[Point[Measurement]], None] | None = None) -> Search[Measurement]:
-    """Where ``spec``'s verdict for ``ctx`` changes across the releases of ``spec.dist`` on the indexes.
+    """Where ``spec``'s verdict for ``ctx`` changes across the releases of ``spec.dist`` in ``span``.
 
     Raises:
         SpecError: no release in the range (exit 2).
         IndexUnreachableError: an index or a file host did not answer (exit 3).
     """
-    found = releases(spec.dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
+    found = releases(spec.dist, indexes=indexes, include_pre=span.include_pre, include_yanked=span.include_yanked,
                      session=cache.session, cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
-    chosen = {r.version: r for r in releases_between(found, spec.dist, first, last)}
+    chosen = {r.version: r for r in span.of(found, spec.dist)}
 
     def read(version: str) -> Measurement:
         return measure(spec, chosen[version], ctx, cache=cache)
