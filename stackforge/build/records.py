@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from stackforge.core.envelope import check_envelope
+from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 from stackforge.core.fsio import atomic_write_text
 
@@ -97,7 +97,7 @@ class BuildRecord:
         return {"schema": BUILD_SCHEMA, "schema_version": BUILD_SCHEMA_VERSION, **data}
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+        return document_text(self.to_json())
 
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> "BuildRecord":

@@ -14,7 +14,6 @@ text.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from stackforge.core.data import data_dir
+from stackforge.core.envelope import document_text
 from stackforge.core.errors import SpecError, UnsafeValueError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.model import Flavour, Stack, content_hash
@@ -495,7 +495,7 @@ def _stack_json(stack: Stack, derived: Derived, variables: Mapping[str, Any]) ->
     payload = {"schema": "stackforge.image-stack", "schema_version": 1, "stack_id": stack.id,
                "stack": stack.to_json(), "derived": derived.to_json(),
                "torch_source": variables["torch_source"], "base_image": variables["base_image"]}
-    return json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    return document_text(payload)
 
 
 # ------------------------------------------------------------------------------------------ edges

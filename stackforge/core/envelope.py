@@ -7,11 +7,12 @@ being half-read.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from stackforge.core.errors import RecordError
 
-__all__ = ["check_envelope"]
+__all__ = ["check_envelope", "document_text"]
 
 
 def check_envelope(data: Any, *, schema: str, supported: int, what: str, path: str = "",
@@ -41,3 +42,9 @@ def check_envelope(data: Any, *, schema: str, supported: int, what: str, path: s
         raise RecordError(f"{what} schema_version {version} is newer than this stackforge understands "
                           f"({supported})", path=path, remedy="upgrade stackforge")
     return version
+
+
+def document_text(data: dict[str, Any]) -> str:
+    """How a stored JSON document is written: sorted keys, two-space indent, a final newline. Two writes
+    of one document are then byte-identical, and two runs' files diff line by line."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

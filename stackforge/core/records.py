@@ -7,7 +7,6 @@ A record keeps what was *measured*; rule predictions live in :class:`Prediction`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -15,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from stackforge.core.envelope import check_envelope
+from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 
 RESULT_SCHEMA = "stackforge.result"
@@ -112,7 +111,7 @@ class ResultRecord:
         return {"schema": RESULT_SCHEMA, "schema_version": RESULT_SCHEMA_VERSION, **data}
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+        return document_text(self.to_json())
 
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> "ResultRecord":

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from stackforge import __version__
-from stackforge.core.envelope import check_envelope
+from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.records import ResultRecord, utc_now
@@ -174,7 +174,7 @@ def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str 
     # The command line may carry an index URL with ``user:password@`` (--index-url): kept without it.
     info = RunInfo(run_id=run_id, started_at=utc_now(), host=host or socket.gethostname(),
                    command=tuple(redact_urls(arg) for arg in command), matrix_source=matrix_source, shard=shard)
-    atomic_write_text(run_dir / RUN_FILE, _dumps(info.to_json()))
+    atomic_write_text(run_dir / RUN_FILE, document_text(info.to_json()))
     return run_dir
 
 
@@ -182,7 +182,7 @@ def finish_run(run_dir: Path) -> RunInfo:
     """Stamp ``finished_at`` into the run's ``run.json`` and return the updated metadata."""
     info = read_run_info(run_dir)
     done = RunInfo(**{**_fields(info), "finished_at": utc_now()})
-    atomic_write_text(run_dir / RUN_FILE, _dumps(done.to_json()))
+    atomic_write_text(run_dir / RUN_FILE, document_text(done.to_json()))
     return done
 
 
@@ -319,7 +319,7 @@ def merge_runs(run_dirs: Sequence[Path], results_root: Path, *, command: Sequenc
         raise RecordError("merge target already exists", path=str(run_dir), remedy="choose another run id")
     for record in merge_records(*(result.records for result in loaded)):
         write_record(run_dir, record)
-    atomic_write_text(run_dir / RUN_FILE, _dumps(_merged_info(run_id, infos, command).to_json()))
+    atomic_write_text(run_dir / RUN_FILE, document_text(_merged_info(run_id, infos, command).to_json()))
     return run_dir
 
 
@@ -432,8 +432,4 @@ def _optional_str(value: Any) -> str | None:
 
 def _fields(info: RunInfo) -> dict[str, Any]:
     return {name: getattr(info, name) for name in RunInfo.__dataclass_fields__}
-
-
-def _dumps(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
