@@ -20,7 +20,8 @@ from stackforge.core.records import Status
 from stackforge.edges import docker_engine, runner
 from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
-from stackforge.probes.execute import ImageRef
+from stackforge.probes import jobs as job_runner
+from stackforge.probes.jobs import ImageRef
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -65,8 +66,8 @@ def test_gloo_sweep_runs_in_a_container(docker_client, cpu_torch_image, tmp_path
     spec = next(s for s in bench_catalog.catalog() if s.id == "bench.allreduce.gloo")
     options = BenchOptions(repeats=2, max_bytes=1 << 16)
     job = bench_run.plan_bench(plan, (spec,), options, host_gpus=NO_GPU, local=False)[0]
-    record = bench_run.run_job_in_container(docker_client, cpu_torch_image, job, options, run_id="sf-bench-ctr",
-                                            host_gpus=NO_GPU, log_path=tmp_path / "log")
+    record = job_runner.run_job_in_container(bench_run.bench_kind(options), docker_client, cpu_torch_image, job,
+                                             run_id="sf-bench-ctr", host_gpus=NO_GPU, log_path=tmp_path / "log")
     outcome = record.outcome
     assert outcome.status is Status.PASS, outcome.reason + "\n" + outcome.evidence
     rows = outcome.metrics["rows"]

@@ -16,6 +16,7 @@ from stackforge.core.errors import SpecError
 from stackforge.core.records import Status, Tier
 from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
+from stackforge.probes import jobs as job_runner
 from stackforge.report.diff import lower_is_better
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
@@ -59,8 +60,8 @@ def test_a_toy_bench_runs_and_its_declared_metrics_reach_report_pick_diff_and_th
     job = bench_run.plan_bench(plan, specs, options, host_gpus=NO_GPU, local=True)[0]
     assert job.args == ("--repeats", "3", "--tp", "8"), "the script gets the inputs its entry declares"
 
-    record = bench_run.run_job_locally(job, run_id="toy", host_gpus=NO_GPU, python=sys.executable,
-                                       scripts_dir=tmp_path)
+    record = job_runner.run_job_locally(bench_run.bench_kind(scripts_dir=tmp_path), job, run_id="toy", host_gpus=NO_GPU,
+                                        python=sys.executable)
     assert (record.outcome.status, record.tier, record.kind) == (Status.PASS, Tier.BENCH, "bench")
     assert record.outcome.metrics["widgets_per_s"] == 1234.5
     assert record.provenance.versions == {"toy": "1.0"}

@@ -18,7 +18,8 @@ from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status, Tier
 from stackforge.edges.gpus import HostGpus
 from stackforge.plan.planner import plan_file
-from stackforge.probes.execute import ImageRef
+from stackforge.probes import jobs as job_runner
+from stackforge.probes.jobs import ImageRef
 
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
 EIGHT_GPUS = HostGpus(True, "8 GPU(s)", ("NVIDIA RTX PRO 6000 Blackwell",) * 8, "580.65")
@@ -106,7 +107,7 @@ def allreduce_payload(**overrides) -> dict:
 
 def test_outcome_from_payload_adds_link_context_and_strict_json():
     target = plan_for("rtx-pro-6000-x8-pcie").targets[0]
-    outcome = bench_run.outcome_from_payload(allreduce_payload(), duration_s=12.0, target=target)
+    outcome = job_runner.outcome_from_payload(bench_run.bench_kind(), allreduce_payload(), duration_s=12.0, target=target)
     assert outcome.status is Status.PASS and outcome.duration_s == 12.0
     assert outcome.metrics["link_peak"]["name"] == "PCIe Gen5 x16"
     assert outcome.metrics["peak_busbw_efficiency"] == pytest.approx(47.25 / 63.0154, rel=1e-4)
@@ -120,7 +121,7 @@ def test_outcome_from_payload_adds_link_context_and_strict_json():
     ({"status": "pass", "metrics": [1, 2]}, "metrics are a list"),
 ])
 def test_malformed_payloads_are_errors(payload, reason):
-    outcome = bench_run.outcome_from_payload(payload)
+    outcome = job_runner.outcome_from_payload(bench_run.bench_kind(), payload)
     assert outcome.status is Status.ERROR and reason in outcome.reason
 
 
@@ -128,7 +129,7 @@ def test_outcome_from_ending_judges_deaths_like_probes():
     def ending(**kw):
         base = {"exit_code": 0, "timed_out": False, "signal": None, "output": "", "duration_s": 1.0,
                 "timeout_s": 60.0}
-        return bench_run.outcome_from_ending(**{**base, **kw})[0]
+        return job_runner.outcome_from_ending(bench_run.bench_kind(), **{**base, **kw})[0]
     line = "log\nSTACKFORGE_RESULT " + json.dumps(allreduce_payload())
     assert ending(timed_out=True, output=line).status is Status.TIMEOUT
     assert ending(exit_code=-11, signal=11, output=line).status is Status.CRASH
@@ -140,13 +141,13 @@ def test_bench_record_round_trips_as_a_bench_tier_record():
     plan = plan_for("rtx-pro-6000-x8-pcie")
     job = bench_run.plan_bench(plan, (spec("bench.allreduce.custom"),), BenchOptions(), host_gpus=EIGHT_GPUS,
                                local=False)[0]
-    outcome, facts = bench_run.outcome_from_ending(exit_code=0, timed_out=False, signal=None, duration_s=3.0,
+    outcome, facts = job_runner.outcome_from_ending(bench_run.bench_kind(), exit_code=0, timed_out=False, signal=None, duration_s=3.0,
                                                    timeout_s=60.0, target=job.target,
                                                    output="STACKFORGE_RESULT " + json.dumps(allreduce_payload()))
     facts = {**facts, "gpus": ["NVIDIA RTX PRO 6000 Blackwell"], "driver": "580.65",
              "nvcc": "Cuda compilation tools, release 13.0, V13.0.88"}
-    record = bench_run.bench_record(job, outcome, bench_run.bench_provenance(facts, ImageRef("img:tag", "sha256:1"),
-                                                                             EIGHT_GPUS, "docker"), run_id="r1")
+    provenance = job_runner.provenance_from_facts(facts, ImageRef("img:tag", "sha256:1"), EIGHT_GPUS, "docker")
+    record = job_runner.make_record(bench_run.bench_kind(), job, outcome, provenance, run_id="r1")
     assert (record.tier, record.kind, record.probe, record.feature) == (Tier.BENCH, "bench", "bench.allreduce.custom",
                                                                        "custom-allreduce")
     assert record.provenance.versions == {"torch": "2.14.1"}
@@ -163,7 +164,7 @@ def test_run_job_locally_gloo_for_real(tmp_path):
     plan = plan_for("rtx-pro-6000-x2-pcie")
     options = BenchOptions(repeats=2, max_bytes=4096)
     job = bench_run.plan_bench(plan, (spec("bench.allreduce.gloo"),), options, host_gpus=NO_GPU, local=True)[0]
-    record = bench_run.run_job_locally(job, run_id="r", host_gpus=NO_GPU, python=torch_python(),
+    record = job_runner.run_job_locally(bench_run.bench_kind(), job, run_id="r", host_gpus=NO_GPU, python=torch_python(),
                                        log_path=tmp_path / "log")
     assert record.outcome.status is Status.PASS, record.outcome.reason + record.outcome.evidence
     assert record.outcome.metrics["rows"][-1]["size_bytes"] == 4096
@@ -175,7 +176,7 @@ def test_run_job_locally_gloo_for_real(tmp_path):
 def test_skipped_job_runs_nothing():
     plan = plan_for("rtx-pro-6000-x2-pcie")
     job = bench_run.plan_bench(plan, (spec("bench.gemm"),), BenchOptions(), host_gpus=NO_GPU, local=True)[0]
-    record = bench_run.run_job_locally(job, run_id="r", host_gpus=NO_GPU, python="/nonexistent/python")
+    record = job_runner.run_job_locally(bench_run.bench_kind(), job, run_id="r", host_gpus=NO_GPU, python="/nonexistent/python")
     assert record.outcome.status is Status.SKIP and "no GPU on this host" in record.outcome.reason
 
 
@@ -187,8 +188,8 @@ def test_container_runner_mounts_scripts_and_helper(docker_client, base_image):
     plan = plan_for("rtx-pro-6000-x2-pcie")
     job = bench_run.plan_bench(plan, (spec("bench.allreduce.gloo"),), BenchOptions(repeats=1), host_gpus=NO_GPU,
                                local=False)[0]
-    record = bench_run.run_job_in_container(docker_client, ImageRef(base_image, image.id), job, BenchOptions(),
-                                            run_id="sf-bench-test", host_gpus=NO_GPU)
+    record = job_runner.run_job_in_container(bench_run.bench_kind(), docker_client, ImageRef(base_image, image.id), job,
+                                             run_id="sf-bench-test", host_gpus=NO_GPU)
     assert record.outcome.status is Status.SKIP, record.outcome
     assert "torch is not installed" in record.outcome.reason
     assert record.provenance.runner == "docker" and record.provenance.image_id == image.id

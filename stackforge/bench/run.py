@@ -20,12 +20,12 @@ from typing import Any
 from stackforge.bench.catalog import SCRIPTS_DIR, BenchSpec
 from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.core.model import Stack, Target
-from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, decisive_record, undecided_text
+from stackforge.core.records import ResultRecord, Status, decisive_record, undecided_text
 from stackforge.edges.gpus import HostGpus
 from stackforge.probes import execute
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
-from stackforge.probes.jobs import ImageRef, Job, JobKind, gpus_for, unserved_gpus
+from stackforge.probes.jobs import Job, JobKind, gpus_for, unserved_gpus
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
 CONTAINER_BENCH = "/stackforge/bench"
@@ -216,50 +216,7 @@ def container_mounts(job: Job, options: BenchOptions) -> list[Any]:
     return mounts
 
 
-def outcome_from_payload(payload: Mapping[str, Any], *, duration_s: float = 0.0,
-                         target: Target | None = None) -> Outcome:
-    """A bench script's ``STACKFORGE_RESULT`` payload -> :class:`Outcome` (see
-    :func:`stackforge.probes.jobs.outcome_from_payload`)."""
-    return job_runner.outcome_from_payload(bench_kind(), payload, duration_s=duration_s, target=target)
-
-
-def outcome_from_ending(*, exit_code: int | None, timed_out: bool, signal: int | None, output: str,
-                        duration_s: float, timeout_s: float,
-                        target: Target | None = None) -> tuple[Outcome, dict[str, Any]]:
-    """How a bench process ended (and what it printed) -> (Outcome, facts), judged as for probes."""
-    return job_runner.outcome_from_ending(bench_kind(), exit_code=exit_code, timed_out=timed_out, signal=signal,
-                                    output=output, duration_s=duration_s, timeout_s=timeout_s, target=target)
-
-
-def bench_provenance(facts: Mapping[str, Any], image: ImageRef | None, host_gpus: HostGpus,
-                     runner_kind: str) -> Provenance:
-    """Provenance of a bench result: what the script saw installed, the image, the host (as for probes)."""
-    return job_runner.provenance_from_facts(facts, image, host_gpus, runner_kind)
-
-
-def bench_record(job: Job, outcome: Outcome, provenance: Provenance, *, run_id: str) -> ResultRecord:
-    """The result record of one bench (tier ``bench``, kind ``bench``)."""
-    return job_runner.make_record(bench_kind(), job, outcome, provenance, run_id=run_id)
-
-
 # ---------------------------------------------------------------------------------------------- running
-
-
-def run_job_locally(job: Job, *, run_id: str, host_gpus: HostGpus, python: str = sys.executable,
-                    log_path: Path | None = None, scripts_dir: Path = SCRIPTS_DIR) -> ResultRecord:
-    """Run one bench in this machine's Python environment (``--local``).
-
-    The script finds the shared ``_sfprobe.py`` in the repository layout (``../../probes/scripts``).
-    """
-    return job_runner.run_job_locally(bench_kind(scripts_dir=scripts_dir), job, run_id=run_id, host_gpus=host_gpus,
-                                python=python, log_path=log_path)
-
-
-def run_job_in_container(client: Any, image: ImageRef, job: Job, options: BenchOptions, *, run_id: str,
-                         host_gpus: HostGpus, log_path: Path | None = None) -> ResultRecord:
-    """Run one bench in a fresh container of ``image`` (removed afterwards)."""
-    return job_runner.run_job_in_container(bench_kind(options), client, image, job, run_id=run_id, host_gpus=host_gpus,
-                                     log_path=log_path)
 
 
 def run_bench_jobs(planned: Sequence[Job], options: BenchOptions, *, run_id: str, host_gpus: HostGpus,
@@ -284,6 +241,5 @@ def describe_metrics(record: ResultRecord) -> str:
     return describe(record.outcome.metrics)
 
 
-__all__ = ["BenchOptions", "bench_argv", "bench_kind", "bench_record", "gpus_for", "outcome_from_ending",
-           "outcome_from_payload", "plan_bench", "run_bench_jobs", "run_job_in_container", "run_job_locally",
-           "script_args", "with_link_context"]
+__all__ = ["BenchOptions", "bench_argv", "bench_kind", "gpus_for", "plan_bench", "run_bench_jobs", "script_args",
+           "with_link_context"]
