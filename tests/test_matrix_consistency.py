@@ -2,7 +2,7 @@
 
 Checked twice: on the seed records built in code, and on records of real probe runs (the gate
 probe scripts of stackforge/probes/scripts run in this machine's Python through
-``stackforge.probes.execute.run_locally``, written to a results folder and loaded back).
+the job runner with the probe kind, ``tests/_probe_runs.run_locally``, written to a results folder and loaded back).
 """
 
 from __future__ import annotations
@@ -123,9 +123,10 @@ def test_seed_records_without_a_plan_are_consistent():
 
 
 def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
+    from _probe_runs import ProbeContext, run_locally
+
     from stackforge.edges.gpus import HostGpus
     from stackforge.probes.catalog import ProbeSpec
-    from stackforge.probes.execute import ProbeContext, run_locally
 
     specs = [ProbeSpec(id=script.removesuffix(".py").replace("_", "-"), feature=feature, tier="gate", script=script,
                        description=f"{script} as a gate probe", default_timeout_s=180)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
+from _probe_runs import ProbeContext, run_in_container
 
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
@@ -23,7 +24,7 @@ from stackforge.edges.docker_engine import MANAGED_LABEL
 from stackforge.edges.gpus import HostGpus
 from stackforge.probes.campaign import ProbeJob, run_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
-from stackforge.probes.execute import ImageRef, ProbeContext, run_in_container
+from stackforge.probes.execute import ImageRef
 
 pytestmark = [pytest.mark.docker]
 

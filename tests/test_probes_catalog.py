@@ -109,7 +109,8 @@ def test_a_script_may_say_undecided_and_the_runner_keeps_it():
     import sys
 
     from stackforge.core.records import Status
-    from stackforge.probes.execute import outcome_from_ending
+    from stackforge.probes.execute import probe_kind
+    from stackforge.probes.jobs import outcome_from_ending
 
     sys.path.insert(0, str(SCRIPTS_DIR))
     try:
@@ -117,8 +118,8 @@ def test_a_script_may_say_undecided_and_the_runner_keeps_it():
     finally:
         sys.path.pop(0)
     line = sf.result_line("undecided", "needs a running server", "ValueError: config namespace 'exec' not published")
-    outcome, _ = outcome_from_ending(exit_code=0, timed_out=False, signal=None, output=f"log\n{line}\n",
-                                     duration_s=1.0, timeout_s=60.0)
+    outcome, _ = outcome_from_ending(probe_kind(), exit_code=0, timed_out=False, signal=None,
+                                     output=f"log\n{line}\n", duration_s=1.0, timeout_s=60.0)
     assert (outcome.status, outcome.reason) == (Status.UNDECIDED, "needs a running server")
     assert outcome.evidence == "ValueError: config namespace 'exec' not published"
     with pytest.raises(ValueError, match="status must be one of"):

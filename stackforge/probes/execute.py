@@ -10,22 +10,16 @@ prints no result line becomes ``error``. Every container is removed afterwards.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stackforge.core.model import Stack, Target
-from stackforge.core.records import Outcome, ResultRecord, Status
-from stackforge.edges import runner
+from stackforge.core.records import Status
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes import jobs
 from stackforge.probes.jobs import (
     ImageRef,
     Job,
     JobKind,
-    run_job_in_container,
-    run_job_locally,
     unserved_gpus,
 )
 
@@ -35,19 +29,8 @@ EVIDENCE_CHARS = 4000
 #: A probe script may report any status but the two only the runner observes.
 PROBE_STATUSES = frozenset(set(Status) - {Status.TIMEOUT, Status.CRASH})
 
-__all__ = ["CONTAINER_SCRIPTS", "EVIDENCE_CHARS", "SCRIPTS_DIR", "ImageRef", "ProbeContext", "outcome_from_ending", "plan_probe_job", "probe_kind", "run_in_container", "run_locally", "unmet_precondition"]
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeContext:
-    """Everything a probe run needs besides the probe itself (passed explicitly)."""
-
-    run_id: str
-    target: Target
-    host_gpus: HostGpus
-    timeout_s: float | None = None          # overrides each probe's default
-    scripts_dir: Path = SCRIPTS_DIR
-    extra_env: dict[str, str] = field(default_factory=dict)
+__all__ = ["CONTAINER_SCRIPTS", "EVIDENCE_CHARS", "SCRIPTS_DIR", "ImageRef", "plan_probe_job", "probe_kind",
+           "unmet_precondition"]
 
 
 def probe_kind(scripts_dir: Path = SCRIPTS_DIR, extra_env: dict[str, str] | None = None) -> JobKind:
@@ -85,28 +68,3 @@ def plan_probe_job(stack: Stack, spec: Any, target: Target, host_gpus: HostGpus,
     unmet = unmet_precondition(spec, target, host_gpus)
     return Job(stack, target, spec, probe_args(spec, target), float(timeout_s or spec.default_timeout_s),
                *(unmet or (None, "")))
-
-
-def outcome_from_ending(*, exit_code: int | None, timed_out: bool, signal: int | None, output: str,
-                        duration_s: float, timeout_s: float) -> tuple[Outcome, dict[str, Any]]:
-    """Pure: turn how a probe process ended (and what it printed) into an Outcome and its facts."""
-    return jobs.outcome_from_ending(probe_kind(), exit_code=exit_code, timed_out=timed_out, signal=signal,
-                                    output=output, duration_s=duration_s, timeout_s=timeout_s)
-
-
-def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx: ProbeContext,
-                     *, log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
-    """Run one probe in a fresh container of ``image`` (always removed afterwards); see
-    :func:`stackforge.probes.jobs.run_job_in_container`."""
-    job = plan_probe_job(stack, spec, ctx.target, ctx.host_gpus, ctx.timeout_s)
-    return run_job_in_container(probe_kind(ctx.scripts_dir, ctx.extra_env), client, image, job, run_id=ctx.run_id,
-                                host_gpus=ctx.host_gpus, log_path=log_path, cancel=cancel)
-
-
-def run_locally(stack: Stack, spec: Any, ctx: ProbeContext, *, python: str = sys.executable,
-                log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
-    """Run one probe in this machine's Python environment (bare-metal boxes: ``--local``); see
-    :func:`stackforge.probes.jobs.run_job_locally`."""
-    job = plan_probe_job(stack, spec, ctx.target, ctx.host_gpus, ctx.timeout_s)
-    return run_job_locally(probe_kind(ctx.scripts_dir, ctx.extra_env), job, run_id=ctx.run_id,
-                           host_gpus=ctx.host_gpus, python=python, log_path=log_path, cancel=cancel)

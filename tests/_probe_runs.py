@@ -1,0 +1,47 @@
+"""One probe on one stack, run as a campaign runs it: :func:`stackforge.probes.execute.plan_probe_job`
+(preconditions first), then the job runner with the probe kind. For tests that look at one record."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import ResultRecord
+from stackforge.edges.gpus import HostGpus
+from stackforge.probes import jobs
+from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, probe_kind
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """Everything a probe run needs besides the probe itself."""
+
+    run_id: str
+    target: Target
+    host_gpus: HostGpus
+    timeout_s: float | None = None          # overrides each probe's default
+    scripts_dir: Path = SCRIPTS_DIR
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def job(self, stack: Stack, spec: Any) -> jobs.Job:
+        return plan_probe_job(stack, spec, self.target, self.host_gpus, self.timeout_s)
+
+    def kind(self) -> jobs.JobKind:
+        return probe_kind(self.scripts_dir, self.extra_env)
+
+
+def run_locally(stack: Stack, spec: Any, ctx: ProbeContext, *, python: str = sys.executable,
+                log_path: Path | None = None) -> ResultRecord:
+    """The probe in the Python environment of ``python`` (``--local``)."""
+    return jobs.run_job_locally(ctx.kind(), ctx.job(stack, spec), run_id=ctx.run_id, host_gpus=ctx.host_gpus,
+                                python=python, log_path=log_path)
+
+
+def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx: ProbeContext, *,
+                     log_path: Path | None = None) -> ResultRecord:
+    """The probe in a fresh container of ``image`` (removed afterwards)."""
+    return jobs.run_job_in_container(ctx.kind(), client, image, ctx.job(stack, spec), run_id=ctx.run_id,
+                                     host_gpus=ctx.host_gpus, log_path=log_path)
