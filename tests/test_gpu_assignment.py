@@ -17,11 +17,12 @@ import pytest
 from _probe_runs import ProbeContext, run_locally
 
 from stackforge.bench.catalog import catalog as bench_catalog
-from stackforge.bench.run import BenchOptions, gpus_for, unmet_precondition
+from stackforge.bench.run import BenchOptions, unmet_precondition
 from stackforge.core.model import Interconnect, Stack, Target
 from stackforge.core.records import Status
 from stackforge.edges.gpus import GpuAssignment, HostGpu, HostGpus, assign_gpus, detect_host_gpus
 from stackforge.probes.catalog import Preconditions, ProbeSpec
+from stackforge.probes.jobs import gpus_for
 
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
 RTX = Target(name="rtx-pro-6000-x8-pcie", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=2,

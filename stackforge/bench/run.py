@@ -25,7 +25,7 @@ from stackforge.edges.gpus import HostGpus
 from stackforge.probes import execute
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
-from stackforge.probes.jobs import Job, JobKind, gpus_for, unserved_gpus
+from stackforge.probes.jobs import Job, JobKind, unmet_gpus
 
 #: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
 CONTAINER_BENCH = "/stackforge/bench"
@@ -62,12 +62,9 @@ class BenchOptions:
 def unmet_precondition(spec: BenchSpec, target: Target, host_gpus: HostGpus,
                        options: BenchOptions) -> tuple[str, str] | None:
     """(reason, evidence) when ``spec`` cannot run for ``target`` here, else None."""
-    unserved = unserved_gpus(spec, target, host_gpus)
-    if unserved:
-        return unserved
-    if target.gpu_count < spec.min_gpus:
-        return (f"target {target.name} has {target.gpu_count} GPU(s); {spec.id} needs {spec.min_gpus}",
-                f"{target.name}: gpu_count={target.gpu_count}")
+    unmet = unmet_gpus(spec, target, host_gpus, spec.min_gpus)
+    if unmet:
+        return unmet
     if spec.needs_multicast and not target.multicast:
         return (f"target {target.name} has no NVLS multicast ({target.interconnect.value}); {spec.id} needs it",
                 f"{target.name}: multicast={target.multicast}")
@@ -241,5 +238,5 @@ def describe_metrics(record: ResultRecord) -> str:
     return describe(record.outcome.metrics)
 
 
-__all__ = ["BenchOptions", "bench_argv", "bench_kind", "gpus_for", "plan_bench", "run_bench_jobs", "script_args",
+__all__ = ["BenchOptions", "bench_argv", "bench_kind", "plan_bench", "run_bench_jobs", "script_args",
            "with_link_context"]

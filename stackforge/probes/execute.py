@@ -20,7 +20,7 @@ from stackforge.probes.jobs import (
     ImageRef,
     Job,
     JobKind,
-    unserved_gpus,
+    unmet_gpus,
 )
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
@@ -52,14 +52,7 @@ def unmet_precondition(spec: Any, target: Target, host_gpus: HostGpus) -> tuple[
     Only what is known before a container starts: the host's GPUs of the target's arch (the runtime
     tier) and the target's GPU count. What the image holds (nvcc, packages) each script checks itself.
     """
-    unserved = unserved_gpus(spec, target, host_gpus)
-    if unserved:
-        return unserved
-    min_gpus = spec.preconditions.min_gpus
-    if target.gpu_count < min_gpus:
-        return (f"target {target.name} has {target.gpu_count} GPU(s); {spec.id} needs {min_gpus}",
-                f"{target.name}: gpu_count={target.gpu_count}")
-    return None
+    return unmet_gpus(spec, target, host_gpus, spec.preconditions.min_gpus)
 
 
 def plan_probe_job(stack: Stack, spec: Any, target: Target, host_gpus: HostGpus,

@@ -146,6 +146,18 @@ def unserved_gpus(spec: Any, target: Target, host_gpus: HostGpus) -> tuple[str, 
     return (reason, host_gpus.evidence) if reason else None
 
 
+def unmet_gpus(spec: Any, target: Target, host_gpus: HostGpus, min_gpus: int) -> tuple[str, str] | None:
+    """(reason, evidence) when this host cannot give ``target`` the GPUs ``spec`` needs, or the target
+    has fewer than ``min_gpus``; else None. What every job kind checks before it starts anything."""
+    unserved = unserved_gpus(spec, target, host_gpus)
+    if unserved:
+        return unserved
+    if target.gpu_count < min_gpus:
+        return (f"target {target.name} has {target.gpu_count} GPU(s); {spec.id} needs {min_gpus}",
+                f"{target.name}: gpu_count={target.gpu_count}")
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- outcomes
 
 
