@@ -24,7 +24,7 @@ from stackforge.core.model import Stack
 from stackforge.edges.docker_engine import connect
 from stackforge.edges.gpus import detect_host_gpus
 from stackforge.plan.planner import load_knowledge
-from stackforge.probes.campaign import ProbeJob, run_jobs, select_specs
+from stackforge.probes.campaign import ProbeJob, run_probe_jobs, select_specs
 from stackforge.probes.catalog import catalog
 from stackforge.probes.execute import ImageRef
 
@@ -61,7 +61,7 @@ def main() -> None:
     jobs = [ProbeJob(stack, target, spec) for stack in stacks for spec in specs]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        records = run_jobs(jobs, run_id="probe-overhead", host_gpus=detect_host_gpus(client), write=lambda r: None,
+        records = run_probe_jobs(jobs, run_id="probe-overhead", host_gpus=detect_host_gpus(client), write=lambda r: None,
                            client=client, parallel=args.jobs, log_dir=Path(tmp),
                            images={stack.id: image for stack, image in images.items()})
         wall = time.perf_counter() - started

@@ -70,7 +70,7 @@ def test_a_toy_bench_runs_and_its_declared_metrics_reach_report_pick_diff_and_th
     assert (headline.name, headline.value, headline.unit) == ("widgets_per_s", 1234.5, "widgets/s")
     metric, rank = _throughput([record])
     assert (metric.name, metric.unit, rank) == ("widgets", "widgets/s", len(bench_catalog.throughput_metrics()))
-    assert bench_run.describe_metrics(record) == "1234.5 widgets/s"
+    assert bench_catalog.describe_metrics(record.outcome.metrics) == "1234.5 widgets/s"
     assert lower_is_better("stall_per_s") and not lower_is_better("widgets_per_s")
     assert "toy" in bench_catalog.suite_names() and "toy" in bench_catalog.default_suites(model_dir=None)
 

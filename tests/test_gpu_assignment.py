@@ -125,7 +125,7 @@ def test_gpu_benches_follow_the_same_assignment(tmp_path, monkeypatch):
 def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, monkeypatch):
     """A runtime probe needing two GPUs, for a one-GPU target, is a skip with the reason before any
     process starts (the interpreter below does not exist); one the target meets is scheduled to run."""
-    from stackforge.probes.campaign import ProbeJob, run_jobs
+    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
     from stackforge.probes.execute import plan_probe_job
 
     fake_smi(tmp_path, monkeypatch, MIXED_SMI)
@@ -138,7 +138,7 @@ def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, mo
     planned = plan_probe_job(_stack(), pair, single, host)
     assert planned.skip_reason == "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2"
     written = []
-    records = run_jobs([ProbeJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
+    records = run_probe_jobs([ProbeJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
                        local_python="/nonexistent/python", scripts_dir=MISBEHAVE)
     assert [(r.outcome.status, r.outcome.reason, r.outcome.evidence) for r in records] == [
         (Status.SKIP, "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2", "rtx-x1: gpu_count=1")]

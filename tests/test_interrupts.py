@@ -396,7 +396,7 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
 
     from stackforge.core.model import Interconnect, Target
     from stackforge.edges.gpus import HostGpus
-    from stackforge.probes.campaign import ProbeJob, run_jobs
+    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
     from stackforge.probes.catalog import ProbeSpec
 
     pid_file = tmp_path / "pid"
@@ -418,7 +418,7 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
     started = time.monotonic()
     with runner.signals_as_interrupts(), pytest.raises(Terminated):
         sender.start()
-        run_jobs([ProbeJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
+        run_probe_jobs([ProbeJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
                  write=written.append, local_python=sys.executable, scripts_dir=tmp_path, timeout_s=job_timeout_s)
     elapsed = time.monotonic() - started
     sender.join(timeout=5)

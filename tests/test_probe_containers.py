@@ -22,7 +22,7 @@ from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges.docker_engine import MANAGED_LABEL
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes.campaign import ProbeJob, run_jobs
+from stackforge.probes.campaign import ProbeJob, run_probe_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
 from stackforge.probes.execute import ImageRef
 
@@ -69,7 +69,7 @@ def test_suite_goes_on_after_a_hang_and_a_crash(docker_client, base_image):
     jobs = [ProbeJob(stack, RTX, spec("t.hang", "hang.py", timeout=3)), ProbeJob(stack, RTX, spec("t.segv", "segv.py")),
             ProbeJob(stack, RTX, spec("t.ok", "ok.py"))]
     written = []
-    records = run_jobs(jobs, run_id="test-suite", host_gpus=NO_GPU, write=written.append, client=docker_client,
+    records = run_probe_jobs(jobs, run_id="test-suite", host_gpus=NO_GPU, write=written.append, client=docker_client,
                        parallel=2, images={stack.id: image}, scripts_dir=MISBEHAVE)
     statuses = {r.probe: r.outcome.status for r in records}
     assert statuses == {"t.hang": Status.TIMEOUT, "t.segv": Status.CRASH, "t.ok": Status.PASS}

@@ -231,12 +231,5 @@ def run_bench_jobs(planned: Sequence[Job], options: BenchOptions, *, run_id: str
                          on_done=on_done)
 
 
-def describe_metrics(record: ResultRecord) -> str:
-    """A short headline of a bench record's numbers for the terminal, as the catalog declares it."""
-    from stackforge.bench.catalog import describe_metrics as describe
-
-    return describe(record.outcome.metrics)
-
-
 __all__ = ["BenchOptions", "bench_argv", "bench_kind", "plan_bench", "run_bench_jobs", "script_args",
            "with_link_context"]

@@ -79,9 +79,9 @@ def _echo_start(started: CampaignStarted) -> None:
 
 
 def _echo(record: ResultRecord) -> None:
-    from stackforge.bench.run import describe_metrics
+    from stackforge.bench.catalog import describe_metrics
 
     outcome = record.outcome
-    numbers = describe_metrics(record)
+    numbers = describe_metrics(record.outcome.metrics)
     click.echo(f"  {outcome.status.value:<7} {record.stack_id}  {record.target}  {record.probe}: {outcome.reason}"
                + (f" [{numbers}]" if numbers and numbers not in outcome.reason else ""))

@@ -26,7 +26,7 @@ from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, pro
 from stackforge.probes.jobs import STACK_ID_LABEL, stack_image
 
 __all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest",
-           "plan_jobs", "run_jobs", "run_probe_campaign", "select_specs", "stack_image"]
+           "plan_jobs", "run_probe_campaign", "run_probe_jobs", "select_specs", "stack_image"]
 
 TIERS = ("gate", "runtime", "all")
 
@@ -59,7 +59,7 @@ def plan_jobs(plan: Plan, specs: Sequence[Any], stacks: Sequence[Stack] | None =
                  if not c.pruned and (wanted is None or c.stack.id in wanted) for spec in specs)
 
 
-def run_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
+def run_probe_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
              client: Any | None = None, local_python: str | None = None, parallel: int = 2,
              timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
              images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
@@ -125,7 +125,7 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     client = None if request.local_python else connect()
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
     on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
-    records = run_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
+    records = run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
                        write=lambda record: store.write(run_dir, record), client=client,
                        local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
                        log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)
