@@ -12,7 +12,8 @@ import sys
 import pytest
 from test_import_graph import PACKAGE_ROOT, import_graph
 
-from stackforge.bench.campaign import BenchRequest, default_suites, run_bench_campaign
+from stackforge.bench.campaign import BenchRequest, run_bench_campaign
+from stackforge.bench.catalog import default_suites
 from stackforge.core.errors import RecordError, SpecError
 from stackforge.plan.selection import StackSelection
 from stackforge.probes.campaign import CampaignStarted, ProbeRequest, run_probe_campaign
@@ -64,8 +65,8 @@ def test_bench_from_probes_reads_the_store_strictly(tmp_path):
 
 
 def test_serving_is_a_default_suite_only_with_a_model(tmp_path):
-    assert default_suites(None) == ("allreduce", "gemm")
-    assert default_suites(tmp_path) == ("allreduce", "gemm", "serve")
+    assert default_suites(model_dir=None) == ("allreduce", "gemm")
+    assert default_suites(model_dir=tmp_path) == ("allreduce", "gemm", "serve")
 
 
 def test_the_cli_of_probe_bench_bisect_and_render_only_dispatches():

@@ -29,7 +29,7 @@ class ResultsStore(RunStore, Protocol):
 class BenchRequest:
     """One ``stackforge bench`` run.
 
-    ``suites`` empty: :func:`default_suites`. ``local_python`` set: the benches run in that
+    ``suites`` empty: :func:`stackforge.bench.catalog.default_suites`. ``local_python`` set: the benches run in that
     interpreter's environment (one stack), not in images. ``from_probes``: a bench for a feature the
     probes decide runs only where the probe records under the store say pass.
     """
@@ -44,14 +44,6 @@ class BenchRequest:
     from_probes: bool = False
 
 
-def default_suites(model_dir: Path | None) -> tuple[str, ...]:
-    """Every suite of the catalog; those that serve a model only when there is one (all-reduce and
-    GEMM; serving too with a model)."""
-    from stackforge.bench import catalog
-
-    return catalog.default_suites(model_dir=model_dir)
-
-
 def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: Callable[[], Any],
                        on_start: Callable[[CampaignStarted], None] = lambda started: None,
                        on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
@@ -61,12 +53,12 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
         SpecError: ``local_python`` with other than one stack selected (an environment holds one stack).
         RecordError: ``from_probes`` and a record file under the store that does not load.
     """
-    from stackforge.bench.catalog import catalog, select_benches
+    from stackforge.bench.catalog import catalog, default_suites, select_benches
     from stackforge.bench.run import plan_bench, run_bench_jobs
     from stackforge.edges.gpus import detect_host_gpus
 
     options = request.options
-    specs = select_benches(catalog(), suites=request.suites or default_suites(options.model_dir),
+    specs = select_benches(catalog(), suites=request.suites or default_suites(model_dir=options.model_dir),
                            allreduce_variants=request.variants, ids=request.ids)
     selection = request.selection
     plan = selection.plan()

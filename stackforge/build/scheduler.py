@@ -69,7 +69,7 @@ from stackforge.core.errors import (
     interrupt_signal,
 )
 from stackforge.core.model import Stack
-from stackforge.core.records import Status, utc_now
+from stackforge.core.records import Status, new_run_id, utc_now
 from stackforge.edges import docker_engine, registry, runner
 from stackforge.edges.registry import Repository
 from stackforge.plan.derive import Derived
@@ -112,7 +112,7 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
     started = time.monotonic()
     with _asset_server(options, builder, named_contexts) as port:
         run = _Run(client=client, options=options, builder=builder, named_contexts=named_contexts,
-                   asset_port=port, run_id=docker_engine.new_run_id(), cancel=Cancel(),
+                   asset_port=port, run_id=new_run_id(), cancel=Cancel(),
                    board=Board([s.id for s, _ in cells]), resolver=BaseResolver(client, options),
                    requirements=RequirementsLookup(options.index_url, options.ca_bundle),
                    redact=_secrets_to_redact())

@@ -7,6 +7,7 @@ A record keeps what was *measured*; rule predictions live in :class:`Prediction`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -196,6 +197,13 @@ def undecided_text(records: Sequence[ResultRecord]) -> str:
 def utc_now() -> str:
     """ISO-8601 UTC timestamp used in records."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def new_run_id(now: datetime | None = None, *, salt: str | None = None) -> str:
+    """A sortable, unique id of one invocation (a results run, a build's containers and cache labels):
+    ``20260301T020000Z-3f9a1c`` (UTC time, then 6 random hex digits)."""
+    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{moment:%Y%m%dT%H%M%SZ}-{salt if salt is not None else os.urandom(3).hex()}"
 
 
 class RunStore(Protocol):

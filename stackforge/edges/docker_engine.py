@@ -24,7 +24,6 @@ import tarfile
 import threading
 import time
 import urllib.parse
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -208,11 +207,6 @@ def connect(*, timeout: float = 10.0, api_timeout: float = 120.0) -> docker.Dock
         raise _unavailable(url, exc) from None
     client.api.timeout = api_timeout
     return client
-
-
-def new_run_id() -> str:
-    """A fresh value for :data:`RUN_LABEL`: sortable by time, unique per invocation."""
-    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def run_container(

@@ -23,7 +23,6 @@ Guarantees:
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 from collections.abc import Iterable, Sequence
@@ -37,11 +36,11 @@ from stackforge import __version__
 from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 from stackforge.core.fsio import atomic_write_text
-from stackforge.core.records import ResultRecord, utc_now
+from stackforge.core.records import ResultRecord, new_run_id, utc_now
 
 __all__ = [
     "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
-    "finish_run", "holds_results", "load_results", "merge_records", "merge_runs", "new_run_id",
+    "finish_run", "holds_results", "load_results", "merge_records", "merge_runs",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -149,12 +148,6 @@ def write_record(run_dir: Path, record: ResultRecord) -> Path:
     path = record_path(run_dir, record.key)
     atomic_write_text(path, record.dumps())
     return path
-
-
-def new_run_id(now: datetime | None = None, *, salt: str | None = None) -> str:
-    """A sortable, unique run id: ``20260301T020000Z-3f9a1c`` (UTC time, then 6 random hex digits)."""
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return f"{moment:%Y%m%dT%H%M%SZ}-{salt if salt is not None else os.urandom(3).hex()}"
 
 
 def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str = "",
