@@ -18,7 +18,7 @@ def connect_engine():
     return client
 
 
-def summary_line(records: list[ResultRecord]) -> str:
+def status_counts_line(records: list[ResultRecord]) -> str:
     """``summary: 5 pass, 3 fail``: how many records ended in each status."""
     counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
     return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)

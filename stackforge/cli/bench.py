@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stackforge.bench.catalog import suite_names, suite_variants
-from stackforge.cli._runs import connect_engine, summary_line
+from stackforge.cli._runs import connect_engine, status_counts_line
 from stackforge.cli.options import refuse_together, refuse_unused, selection, shard_option, stack_selection
 from stackforge.core.records import ResultRecord
 
@@ -71,7 +71,7 @@ def command(matrix, cuda, targets, only, shard, suites, variants, ids, model_dir
                            from_probes=from_probes)
     records = run_bench_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
                                  connect=connect_engine, on_start=_echo_start, on_done=_echo)
-    click.echo(summary_line(records))
+    click.echo(status_counts_line(records))
 
 
 def _echo_start(started: CampaignStarted) -> None:

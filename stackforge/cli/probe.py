@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackforge.cli._runs import connect_engine, summary_line
+from stackforge.cli._runs import connect_engine, status_counts_line
 from stackforge.cli.options import (
     index_options,
     refuse_together,
@@ -72,7 +72,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
     records = run_probe_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
                                  connect=connect_engine, on_start=_echo_start, on_done=_echo)
-    click.echo(summary_line(records))
+    click.echo(status_counts_line(records))
 
 
 def _echo_start(started: CampaignStarted) -> None:
