@@ -4,8 +4,8 @@ The probe and bench scripts run INSIDE stack images, where stackforge is not ins
 is mounted read-only beside them at ``/stackforge/probes`` and imported there by file name
 (``import _sfshared``: the probe scripts' folder is ``sys.path[0]``, and ``_sfbench`` puts it on
 ``sys.path`` for the bench scripts). On the host the same file is imported as
-``stackforge.probes.scripts._sfshared`` by :mod:`stackforge.core.records`, :mod:`stackforge.bench.metrics`,
-:mod:`stackforge.bench.stats` and :mod:`stackforge.bench.run`. It holds:
+``stackforge.probes.scripts._sfshared`` by :mod:`stackforge.probes.jobs`, :mod:`stackforge.build.verify`,
+:mod:`stackforge.bench.metrics` and :mod:`stackforge.bench.stats`. It holds:
 
 * the result-line contract: :data:`RESULT_MARKER` and :func:`parse_result_line`;
 * nccl-tests' bandwidth formulas (:func:`busbw_factor`, :func:`algbw_gbps`, :func:`busbw_gbps`) and
