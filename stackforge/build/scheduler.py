@@ -175,15 +175,11 @@ def _run_all(run: _Run, cells: Sequence[BuildCell], progress: bool) -> tuple[lis
 
 def _wait_all(futures: dict[concurrent.futures.Future[BuildRecord], Stack], results: dict[str, BuildRecord],
               view: ProgressView | None) -> None:
-    pending = {f for f in futures if futures[f].id not in results}
-    while pending:
-        # A short timeout keeps the main thread responsive to Ctrl-C and the progress view fresh.
-        done, pending = concurrent.futures.wait(pending, timeout=0.25)
-        for future in done:
-            if not future.cancelled():
-                results[futures[future].id] = future.result()
-        if view:
-            view.refresh()
+    pending = [f for f in futures if futures[f].id not in results]
+    # Waking every tick keeps the main thread responsive to signals and the progress view fresh.
+    for future in runner.finished_futures(pending, on_tick=view.refresh if view else None):
+        if not future.cancelled():
+            results[futures[future].id] = future.result()
 
 
 def _not_started(stack: Stack, derived: Derived) -> BuildRecord:

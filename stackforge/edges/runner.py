@@ -35,7 +35,7 @@ import signal as signal_module
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
@@ -148,8 +148,8 @@ def signals_as_interrupts(signals: Sequence[signal_module.Signals] = INTERRUPT_S
             signal_module.signal(sig, handler)
 
 
-def finished_futures(futures: Iterable[concurrent.futures.Future[T]],
-                     poll_s: float = _SIGNAL_POLL_S) -> Iterator[concurrent.futures.Future[T]]:
+def finished_futures(futures: Iterable[concurrent.futures.Future[T]], poll_s: float = _SIGNAL_POLL_S, *,
+                     on_tick: Callable[[], object] | None = None) -> Iterator[concurrent.futures.Future[T]]:
     """Each future as it finishes, like :func:`concurrent.futures.as_completed`, but a signal always gets through.
 
     The kernel hands a process-directed SIGTERM, SIGHUP or SIGINT to any thread that does not block
@@ -157,13 +157,15 @@ def finished_futures(futures: Iterable[concurrent.futures.Future[T]],
     handler (which raises :class:`~stackforge.core.errors.Terminated` or KeyboardInterrupt) runs when the
     main thread next executes bytecode. A main thread parked in ``as_completed`` without a timeout
     never does, so the run would wait for its workers instead of stopping. Waking every ``poll_s``
-    seconds bounds that delay.
+    seconds bounds that delay. ``on_tick`` runs at each wake (a progress view's refresh).
     """
     pending = set(futures)
     while pending:
         done, pending = concurrent.futures.wait(pending, timeout=poll_s,
                                                 return_when=concurrent.futures.FIRST_COMPLETED)
         yield from done
+        if on_tick is not None:
+            on_tick()
 
 
 def result_of(future: concurrent.futures.Future[T], poll_s: float = _SIGNAL_POLL_S) -> T:
