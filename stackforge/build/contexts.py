@@ -41,7 +41,7 @@ class WrittenContext:
 
 
 def compose_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsRequest) -> Iterator[WrittenContext]:
-    """Render and write each (stack, derived) cell's context, in order, one :class:`WrittenContext` each."""
+    """Compose and write each (stack, derived) cell's context, in order, one :class:`WrittenContext` each."""
     lookup = RequirementsLookup(request.options.index_url, request.ca_bundle)
     no_deps = frozenset(request.options.no_deps)
     told: set[str] = set()
@@ -53,8 +53,8 @@ def compose_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsReques
         if warning in told:   # stacks sharing a release share the warning
             warning = ""
         told.add(warning)
-        rendered = compose_stack(stack, derived, dataclasses.replace(
+        composed = compose_stack(stack, derived, dataclasses.replace(
             request.options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
         folder = request.out_dir / stack.id
-        write_context(rendered, folder)
-        yield WrittenContext(folder=folder, tag=rendered.tag, warning=warning)
+        write_context(composed, folder)
+        yield WrittenContext(folder=folder, tag=composed.tag, warning=warning)

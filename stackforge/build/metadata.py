@@ -43,11 +43,11 @@ def read_freeze(client: docker.DockerClient, image_id: str, *, labels: Sequence[
     return [line.strip() for line in run.logs_tail.splitlines() if line.strip()]
 
 
-def dynamic_labels(rendered: Composed, base: BaseImage, freeze: Sequence[str], body_created: str,
+def dynamic_labels(composed: Composed, base: BaseImage, freeze: Sequence[str], body_created: str,
                    extra: Sequence[tuple[str, str]]) -> dict[str, str]:
     """Labels added after the build (pure)."""
     labels = {
-        CONTENT_HASH_LABEL: rendered.content_hash,
+        CONTENT_HASH_LABEL: composed.content_hash,
         FREEZE_LABEL: json.dumps(list(freeze), separators=(",", ":")),
         f"{LABEL_PREFIX}.version": __version__,
         f"{LABEL_PREFIX}.base.id": base.image_id or "unknown",

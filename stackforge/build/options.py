@@ -34,7 +34,7 @@ class BuildOptions:
         push: registry prefix to push images to (``registry.example.com/team``), or None.
         jobs: stacks built at the same time.
         resume: skip stacks whose record says built and whose image still exists with the same hash.
-        out_dir: where logs, build records and rendered contexts go.
+        out_dir: where logs, build records and composed contexts go.
         builder: auto | buildx | classic.
         timeout_s: limit for one stack's image build (each attempt).
         no_deps: layers installed with ``--no-deps`` (flashinfer, kernel, sglang); the image says so.
@@ -85,7 +85,7 @@ class BuildOptions:
                        declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
                        dropped_layers: tuple[str, ...] = (),
                        wheelhouse_mount: bool = True) -> ComposeOptions:
-        """The render options for one stack under the chosen builder and resolved base image."""
+        """The compose options for one stack under the chosen builder and resolved base image."""
         return ComposeOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
                              extra_index_urls=tuple(self.extra_index_urls),
                              wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,

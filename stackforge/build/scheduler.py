@@ -3,7 +3,7 @@
 :func:`build_stacks` runs each (stack, derived) cell through the same phases::
 
     base     find the base image (local, pulled, --base-image, or an honest substitute)
-    render   render the Dockerfile + context (stackforge.compose.dockerfile), write it under <out>/contexts/
+    render   compose the Dockerfile + context (stackforge.compose.dockerfile), write it under <out>/contexts/
     build    BuildKit (docker buildx) or the classic SDK builder; transient network errors are retried
     metadata labels known only afterwards (content hash, pip freeze, base id) in a LABEL-only step
     verify   testinfra inside the image: the versions installed are the versions asked for
@@ -267,22 +267,22 @@ class _Job:
 
     def execute(self) -> BuildRecord:
         base = self.resolve_base()
-        rendered = self.compose(base)
-        resumed = self.resume(rendered)
+        composed = self.compose(base)
+        resumed = self.resume(composed)
         if resumed is not None:
             return resumed
         previous = self.previous_record()
-        previous_id = _image_id(self.run.client, rendered.tag)
-        body_id = self.build(rendered)
+        previous_id = _image_id(self.run.client, composed.tag)
+        body_id = self.build(composed)
         self.fields.update(body_image_id=body_id)
         reused = previous if previous is not None and _same_body(previous, body_id, self.options.verify) else None
         report = self.verify_inside(body_id, reused)
         freeze = self.freeze(body_id, report, reused)
-        final_id = self.add_metadata(rendered, base, body_id, freeze)
+        final_id = self.add_metadata(composed, base, body_id, freeze)
         self.fields.update(image_id=final_id)
         if report is not None:
-            self.check_labels(rendered, final_id, report)
-        self.push(rendered, final_id)
+            self.check_labels(composed, final_id, report)
+        self.push(composed, final_id)
         image = self.run.client.images.get(final_id)
         self.fields.update(image_size=int(image.attrs.get("Size") or 0))
         if previous_id == final_id:
@@ -311,11 +311,11 @@ class _Job:
         options = self.options.compose_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
                                               asset_port=self.run.asset_port, declared=declared,
                                               dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
-        rendered = compose_stack(self.stack, self.derived, options)
-        write_context(rendered, Path(self.options.out_dir) / "contexts" / self.stack.id)
-        self.fields.update(image_tag=rendered.tag, content_hash=rendered.content_hash, builder=self.run.builder)
+        composed = compose_stack(self.stack, self.derived, options)
+        write_context(composed, Path(self.options.out_dir) / "contexts" / self.stack.id)
+        self.fields.update(image_tag=composed.tag, content_hash=composed.content_hash, builder=self.run.builder)
         self.took("render", started)
-        return rendered
+        return composed
 
     def declared(self) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]]:
         """What FlashInfer / SGLang declare they need (when the index says), and the layers dropped."""
@@ -328,7 +328,7 @@ class _Job:
             self.run.warnings.append(warning)
         return found, tuple(d.layer for d in dropped)
 
-    def resume(self, rendered: Composed) -> BuildRecord | None:
+    def resume(self, composed: Composed) -> BuildRecord | None:
         """--resume: the record says built and the image is still there with the same content hash."""
         if not self.options.resume:
             return None
@@ -337,22 +337,22 @@ class _Job:
         except RecordError as exc:
             self.log(f"[stackforge] resume: ignoring unreadable record: {exc.one_line()}")
             return None
-        if previous is None or not previous.status.ok or previous.content_hash != rendered.content_hash:
+        if previous is None or not previous.status.ok or previous.content_hash != composed.content_hash:
             return None
-        labels = _image_labels(self.run.client, rendered.tag)
-        if labels is None or labels.get("io.stackforge.content-hash") != rendered.content_hash:
+        labels = _image_labels(self.run.client, composed.tag)
+        if labels is None or labels.get("io.stackforge.content-hash") != composed.content_hash:
             return None
-        self.log(f"[stackforge] resume: {rendered.tag} exists with content hash {rendered.hash12}; skipped")
+        self.log(f"[stackforge] resume: {composed.tag} exists with content hash {composed.hash12}; skipped")
         return dataclasses.replace(previous, status=BuildStatus.CACHED,
-                                   reason=f"--resume: {rendered.tag} already built with the same content hash")
+                                   reason=f"--resume: {composed.tag} already built with the same content hash")
 
-    def build(self, rendered: Composed) -> str:
+    def build(self, composed: Composed) -> str:
         started = self.enter("build")
         context = Path(self.options.out_dir) / "contexts" / self.stack.id
         try:
             for attempt in range(1, self.options.retries + 2):
                 self.attempts = attempt
-                result = self._attempt(rendered, context)
+                result = self._attempt(composed, context)
                 if result.ok and result.image_id:
                     return result.image_id
                 self._after_failure(result, attempt)
@@ -360,7 +360,7 @@ class _Job:
             self.took("build", started)
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
-    def _attempt(self, rendered: Composed, context: Path) -> BuildAttempt:
+    def _attempt(self, composed: Composed, context: Path) -> BuildAttempt:
         labels = list(self.options.labels)
         if self.run.builder == "buildkit":
             wheelhouse = self.options.find_links if self.run.named_contexts else None
@@ -423,20 +423,20 @@ class _Job:
         self.took("metadata", started)
         return freeze
 
-    def add_metadata(self, rendered: Composed, base: BaseImage, body_id: str, freeze: list[str]) -> str:
+    def add_metadata(self, composed: Composed, base: BaseImage, body_id: str, freeze: list[str]) -> str:
         started = self.enter("metadata")
         client = self.run.client
         created = str(client.images.get(body_id).attrs.get("Created", ""))
-        labels = dynamic_labels(rendered, base, freeze, created, self.options.labels)
-        final_id = add_labels(client, body_id, rendered.tag, labels, log_path=self.log_path)
+        labels = dynamic_labels(composed, base, freeze, created, self.options.labels)
+        final_id = add_labels(client, body_id, composed.tag, labels, log_path=self.log_path)
         self.fields.update(freeze=list(freeze))
         self.took("metadata", started)
         return final_id
 
-    def check_labels(self, rendered: Composed, final_id: str, report: ImageVerification) -> None:
+    def check_labels(self, composed: Composed, final_id: str, report: ImageVerification) -> None:
         """Finish verification on the labelled image; a failed check fails the stack (image kept)."""
         started = self.enter("verify")
-        report = report.with_check(label_check(self.run.client, final_id, rendered.labels))
+        report = report.with_check(label_check(self.run.client, final_id, composed.labels))
         self.fields.update(verify=report.to_json(), installed=dict(report.installed))
         for check in report.checks:
             self.log(f"[stackforge] verify {check.name}: {check.status.value} (expected {check.expected}, "
@@ -445,11 +445,11 @@ class _Job:
         if report.status is not Status.PASS:
             raise _Stop(BuildStatus.FAILED, f"verification failed: {report.summary()}")
 
-    def push(self, rendered: Composed, image_id: str) -> None:
+    def push(self, composed: Composed, image_id: str) -> None:
         if not self.options.push:
             return
         started = self.enter("push")
-        name, tag = rendered.tag.rsplit(":", 1)
+        name, tag = composed.tag.rsplit(":", 1)
         try:
             pushed = registry.push(image_id, Repository.parse(f"{self.options.push.rstrip('/')}/{name}"), tag,
                                    timeout=self.options.timeout_s, log_path=self.log_path, redact=self.run.redact)

@@ -1,8 +1,8 @@
-"""Render one stack's Dockerfile and build context from the templates in ``dockerfiles/``.
+"""Compose one stack's Dockerfile and build context from the templates in ``dockerfiles/``.
 
 :func:`compose_stack` is pure: (stack, derived facts, options) -> :class:`Composed` (Dockerfile text,
 context files, content hash, image tag, labels). :func:`write_context` is the one edge that writes a
-rendered context to disk.
+composed context to disk.
 
 Every value that reaches the Dockerfile passes :func:`guard_value` twice: once when the render
 variables are assembled, and again through Jinja's ``finalize`` hook on every ``{{ value }}``. Only
@@ -69,7 +69,7 @@ _IMAGE_REPO_SEPARATORS = re.compile(r"[._-]{2,}")
 
 @dataclass(frozen=True, slots=True)
 class ComposeOptions:
-    """How a stack is rendered (independent of the stack itself).
+    """How a stack is composed (independent of the stack itself).
 
     Attributes:
         buildkit: render for BuildKit (cache, secret and bind mounts) or for the classic builder.
@@ -107,7 +107,7 @@ class ComposeOptions:
 
 @dataclass(frozen=True, slots=True)
 class Composed:
-    """A rendered stack: everything a builder needs besides the wheelhouse and the CA bundle.
+    """A composed stack: everything a builder needs besides the wheelhouse and the CA bundle.
 
     Attributes:
         stack_id: the stack's readable id.
@@ -119,7 +119,7 @@ class Composed:
         base_image: the image the Dockerfile starts FROM.
         base_requested: the base the stack derives (differs when overridden or substituted).
         torch_source: ``index`` (PyTorch index), ``pypi`` or ``wheelhouse``.
-        buildkit: rendered for BuildKit (True) or the classic builder.
+        buildkit: composed for BuildKit (True) or the classic builder.
     """
 
     stack_id: str
@@ -163,11 +163,11 @@ def guard_value(value: object, *, what: str = "value") -> str:
 
 
 def compose_stack(stack: Stack, derived: Derived, options: ComposeOptions = ComposeOptions()) -> Composed:
-    """Render ``stack`` (pure: no Docker, no filesystem writes).
+    """Compose ``stack`` (pure: no Docker, no filesystem writes).
 
     Raises:
         UnsafeValueError: a value could inject Dockerfile or shell text.
-        SpecError: the stack cannot be rendered as asked (e.g. a kernel package without a version,
+        SpecError: the stack cannot be composed as asked (e.g. a kernel package without a version,
             a wheels flavour without toolkit pins, an index URL with credentials).
     """
     _guard_stack(stack)
@@ -187,14 +187,14 @@ def _tag_suffix(options: ComposeOptions) -> str:
     return INLINE_DEPS_SUFFIX if options.dropped_layers else ""
 
 
-def write_context(rendered: Composed, directory: Path) -> Path:
+def write_context(composed: Composed, directory: Path) -> Path:
     """Write the Dockerfile and context files into ``directory`` (created); return the Dockerfile path.
 
     Each file is written to a temporary name and renamed, so a reader never sees half a file.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in {"Dockerfile": rendered.dockerfile, **rendered.files}.items():
+    for name, text in {"Dockerfile": composed.dockerfile, **composed.files}.items():
         _write_atomically(directory / name, text)
     return directory / "Dockerfile"
 
