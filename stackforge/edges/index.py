@@ -41,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 from stackforge.core.errors import StackforgeError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.wheel_readings import ReleaseFile
-from stackforge.edges.pip_config import PYPI_SIMPLE, PipConfig, redact_urls, without_credentials
+from stackforge.edges.pip_config import PYPI_SIMPLE, PipConfig, read_pip_config, redact_urls, without_credentials
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # JSON when the index speaks it, else the PEP 503 HTML page every index serves.
@@ -156,8 +156,6 @@ class IndexRequest:
 def configured_indexes(request: IndexRequest = IndexRequest()) -> IndexConfig:
     """:func:`index_config` for this host: the command-line values over pip's configuration here
     (:func:`stackforge.edges.pip_config.read_pip_config`) and this process's environment."""
-    from stackforge.edges.pip_config import read_pip_config
-
     return index_config(index_url=request.index_url, extra_index_urls=request.extra_index_urls,
                         find_links=[str(request.find_links)] if request.find_links else [],
                         pip_config=read_pip_config(), env=os.environ)
