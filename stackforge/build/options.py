@@ -82,13 +82,13 @@ class BuildOptions:
                             f"{', '.join(sorted(unknown))}")
 
     def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
-                       declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
-                       dropped_layers: tuple[str, ...] = (),
-                       wheelhouse_mount: bool = True) -> ComposeOptions:
+                        declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
+                        dropped_layers: tuple[str, ...] = (),
+                        wheelhouse_mount: bool = True) -> ComposeOptions:
         """The compose options for one stack under the chosen builder and resolved base image."""
         return ComposeOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
-                             extra_index_urls=tuple(self.extra_index_urls),
-                             wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
-                             ca_bundle=self.ca_bundle is not None,
-                             asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
-                             dropped_layers=dropped_layers)
+                              extra_index_urls=tuple(self.extra_index_urls),
+                              wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
+                              ca_bundle=self.ca_bundle is not None,
+                              asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
+                              dropped_layers=dropped_layers)

@@ -309,8 +309,8 @@ class _Job:
         started = self.enter("render")
         declared, dropped = self.declared()
         options = self.options.compose_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
-                                              asset_port=self.run.asset_port, declared=declared,
-                                              dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
+                                               asset_port=self.run.asset_port, declared=declared,
+                                               dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
         composed = compose_stack(self.stack, self.derived, options)
         write_context(composed, Path(self.options.out_dir) / "contexts" / self.stack.id)
         self.fields.update(image_tag=composed.tag, content_hash=composed.content_hash, builder=self.run.builder)

@@ -40,8 +40,8 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     ca = ca_choice(ca_bundle)
     click.echo(ca.describe(), err=True)
     options = ComposeOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
-                            extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
-                            ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
+                             extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
+                             ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
     cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)

@@ -60,10 +60,10 @@ def plan_jobs(plan: Plan, specs: Sequence[Any], stacks: Sequence[Stack] | None =
 
 
 def run_probe_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
-             client: Any | None = None, local_python: str | None = None, parallel: int = 2,
-             timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
-             images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
-             on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+                   client: Any | None = None, local_python: str | None = None, parallel: int = 2,
+                   timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
+                   images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
+                   on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
     """Schedule the probe jobs (preconditions the host and target cannot meet become skips) and run
     them ``parallel`` at a time through :func:`stackforge.probes.jobs.run_jobs`, writing each record."""
     scheduled = [plan_probe_job(job.stack, job.spec, job.target, host_gpus, timeout_s) for job in jobs]
@@ -126,9 +126,9 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
     on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
     records = run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
-                       write=lambda record: store.write(run_dir, record), client=client,
-                       local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
-                       log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)
+                             write=lambda record: store.write(run_dir, record), client=client,
+                             local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
+                             log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)
     store.finish(run_dir)
     return records
 
