@@ -643,13 +643,13 @@ def ranks_verdict(outcome: RanksOutcome, what: str) -> ProbeVerdict | None:
     if outcome.hung is not None:
         rank, phase, seconds = outcome.hung
         return ProbeVerdict("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
-                       "(hang); all ranks were killed", log)
+                            "(hang); all ranks were killed", log)
     failures = outcome.failures()
     if failures:
         first = failures[0]
         tb = first.data.get("traceback", "")
         return ProbeVerdict(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
-                       f"'{first.phase}': {first.detail}", log + (f"\n{tb}" if tb else ""))
+                            f"'{first.phase}': {first.detail}", log + (f"\n{tb}" if tb else ""))
     crashed = outcome.crashed()
     if crashed:
         rank, code = crashed[0]

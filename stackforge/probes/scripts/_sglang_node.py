@@ -275,4 +275,4 @@ def run_gate(description: str, feature: str, decide: Callable[[Any, Node], Evalu
     verdict = decided.verdict
     metrics = {"sglang": version, "feature_status": {feature: verdict.status}, "method": decided.method}
     sf.emit_verdict(sf.ProbeVerdict(verdict.status, f"SGLang {version}: {verdict.reason}", verdict.evidence,
-                               verdict.metrics), sf.collect_facts(torch_module=torch), metrics)
+                                    verdict.metrics), sf.collect_facts(torch_module=torch), metrics)

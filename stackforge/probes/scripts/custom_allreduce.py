@@ -246,12 +246,12 @@ def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.P
     log = outcome.log()
     if metrics["disabled"]:
         return sf.ProbeVerdict("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
-                          log)
+                               log)
     broken = [e for e in outcome.events if e.state == "check-fail"]
     if broken:
         first = broken[0]
         return sf.ProbeVerdict(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
-                          f"{first.detail}", log)
+                               f"{first.detail}", log)
     used = [n for n in SIZES if f"custom_us_{n}" in metrics]
     if not used:
         return sf.ProbeVerdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
@@ -259,9 +259,9 @@ def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.P
                        for n in used)
     if "graph_us" not in metrics:
         return sf.ProbeVerdict("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
-                          f"{GRAPH_NUMEL * 2 // 1024} KiB all-reduce to capture in a CUDA graph", log)
+                               f"{GRAPH_NUMEL * 2 // 1024} KiB all-reduce to capture in a CUDA graph", log)
     return sf.ProbeVerdict("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
-                      f"({metrics['graph_us']} us); {timing}", log)
+                           f"({metrics['graph_us']} us); {timing}", log)
 
 
 if __name__ == "__main__":

@@ -562,12 +562,12 @@ def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome:
     rows = f"{metrics['dispatch_rows_verified']} (token, expert) rows"
     if backend == "gloo":
         return sf.ProbeVerdict("pass", f"gloo harness: {gpus} ranks exchanged counts and {rows} with all_to_all_single "
-                          "(uneven splits); every row was exact at its receiver and back at its sender; "
-                          "CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL",
-                          log)
+                               "(uneven splits); every row was exact at its receiver and back at its sender; "
+                               "CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL",
+                               log)
     return sf.ProbeVerdict("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
-                      f"combine ({metrics.get('combine_us_max_rank')} us) and replayed from a CUDA graph "
-                      f"({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}{deepep}", log)
+                           f"combine ({metrics.get('combine_us_max_rank')} us) and replayed from a CUDA graph "
+                           f"({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}{deepep}", log)
 
 
 def sglang_backend_verdict(torch_verdict: sf.ProbeVerdict, metrics: dict[str, Any], gpus: int) -> sf.ProbeVerdict:
@@ -578,15 +578,15 @@ def sglang_backend_verdict(torch_verdict: sf.ProbeVerdict, metrics: dict[str, An
     what = f"SGLang --moe-a2a-backend deepep on {gpus} GPUs"
     if deepep.startswith("absent"):
         return sf.ProbeVerdict("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
-                          "--moe-a2a-backend none runs no all-to-all (torch's all_to_all_single: "
-                          f"{torch_verdict.status}, see torch-a2a)", torch_verdict.evidence)
+                               "--moe-a2a-backend none runs no all-to-all (torch's all_to_all_single: "
+                               f"{torch_verdict.status}, see torch-a2a)", torch_verdict.evidence)
     if deepep == "pass":
         return sf.ProbeVerdict("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
-                          f"({metrics.get('deepep_round_us_max_rank')} us, DeepEP {metrics.get('deepep_version')}); "
-                          f"torch all_to_all_single: {torch_verdict.status}", torch_verdict.evidence)
+                               f"({metrics.get('deepep_round_us_max_rank')} us, DeepEP {metrics.get('deepep_version')}); "
+                               f"torch all_to_all_single: {torch_verdict.status}", torch_verdict.evidence)
     if deepep.startswith("fail"):
         return sf.ProbeVerdict("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
-                          f"{torch_verdict.status}", torch_verdict.evidence)
+                               f"{torch_verdict.status}", torch_verdict.evidence)
     return sf.ProbeVerdict("skip", f"{what}: DeepEP not run ({deepep})", torch_verdict.evidence)
 
 

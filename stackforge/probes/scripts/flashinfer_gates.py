@@ -364,17 +364,17 @@ def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[
     evidence = f"{gate.generator or 'gen_trtllm_comm_module'}: {gate.detail}\n{resolution_evidence(res)}"
     if res.error:
         return sf.ProbeVerdict("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
-                          f"image, so no module can be built: {res.error}", resolution_evidence(res))
+                               f"image, so no module can be built: {res.error}", resolution_evidence(res))
     if gate.status == "absent":
         return sf.ProbeVerdict("skip", f"FlashInfer {fi} has no allreduce-fusion JIT module: {gate.detail}", evidence)
     if gate.status == "rejected":
         return sf.ProbeVerdict("fail", f"FlashInfer {fi} rejects {target.sm_name} for allreduce fusion: {gate.detail}",
-                          evidence)
+                               evidence)
     if gate.status == "error":
         return sf.ProbeVerdict("error", f"FlashInfer {fi} {gate.generator} raised {gate.detail}", evidence)
     if gate.status == "no-target":
         return sf.ProbeVerdict("fail", f"FlashInfer {fi} builds allreduce fusion without code for {target.sm_name}: "
-                          f"{gate.detail}", evidence)
+                               f"{gate.detail}", evidence)
     if compiled is not None and compiled["status"] != "ok":
         return compile_verdict(fi, "allreduce-fusion", target, compiled, evidence)
     how = "compiled (compile-only)" if compiled else "gate only, nothing compiled or run"
@@ -388,7 +388,7 @@ def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[
     build = (f"nvcc {toolkit.cuda_version} at {toolkit.nvcc}" if toolkit.nvcc
              else "no nvcc, prebuilt module from the jit-cache")
     return sf.ProbeVerdict("pass", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion "
-                      f"({gate.detail}); {how}; {build}", evidence)
+                           f"({gate.detail}); {how}; {build}", evidence)
 
 
 def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, ModuleGate], toolkit: Toolkit,
@@ -399,7 +399,7 @@ def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, M
     evidence += "\n" + resolution_evidence(res)
     if res.error:
         return sf.ProbeVerdict("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
-                          f"image: {res.error}", evidence)
+                               f"image: {res.error}", evidence)
     if not admitted:
         if all(g.status == "absent" for g in generic):
             return sf.ProbeVerdict("error", f"none of FlashInfer {fi}'s generic JIT generators were found", evidence)
@@ -409,7 +409,7 @@ def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, M
     if not toolkit.nvcc:
         if all(g.aot for g in admitted):
             return sf.ProbeVerdict("pass", f"FlashInfer {fi} targets {flags}; no nvcc, but its modules are prebuilt "
-                              "(AOT / jit-cache)", evidence)
+                                   "(AOT / jit-cache)", evidence)
         return sf.ProbeVerdict("skip", sf.no_nvcc(
             f"FlashInfer {fi} would JIT for {flags} but finds {missing_nvcc(toolkit)}: only prebuilt kernels "
             "can be used here"), evidence)
@@ -417,23 +417,23 @@ def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, M
         return sf.ProbeVerdict("fail", f"FlashInfer {fi} JIT runs 'ninja' from PATH and there is none", evidence)
     if compiled is None:
         return sf.ProbeVerdict("pass", f"FlashInfer {fi} JIT gates admit {target.sm_name} ({flags}); nvcc "
-                          f"{toolkit.cuda_version} at {toolkit.nvcc}; not compiled (--compile not given)", evidence)
+                               f"{toolkit.cuda_version} at {toolkit.nvcc}; not compiled (--compile not given)", evidence)
     if compiled["status"] != "ok":
         return compile_verdict(fi, compile_name, target, compiled, evidence)
     link = ("link ok" if compiled.get("link") == "ok"
             else f"link step failed here: {compiled.get('link_error', '')}")
     return sf.ProbeVerdict("pass", f"FlashInfer {fi} JIT-compiled its {compile_name} module for {flags} with nvcc "
-                      f"{toolkit.cuda_version} in {compiled['seconds']} s (compile-only: no GPU to load or run it; "
-                      f"{link})", evidence + "\n" + compiled["output"][-2500:])
+                           f"{toolkit.cuda_version} in {compiled['seconds']} s (compile-only: no GPU to load or run it; "
+                           f"{link})", evidence + "\n" + compiled["output"][-2500:])
 
 
 def compile_verdict(fi: str, name: str, target: sf.Arch, compiled: dict[str, Any], evidence: str) -> sf.ProbeVerdict:
     output = compiled.get("output", "")
     if compiled["status"] == "timeout":
         return sf.ProbeVerdict("error", f"compiling FlashInfer {fi}'s {name} module did not finish within "
-                          f"{compiled.get('seconds')} s", evidence + "\n" + output[-2000:])
+                               f"{compiled.get('seconds')} s", evidence + "\n" + output[-2000:])
     return sf.ProbeVerdict("fail", f"FlashInfer {fi}'s {name} module does not compile for {target.sm_name} "
-                      f"({compiled.get('stage')}): {first_error_line(output)}", evidence + "\n" + output[-3000:])
+                           f"({compiled.get('stage')}): {first_error_line(output)}", evidence + "\n" + output[-3000:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,13 +513,13 @@ def probe(args: Any, fi: str) -> tuple[sf.ProbeVerdict, dict[str, Any], Any]:
     context_module, error = sf.try_import("flashinfer.compilation_context")
     if context_module is None:
         return sf.ProbeVerdict("skip", f"FlashInfer {fi} predates FLASHINFER_CUDA_ARCH_LIST arch gates (< 0.3.1): it "
-                          "takes archs from torch.utils.cpp_extension and has no gate to evaluate without a GPU",
-                          error), {}, torch
+                               "takes archs from torch.utils.cpp_extension and has no gate to evaluate without a GPU",
+                               error), {}, torch
     core, error = sf.try_import("flashinfer.jit.core")
     cpp_ext, cpp_error = sf.try_import("flashinfer.jit.cpp_ext")
     if core is None or cpp_ext is None:
         return sf.ProbeVerdict("error", f"FlashInfer {fi} JIT internals did not import: {error or cpp_error}",
-                          error or cpp_error), {}, torch
+                               error or cpp_error), {}, torch
     target = args.arch
     res = resolve_archs(context_module.CompilationContext, torch, target, args.gpus, args.fi_arch_list)
     toolkit = find_toolkit(cpp_ext)

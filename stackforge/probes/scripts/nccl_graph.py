@@ -288,7 +288,7 @@ def global_verdict(backend: str, what: str, metrics: dict[str, Any], outcome: sf
     if broken:
         status = "fail" if statuses & {"fail", "not reached"} else "error"
         return sf.ProbeVerdict(status, f"{what}: {len(broken)} of {len(results)} collectives failed: {summary}",
-                          outcome.log())
+                               outcome.log())
     tail = ("CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL"
             if backend == "gloo" else "each exact eagerly and replayed from a CUDA graph")
     return sf.ProbeVerdict("pass", f"{what}: {tail}; {summary}", outcome.log())
@@ -329,10 +329,10 @@ def summarize(outcome: sf.RanksOutcome, backend: str, algo_env: str, gpus: int) 
 def passed(backend: str, what: str, metrics: dict[str, Any], log: str) -> sf.ProbeVerdict:
     if backend == "gloo":
         return sf.ProbeVerdict("pass", f"gloo harness: {metrics['ranks']} ranks rendezvoused and the eager all_reduce "
-                          "was exact; CUDA-graph phases skipped (gloo has no CUDA graphs), so this says "
-                          "nothing about NCCL", log)
+                               "was exact; CUDA-graph phases skipped (gloo has no CUDA graphs), so this says "
+                               "nothing about NCCL", log)
     return sf.ProbeVerdict("pass", f"{what}: exact eagerly ({metrics.get('eager_us_max_rank')} us) and replayed "
-                      f"from a CUDA graph ({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}", log)
+                           f"from a CUDA graph ({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}", log)
 
 
 if __name__ == "__main__":

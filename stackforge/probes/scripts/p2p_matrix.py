@@ -108,7 +108,7 @@ def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
         return sf.ProbeVerdict("fail", verdict, evidence, metrics)
     rates = [float(text.split()[1]) for text in copies.values()]
     return sf.ProbeVerdict("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
-                      f"each arrived intact ({min(rates):.1f}-{max(rates):.1f} GB/s)", evidence, metrics)
+                           f"each arrived intact ({min(rates):.1f}-{max(rates):.1f} GB/s)", evidence, metrics)
 
 
 def copy_results(pairs: list[tuple[int, int]], outcome: sf.RanksOutcome | None) -> dict[tuple[int, int], str]:

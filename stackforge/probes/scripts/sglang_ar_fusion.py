@@ -57,8 +57,8 @@ FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
 def no_fusion_gate(looked_for: str, method: str) -> sf.ProbeVerdict:
     """This SGLang has no arch gate of its own for FlashInfer allreduce fusion."""
     return sf.ProbeVerdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
-                      "SGLang has one from 0.5.14); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
-                      f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
+                           "SGLang has one from 0.5.14); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
+                           f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
 
 
 def live_ar_fusion(torch: Any, node: Node) -> sf.ProbeVerdict | str:
@@ -96,10 +96,10 @@ def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.Prob
     evidence = f"[{method}] {where} for capability {node.arch.dotted}: {outcome}"
     if outcome.startswith("raised"):
         return sf.ProbeVerdict("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
-                          f"{outcome[7:]}", evidence)
+                               f"{outcome[7:]}", evidence)
     return sf.ProbeVerdict("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
-                      f"({outcome}); FlashInfer's own gate (gate.flashinfer.ar-fusion) still decides the kernel",
-                      evidence)
+                           f"({outcome}); FlashInfer's own gate (gate.flashinfer.ar-fusion) still decides the kernel",
+                           evidence)
 
 
 def static_ar_fusion(node: Node, import_error: str) -> sf.ProbeVerdict:
@@ -146,7 +146,7 @@ def flashinfer_gate(node: Node) -> sf.ProbeVerdict:
         verdict = flashinfer_gates.ar_fusion_gate(node.arch, node.world_size, node.interconnect)
     except Exception as exc:  # noqa: BLE001 - FlashInfer's failure is this half's answer, not the probe's
         return sf.ProbeVerdict("error", f"{FLASHINFER_GATE_SCRIPT} raised {sf.describe_exception(exc)}",
-                          sf.traceback_text(exc))
+                               sf.traceback_text(exc))
     return sf.ProbeVerdict(verdict.status, sf.one_line(verdict.reason), sf.bound_text(verdict.evidence))
 
 
@@ -170,7 +170,7 @@ def with_autoenable(base: sf.ProbeVerdict, auto: AutoEnable | str, node: Node) -
         # SGLang fuses only under tensor parallelism (communicator.py: `self._context.tp_size > 1`;
         # flashinfer_comm_fusion.py: `if world_size <= 1: return None, None`, 0.5.4.post3-0.5.7).
         return sf.ProbeVerdict(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
-                          evidence, metrics)
+                               evidence, metrics)
     fi = flashinfer_gate(node)
     metrics["flashinfer_gate"] = fi.status
     evidence += f"\nFlashInfer's gate ({FLASHINFER_GATE_SCRIPT}): {fi.status}: {fi.reason}\n{fi.evidence}"

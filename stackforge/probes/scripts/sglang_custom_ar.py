@@ -92,7 +92,7 @@ def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes
         return sf.ProbeVerdict("skip", "custom all-reduce does not apply to a single GPU", evidence)
     if outcome.startswith("reached"):
         return sf.ProbeVerdict("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
-                          f"{node.interconnect}; its P2P check decides at run time", evidence)
+                               f"{node.interconnect}; its P2P check decides at run time", evidence)
     if outcome.startswith("raised"):
         return sf.ProbeVerdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
     return sf.ProbeVerdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
@@ -116,7 +116,7 @@ def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
     fields = {"cls_name": "CustomAllreduce", "world_size": node.world_size, "supported_world_size": sizes}
     if sizes is None or gate is None:
         return sf.ProbeVerdict("error", "could not find _SUPPORTED_WORLD_SIZES or the PCIe gate in SGLang's files",
-                          prefix)
+                               prefix)
     threshold, pcie_message, line = gate
     if node.world_size <= 1:
         return car_verdict(where, "returned (single GPU)", [], node, sizes, prefix)

@@ -109,22 +109,22 @@ def symm_without_server(node: Node, where: str, outcome: str, context: str, stop
             + (f"\nSGLang logged: {said}" if said else "") + f"\n{trace}")
     if isinstance(reading, str):
         return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
-                          f"({context}); the size table could not be read ({reading})", live)
+                               f"({context}); the size table could not be read ({reading})", live)
     evidence = f"{live}\n[table] {reading.text()}"
     if not reading.admits:
         return sf.ProbeVerdict("fail", f"SGLang's size table decides: {reading.denial} (measured: the table "
-                          f"{reading.table_name} at {reading.table_where} as looked up at {reading.lookup_where}; "
-                          "the constructor itself stopped at server-only state)", evidence)
+                               f"{reading.table_name} at {reading.table_where} as looked up at {reading.lookup_where}; "
+                               "the constructor itself stopped at server-only state)", evidence)
     if stopped_at is not None and stopped_at > reading.checks_end:
         return sf.ProbeVerdict("pass", f"SGLang's size table decides: {reading.table_name} "
-                          f"({reading.table_where}) admits capability {node.arch.major} with {node.world_size} "
-                          f"GPUs, and the constructor passed its table checks ({reading.checks_where}) live before "
-                          f"it stopped at server-only state ({os.path.basename(reading.comm_path)}:{stopped_at}); "
-                          "the allocation and multicast (handle.multicast_ptr != 0) were not reached and decide "
-                          "at run time (see the runtime probe)", evidence)
+                               f"({reading.table_where}) admits capability {node.arch.major} with {node.world_size} "
+                               f"GPUs, and the constructor passed its table checks ({reading.checks_where}) live before "
+                               f"it stopped at server-only state ({os.path.basename(reading.comm_path)}:{stopped_at}); "
+                               "the allocation and multicast (handle.multicast_ptr != 0) were not reached and decide "
+                               "at run time (see the runtime probe)", evidence)
     return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
-                      f"before its table checks ({context}); its table admits capability {node.arch.major} with "
-                      f"{node.world_size} GPUs, but what comes before the table was not run", evidence)
+                           f"before its table checks ({context}); its table admits capability {node.arch.major} with "
+                           f"{node.world_size} GPUs, but what comes before the table was not run", evidence)
 
 
 def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.ProbeVerdict:
@@ -133,11 +133,11 @@ def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, meth
     evidence += f"\nSGLang logged: {said}" if said else ""
     if outcome.startswith("reached"):
         return sf.ProbeVerdict("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
-                          f"{node.world_size} GPUs; it still needs multicast (handle.multicast_ptr != 0) at run "
-                          "time, which PCIe GPUs usually lack (see the runtime probe)", evidence)
+                               f"{node.world_size} GPUs; it still needs multicast (handle.multicast_ptr != 0) at run "
+                               "time, which PCIe GPUs usually lack (see the runtime probe)", evidence)
     if outcome.startswith("raised"):
         return sf.ProbeVerdict("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
-                          f"capability {node.arch.major} (world size {node.world_size})", evidence)
+                               f"capability {node.arch.major} (world size {node.world_size})", evidence)
     return sf.ProbeVerdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
 
 
@@ -236,7 +236,7 @@ def static_symm_mem(node: Node, import_error: str) -> sf.ProbeVerdict:
     if isinstance(reading, str):
         if reading.startswith("no torch symmetric-memory communicator"):
             return sf.ProbeVerdict("skip", "this SGLang has no torch symmetric-memory communicator "
-                              "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
+                                   "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
         return sf.ProbeVerdict("error", reading, import_error)
     where = f"{os.path.basename(reading.comm_path)}:{reading.lookup_line} {reading.class_name}.__init__"
     prefix = (f"import of the communicator failed ({import_error}); read {reading.table_path} and "

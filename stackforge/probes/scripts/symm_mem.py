@@ -206,7 +206,7 @@ def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require
               else what)
     if require_multicast and not metrics["multicast"]:
         return sf.ProbeVerdict("fail", f"{judged}, but the devices have no multicast (handle.multicast_ptr == 0); "
-                          f"SGLang's TorchSymmMemCommunicator disables itself without it ({summary})", log)
+                               f"SGLang's TorchSymmMemCommunicator disables itself without it ({summary})", log)
     if chosen is None or metrics[chosen] == "not run":
         return sf.ProbeVerdict("error", f"{what}: the ranks never reached the op SGLang uses ({summary})", log)
     if metrics[chosen] == "unsupported":
@@ -216,10 +216,10 @@ def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require
     if broken:
         first = broken[0]
         return sf.ProbeVerdict(sf.failure_status(first.detail), f"{judged}; rank {first.rank} {first.phase}: "
-                          f"{first.detail} ({summary})", log)
+                               f"{first.detail} ({summary})", log)
     return sf.ProbeVerdict("pass", f"{judged}: exact eagerly ({metrics[f'{chosen}_us_max_rank']} us) and replayed from a "
-                      f"CUDA graph ({metrics[f'{GRAPH_PHASE}_us_max_rank']} us); {summary}; "
-                      f"multicast={'yes' if metrics['multicast'] else 'no'}", log)
+                           f"CUDA graph ({metrics[f'{GRAPH_PHASE}_us_max_rank']} us); {summary}; "
+                           f"multicast={'yes' if metrics['multicast'] else 'no'}", log)
 
 
 if __name__ == "__main__":
