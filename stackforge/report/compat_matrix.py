@@ -146,7 +146,6 @@ LEGEND: dict[str, str] = {
 }
 HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "wheel": "wheel", "predicted": "rule"}
 
-#: Record statuses that decide nothing about the feature: set aside when a cell is decided.
 VERSION_AXES = ("cuda", "torch", "flashinfer", "sglang", "python")
 _PREDICTED_STATUS = {Verdict.UNAVAILABLE: CellStatus.UNAVAILABLE, Verdict.HAZARD: CellStatus.HAZARD,
                      Verdict.REQUIRES: CellStatus.REQUIRES}
