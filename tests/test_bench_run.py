@@ -141,9 +141,9 @@ def test_bench_record_round_trips_as_a_bench_tier_record():
     plan = plan_for("rtx-pro-6000-x8-pcie")
     job = bench_run.plan_bench(plan, (spec("bench.allreduce.custom"),), BenchOptions(), host_gpus=EIGHT_GPUS,
                                local=False)[0]
-    outcome, facts = job_runner.outcome_from_ending(bench_run.bench_kind(), exit_code=0, timed_out=False, signal=None, duration_s=3.0,
-                                                   timeout_s=60.0, target=job.target,
-                                                   output="STACKFORGE_RESULT " + json.dumps(allreduce_payload()))
+    outcome, facts = job_runner.outcome_from_ending(bench_run.bench_kind(), exit_code=0, timed_out=False, signal=None,
+                                                    duration_s=3.0, timeout_s=60.0, target=job.target,
+                                                    output="STACKFORGE_RESULT " + json.dumps(allreduce_payload()))
     facts = {**facts, "gpus": ["NVIDIA RTX PRO 6000 Blackwell"], "driver": "580.65",
              "nvcc": "Cuda compilation tools, release 13.0, V13.0.88"}
     provenance = job_runner.provenance_from_facts(facts, ImageRef("img:tag", "sha256:1"), EIGHT_GPUS, "docker")
@@ -165,7 +165,7 @@ def test_run_job_locally_gloo_for_real(tmp_path):
     options = BenchOptions(repeats=2, max_bytes=4096)
     job = bench_run.plan_bench(plan, (spec("bench.allreduce.gloo"),), options, host_gpus=NO_GPU, local=True)[0]
     record = job_runner.run_job_locally(bench_run.bench_kind(), job, run_id="r", host_gpus=NO_GPU, python=torch_python(),
-                                       log_path=tmp_path / "log")
+                                        log_path=tmp_path / "log")
     assert record.outcome.status is Status.PASS, record.outcome.reason + record.outcome.evidence
     assert record.outcome.metrics["rows"][-1]["size_bytes"] == 4096
     assert "link_peak" not in record.outcome.metrics        # gloo moves CPU memory: no GPU link context
