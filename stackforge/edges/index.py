@@ -41,7 +41,13 @@ from packaging.version import InvalidVersion, Version
 from stackforge.core.errors import StackforgeError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.wheel_readings import ReleaseFile
-from stackforge.edges.pip_config import PYPI_SIMPLE, PipConfig, read_pip_config, redact_urls, without_credentials
+from stackforge.edges.pip_config import (
+    PYPI_SIMPLE,
+    PipConfig,
+    read_pip_config,
+    redact_urls,
+    without_credentials,
+)
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # JSON when the index speaks it, else the PEP 503 HTML page every index serves.
