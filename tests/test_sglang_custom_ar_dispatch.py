@@ -252,11 +252,17 @@ PROBE_BUG = textwrap.dedent("""
             raise kind("boom")
         return step
 
-    for kind in (AttributeError, RuntimeError):
-        try:
-            car.agree_on_step(dist, None, raises(kind), "graph capture")
-        except Exception as exc:
-            print(sf.failure_status(sf.describe_exception(exc)), type(exc).__name__)
+    try:
+        for kind in (AttributeError, RuntimeError):
+            try:
+                car.agree_on_step(dist, None, raises(kind), "graph capture")
+            except Exception as exc:
+                print(sf.failure_status(sf.describe_exception(exc)), type(exc).__name__)
+    finally:
+        # A gloo group left for interpreter finalization can abort the process (SIGABRT,
+        # "terminate called without an active exception"; pytorch/pytorch#179291), as the
+        # probe scripts' own workers avoid by destroying theirs.
+        dist.destroy_process_group()
 """)
 
 
