@@ -1,4 +1,5 @@
-"""Each edge of the host package has one place: processes, containers, atomic writes, schema envelopes.
+"""Each edge of the host package has one place: processes, containers, atomic writes, schema envelopes,
+and how a JSON document is laid out (indented: stored documents and printed reports).
 
 Scanned as syntax (calls and imports, not text), over every host module; the in-image scripts
 (``probes/scripts``, ``bench/scripts``) run inside containers with the standard library only and are
@@ -49,6 +50,13 @@ def imported_modules(tree: ast.Module) -> set[str]:
     return names
 
 
+def indented_json_dumps(tree: ast.Module) -> bool:
+    """A ``json.dumps(..., indent=...)`` call: the layout of a document someone reads or diffs."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dumps"
+               and getattr(node.func.value, "id", "") == "json" and any(k.arg == "indent" for k in node.keywords)
+               for node in ast.walk(tree))
+
+
 def defined_functions(tree: ast.Module) -> set[str]:
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
 
@@ -64,6 +72,7 @@ def modules() -> dict[str, ast.Module]:
     ("a container", "edges/docker_engine.py",
      lambda tree: bool({"containers.create", "containers.run"} & called_attributes(tree))),
     ("a schema envelope check", "core/envelope.py", lambda tree: "check_envelope" in defined_functions(tree)),
+    ("an indented JSON layout", "core/envelope.py", indented_json_dumps),
 ])
 def test_only_one_module_does_it(modules, what, where, uses):
     doing = sorted(name for name, tree in modules.items() if uses(tree))
@@ -73,7 +82,8 @@ def test_only_one_module_does_it(modules, what, where, uses):
 def test_the_scan_sees_what_it_looks_for():
     """The checks above would pass vacuously if the scan missed the calls; one of each must be seen."""
     tree = ast.parse("import os, subprocess\nos.replace(a, b)\nclient.containers.create(x)\n"
-                     "def check_envelope():\n    pass\n")
+                     "json.dumps(doc, indent=2)\ndef check_envelope():\n    pass\n")
     assert {"os.replace", "containers.create"} <= called_attributes(tree)
     assert "subprocess" in imported_modules(tree)
     assert "check_envelope" in defined_functions(tree)
+    assert indented_json_dumps(tree) and not indented_json_dumps(ast.parse("json.dumps(doc)"))

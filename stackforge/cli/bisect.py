@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from stackforge.cli._compat import user_compat
 from stackforge.cli.options import index_options
+from stackforge.core.envelope import report_json_text
 
 
 @click.command(name="bisect")
@@ -73,7 +73,7 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
     outcome = run_bisect_campaign(request, user=user_compat(), store=store, on_read=_echo_read)
     if outcome.run_dir is not None:
         click.echo(f"recorded {outcome.recorded} wheel-tier result(s) -> {outcome.run_dir}", err=True)
-    click.echo(json.dumps(outcome.to_json(), indent=2) if as_json else outcome.text())
+    click.echo(report_json_text(outcome.to_json()) if as_json else outcome.text(), nl=not as_json)
 
 
 def _echo_read(dist: str, point) -> None:

@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from stackforge.cli._compat import PIN_RULES_ORIGIN, user_compat
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 
 VERIFY_SCHEMA = "stackforge.compat-verify/1"
@@ -50,7 +50,7 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
     evaluate, list_releases = wheel_sources(index_url=index_url, find_links=find_links, cache_root=cache_root)
     report = verify_rules(rules, knowledge.targets, evaluate=evaluate, list_releases=list_releases)
     if as_json:
-        click.echo(json.dumps({"schema": VERIFY_SCHEMA, **report.to_json()}, indent=2, ensure_ascii=False))
+        click.echo(report_json_text({"schema": VERIFY_SCHEMA, **report.to_json()}), nl=False)
     else:
         click.echo(render_text(report))
     if not report.ok:

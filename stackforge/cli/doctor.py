@@ -3,11 +3,10 @@ CA bundle). Gathering is :mod:`stackforge.doctor.facts`; judging is :mod:`stackf
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from stackforge.cli._compat import user_compat
+from stackforge.core.envelope import report_json_text
 
 
 @click.command(name="doctor")
@@ -31,6 +30,6 @@ def command(as_json: bool, index_url: str | None, registry: str | None, ca_bundl
 
     targets = load_knowledge(user=user_compat()).targets
     report = build_report(gather(index_url=index_url, registry=registry, ca_bundle=ca_bundle), targets)
-    click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
+    click.echo(report_json_text(report.to_json()) if as_json else report.render(), nl=not as_json)
     if report.exit_code:
         raise click.exceptions.Exit(report.exit_code)

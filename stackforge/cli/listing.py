@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from stackforge.cli._compat import user_compat
 from stackforge.cli.options import terminal_width
+from stackforge.core.envelope import report_json_text
 from stackforge.core.textfit import fit_table
 from stackforge.report.listing import KINDS, list_kind
 
@@ -25,6 +24,6 @@ def command(kind: str, as_json: bool) -> None:
     """
     result = list_kind(kind, user_compat())
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        click.echo(report_json_text(result.to_json()), nl=False)
     else:
         click.echo("\n".join(fit_table(result.rows, result.headers, terminal_width())))

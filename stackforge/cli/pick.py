@@ -8,13 +8,13 @@ results; no image is printed), 2 bad input.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from stackforge.cli._evidence import evidence_options, load_evidence, warn
 from stackforge.cli.options import cuda_option, only_option
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import NothingQualifiesError
 from stackforge.report.pick import (
     OPTIMIZE,
@@ -67,7 +67,7 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     if fmt == "json":
         payload = pick_to_json(chosen, candidates, evidence.target, features, driver)
         payload["predictions_only"] = evidence.predictions_only
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        click.echo(report_json_text(payload), nl=False)
     if chosen is None:
         if fmt == "text":
             _explain(candidates, evidence.target, features, driver)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -16,6 +15,7 @@ from stackforge.cli.options import (
     terminal_width,
 )
 from stackforge.core.data import resolve_matrix_path
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import Plan, plan_file
 from stackforge.plan.text import explain_stack, plan_table
@@ -51,7 +51,7 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
         payload = plan.to_json()
         if checks is not None:
             payload["preflight"] = checks.to_json()
-        click.echo(json.dumps(payload, indent=2, sort_keys=False))
+        click.echo(report_json_text(payload), nl=False)
     else:
         click.echo(plan_table(plan, terminal_width()))
         if checks is not None:

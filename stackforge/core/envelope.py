@@ -12,7 +12,7 @@ from typing import Any
 
 from stackforge.core.errors import RecordError
 
-__all__ = ["check_envelope", "document_text"]
+__all__ = ["check_envelope", "document_text", "report_json_text"]
 
 
 def check_envelope(data: Any, *, schema: str, supported: int, what: str, path: str = "",
@@ -48,3 +48,9 @@ def document_text(data: dict[str, Any]) -> str:
     """How a stored JSON document is written: sorted keys, two-space indent, a final newline. Two writes
     of one document are then byte-identical, and two runs' files diff line by line."""
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def report_json_text(data: dict[str, Any]) -> str:
+    """How a report or a command's answer is printed as JSON: keys in the order they were built (the
+    order a reader meets them), two-space indent, non-ASCII text as it is, a final newline."""
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

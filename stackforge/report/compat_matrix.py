@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +44,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from stackforge.core.data import display_path
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 from stackforge.core.records import (
     TIER_PREFERENCE,
@@ -672,7 +672,7 @@ def _measurement_json(record: ResultRecord) -> dict[str, Any]:
 
 def render_matrix_json(report: MatrixReport) -> str:
     """The matrix as pretty JSON text."""
-    return json.dumps(report_to_json(report), indent=2, ensure_ascii=False) + "\n"
+    return report_json_text(report_to_json(report))
 
 
 # ---------------------------------------------------------------------------------------------- csv

@@ -15,12 +15,12 @@ boundary it says that only a rule (or nothing) speaks for the way out.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status
 from stackforge.report.compat_matrix import (
@@ -219,7 +219,7 @@ def render_deadends(report: DeadEndReport, fmt: str) -> str:
     if fmt == "text":
         return _text(report)
     if fmt == "json":
-        return json.dumps(_json(report), indent=2, ensure_ascii=False) + "\n"
+        return report_json_text(_json(report))
     raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackforge.core.envelope import check_envelope
+from stackforge.core.envelope import check_envelope, report_json_text
 from stackforge.core.errors import RecordError, SpecError
 from stackforge.core.records import ResultRecord
 from stackforge.report.compat_matrix import (
@@ -408,7 +408,7 @@ def render_diff(diff: MatrixDiff, fmt: str) -> str:
         SpecError: an unknown format.
     """
     if fmt == "json":
-        return json.dumps(_json(diff), indent=2, ensure_ascii=False) + "\n"
+        return report_json_text(_json(diff))
     if fmt in ("md", "text"):
         return _text(diff, markdown=fmt == "md")
     raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -7,8 +7,7 @@ import the reports' types without the reports importing the pages back.
 
 from __future__ import annotations
 
-import json
-
+from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 from stackforge.report import compat_matrix, upgrade
 from stackforge.report.compat_matrix_html import render_matrix_html
@@ -37,7 +36,7 @@ def render_upgrade(report: upgrade.UpgradeReport, fmt: str) -> str:
     if fmt == "md":
         return upgrade.render_upgrade_md(report)
     if fmt == "json":
-        return json.dumps(upgrade.upgrade_to_json(report), indent=2, ensure_ascii=False) + "\n"
+        return report_json_text(upgrade.upgrade_to_json(report))
     if fmt == "html":
         return render_upgrade_html(report)
     raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(upgrade.FORMATS)}")
