@@ -3,6 +3,9 @@
 Readers check the envelope before any field, with :func:`check_envelope`, so that a file of another
 kind, or one written by a newer stackforge, is refused with one line naming the file, instead of
 being half-read.
+
+The two layouts JSON is written in live here too: a stored document (:func:`document_text`) and a
+printed report or ``--json`` answer (:func:`report_json_text`).
 """
 
 from __future__ import annotations
