@@ -62,8 +62,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         records = run_probe_jobs(jobs, run_id="probe-overhead", host_gpus=detect_host_gpus(client), write=lambda r: None,
-                           client=client, parallel=args.jobs, log_dir=Path(tmp),
-                           images={stack.id: image for stack, image in images.items()})
+                                 client=client, parallel=args.jobs, log_dir=Path(tmp),
+                                 images={stack.id: image for stack, image in images.items()})
         wall = time.perf_counter() - started
     per_stack: dict[str, list] = defaultdict(list)
     for record in records:
