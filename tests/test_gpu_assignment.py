@@ -139,7 +139,7 @@ def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, mo
     assert planned.skip_reason == "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2"
     written = []
     records = run_probe_jobs([ProbeJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
-                       local_python="/nonexistent/python", scripts_dir=MISBEHAVE)
+                             local_python="/nonexistent/python", scripts_dir=MISBEHAVE)
     assert [(r.outcome.status, r.outcome.reason, r.outcome.evidence) for r in records] == [
         (Status.SKIP, "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2", "rtx-x1: gpu_count=1")]
     assert written == records

@@ -428,7 +428,7 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
     with runner.signals_as_interrupts(), pytest.raises(Terminated):
         sender.start()
         run_probe_jobs([ProbeJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
-                 write=written.append, local_python=sys.executable, scripts_dir=tmp_path, timeout_s=job_timeout_s)
+                       write=written.append, local_python=sys.executable, scripts_dir=tmp_path, timeout_s=job_timeout_s)
     elapsed = time.monotonic() - started
     sender.join(timeout=5)
     assert elapsed < job_timeout_s / 2, f"the run stopped only after {elapsed:.0f} s, when its job ended by itself"

@@ -50,7 +50,7 @@ def test_probe_by_digest_from_build_records(docker_client, base_image, local_reg
     ok = ProbeSpec(id="t.ok", feature="flashinfer-jit", tier="gate", script="ok.py", description="ok",
                    preconditions=Preconditions(), default_timeout_s=60, args=())
     records = run_probe_jobs([ProbeJob(stack, TARGET, ok)], run_id="handoff", host_gpus=HostGpus(False, "none"),
-                       write=lambda r: None, client=docker_client, builds_dir=out, scripts_dir=MISBEHAVE)
+                             write=lambda r: None, client=docker_client, builds_dir=out, scripts_dir=MISBEHAVE)
     try:
         (record,) = records
         assert record.outcome.status is Status.PASS, record.outcome
