@@ -70,7 +70,7 @@ def test_suite_goes_on_after_a_hang_and_a_crash(docker_client, base_image):
             ProbeJob(stack, RTX, spec("t.ok", "ok.py"))]
     written = []
     records = run_probe_jobs(jobs, run_id="test-suite", host_gpus=NO_GPU, write=written.append, client=docker_client,
-                       parallel=2, images={stack.id: image}, scripts_dir=MISBEHAVE)
+                             parallel=2, images={stack.id: image}, scripts_dir=MISBEHAVE)
     statuses = {r.probe: r.outcome.status for r in records}
     assert statuses == {"t.hang": Status.TIMEOUT, "t.segv": Status.CRASH, "t.ok": Status.PASS}
     assert len(written) == 3
