@@ -14,7 +14,7 @@ from stackforge.core.errors import SpecError
 from stackforge.core.versions import parse_version
 from stackforge.core.wheel_readings import CodeSite, Reading, ReadingStatus
 from stackforge.plan.rules import load_rules, load_targets
-from stackforge.wheels.verify import WitnessVerdict, bound_points, verify_rules
+from stackforge.wheels.verify import WitnessVerdict, bound_points, render_text, verify_rules
 
 SGLANG = ["0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.16"]
 FLASHINFER = ["0.3.0", "0.3.1", "0.4.1", "0.5.0", "0.6.6", "0.6.7", "0.6.16.post4", "0.6.17", "0.7.0.post1",
@@ -151,9 +151,15 @@ FUSION_RULE = """\
 
 
 def test_a_bound_in_sdist_only_releases_is_left_unread_and_the_other_checked(tmp_path):
-    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.6.17"))).verdicts
-    assert verdict.verdict is WitnessVerdict.CONFIRMED
-    assert "undecided at flashinfer-python 0.3.0, 0.3.1: sdist only" in verdict.why
+    report = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.6.17")))
+    (verdict,) = report.verdicts
+    # The upper bound is read on both sides; the lower one only in sdists: half-witnessed, never confirmed.
+    assert verdict.verdict is WitnessVerdict.HALF_WITNESSED, verdict.why
+    assert "last release outside 0.3.0 undecided: sdist only" in verdict.why
+    assert "first release inside 0.3.1 undecided: sdist only" in verdict.why
+    assert report.count(WitnessVerdict.CONFIRMED) == 0 and report.ok
+    assert "0 confirmed, 1 half-witnessed, 0 wrong" in render_text(report)
+    assert "    half-witnessed: " in render_text(report)
     (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.4.1"))).verdicts
     assert verdict.verdict is WitnessVerdict.UNWITNESSED and "sdist only" in verdict.why
 
@@ -236,9 +242,9 @@ def test_cli_exits_1_naming_the_wrong_rule_and_its_measured_bound(tmp_path, fake
     folder = user_compat_dir(tmp_path, ">=0.5.15")
     result = CliRunner().invoke(cli, ["--compat", str(folder), "compat", "verify", "--rule", "symm-disabled"])
     assert result.exit_code == 1, result.output
-    assert "WRONG       symm-disabled" in result.output
+    assert "WRONG          symm-disabled" in result.output
     assert "measured bound sglang >=0.5.14" in result.output
-    assert "witnessed 1 / 1 rules: 0 confirmed, 1 wrong, 0 unwitnessed" in result.output
+    assert "witnessed 1 / 1 rules: 0 confirmed, 0 half-witnessed, 1 wrong, 0 unwitnessed" in result.output
 
 
 def test_cli_exits_0_and_prints_json_when_the_bound_is_right(tmp_path, fake_wheels):

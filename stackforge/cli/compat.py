@@ -32,8 +32,9 @@ def command() -> None:
 def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find_links: tuple[str, ...],
            cache_root: Path | None) -> None:
     """Read each rule's witness in the releases on both sides of its version bounds (last outside, first
-    inside, last inside, first outside) for the rule's own targets; print CONFIRMED / WRONG (with the
-    measured bound) / UNWITNESSED (why) per rule and the count witnessed / total. Exit 1 on any WRONG.
+    inside, last inside, first outside) for the rule's own targets; print CONFIRMED / HALF-WITNESSED (a
+    side of a bound undecided, named) / WRONG (with the measured bound) / UNWITNESSED (why) per rule and the
+    count witnessed / total. Exit 1 on any WRONG.
 
     \b
     Examples:

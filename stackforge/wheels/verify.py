@@ -6,8 +6,10 @@ the reading status expected inside the rule's bound. For each bound on that dist
 checked are the last release outside, the first inside, the last inside and the first outside (those
 that exist), for each of the rule's own targets (the targets in ``compat/targets.yaml`` its hardware
 conditions match). A rule is CONFIRMED when every release inside reads as expected and every release
-outside reads otherwise, WRONG when one does not (with the bound the readings show, found by a binary
-search between the releases checked), UNWITNESSED when no reader can decide it (with why).
+outside reads otherwise, HALF-WITNESSED when what was read agrees but a release at a bound stayed undecided
+(an sdist-only release, say: the report names that side), WRONG when one does not (with the bound the
+readings show, found by a binary search between the releases checked), UNWITNESSED when no reader can
+decide it (with why).
 
 The module is pure: wheels are read through an injected evaluator ``(fact, dist, version, ctx) ->
 Reading`` and releases listed through ``(dist) -> versions``, so the logic is tested without network.
@@ -45,7 +47,8 @@ CONTEXT_FACTS = ("cuda", "nvcc", "torch_cuda", "python", "kernel_package")
 class WitnessVerdict(str, Enum):
     """What the wheels say about one rule."""
 
-    CONFIRMED = "confirmed"
+    CONFIRMED = "confirmed"              # every release read at the bounds decided, and agrees
+    HALF_WITNESSED = "half-witnessed"    # what decided agrees, but a side of a bound stayed undecided (named)
     WRONG = "wrong"
     UNWITNESSED = "unwitnessed"
 
@@ -118,7 +121,8 @@ class RuleVerification:
 
     @property
     def witnessed(self) -> int:
-        return self.count(WitnessVerdict.CONFIRMED) + self.count(WitnessVerdict.WRONG)
+        return (self.count(WitnessVerdict.CONFIRMED) + self.count(WitnessVerdict.HALF_WITNESSED)
+                + self.count(WitnessVerdict.WRONG))
 
     @property
     def ok(self) -> bool:
@@ -126,7 +130,8 @@ class RuleVerification:
 
     def to_json(self) -> dict[str, Any]:
         return {"witnessed": self.witnessed, "total": len(self.verdicts),
-                "confirmed": self.count(WitnessVerdict.CONFIRMED), "wrong": self.count(WitnessVerdict.WRONG),
+                "confirmed": self.count(WitnessVerdict.CONFIRMED),
+                "half_witnessed": self.count(WitnessVerdict.HALF_WITNESSED), "wrong": self.count(WitnessVerdict.WRONG),
                 "unwitnessed": self.count(WitnessVerdict.UNWITNESSED), "rules": [v.to_json() for v in self.verdicts]}
 
 
@@ -201,22 +206,18 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
     undecided = [c for c in checks if c.agrees is None]
     undecided_note = (f"undecided at {witness.dist} {', '.join(dict.fromkeys(c.version for c in undecided))}: "
                       f"{undecided[0].reading.summary}" if undecided else "")
-    if not _decides(checks):
+    agreed = sum(1 for c in checks if c.agrees)
+    if not agreed:
         return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
                            checks=checks, witness=witness)
-    agreed = sum(1 for c in checks if c.agrees)
-    why = f"{agreed} reading(s) agree" + (f"; {len(undecided)} {undecided_note}" if undecided else "")
-    return RuleVerdict(rule.id, WitnessVerdict.CONFIRMED, why, bound=bound, contexts=notes, checks=checks,
-                       witness=witness)
-
-
-def _decides(checks: Sequence[BoundCheck]) -> bool:
-    """Whether the decided readings check the rule: some release inside, and some outside when the rule has
-    releases outside (a release published only as an sdist is undecided, so an old bound may stay unread)."""
-    inside = any(c.agrees is not None for c in checks if c.inside)
-    has_outside = any(not c.inside for c in checks)
-    outside = any(c.agrees is not None for c in checks if not c.inside)
-    return inside and (outside or not has_outside)
+    if undecided:
+        # One side of a bound read, the other not (an sdist-only release, a file the reader did not expect):
+        # the bound is only half checked, and the report names the side.
+        sides = "; ".join(dict.fromkeys(f"{c.role} {c.version} undecided: {c.reading.summary}" for c in undecided))
+        return RuleVerdict(rule.id, WitnessVerdict.HALF_WITNESSED, f"{agreed} reading(s) agree; {sides}",
+                           bound=bound, contexts=notes, checks=checks, witness=witness)
+    return RuleVerdict(rule.id, WitnessVerdict.CONFIRMED, f"{agreed} reading(s) agree", bound=bound, contexts=notes,
+                       checks=checks, witness=witness)
 
 
 def unwitnessed_reason(rule: Rule) -> str:
@@ -450,7 +451,7 @@ def render_text(report: RuleVerification) -> str:
     """One line per rule; a WRONG rule also shows the releases that disagree and the measured bound."""
     lines: list[str] = []
     for v in report.verdicts:
-        head = f"{v.verdict.value.upper():<11} {v.rule_id}"
+        head = f"{v.verdict.value.upper():<14} {v.rule_id}"
         if v.verdict is WitnessVerdict.UNWITNESSED:
             lines.append(f"{head}: {v.why}")
             continue
@@ -459,6 +460,8 @@ def render_text(report: RuleVerification) -> str:
         shows = f" showing {witness.shows!r}" if witness.shows else ""
         lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
                      f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
+        if v.verdict is WitnessVerdict.HALF_WITNESSED:
+            lines.append(f"    half-witnessed: {v.why}")
         if v.contexts and v.contexts[0]:
             lines.append(f"    read with {v.contexts[0]}")
         for check, targets in _grouped(v.checks):
@@ -471,7 +474,8 @@ def render_text(report: RuleVerification) -> str:
         for m in v.measured:
             lines.append(f"    measured ({', '.join(m.targets)}): {m.text}")
     lines.append(f"witnessed {report.witnessed} / {len(report.verdicts)} rules: "
-                 f"{report.count(WitnessVerdict.CONFIRMED)} confirmed, {report.count(WitnessVerdict.WRONG)} wrong, "
+                 f"{report.count(WitnessVerdict.CONFIRMED)} confirmed, "
+                 f"{report.count(WitnessVerdict.HALF_WITNESSED)} half-witnessed, {report.count(WitnessVerdict.WRONG)} wrong, "
                  f"{report.count(WitnessVerdict.UNWITNESSED)} unwitnessed")
     return "\n".join(lines)
 
