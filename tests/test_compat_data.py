@@ -36,8 +36,8 @@ ALL_FACTS = VERSION_FACTS | set(IDENTIFIER_VALUES) | NUMBER_FACTS | BOOLEAN_FACT
 
 FEATURES = {
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha",
-    "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
+    "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
 }
 EFFECTS = {"incompatible", "feature_unavailable", "hazard", "requires"}
 CONFIDENCES = {"verified", "secondary", "inferred"}

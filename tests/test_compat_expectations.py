@@ -44,7 +44,7 @@ PREDICTIONS = [
     ("A", RTX_PCIE, "nccl-graph-tree", "hazard", "nccl-global-algo-tree"),
     ("A", RTX_PCIE, "nccl-global-tree", "unavailable", "nccl-global-algo-tree-no-allgather"),
     ("A", RTX_PCIE, "nccl-nvls", "unavailable", "nccl-nvls-needs-multicast"),
-    ("A", RTX_PCIE, "trtllm-fmha", "unavailable", ""),
+    ("A", RTX_PCIE, "trtllm-gen-fmha", "unavailable", ""),
     ("A", RTX_PCIE, "nvfp4-gemm", "unavailable", "flashinfer-nvfp4-mm-fp4-sm120"),
     ("A", RTX_PCIE, "flashinfer-jit", "no-rule", ""),     # FI 0.6.3 auto-detects compute_120a with CUDA 12.8
     ("A", RTX_PCIE, "torch-kernels", "no-rule", ""),      # cu128 has sm_120 SASS

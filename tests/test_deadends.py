@@ -31,10 +31,21 @@ def test_every_failing_feature_is_listed_in_matrix_order(dead):
 
 def test_first_unblocking_stack_prefers_measurements(dead):
     by_feature = {d.feature: d for d in dead.dead_ends}
+    # cu130's gate pass only shows the code admits sm_120; cu131 ran the fusion on the GPU: that one unblocks.
     fusion = by_feature["flashinfer-ar-fusion"].unblocked_by
-    assert (fusion.stack_id, fusion.basis, fusion.tier) == (CU130, "measured", "gate")
+    assert (fusion.stack_id, fusion.basis, fusion.tier) == (CU131, "measured", "runtime")
     tree = by_feature["nccl-graph-tree"].unblocked_by
     assert (tree.stack_id, tree.basis) == (CU130, "predicted")          # nobody ran it: flagged as such
+
+
+def test_a_stack_whose_code_only_admits_a_feature_unblocks_it_as_admitted_not_measured():
+    records = [r for r in seed_records() if not (r.stack_id == CU131 and r.feature == "flashinfer-ar-fusion")]
+    dead = find_dead_ends(build_matrix(records, Plan.from_json(plan_dict()), TARGET))
+    fusion = next(d for d in dead.dead_ends if d.feature == "flashinfer-ar-fusion")
+    assert (fusion.unblocked_by.stack_id, fusion.unblocked_by.basis) == (CU130, "admitted")
+    text = render_deadends(dead, "md")
+    assert f"first unblocked by {CU130} (admitted by the code (gate), not measured working:" in text
+    assert "- [ ] **flashinfer-ar-fusion**" in text          # the way out is not proven: the box stays open
 
 
 def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
@@ -64,7 +75,7 @@ def test_custom_allreduce_passing_is_not_a_dead_end_and_pruned_stacks_are_listed
 def test_markdown_reads_like_the_seed_todo_list(dead):
     text = render_deadends(dead, "md")
     assert "- [x] **flashinfer-ar-fusion** — DEAD END on 1 of 3 stacks (JIT doesn't support SM120)" in text
-    assert f"first unblocked by {CU130} (measured pass, gate:" in text
+    assert f"first unblocked by {CU131} (measured pass, runtime:" in text
     assert "no stack in this matrix unblocks it" in text
     assert f"⛔ `{PRUNED}`" in text
     data = json.loads(render_deadends(dead, "json"))

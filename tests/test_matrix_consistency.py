@@ -19,11 +19,13 @@ from matrix_fixtures import TARGET, plan_dict, seed_records
 from stackforge.core.errors import NothingQualifiesError
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import ResultRecord, Status
+from stackforge.plan.features import load_feature_catalog
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import (
     CellSource,
     CellStatus,
     build_matrix,
+    cell_judges,
     decide_cell,
     render_matrix_json,
 )
@@ -41,18 +43,19 @@ def assert_consistent(records: list[ResultRecord], plan: Plan, target: str) -> N
     """Every invariant that ties records, matrix, dead ends and pick together."""
     report = build_matrix(records, plan, target)
     mine = [r for r in records if r.target == target]
-    _matrix_reflects_records(report, mine)
+    _matrix_reflects_records(report, mine, plan)
     _dead_ends_are_exactly_the_dead_cells(report)
     _picks_never_take_a_dead_or_unmeasured_feature(report, records, plan, target)
 
 
-def _matrix_reflects_records(report, records) -> None:
+def _matrix_reflects_records(report, records, plan) -> None:
     placed = [r for _, cell in report.cells() for r in cell.records]
     assert sorted(r.key for r in placed) == sorted(r.key for r in records)          # each record, exactly once
     json_rows = {row["stack_id"]: row for row in json.loads(render_matrix_json(report))["rows"]}
+    judges = cell_judges(report.features, plan.target(report.target), load_feature_catalog())
     for row, cell in report.cells():
         mine = [r for r in records if r.stack_id == row.stack_id and r.feature == cell.feature]
-        again = decide_cell(cell.feature, mine, cell.prediction, row.pruned_by)
+        again = decide_cell(cell.feature, mine, cell.prediction, row.pruned_by, judge=judges[cell.feature])
         assert (again.status, again.source, again.tier) == (cell.status, cell.source, cell.tier)
         informative = [r for r in mine if r.outcome.status is not Status.SKIP]
         measured = cell.source is CellSource.MEASURED and cell.status is not CellStatus.SKIP

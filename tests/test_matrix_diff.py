@@ -43,7 +43,7 @@ RUN_B = [bench(CU128, "serve", {"output_throughput": summary(89.9, 89.1, 90.6)},
 def test_exactly_one_status_flip_and_one_metric_beyond_noise():
     diff = diff_snapshots(snapshot_from_records(RUN_A, "a"), snapshot_from_records(RUN_B, "b"))
     assert [(c.key, c.before.status, c.after.status) for c in diff.status_changes] == [
-        ((TARGET, CU128, "flashinfer-jit"), "pass", "fail")]
+        ((TARGET, CU128, "flashinfer-jit"), "admitted", "fail")]     # a gate pass of the JIT only admits
     assert [c.key for c in diff.metric_changes] == [(TARGET, CU131, "serve", "output_throughput")]
     change = diff.metric_changes[0]
     assert change.verdict == "regression" and change.delta == pytest.approx(-14.0)
@@ -117,7 +117,7 @@ def test_matrix_json_and_run_folders_diff_the_same(tmp_path):
 def test_renderings_and_bad_inputs(tmp_path):
     diff = diff_snapshots(snapshot_from_records(RUN_A, "a"), snapshot_from_records(RUN_B, "b"))
     md = render_diff(diff, "md")
-    assert "REGRESSION: `" + CU128 in md and "pass (gate) → fail (gate)" in md
+    assert "REGRESSION: `" + CU128 in md and "admitted (gate) → fail (gate)" in md
     assert "REGRESSION: `" + CU131 + "` · serve · output_throughput" in md and "(-12.5%)" in md
     data = json.loads(render_diff(diff, "json"))
     assert data["noise_rule"] == {"k": 1.0, "relative_threshold": 0.02, "no_spread_relative_threshold": 0.1}

@@ -45,13 +45,28 @@ def test_a_plan_read_from_its_json_is_picked_from():
 
 
 def test_old_driver_falls_back_to_gate_only_evidence(plan):
-    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="585.1")
+    # torch-kernels is a question the gate tier decides (the arch list names sm_120): a gate pass is a pass.
+    arch_list = record(CU130, "torch-kernels", "pass", tier="gate", reason="torch arch list has sm_120")
+    chosen = pick([*seed_records(), arch_list], plan, TARGET, ["torch-kernels"], driver="585.1")
     assert chosen.candidate.stack_id == CU130
     assert chosen.exit_code == EXIT_GATE_ONLY == 5
     # A bare digest is completed with the image's repository: repo@sha256:...
     assert chosen.reference == f"stackforge/{CU130}@{DIGESTS[CU130]}"
     assert any("gate evidence only" in w for w in chosen.warnings())
     assert any("pass on gate evidence only" in line for line in chosen.why())
+
+
+def test_an_admitted_feature_is_never_taken_as_working(plan):
+    # The gate of flashinfer-ar-fusion compiles nothing that runs: its pass only shows the code admits sm_120,
+    # so on the driver that rules out the runtime-measured stack nothing qualifies, and pick says why.
+    with pytest.raises(NothingQualifiesError) as info:
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="585.1")
+    assert info.value.exit_code == 4
+    cu130 = next(c for c in evaluate_candidates(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], "585.1")
+                 if c.stack_id == CU130)
+    blocker, = cu130.blockers
+    assert blocker.line.startswith("flashinfer-ar-fusion: admitted by the code only, not measured working (gate probe")
+    assert blocker.unmeasured      # what it waits for is a probe that decides, like an untested cell
 
 
 def test_driver_strings_compare_as_versions(plan):

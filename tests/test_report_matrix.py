@@ -245,7 +245,8 @@ def test_markdown_table_legend_and_footnotes(report):
     cu128_row = next(line for line in table if CU128 in line and "~~" not in line)
     assert "❌ run[^" in cu128_row and "💥 run" in cu128_row and "⏳ run" in cu128_row
     assert "✅ bench 89.5 tok/s" in cu128_row
-    assert "‼️✅ gate" in text and "🚫 rule" in text and "⛔ pruned by `torch-no-cu128-from-212`" in text
+    # A gate pass of flashinfer-ar-fusion only shows the code admits sm_120 (compat/knowledge.yaml tiers).
+    assert "‼️☑️ gate" in text and "🚫 rule" in text and "⛔ pruned by `torch-no-cu128-from-212`" in text
     assert "**Legend**" in text and "rule contradicted by measurement" in text
     footnotes = dict(re.findall(r"^\[\^(\d+)\]: (.*)$", text, re.MULTILINE))
     refs = set(re.findall(r"\[\^(\d+)\](?!:)", text))
@@ -341,7 +342,7 @@ def test_html_cells_carry_status_evidence_and_sort_keys(report):
     assert cell and "fail (runtime)" in cell.group(1)
     assert '<details><summary><span class="glyph">❌</span> <b>fail</b> <span class="how">run</span></summary>' in text
     assert "No supported CUDA architectures found for major versions [12]" in text
-    assert 'class="cell st-pass src-measured contradicted"' in text
+    assert 'class="cell st-admitted src-measured contradicted"' in text
     assert re.search(r'data-rank="0" data-metric="112.0"', text)
 
 

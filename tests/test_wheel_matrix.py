@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
+from stackforge.core.errors import NothingQualifiesError
 from stackforge.core.records import Tier
 from stackforge.core.wheel_readings import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import CellSource, CellStatus, build_matrix, cell_label
 from stackforge.report.deadends import find_dead_ends, render_deadends
-from stackforge.report.pick import pick
+from stackforge.report.pick import evaluate_candidates, pick
 from stackforge.wheels.tier import Measurement, wheel_record
 from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
 
@@ -46,15 +49,17 @@ def test_gate_and_runtime_outrank_the_wheel_tier():
     report = matrix([wheel("flashinfer-python", "0.6.14", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE),
                      wheel("flashinfer-python", "0.7.2", "flashinfer-ar-fusion", ReadingStatus.UNAVAILABLE)])
     assert (report.row(CU130).cell("flashinfer-ar-fusion").status, report.row(CU130).cell(
-        "flashinfer-ar-fusion").tier) == (CellStatus.PASS, Tier.GATE)
+        "flashinfer-ar-fusion").tier) == (CellStatus.ADMITTED, Tier.GATE)     # a gate that runs nothing admits
     assert report.row(CU131).cell("flashinfer-ar-fusion").tier is Tier.RUNTIME
 
 
 def test_the_wheel_tier_outranks_a_rule_and_flags_a_contradiction():
     report = matrix([wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE, "MAX_SIZES.get(cap)")])
     cell = report.row(CU130).cell("torch-symm-mem")
-    assert (cell.status, cell.source, cell.tier) == (CellStatus.PASS, CellSource.MEASURED, Tier.WHEEL)
+    # The code admits the target (a reading, not a run): admitted, and still against the rule's bound.
+    assert (cell.status, cell.source, cell.tier) == (CellStatus.ADMITTED, CellSource.MEASURED, Tier.WHEEL)
     assert "rule contradicted by measurement" in cell.contradicted and "wheel" in cell.contradicted
+    assert "the code admits the target; whether torch-symm-mem works is decided by a runtime probe" in cell.reason
 
 
 def test_a_reading_that_depends_on_the_stack_matches_only_stacks_with_that_context():
@@ -71,9 +76,9 @@ def test_a_reading_that_depends_on_the_stack_matches_only_stacks_with_that_conte
 
 def test_undecided_and_narrower_facts_decide_nothing_and_add_no_column():
     report = matrix([wheel("sglang", "0.5.12", "custom-allreduce", ReadingStatus.UNDECIDED),
-                     wheel("sglang", "0.5.12", "trtllm-fmha:decode", ReadingStatus.AVAILABLE)])
+                     wheel("sglang", "0.5.12", "torch-symm-mem:flag", ReadingStatus.AVAILABLE)])
     assert report.row(CU130).cell("custom-allreduce").source is CellSource.PREDICTED
-    assert "trtllm-fmha:decode" not in report.features
+    assert "torch-symm-mem:flag" not in report.features
 
 
 def test_both_halves_of_the_pcie_ipc_allreduce_decide_one_cell_and_the_worst_wins():
@@ -85,7 +90,7 @@ def test_both_halves_of_the_pcie_ipc_allreduce_decide_one_cell_and_the_worst_win
                              "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE = EnvBool(False)")])
     assert "flashinfer-pcie-ipc-ar" not in both.features and "sglang-pcie-ipc-ar" not in both.features
     cell = both.row(CU131).cell("pcie-allreduce")
-    assert (cell.status, cell.tier) == (CellStatus.PASS, Tier.WHEEL)
+    assert (cell.status, cell.tier) == (CellStatus.ADMITTED, Tier.WHEEL)
     assert {r.probe for r in cell.records} == {"wheel.flashinfer-python.flashinfer-pcie-ipc-ar",
                                                "wheel.sglang.sglang-pcie-ipc-ar"}
     half = matrix([fi, wheel("sglang", "0.5.23", "sglang-pcie-ipc-ar", ReadingStatus.ABSENT)])
@@ -125,13 +130,15 @@ def test_deadends_says_when_the_newest_release_read_still_blocks():
     assert "still blocked in the newest sglang release read, 0.5.12" in text
 
 
-def test_pick_counts_a_wheel_pass_below_gate_evidence():
+def test_pick_never_takes_a_wheel_reading_that_admits_as_working():
     records = [*seed_records(), wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE)]
-    chosen = pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",))
-    assert chosen.candidate.stack_id == CU130 and chosen.candidate.wheel_only and chosen.exit_code == 5
-    assert any("pass on wheel evidence only" in line for line in chosen.why())
-    assert any("wheel evidence only" in warning for warning in chosen.warnings())
-    assert chosen.candidate.image, "the image comes from the stack's probed records, not the wheel record"
+    with pytest.raises(NothingQualifiesError):
+        pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",))
+    cu130 = next(c for c in evaluate_candidates(records, Plan.from_json(plan_dict()), TARGET, ("torch-symm-mem",))
+                 if c.stack_id == CU130)
+    blocker, = cu130.blockers
+    assert blocker.line.startswith(
+        "torch-symm-mem: admitted by the code only, not measured working (wheel probe wheel.sglang.torch-symm-mem")
 
 
 def test_a_pruned_stack_gets_no_wheel_record():

@@ -269,7 +269,7 @@ def gen_pcie_ipc_comm_module() -> JitSpec:
 # ------------------------------------------------------------------------------------------------
 
 FLASHINFER_FACTS = ("flashinfer-ar-fusion", "flashinfer-ar-fusion:gate-present", "flashinfer-mnnvl",
-                    "flashinfer-jit", "trtllm-fmha", "nvfp4-gemm", "flashinfer-pcie-ipc-ar")
+                    "flashinfer-jit", "trtllm-gen-fmha", "nvfp4-gemm", "flashinfer-pcie-ipc-ar")
 
 
 def test_registry_has_every_flashinfer_fact_once() -> None:
@@ -494,29 +494,29 @@ def test_jit_code_the_reader_cannot_follow_is_undecided(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# trtllm-fmha
+# trtllm-gen-fmha
 # ------------------------------------------------------------------------------------------------
 
 def test_trtllm_fmha_sm_list_over_two_lines(tmp_path: Path) -> None:
     write(tmp_path, FMHA_RUNNER, FMHA_RUNNER_0_6_16)
-    refused = read("trtllm-fmha", tmp_path, SM120_PCIE)
+    refused = read("trtllm-gen-fmha", tmp_path, SM120_PCIE)
     assert refused.status is ReadingStatus.UNAVAILABLE
     assert "{sm_100, sm_103, sm_107}: sm_120" in refused.summary
     assert [s.line for s in refused.sites] == [3, 4]
     blackwell = ReadContext(arch="10.3", gpu_count=8, interconnect="nvswitch")
-    assert read("trtllm-fmha", tmp_path, blackwell).status is ReadingStatus.AVAILABLE
+    assert read("trtllm-gen-fmha", tmp_path, blackwell).status is ReadingStatus.AVAILABLE
 
 
 def test_trtllm_fmha_sm_list_on_one_line(tmp_path: Path) -> None:
     write(tmp_path, FMHA_RUNNER, FMHA_RUNNER_0_5_0)
-    reading = read("trtllm-fmha", tmp_path, ReadContext(arch="10.7", gpu_count=1, interconnect="pcie"))
+    reading = read("trtllm-gen-fmha", tmp_path, ReadContext(arch="10.7", gpu_count=1, interconnect="pcie"))
     assert reading.status is ReadingStatus.UNAVAILABLE
     assert "{sm_100, sm_103}: sm_107" in reading.summary
 
 
 def test_trtllm_fmha_absent_without_runner_or_generator(tmp_path: Path) -> None:
     write(tmp_path, "flashinfer/__init__.py", "")
-    assert read("trtllm-fmha", tmp_path, SM120_PCIE).status is ReadingStatus.ABSENT
+    assert read("trtllm-gen-fmha", tmp_path, SM120_PCIE).status is ReadingStatus.ABSENT
 
 
 # ------------------------------------------------------------------------------------------------
@@ -687,9 +687,9 @@ class TestRealWheels:
 
     def test_trtllm_fmha_never_admits_sm120(self, wheels: dict[str, Path]) -> None:
         for version in REAL_VERSIONS:
-            assert read("trtllm-fmha", wheels[version], SM120_PCIE).status is ReadingStatus.UNAVAILABLE
+            assert read("trtllm-gen-fmha", wheels[version], SM120_PCIE).status is ReadingStatus.UNAVAILABLE
         blackwell = ReadContext(arch="10.0", gpu_count=8, interconnect="nvswitch")
-        assert read("trtllm-fmha", wheels["0.7.1"], blackwell).status is ReadingStatus.AVAILABLE
+        assert read("trtllm-gen-fmha", wheels["0.7.1"], blackwell).status is ReadingStatus.AVAILABLE
 
     def test_nvfp4_gemm_declares_sm120(self, wheels: dict[str, Path]) -> None:
         reading = read("nvfp4-gemm", wheels["0.6.17"], SM120_PCIE)

@@ -480,8 +480,8 @@ def handle_attention_backend_compatibility(server_args: Any):
 class TestTrtllmMha:
     def test_0_5_10_refuses_prefill_and_allows_decode_on_sm120(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", TRTLLM_0510)
-        prefill = read("trtllm-fmha:prefill", tmp_path, SM120_X8_PCIE)
-        decode = read("trtllm-fmha:decode", tmp_path, SM120_X8_PCIE)
+        prefill = read("sglang-trtllm-mha-prefill", tmp_path, SM120_X8_PCIE)
+        decode = read("sglang-trtllm-mha-decode", tmp_path, SM120_X8_PCIE)
         assert prefill.status is ReadingStatus.UNAVAILABLE
         assert prefill.sites[0].code == 'if prefill_backend == "trtllm_mha" and not is_sm100_supported():'
         assert decode.status is ReadingStatus.AVAILABLE
@@ -489,7 +489,7 @@ class TestTrtllmMha:
 
     def test_0_5_9_refuses_both_on_sm120(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", TRTLLM_059)
-        for fact in ("trtllm-fmha:prefill", "trtllm-fmha:decode"):
+        for fact in ("sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode"):
             reading = read(fact, tmp_path, SM120_X8_PCIE)
             assert reading.status is ReadingStatus.UNAVAILABLE
             assert reading.sites[0].code == "if not is_sm100_supported():"
@@ -497,18 +497,18 @@ class TestTrtllmMha:
     def test_0_5_23_admits_prefill_on_sm120_and_names_the_fp8_exception(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", "class ServerArgs:\n    pass\n")
         write(tmp_path, "sglang/srt/arg_groups/attention_hook.py", TRTLLM_0523)
-        prefill = read("trtllm-fmha:prefill", tmp_path, SM120_X8_PCIE)
+        prefill = read("sglang-trtllm-mha-prefill", tmp_path, SM120_X8_PCIE)
         assert prefill.status is ReadingStatus.AVAILABLE
         assert "also raises when cfg.kv_cache_dtype == 'fp8_e4m3'" in prefill.summary
         assert [s.line for s in prefill.sites] == [4, 12]
-        hopper = read("trtllm-fmha:prefill", tmp_path, SM90_X8_NVSWITCH)
+        hopper = read("sglang-trtllm-mha-prefill", tmp_path, SM90_X8_NVSWITCH)
         assert hopper.status is ReadingStatus.AVAILABLE and "also raises" not in hopper.summary
         # the decode check is not in this excerpt: no arch check refuses decode here
-        assert read("trtllm-fmha:decode", tmp_path, SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
+        assert read("sglang-trtllm-mha-decode", tmp_path, SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
 
     def test_no_backend_is_absent(self, tmp_path: Path) -> None:
         write(tmp_path, "sglang/srt/server_args.py", 'ATTENTION_BACKENDS = ["flashinfer", "triton"]\n')
-        assert read("trtllm-fmha:decode", tmp_path, SM120_X8_PCIE).status is ReadingStatus.ABSENT
+        assert read("sglang-trtllm-mha-decode", tmp_path, SM120_X8_PCIE).status is ReadingStatus.ABSENT
 
 
 class TestOptions:
@@ -583,7 +583,7 @@ def test_registry_names_the_facts_once() -> None:
     facts = [spec.fact for spec in sg.READERS]
     assert sorted(facts) == sorted({"torch-symm-mem", "torch-symm-mem:flag", "custom-allreduce",
                                     "flashinfer-ar-fusion", "flashinfer-ar-fusion:autoenable",
-                                    "trtllm-fmha:prefill", "trtllm-fmha:decode", "sglang-pcie-ipc-ar", "ep-a2a"})
+                                    "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "sglang-pcie-ipc-ar", "ep-a2a"})
     assert {spec.dist for spec in sg.READERS} == {"sglang"}
 
 
@@ -646,9 +646,9 @@ class TestRealWheels:
             is ReadingStatus.UNAVAILABLE
 
     def test_trtllm_decode_on_sm120_from_0_5_10(self, wheels: dict[str, Path]) -> None:
-        assert read("trtllm-fmha:decode", wheels["0.5.9"], SM120_X8_PCIE).status is ReadingStatus.UNAVAILABLE
-        assert read("trtllm-fmha:decode", wheels["0.5.10"], SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
-        assert read("trtllm-fmha:prefill", wheels["0.5.10"], SM120_X8_PCIE).status is ReadingStatus.UNAVAILABLE
+        assert read("sglang-trtllm-mha-decode", wheels["0.5.9"], SM120_X8_PCIE).status is ReadingStatus.UNAVAILABLE
+        assert read("sglang-trtllm-mha-decode", wheels["0.5.10"], SM120_X8_PCIE).status is ReadingStatus.AVAILABLE
+        assert read("sglang-trtllm-mha-prefill", wheels["0.5.10"], SM120_X8_PCIE).status is ReadingStatus.UNAVAILABLE
 
     def test_custom_allreduce_and_options(self, wheels: dict[str, Path]) -> None:
         for version, root in wheels.items():

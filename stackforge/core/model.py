@@ -108,6 +108,8 @@ class Target:
         interconnect: pcie / nvlink / nvswitch.
         multicast: whether the GPUs support NVLS multicast (NVSwitch boxes; never plain PCIe).
         min_driver: lowest driver version the hardware itself needs, or ``None``.
+        rdma: whether the box has an RDMA NIC (InfiniBand / RoCE) for GPU-direct traffic.
+        nodes: how many machines the target spans (1: one box).
     """
 
     name: str
@@ -118,11 +120,21 @@ class Target:
     multicast: bool = False
     min_driver: str | None = None
     description: str = ""
+    rdma: bool = False
+    nodes: int = 1
 
     @property
     def sm(self) -> str:
         """``"12.0"`` -> ``"sm_120"``."""
         return f"sm_{compact(self.arch)}"
+
+    @property
+    def hardware(self) -> frozenset[str]:
+        """What the box has, in the words a feature's hardware needs use (``compat/knowledge.yaml``):
+        ``nvlink`` (NVLink bridges or NVSwitch), ``multicast``, ``rdma``, ``multi-gpu``, ``multi-node``."""
+        has = {"nvlink": self.interconnect is not Interconnect.PCIE, "multicast": self.multicast, "rdma": self.rdma,
+               "multi-gpu": self.gpu_count > 1, "multi-node": self.nodes > 1}
+        return frozenset(name for name, present in has.items() if present)
 
     def to_json(self) -> dict:
         data = asdict(self)

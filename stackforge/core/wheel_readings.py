@@ -93,7 +93,7 @@ _FACT_FEATURES = {"flashinfer-pcie-ipc-ar": "pcie-allreduce", "sglang-pcie-ipc-a
 
 def feature_of_fact(fact: str) -> str:
     """The feature a wheel reading's fact speaks for (a record's ``feature``): the fact itself, but for
-    the facts of :data:`_FACT_FEATURES`; a narrower fact (``trtllm-fmha:decode``) stays as it is."""
+    the facts of :data:`_FACT_FEATURES`; a narrower fact (``torch-symm-mem:flag``) stays as it is."""
     return _FACT_FEATURES.get(fact, fact)
 
 
@@ -103,7 +103,7 @@ class ReaderSpec:
 
     ``fact`` is a rule feature name (``torch-symm-mem``) when the reading decides that feature, or
     ``feature:aspect`` for a narrower fact (``flashinfer-ar-fusion:autoenable``,
-    ``trtllm-fmha:decode``), or ``metadata:<name>`` (``metadata:requires-python``). A fact may be
+    ``torch-symm-mem:flag``), or ``metadata:<name>`` (``metadata:requires-python``). A fact may be
     read from more than one distribution; (fact, dist) is the key.
     """
 

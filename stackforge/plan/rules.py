@@ -36,8 +36,8 @@ FACT_KINDS: dict[str, str] = {
 
 FEATURES: tuple[str, ...] = (
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-fmha", "nvfp4-gemm",
-    "flashinfer-mnnvl", "pcie-allreduce",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
+    "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
 )
 
 CONFIDENCES = ("verified", "secondary", "inferred")
@@ -51,9 +51,9 @@ WITNESS_DISTS: dict[str, str] = {
 # names); metadata facts are read from any distribution's METADATA.
 WITNESS_FACTS: dict[str, tuple[str, ...]] = {
     "flashinfer-python": ("flashinfer-ar-fusion", "flashinfer-ar-fusion:gate-present", "flashinfer-mnnvl",
-                          "flashinfer-jit", "trtllm-fmha", "nvfp4-gemm", "flashinfer-pcie-ipc-ar"),
+                          "flashinfer-jit", "trtllm-gen-fmha", "nvfp4-gemm", "flashinfer-pcie-ipc-ar"),
     "sglang": ("torch-symm-mem", "torch-symm-mem:flag", "custom-allreduce", "flashinfer-ar-fusion",
-               "flashinfer-ar-fusion:autoenable", "trtllm-fmha:prefill", "trtllm-fmha:decode", "sglang-pcie-ipc-ar",
+               "flashinfer-ar-fusion:autoenable", "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "sglang-pcie-ipc-ar",
                "ep-a2a"),
 }
 METADATA_FACTS = ("metadata:requires-python", "metadata:torch-pin", "metadata:kernel-package")
@@ -431,7 +431,8 @@ def _number(fact: str, value: Any, source: str, line: int) -> int:
 
 # --------------------------------------------------------------------------- targets
 
-TARGET_KEYS = frozenset({"gpu", "arch", "gpu_count", "interconnect", "multicast", "min_driver", "description", "sources"})
+TARGET_KEYS = frozenset({"gpu", "arch", "gpu_count", "interconnect", "multicast", "min_driver", "description", "sources",
+                         "rdma", "nodes"})
 
 
 def load_targets(path: Path | None = None) -> dict[str, Target]:
@@ -458,12 +459,17 @@ def _target(name: str, entry: LineDict) -> Target:
         raise SpecError(f"target {name}: gpu_count must be a positive integer", source=entry.source,
                         line=entry.line_of("gpu_count"))
     min_driver = entry.get("min_driver")
+    nodes = entry.get("nodes", 1)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise SpecError(f"target {name}: nodes must be a positive integer", source=entry.source,
+                        line=entry.line_of("nodes"))
     return Target(name=name, gpu=str(entry["gpu"]), interconnect=interconnect, gpu_count=count,
                   arch=validate_version(entry["arch"], what="arch", source=entry.source, line=entry.line_of("arch")),
                   multicast=bool(entry.get("multicast", False)),
                   min_driver=None if min_driver is None else validate_version(min_driver, what="min_driver",
                                                                               source=entry.source),
-                  description=str(entry.get("description", "")))
+                  description=str(entry.get("description", "")), rdma=bool(entry.get("rdma", False)),
+                  nodes=nodes)
 
 
 def specifier_text(spec: SpecifierSet) -> str:

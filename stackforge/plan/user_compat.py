@@ -29,6 +29,7 @@ from stackforge.core.data import data_dir
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Target
 from stackforge.core.yamlio import check_keys, load_file, require_mapping
+from stackforge.plan.features import load_feature_catalog
 from stackforge.plan.rules import Rule, load_rules, load_targets
 
 ENV_VAR = "STACKFORGE_COMPAT"
@@ -117,7 +118,8 @@ def override_notices(shipped_rules: Sequence[Rule], shipped_targets: Mapping[str
 
 @dataclass(frozen=True, slots=True)
 class About:
-    """``compat/knowledge.yaml``: when the knowledge base was last checked, and what each feature means."""
+    """``compat/knowledge.yaml``: when the knowledge base was last checked, and the question each feature answers
+    (its tiers and hardware needs: :mod:`stackforge.plan.features`)."""
 
     knowledge_date: datetime.date
     features: dict[str, str]
@@ -134,5 +136,4 @@ def load_about(path: Path | None = None) -> About:
     except ValueError:
         raise SpecError(f"knowledge_date must be YYYY-MM-DD, got {doc['knowledge_date']!r}", source=str(path),
                         line=doc.line_of("knowledge_date")) from None
-    features = require_mapping(doc["features"], what="features", source=str(path))
-    return About(knowledge_date=date, features={str(k): " ".join(str(v).split()) for k, v in features.items()})
+    return About(knowledge_date=date, features=load_feature_catalog(path).questions())

@@ -46,6 +46,7 @@ from packaging.version import InvalidVersion, Version
 from stackforge.core.data import display_path
 from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
+from stackforge.core.model import Target
 from stackforge.core.records import (
     TIER_PREFERENCE,
     Prediction,
@@ -57,6 +58,7 @@ from stackforge.core.records import (
     undecided_text,
 )
 from stackforge.plan.derive import DriverFloor, cell_driver_floor
+from stackforge.plan.features import FeatureCatalog, FeatureSpec, load_feature_catalog
 from stackforge.plan.planner import Plan, PlanCell
 from stackforge.plan.rules import Finding
 
@@ -73,6 +75,8 @@ __all__ = [
     "Metric",
     "ReportRow",
     "CellSource",
+    "CellJudge",
+    "cell_judges",
     "build_matrix",
     "check_features",
     "choose_target",
@@ -99,6 +103,7 @@ class CellSource(str, Enum):
 
     MEASURED = "measured"    # a probe or benchmark ran and decided it
     PREDICTED = "predicted"  # a compat rule says so; nothing measured it
+    TARGET = "target"        # the target's hardware cannot have the feature (compat/knowledge.yaml needs)
     NONE = "none"            # nobody knows yet
 
 
@@ -107,6 +112,9 @@ class CellStatus(str, Enum):
     ``undecided`` (also a Status value) is a probe that ran without deciding, never a measurement."""
 
     PASS = "pass"
+    # a tier that can only show the code admits the target passed it (a code reading, a gate that runs
+    # nothing): whether the feature works needs a tier that decides it (compat/knowledge.yaml tiers)
+    ADMITTED = "admitted"
     FAIL = "fail"
     CRASH = "crash"
     TIMEOUT = "timeout"
@@ -118,22 +126,25 @@ class CellStatus(str, Enum):
     REQUIRES = "requires"         # predicted by a rule: works given a requirement (driver, env)
     PRUNED = "pruned"             # the whole stack is incompatible (plan)
     UNTESTED = "untested"         # neither measured nor predicted
+    NOT_APPLICABLE = "n/a"        # the target's hardware cannot have the feature (no NVLink, one GPU...)
 
 
 #: Statuses that make a feature a dead end when measured.
 DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT})
 
 GLYPHS: dict[CellStatus, str] = {
-    CellStatus.PASS: "✅", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
+    CellStatus.PASS: "✅", CellStatus.ADMITTED: "☑️", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
     CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
-    CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔",
+    CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔", CellStatus.NOT_APPLICABLE: "∅",
 }
 CONTRADICTED_GLYPH = "‼️"
 #: How every report without a single probe result for its target says so.
 PREDICTIONS_ONLY = "predictions only — no probe results"
 
 LEGEND: dict[str, str] = {
-    "pass": "measured: works", "fail": "measured: does not work", "crash": "measured: died by a signal",
+    "pass": "measured: works",
+    "admitted": "measured: the code admits the target (a code reading or a gate); whether it works needs a runtime probe",
+    "fail": "measured: does not work", "crash": "measured: died by a signal",
     "timeout": "measured: hung and was killed at its time limit",
     "error": "the probe itself broke (no verdict)",
     "skip": "probe not applicable here (e.g. needs a GPU)",
@@ -142,6 +153,7 @@ LEGEND: dict[str, str] = {
     "hazard": "predicted by a rule: works with a known risk",
     "requires": "predicted by a rule: needs a driver/env",
     "pruned": "the stack is incompatible as a whole (plan)", "untested": "neither measured nor predicted",
+    "n/a": "the target's hardware cannot have this feature (e.g. no NVLink): counted nowhere",
     "contradicted": "a measurement contradicts a rule's prediction (the rule needs review)",
 }
 HOW_LABELS = {"gate": "gate", "runtime": "run", "bench": "bench", "wheel": "wheel", "predicted": "rule"}
@@ -298,7 +310,8 @@ def choose_target(records: Sequence[ResultRecord], plan: Plan, target: str | Non
 
 
 def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
-                 features: Sequence[str] = (), runs: Sequence[str] = ()) -> MatrixReport:
+                 features: Sequence[str] = (), runs: Sequence[str] = (),
+                 catalog: FeatureCatalog | None = None) -> MatrixReport:
     """Build the stacks x features matrix for ``target``.
 
     Args:
@@ -308,12 +321,16 @@ def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
         features: restrict and order the feature columns (default: the plan's features in plan
             order, then any measured feature the plan does not know, sorted).
         runs: run ids the records came from, shown in the header.
+        catalog: the feature catalog (what each tier concludes, the hardware each feature needs);
+            ``compat/knowledge.yaml`` when not given.
     """
+    catalog = catalog or load_feature_catalog()
+    profile = plan.target(target)
     mine = [r for r in records if r.target == target]
     wheel = tuple(r for r in mine if r.tier is Tier.WHEEL)
     imaged = [r for r in mine if r.tier is not Tier.WHEEL]
     plan_cells = {c.stack_id: c for c in plan.cells_for_target(target)}
-    # A wheel reading of a narrower fact (``trtllm-fmha:decode``, ``metadata:...``) is no column.
+    # A wheel reading of a narrower fact (``torch-symm-mem:flag``, ``metadata:...``) is no column.
     present = _features([*imaged, *(r for r in wheel if ":" not in r.feature)], plan_cells.values())
     columns = check_features(features, present) or present
     stacks = _stacks(imaged, plan_cells)
@@ -322,9 +339,9 @@ def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
         grouped.setdefault((record.stack_id, record.feature), []).append(record)
     for stack_id, stack in stacks.items():
         _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
-    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, columns)
+    judges = cell_judges(columns, profile, catalog)
+    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, judges)
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
-    profile = plan.target(target)
     return MatrixReport(target=target, target_info=profile.to_json() if profile else {"name": target},
                         features=columns, rows=rows, matrix_name=plan.matrix.name,
                         matrix_source=display_path(plan.matrix.source) if plan.matrix.source else "",
@@ -365,20 +382,53 @@ def check_features(wanted: Sequence[str], present: Sequence[str]) -> tuple[str, 
     return tuple(wanted)
 
 
+@dataclass(frozen=True, slots=True)
+class CellJudge:
+    """What a cell of one feature on one target is judged by besides its records: the feature's spec
+    (which tiers decide it, which only admit) and why the target cannot have it (``""``: it can)."""
+
+    spec: FeatureSpec
+    not_applicable: str = ""
+
+
+def cell_judges(features: Sequence[str], profile: Target | None, catalog: FeatureCatalog) -> dict[str, CellJudge]:
+    """One :class:`CellJudge` per feature column of a target (``profile`` None: a target no plan describes)."""
+    return {f: CellJudge(catalog.spec(f), catalog.spec(f).not_applicable(profile)) for f in features}
+
+
 def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Prediction | None = None,
-                pruned_by: Sequence[Finding] = ()) -> ReportCell:
-    """Decide one cell from its records and its prediction (the rules are in the module docstring)."""
+                pruned_by: Sequence[Finding] = (), *, judge: CellJudge | None = None) -> ReportCell:
+    """Decide one cell from its records and its prediction (the rules are in the module docstring).
+
+    ``judge`` comes from the feature catalog and the target (:func:`build_matrix` makes one per column);
+    without it, a feature the catalog does not describe: every wheel or gate pass only admits.
+    """
+    judge = judge or CellJudge(FeatureSpec(name=feature, question=""))
     records = tuple(sorted(records, key=lambda r: (r.tier.value, r.probe)))
+    if judge.not_applicable:
+        return ReportCell(feature=feature, status=CellStatus.NOT_APPLICABLE, source=CellSource.TARGET,
+                          reason=judge.not_applicable, records=records, prediction=prediction,
+                          pruned_by=tuple(pruned_by))
     blind = _wheel_blind_passes(records, prediction)
     decisive = decisive_record([r for r in records if r not in blind])
     if decisive is not None:
-        return _measured_cell(feature, records, decisive, decisive.outcome.status, prediction, tuple(pruned_by))
+        cell = _measured_cell(feature, records, decisive, decisive.outcome.status, prediction, tuple(pruned_by))
+        if cell.status is CellStatus.PASS and judge.spec.only_admits(decisive.tier):
+            cell = replace(cell, status=CellStatus.ADMITTED, reason=_admitted_reason(judge.spec, decisive))
+        return cell
     cell = _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
     if blind and prediction is not None and cell.source is CellSource.PREDICTED:
         admitted = ", ".join(r.probe for r in blind)
         cell = replace(cell, reason=f"{cell.reason} (the release's code admits it, {admitted} passed, but no wheel "
                                     f"reading decides this rule: {prediction.unwitnessed})")
     return cell
+
+
+def _admitted_reason(spec: FeatureSpec, decisive: ResultRecord) -> str:
+    """The decisive record's reason, and what it cannot show: ``<reason> (the code admits the target; ...)``."""
+    deciding = " or ".join(t.value for t in spec.deciding_tiers()) or Tier.RUNTIME.value
+    return (f"{decisive.outcome.reason} (the code admits the target; whether {spec.name} works is decided by "
+            f"a {deciding} probe)")
 
 
 def _wheel_blind_passes(records: Sequence[ResultRecord], prediction: Prediction | None) -> tuple[ResultRecord, ...]:
@@ -457,11 +507,11 @@ def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell])
 
 
 def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
-         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], features: Sequence[str]) -> ReportRow:
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], judges: Mapping[str, CellJudge]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
-    cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by)
-                  for f in features)
+    cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by, judge=judge)
+                  for f, judge in judges.items())
     status = plan_cell.status if plan_cell else "unplanned"
     return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
                      derived=plan_cell.derived.to_json() if plan_cell else None,

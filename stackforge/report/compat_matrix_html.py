@@ -34,12 +34,18 @@ from stackforge.report.compat_matrix import (
     target_text,
 )
 
-__all__ = ["render_matrix_html", "row_filter_js"]
+__all__ = ["css_name", "render_matrix_html", "row_filter_js"]
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
-_RANK = {CellStatus.PASS: 0, CellStatus.REQUIRES: 1, CellStatus.HAZARD: 2, CellStatus.SKIP: 3,
-         CellStatus.UNDECIDED: 4, CellStatus.UNTESTED: 5, CellStatus.ERROR: 6, CellStatus.UNAVAILABLE: 7,
-         CellStatus.FAIL: 8, CellStatus.TIMEOUT: 9, CellStatus.CRASH: 10, CellStatus.PRUNED: 11}
+_RANK = {CellStatus.PASS: 0, CellStatus.ADMITTED: 1, CellStatus.REQUIRES: 2, CellStatus.HAZARD: 3,
+         CellStatus.SKIP: 4, CellStatus.UNDECIDED: 5, CellStatus.UNTESTED: 6, CellStatus.NOT_APPLICABLE: 7,
+         CellStatus.ERROR: 8, CellStatus.UNAVAILABLE: 9, CellStatus.FAIL: 10, CellStatus.TIMEOUT: 11,
+         CellStatus.CRASH: 12, CellStatus.PRUNED: 13}
+
+def css_name(status: str) -> str:
+    """A status or change as a CSS class name part (``n/a`` -> ``na``: a slash would need escaping in selectors)."""
+    return str(getattr(status, "value", status)).replace("/", "")
+
 
 # No network, ever: styles and scripts are inline, and nothing else may load.
 _CSP = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -77,7 +83,7 @@ summary::-webkit-details-marker { display: none; }
 .ev { font-size: 12px; margin-top: 4px; white-space: normal; }
 .ev pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 4px; margin: 3px 0;
           max-height: 220px; overflow: auto; font-size: 11.5px; }
-.st-pass { background: #e8f6ec; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
+.st-pass { background: #e8f6ec; } .st-admitted { background: #f1f8f3; } .st-na { background: #fafafa; color: #999; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
 .st-unavailable { background: #fbeff2; } .st-hazard, .st-requires { background: #fff8e5; }
 .st-error { background: #f3eefc; } .st-skip, .st-untested, .st-undecided { background: #f6f8fa; color: var(--muted); }
 .st-pruned { background: #eeeeee; color: #777; }
@@ -210,7 +216,7 @@ def _controls(report: MatrixReport) -> str:
 
 
 def _legend() -> str:
-    items = [f'<span class="st-{s.value}">{GLYPHS[s]} {escape(s.value)}: {escape(LEGEND[s.value])}</span>'
+    items = [f'<span class="st-{css_name(s)}">{GLYPHS[s]} {escape(s.value)}: {escape(LEGEND[s.value])}</span>'
              for s in CellStatus]
     items.append(f'<span>{CONTRADICTED_GLYPH} {escape(LEGEND["contradicted"])}</span>')
     items.append("<span><i>gate</i> = inside the image, no GPU · <i>run</i> = runtime probe on the GPU · "
@@ -269,7 +275,7 @@ def _pruned_details(row: ReportRow) -> str:
 
 
 def _cell(cell: ReportCell) -> str:
-    classes = ["cell", f"st-{cell.status.value}", f"src-{cell.source.value}"]
+    classes = ["cell", f"st-{css_name(cell.status)}", f"src-{cell.source.value}"]
     if cell.contradicted:
         classes.append("contradicted")
     metric = cell.metric.value if cell.metric is not None else 0

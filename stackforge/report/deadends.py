@@ -70,7 +70,7 @@ class Unblock:
     """The first stack (version order) where a dead feature works, and on what basis."""
 
     stack_id: str
-    basis: str                     # measured | predicted
+    basis: str                     # measured | admitted (the code admits it, nothing ran) | predicted
     tier: str | None
     detail: str
 
@@ -152,12 +152,14 @@ def _dead_stack(row: ReportRow, cell: ReportCell) -> DeadStack:
 
 
 def _unblock(rows: tuple[ReportRow, ...], feature: str) -> Unblock | None:
-    """First measured pass in version order; else the first kept stack no rule blocks."""
-    for row in rows:
-        cell = row.cell(feature)
-        if cell.source is CellSource.MEASURED and cell.status is CellStatus.PASS:
-            tier = cell.tier.value if cell.tier else None
-            return Unblock(row.stack_id, "measured", tier, _flat(cell.reason))
+    """First measured pass in version order; else the first stack whose code admits it; else the first kept
+    stack no rule blocks."""
+    for status, basis in ((CellStatus.PASS, "measured"), (CellStatus.ADMITTED, "admitted")):
+        for row in rows:
+            cell = row.cell(feature)
+            if cell.source is CellSource.MEASURED and cell.status is status:
+                tier = cell.tier.value if cell.tier else None
+                return Unblock(row.stack_id, basis, tier, _flat(cell.reason))
     for row in rows:
         cell = row.cell(feature)
         if row.plan_status == "kept" and cell.status in _MAYBE_ALIVE:
@@ -236,6 +238,8 @@ def _unblock_text(unblock: Unblock | None) -> str:
         return "no stack in this matrix unblocks it"
     if unblock.basis == "measured":
         how = "measured (wheel) pass" if unblock.tier == "wheel" else f"measured pass, {unblock.tier}"
+    elif unblock.basis == "admitted":
+        how = f"admitted by the code ({unblock.tier}), not measured working"
     else:
         how = "predicted, not measured"
     return f"first unblocked by {unblock.stack_id} ({how}: {unblock.detail})"
@@ -244,7 +248,7 @@ def _unblock_text(unblock: Unblock | None) -> str:
 def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
     """The release boundaries, or a line saying when only a rule speaks for the way out."""
     if not dead.boundaries:
-        if dead.unblocked_by is None or dead.unblocked_by.basis == "measured":
+        if dead.unblocked_by is None or dead.unblocked_by.basis in ("measured", "admitted"):
             return []
         from stackforge.wheels.readers import READERS
 

@@ -35,9 +35,11 @@ from typing import Any
 from stackforge.core.envelope import check_envelope, report_json_text
 from stackforge.core.errors import RecordError, SpecError
 from stackforge.core.records import ResultRecord
+from stackforge.plan.features import load_feature_catalog
 from stackforge.report.compat_matrix import (
     COMPAT_MATRIX_SCHEMA,
     COMPAT_MATRIX_SCHEMA_VERSION,
+    CellJudge,
     decide_cell,
     one_line,
 )
@@ -72,6 +74,8 @@ _PARAMETER_SUFFIXES = ("_bytes", "_size")
 # A passing cell that turns into one of these is a regression. ``undecided`` (and ``skip``,
 # ``untested``) is no verdict at all: the change is listed, but nothing measured a breakage.
 _BROKEN = frozenset({"fail", "crash", "timeout", "error", "unavailable", "pruned"})
+#: A cell that worked, measured (``pass``) or as far as the code shows (``admitted``).
+_WORKED = frozenset({"pass", "admitted"})
 
 CellKey = tuple[str, str, str]            # target, stack_id, feature
 MetricKey = tuple[str, str, str, str]     # target, stack_id, probe, metric (dotted when nested)
@@ -124,7 +128,7 @@ class StatusChange:
     @property
     def regression(self) -> bool:
         """A cell that passed and now fails, crashes, hangs, breaks its probe or is ruled out."""
-        return (self.before is not None and self.before.status == "pass" and self.after is not None
+        return (self.before is not None and self.before.status in _WORKED and self.after is not None
                 and self.after.status in _BROKEN)
 
 
@@ -173,7 +177,9 @@ def snapshot_from_records(records: Sequence[ResultRecord], label: str, *,
     groups: dict[CellKey, list[ResultRecord]] = {}
     for record in chosen:
         groups.setdefault((record.target, record.stack_id, record.feature), []).append(record)
-    cells = {key: _state(decide_cell(key[2], group)) for key, group in groups.items()}
+    catalog = load_feature_catalog()
+    cells = {key: _state(decide_cell(key[2], group, judge=CellJudge(catalog.spec(key[2]))))
+             for key, group in groups.items()}
     metrics: dict[MetricKey, MetricStats] = {}
     for record in chosen:
         for name, stats in _flatten_metrics(record.outcome.metrics):

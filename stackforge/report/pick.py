@@ -378,12 +378,21 @@ def _feature_check(cell: ReportCell) -> RequirementCheck:
             line += " — note: contradicts a rule's prediction"
         return RequirementCheck(cell.feature, True, line, gate_only=gate_only,
                                 wheel_only=decisive.tier is Tier.WHEEL)
-    unmeasured = cell.source is not CellSource.MEASURED and cell.status in _NOT_RULED_OUT
+    # Admitted is no "works": the code admits the target, and only a tier that decides the feature can say
+    # more; like an untested cell, it waits for a probe.
+    unmeasured = (cell.source is not CellSource.MEASURED and cell.status in _NOT_RULED_OUT
+                  or cell.status is CellStatus.ADMITTED)
     return RequirementCheck(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
 
 
 def _blocked_line(cell: ReportCell) -> str:
     decisive = cell.decisive
+    if cell.status is CellStatus.ADMITTED and decisive is not None:
+        line = (f"{cell.feature}: admitted by the code only, not measured working ({decisive.tier.value} probe "
+                f"{decisive.probe}: {one_line(cell.reason, 200)})")
+        return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")
+    if cell.status is CellStatus.NOT_APPLICABLE:
+        return f"{cell.feature}: {one_line(cell.reason, 240)}"
     if cell.source is CellSource.MEASURED and decisive is not None:
         line = (f"{cell.feature}: {cell.status.value} ({decisive.tier.value} probe {decisive.probe}: "
                 f"{one_line(cell.reason, 160)})")

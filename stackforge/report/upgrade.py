@@ -71,6 +71,8 @@ UPGRADE_SCHEMA_VERSION = 1
 FORMATS = ("md", "json", "html")
 
 WORKS = frozenset({CellStatus.PASS, CellStatus.HAZARD, CellStatus.REQUIRES})
+#: Not dead as far as the code shows, but nothing that decides the feature ran (compat/knowledge.yaml tiers).
+ADMITS = frozenset({CellStatus.ADMITTED})
 DEAD = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, CellStatus.PRUNED})
 #: How a side with no measurement at all is labelled (its column header says so).
 PREDICTED_ONLY = "predicted only"
@@ -80,15 +82,23 @@ class ChangeKind:
     """What an upgrade does to a feature (the order is the report's)."""
 
     GAINED = "gained"
+    ADMITTED = "admitted"
     LOST = "lost"
     UNCHANGED = "unchanged"
     UNDECIDED = "undecided"
+    NOT_APPLICABLE = "n/a"
     FLAVOUR = "flavour"
-    ORDER = (GAINED, LOST, UNCHANGED, UNDECIDED, FLAVOUR)
-    GLYPHS = MappingProxyType({GAINED: "➕", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔", FLAVOUR: "🧰"})
-    MEANING = MappingProxyType({GAINED: "dead before, works after", LOST: "works before, dead after",
+    ORDER = (GAINED, ADMITTED, LOST, UNCHANGED, UNDECIDED, NOT_APPLICABLE, FLAVOUR)
+    GLYPHS = MappingProxyType({GAINED: "➕", ADMITTED: "☑️", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔",
+                               NOT_APPLICABLE: "∅", FLAVOUR: "🧰"})
+    MEANING = MappingProxyType({GAINED: "dead before, works after (measured working, or a rule's word)",
+                                ADMITTED: "dead before; after, the code admits the target, and whether it works "
+                                          "needs a runtime probe (not counted as gained)",
+                                LOST: "works (or the code admitted it) before, dead after",
                                 UNCHANGED: "the same verdict on both sides",
                                 UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)",
+                                NOT_APPLICABLE: "the target's hardware cannot have it on either side (counted "
+                                                "nowhere)",
                                 FLAVOUR: "differs because one image has nvcc and the other not (its flavour), "
                                          "not because of the upgrade"})
 
@@ -154,6 +164,7 @@ class SideCell:
     detail: str                     # the deciding record's evidence, or the rule's error
     probe: str = ""
     rule: str = ""
+    level: str = ""                 # the evidence's strength alone: measured (<tier>) | predicted | ...
 
     def label(self) -> str:
         return f"{GLYPHS[CellStatus(self.status)]} {self.status} · {self.evidence}"
@@ -166,11 +177,25 @@ class FeatureChange:
     before: SideCell
     after: SideCell
 
+    @property
+    def mixed_evidence(self) -> str:
+        """For a gained, admitted or lost feature whose two sides rest on evidence of different strength
+        (a rule against a measurement, one tier against another): ``from <evidence>, to <evidence>``."""
+        if self.change not in (ChangeKind.GAINED, ChangeKind.ADMITTED, ChangeKind.LOST):
+            return ""
+        if self.before.level == self.after.level:
+            return ""
+        return f"evidence of different strength: from {self.before.level}, to {self.after.level}"
+
     def label(self) -> str:
-        """``➕ gained``; an unchanged feature says whether it works on both sides or is dead on both."""
+        """``➕ gained``; an unchanged feature says whether it works on both sides, is dead on both, or is
+        only admitted by the code; a change on evidence of different strength says so."""
         text = f"{ChangeKind.GLYPHS[self.change]} {self.change}"
         if self.change == ChangeKind.UNCHANGED:
-            text += " (works)" if CellStatus(self.after.status) in WORKS else " (dead)"
+            after = CellStatus(self.after.status)
+            text += " (works)" if after in WORKS else " (admitted by the code)" if after in ADMITS else " (dead)"
+        if self.mixed_evidence:
+            text += f" ({self.mixed_evidence})"
         return text
 
 
@@ -335,7 +360,10 @@ def _side(role: str, row: ReportRow, why: str, candidate: Candidate | None, repo
 
 
 def evidence_label(cell: ReportCell) -> str:
-    """``measured (<tier>)``, ``predicted by rule <id>``, or ``no evidence``: never a prediction called measured."""
+    """``measured (<tier>)``, ``predicted by rule <id>``, ``target hardware``, or ``no evidence``: never a
+    prediction called measured."""
+    if cell.status is CellStatus.NOT_APPLICABLE:
+        return "target hardware"
     if cell.status is CellStatus.PRUNED:
         return "predicted by rule " + ", ".join(f.rule.id for f in cell.pruned_by) + " (stack pruned)"
     if cell.source is CellSource.MEASURED and cell.tier is not None:
@@ -345,21 +373,34 @@ def evidence_label(cell: ReportCell) -> str:
     return "no evidence"
 
 
+def _evidence_level(cell: ReportCell) -> str:
+    """:func:`evidence_label` without the rule's id: what two sides compare to say their evidence differs."""
+    if cell.source is CellSource.MEASURED and cell.tier is not None:
+        return f"measured ({cell.tier.value})"
+    return {CellSource.PREDICTED: "predicted by a rule", CellSource.TARGET: "target hardware"}.get(
+        cell.source, "no evidence")
+
+
 def _side_cell(cell: ReportCell) -> SideCell:
     decisive = cell.decisive
     predicted = cell.source is CellSource.PREDICTED and cell.prediction is not None
     return SideCell(status=cell.status.value, evidence=evidence_label(cell), reason=cell.reason,
                     detail=cell.evidence, probe=decisive.probe if decisive is not None else "",
-                    rule=cell.prediction.rule if predicted and cell.prediction else "")
+                    rule=cell.prediction.rule if predicted and cell.prediction else "",
+                    level=_evidence_level(cell))
 
 
 def change_of(before: CellStatus, after: CellStatus) -> str:
-    """gained / lost / unchanged / undecided (see the module docstring)."""
+    """gained / admitted / lost / unchanged / undecided / n/a (see the module docstring)."""
+    if CellStatus.NOT_APPLICABLE in (before, after):
+        return ChangeKind.NOT_APPLICABLE
     if before in DEAD and after in WORKS:
         return ChangeKind.GAINED
-    if before in WORKS and after in DEAD:
+    if before in DEAD and after in ADMITS:
+        return ChangeKind.ADMITTED
+    if before in WORKS | ADMITS and after in DEAD:
         return ChangeKind.LOST
-    if before in WORKS | DEAD and after in WORKS | DEAD:
+    if before in WORKS | ADMITS | DEAD and after in WORKS | ADMITS | DEAD:
         return ChangeKind.UNCHANGED
     return ChangeKind.UNDECIDED
 
@@ -428,6 +469,9 @@ def _unblock_text(dead: DeadEnd, report: MatrixReport, after: ReportRow) -> str:
     differs = f" ({', '.join(moves)})" if moves else ""
     if unblock.basis == "measured":
         return f"measured to pass ({unblock.tier}) on {unblock.stack_id}{differs}: {unblock.detail}"
+    if unblock.basis == "admitted":
+        return (f"the code admits it ({unblock.tier}) on {unblock.stack_id}{differs}, not measured working: "
+                f"{unblock.detail}")
     return f"predicted to work on {unblock.stack_id}{differs}, not measured: {unblock.detail}"
 
 
@@ -484,9 +528,14 @@ def floor_change(report: UpgradeReport) -> str:
     return f"{'raised' if _loose(new) > _loose(old) else 'lowered'} from >= {old} to >= {new}"
 
 
+#: How the headline names each count: "gained" alone never covers what only the code admits.
+_COUNT_WORDS = MappingProxyType({ChangeKind.GAINED: "gained (measured working or a rule's word)",
+                                 ChangeKind.ADMITTED: "admitted by the code (needs a runtime probe)"})
+
+
 def summary_line(report: UpgradeReport) -> str:
-    counts = ", ".join(f"{report.count(c)} {c}" for c in ChangeKind.ORDER
-                       if c != ChangeKind.FLAVOUR or report.count(c))
+    counts = ", ".join(f"{report.count(c)} {_COUNT_WORDS.get(c, c)}" for c in ChangeKind.ORDER
+                       if c not in (ChangeKind.FLAVOUR, ChangeKind.NOT_APPLICABLE) or report.count(c))
     moved = [m for m in report.metrics if m.verdict != "within noise"]
     bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
              else "no benchmark measured on both sides")
@@ -526,8 +575,8 @@ def upgrade_to_json(report: UpgradeReport) -> dict[str, Any]:
             "from": _side_json(report.before), "to": _side_json(report.after),
             "summary": {**{c: report.count(c) for c in ChangeKind.ORDER},
                         "driver_floor": floor_change(report), "image_size": size_change(report)},
-            "features": [{"feature": f.feature, "change": f.change, "from": _cell_json(f.before),
-                          "to": _cell_json(f.after)} for f in report.features],
+            "features": [{"feature": f.feature, "change": f.change, "mixed_evidence": f.mixed_evidence or None,
+                          "from": _cell_json(f.before), "to": _cell_json(f.after)} for f in report.features],
             "benchmarks": [_delta_json(m) for m in report.metrics],
             "dead_ends_after": [{"feature": d.feature, "to": _cell_json(d.cell), "change": d.change,
                                  "history": d.history(), "unblock": d.unblock, "remedy": d.remedy}

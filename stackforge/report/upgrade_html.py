@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from stackforge.report.compat_matrix import GLYPHS, CellStatus
-from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS, row_filter_js
+from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS, css_name, row_filter_js
 from stackforge.report.upgrade import (
     PREDICTED_ONLY,
     ChangeKind,
@@ -33,7 +33,7 @@ _EXTRA_CSS = """
 .sides code { word-break: break-all; }
 .change { white-space: nowrap; font-weight: 600; }
 .ch-gained { background: #e8f6ec; } .ch-lost { background: #fdecec; }
-.ch-undecided { background: #f6f8fa; color: var(--muted); }
+.ch-undecided, .ch-na { background: #f6f8fa; color: var(--muted); } .ch-admitted { background: #f1f8f3; }
 .only { color: #9a6700; font-weight: 600; }
 h2 { font-size: 16px; margin: 22px 0 8px; }
 ul.dead li { margin: 4px 0; }
@@ -127,7 +127,7 @@ def _sides(old: Side, new: Side) -> str:
 
 
 def _features(report: UpgradeReport) -> str:
-    legend = "".join(f'<span class="ch-{c}">{ChangeKind.GLYPHS[c]} {c}: '
+    legend = "".join(f'<span class="ch-{css_name(c)}">{ChangeKind.GLYPHS[c]} {c}: '
                      f'{escape(ChangeKind.MEANING[c])}</span>' for c in ChangeKind.ORDER)
     legend += ("<span><i>measured (gate)</i> = inside the image, no GPU · <i>measured (runtime)</i> = a probe on "
                "the GPU · <i>measured (bench)</i> = a benchmark · <i>measured (wheel)</i> = the release's code read from its wheel · <i>predicted by rule X</i> = not measured</span>")
@@ -138,7 +138,7 @@ def _features(report: UpgradeReport) -> str:
     for item in report.features:
         search = " ".join([item.feature, item.change, f"from={item.before.status}", f"to={item.after.status}",
                            item.before.evidence, item.after.evidence]).lower()
-        rows.append(f'<tr class="ch-{item.change}" data-search="{escape(search)}"><th scope="row"><code>'
+        rows.append(f'<tr class="ch-{css_name(item.change)}" data-search="{escape(search)}"><th scope="row"><code>'
                     f"{escape(item.feature)}</code></th>"
                     f'<td class="change">{escape(item.label())}</td>'
                     f"{_cell(item.before)}{_cell(item.after)}</tr>")
@@ -168,7 +168,7 @@ def _cell(cell: SideCell) -> str:
         body.append(f"<pre>{escape(cell.detail)}</pre>")
     content = (f'<details><summary>{label}</summary><div class="ev">{"".join(body)}</div></details>' if body
                else label)
-    return (f'<td class="cell st-{escape(cell.status)} src-{source}" data-status="{escape(cell.status)}" '
+    return (f'<td class="cell st-{css_name(cell.status)} src-{source}" data-status="{escape(cell.status)}" '
             f'title="{escape(cell.evidence)}">{content}</td>')
 
 

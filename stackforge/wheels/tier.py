@@ -161,7 +161,7 @@ def wheel_stack_id(dist: str, version: str, values: dict[str, Any]) -> str:
 
 
 def wheel_probe_id(dist: str, fact: str) -> str:
-    """``wheel.<dist>.<fact>``, with ``:`` as ``.`` (probe ids are file names: ``trtllm-fmha:decode``)."""
+    """``wheel.<dist>.<fact>``, with ``:`` as ``.`` (probe ids are file names: ``torch-symm-mem:flag``)."""
     return _UNSAFE.sub("_", f"wheel.{dist}.{fact.replace(':', '.')}")
 
 

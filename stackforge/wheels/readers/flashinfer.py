@@ -30,7 +30,7 @@ decides (boundaries as read in the PyPI wheels 0.5.0-0.7.4 and the sdists before
     nvcc arch it yields (0.7.1: SM 12.0 with CUDA 12.8 -> compute_120a; SM 12.1 still raises).
     ``depends_on`` names the CUDA fields only when the path taken asks for the CUDA version.
     Without that function (up to 0.6.6) there is no such gate: AVAILABLE, citing its absence.
-``trtllm-fmha``
+``trtllm-gen-fmha``
     ``TllmGenFmhaRunner``'s ``FLASHINFER_CHECK(mSM == kSM_100 || ...)`` in the shipped header
     ``fmhaRunner.cuh``: the SMs trtllm-gen FMHA runs on ({100, 103}; 107 added in 0.6.16).
 ``nvfp4-gemm``
@@ -534,7 +534,7 @@ def jit_reading(source: SourceFile, function: ast.AST, ctx: ReadContext, outcome
 
 
 # ------------------------------------------------------------------------------------------------
-# trtllm-fmha: the SMs TllmGenFmhaRunner accepts
+# trtllm-gen-fmha: the SMs TllmGenFmhaRunner accepts
 # ------------------------------------------------------------------------------------------------
 
 def fmha_check_lines(source: SourceFile) -> tuple[int, ...]:
@@ -547,10 +547,10 @@ def fmha_check_lines(source: SourceFile) -> tuple[int, ...]:
     return tuple(range(start, end + 1))
 
 
-@reads("trtllm-fmha", "TllmGenFmhaRunner's SM check (mSM == kSM_N) in the shipped fmhaRunner.cuh")
+@reads("trtllm-gen-fmha", "TllmGenFmhaRunner's SM check (mSM == kSM_N) in the shipped fmhaRunner.cuh")
 def read_trtllm_fmha(root: Path, ctx: ReadContext) -> Reading:
     """trtllm-gen FMHA's SM list, from the runner header the wheel ships."""
-    fact = "trtllm-fmha"
+    fact = "trtllm-gen-fmha"
     runner = next((source for path in FMHA_RUNNER_FILES if (source := parse(root, path)) is not None), None)
     if runner is None:
         generator = locate_function(root, "gen_trtllm_gen_fmha_module", FMHA_GENERATOR_FILES)

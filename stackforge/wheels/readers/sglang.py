@@ -305,7 +305,7 @@ def relative(root: Path, text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# trtllm-fmha:prefill / trtllm-fmha:decode: `if <backend> == "trtllm_mha" and not (<arch flags>): raise`
+# sglang-trtllm-mha-prefill / sglang-trtllm-mha-decode: `if <backend> == "trtllm_mha" and not (<arch flags>): raise`
 # --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +382,7 @@ def backend_named(root: Path) -> CodeSite | None:
 
 
 def trtllm_reader(phase: str) -> DeclaredReader:
-    fact = f"trtllm-fmha:{phase}"
+    fact = f"sglang-trtllm-mha-{phase}"
 
     @reads(fact, f"the trtllm_mha {phase} backend's arch check (server_args.py / arg_groups)")
     def read(root: Path, ctx: ReadContext) -> Reading:
