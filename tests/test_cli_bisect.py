@@ -88,7 +88,8 @@ def test_from_and_to_narrow_the_range(bisect_cli):
 def test_unknown_feature_target_and_distribution_exit_2_listing_the_valid_ones(bisect_cli, monkeypatch):
     invoke, _, _ = bisect_cli
     result = invoke("no-such-feature", "--target", TARGET)
-    assert result.exit_code == 2 and "known: flashinfer-ar-fusion" in result.stderr
+    assert result.exit_code == 2 and "unknown feature 'no-such-feature'; known features: " in result.stderr
+    assert "flashinfer-ar-fusion" in result.stderr
     result = invoke("flashinfer-ar-fusion", "--target", "no-such-box")
     assert result.exit_code == 2 and "unknown target 'no-such-box'" in result.stderr and TARGET in result.stderr
     result = invoke("flashinfer-ar-fusion", "--target", TARGET, "--package", "sglang")
@@ -179,3 +180,34 @@ def test_index_credentials_reach_no_result_file(bisect_cli, tmp_path, monkeypatc
     assert leaked == [], leaked
     run_json = next(p for p in written if p.name == "run.json").read_text(encoding="utf-8")
     assert "http://alice@" not in run_json and url in run_json
+
+
+def test_every_feature_is_taken_or_refused_with_the_tier_that_decides_it():
+    """bisect takes what `list features` prints: a feature maps to the facts that decide it; one no reader
+    decides exits 2 naming the tier that does."""
+    from stackforge.core.errors import SpecError
+    from stackforge.plan.features import load_feature_catalog
+    from stackforge.wheels.tier import load_readers, resolve_specs
+
+    readers = load_readers()
+    both = resolve_specs(readers, "pcie-allreduce", None)
+    assert {(s.dist, s.fact) for s in both} == {("flashinfer-python", "flashinfer-pcie-ipc-ar"),
+                                                ("sglang", "sglang-pcie-ipc-ar")}
+    assert [s.fact for s in resolve_specs(readers, "pcie-allreduce", "sglang")] == ["sglang-pcie-ipc-ar"]
+    assert [s.fact for s in resolve_specs(readers, "sglang-trtllm-mha-prefill", None)] == ["sglang-trtllm-mha-prefill"]
+    with pytest.raises(SpecError, match="no wheel reader decides torch-kernels: torch-kernels is decided by the image"):
+        resolve_specs(readers, "torch-kernels", None)
+    with pytest.raises(SpecError, match="nccl-graph-ring needs a GPU: only the runtime tier decides it"):
+        resolve_specs(readers, "nccl-graph-ring", None)
+    decided = [name for name in load_feature_catalog().features if _resolves(readers, name)]
+    assert {"flashinfer-ar-fusion", "pcie-allreduce", "trtllm-gen-fmha", "nvfp4-gemm"} <= set(decided)
+
+
+def _resolves(readers, name):
+    from stackforge.core.errors import SpecError
+    from stackforge.wheels.tier import resolve_specs
+
+    try:
+        return bool(resolve_specs(readers, name, None))
+    except SpecError:
+        return False

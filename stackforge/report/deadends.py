@@ -251,10 +251,11 @@ def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
         if dead.unblocked_by is None or dead.unblocked_by.basis in ("measured", "admitted"):
             return []
         from stackforge.wheels.readers import READERS
+        from stackforge.wheels.tier import specs_deciding
 
-        # Only a fact a wheel reader reads can be bisected; the rest need a probe in an image.
+        # Only a feature a wheel reader decides can be bisected; the rest need a probe in an image.
         measure = (f"`stackforge bisect {dead.feature} --target {target}` measures it"
-                   if dead.feature in {spec.fact for spec in READERS}
+                   if specs_deciding(READERS, dead.feature)
                    else "no wheel reader reads it: `stackforge probe` in an image measures it")
         return [f"the way out above rests on the rules only: no release is measured to unblock it ({measure})"]
     lines = []

@@ -32,6 +32,7 @@ from stackforge.core.wheel_readings import (
     feature_of_fact,
 )
 from stackforge.edges.index import IndexConfig, Release, find_release, releases
+from stackforge.plan.features import FeatureCatalog, load_feature_catalog
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
@@ -183,9 +184,20 @@ def wheel_record(measurement: Measurement, *, target: str, ctx: ReadContext, run
         kind="probe", created_at=utc_now())
 
 
-def specs_for(readers: Sequence[ReaderSpec], fact: str) -> tuple[ReaderSpec, ...]:
-    """The reader specs of ``fact`` (one per distribution it is read from)."""
-    return tuple(spec for spec in readers if spec.fact == fact)
+def specs_deciding(readers: Sequence[ReaderSpec], name: str) -> tuple[ReaderSpec, ...]:
+    """The reader specs that speak for ``name``: a fact (``torch-symm-mem:flag``), or a feature and every fact
+    that decides it (``pcie-allreduce``: FlashInfer's module and SGLang's switch)."""
+    return tuple(spec for spec in readers if name in (spec.fact, feature_of_fact(spec.fact)))
+
+
+def no_reader_reason(name: str, catalog: FeatureCatalog) -> str:
+    """Why no wheel reader decides the feature ``name``: which tier does, and where it runs."""
+    tiers = [tier for tier, _ in catalog.spec(name).tiers if tier is not Tier.WHEEL]
+    if Tier.GATE in tiers:
+        return f"{name} is decided by the image: the gate tier (`stackforge probe`), not a release's wheel"
+    if tiers:
+        return f"{name} needs a GPU: only the {'/'.join(t.value for t in tiers)} tier decides it (`stackforge probe` on a GPU host)"
+    return f"{name} has no probe or reader yet: only the rules speak for it"
 
 
 def context_for(stack: Any, derived: Any, target: Any) -> ReadContext:
@@ -220,11 +232,15 @@ def resolve_specs(readers: Sequence[ReaderSpec], fact: str, package: str | None)
     Raises:
         SpecError: unknown fact, or a distribution it is not read from (exit 2), listing the valid ones.
     """
-    facts = sorted({spec.fact for spec in readers})
-    specs = tuple(sorted(specs_for(readers, fact), key=lambda spec: spec.dist))
+    specs = tuple(sorted(specs_deciding(readers, fact), key=lambda spec: spec.dist))
     if not specs:
-        raise SpecError(f"unknown feature {fact!r} for the wheel tier; known: {', '.join(facts) or 'none'}",
-                        remedy="these are the facts a wheel reader reads")
+        catalog = load_feature_catalog()
+        if fact in catalog.features:
+            raise SpecError(f"no wheel reader decides {fact}: {no_reader_reason(fact, catalog)}",
+                            remedy="bisect takes the features and facts a wheel reader reads: "
+                                   + ", ".join(wheel_names(readers)))
+        raise SpecError(f"unknown feature {fact!r}; known features: {', '.join(catalog.features)}",
+                        remedy="facts a wheel reader reads: " + ", ".join(wheel_names(readers)))
     if package is None:
         return specs
     from packaging.utils import canonicalize_name
@@ -234,6 +250,11 @@ def resolve_specs(readers: Sequence[ReaderSpec], fact: str, package: str | None)
         raise SpecError(f"{fact} is not read from distribution {package!r}; it is read from: "
                         f"{', '.join(spec.dist for spec in specs)}")
     return found
+
+
+def wheel_names(readers: Sequence[ReaderSpec]) -> tuple[str, ...]:
+    """Every name a wheel reader speaks for: the features its facts decide, then the narrower facts."""
+    return tuple(sorted({feature_of_fact(spec.fact) for spec in readers} | {spec.fact for spec in readers}))
 
 
 @dataclass(frozen=True, slots=True)
