@@ -387,15 +387,13 @@ def _feature_check(cell: ReportCell) -> RequirementCheck:
 
 def _blocked_line(cell: ReportCell) -> str:
     decisive = cell.decisive
-    if cell.status is CellStatus.ADMITTED and decisive is not None:
-        line = (f"{cell.feature}: admitted by the code only, not measured working ({decisive.tier.value} probe "
-                f"{decisive.probe}: {one_line(cell.reason, 200)})")
-        return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")
     if cell.status is CellStatus.NOT_APPLICABLE:
         return f"{cell.feature}: {one_line(cell.reason, 240)}"
     if cell.source is CellSource.MEASURED and decisive is not None:
-        line = (f"{cell.feature}: {cell.status.value} ({decisive.tier.value} probe {decisive.probe}: "
-                f"{one_line(cell.reason, 160)})")
+        admitted = cell.status is CellStatus.ADMITTED
+        said = "admitted by the code only, not measured working" if admitted else cell.status.value
+        line = (f"{cell.feature}: {said} ({decisive.tier.value} probe {decisive.probe}: "
+                f"{one_line(cell.reason, 200 if admitted else 160)})")
         return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")
     if cell.status is CellStatus.PRUNED:
         return f"{cell.feature}: stack pruned"
