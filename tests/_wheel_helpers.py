@@ -7,6 +7,8 @@ import hashlib
 import http.server
 import json
 import threading
+import io
+import tarfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,20 @@ def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, 
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_sdist(folder: Path, dist: str, version: str, files: dict[str, str]) -> Path:
+    """A real sdist (``.tar.gz``) of ``dist`` ``version``: ``files`` under its top folder, plus a PKG-INFO."""
+    folder.mkdir(parents=True, exist_ok=True)
+    top = f"{dist.replace('-', '_')}-{version}"
+    path = folder / f"{top}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in {**files, "PKG-INFO": f"Metadata-Version: 2.1\nName: {dist}\n"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name if name.startswith("../") else f"{top}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
 
 
 def comm_py(majors: list[int] | None) -> str:

@@ -14,14 +14,14 @@ from stackforge.results.store import result_schema
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.match import record_matches
 from stackforge.wheels.tier import (
-    SDIST_ONLY,
+    SDIST_NO_METADATA,
     measure,
     outcome_status,
     pick_wheel,
     read_release,
     wheel_record,
 )
-from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve, sha256_of
+from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_sdist, make_wheel, serve, sha256_of
 
 SM120 = ReadContext(arch="12.0", gpu_count=8, interconnect="pcie")
 
@@ -32,9 +32,14 @@ def index(tmp_path):
     for version, majors in (("0.6.16.post4", [9, 10]), ("0.6.17", [9, 10, 12])):
         index.add("flashinfer-python", make_wheel(tmp_path / "w", "flashinfer-python", version,
                                                   {"flashinfer/jit/comm.py": comm_py(majors)}))
-    sdist = tmp_path / "w" / "flashinfer_python-0.6.18.tar.gz"
-    sdist.write_bytes(b"sdist")
-    index.add("flashinfer-python", sdist)
+    index.add("flashinfer-python", make_sdist(tmp_path / "w", "flashinfer-python", "0.6.18", {
+        "flashinfer/__init__.py": "", "flashinfer/jit/comm.py": comm_py([9, 10, 12]),
+        "include/flashinfer/x.cuh": "// headers live elsewhere in an sdist", "../escape.py": "outside"}))
+    index.add("flashinfer-python", make_sdist(tmp_path / "w", "flashinfer-python", "0.6.19",
+                                              {"flashinfer/__init__.py": ""}))
+    corrupt = tmp_path / "w" / "flashinfer_python-0.6.20.tar.gz"
+    corrupt.write_bytes(b"not a tar archive")
+    index.add("flashinfer-python", corrupt)
     url, server = serve(index)
     yield IndexConfig(index_url=url), WheelCache.open(IndexConfig(index_url=url), tmp_path / "cache"), tmp_path
     server.shutdown()
@@ -48,11 +53,37 @@ def test_read_release_reads_the_wheel_of_that_version(index):
     assert reading.status is ReadingStatus.AVAILABLE and reading.sites[0].line == 2
 
 
-def test_an_sdist_only_release_is_undecided_and_never_built(index):
+def test_an_sdist_only_release_is_read_statically_and_never_built(index):
     indexes, cache, tmp_path = index
     reading = read_release(COMM_SPEC, "0.6.18", SM120, indexes=indexes, cache=cache)
-    assert (reading.status, reading.summary) == (ReadingStatus.UNDECIDED, SDIST_ONLY)
-    assert not (tmp_path / "cache").exists() or all(p.name == "index" for p in (tmp_path / "cache").iterdir())
+    assert reading.status is ReadingStatus.AVAILABLE and reading.sites[0].line == 2
+    assert reading.summary.startswith("(read in the sdist, not built) ")
+    # Only the importable package is unpacked, at a wheel's place; nothing lands outside the tree.
+    trees = [p for p in (tmp_path / "cache").iterdir() if p.is_dir() and p.name != "index"]
+    (tree,) = trees
+    assert (tree / "flashinfer" / "jit" / "comm.py").is_file() and not (tree / "include").exists()
+    assert not (tmp_path / "escape.py").exists() and not (tmp_path / "cache" / "escape.py").exists()
+
+
+def test_a_file_an_sdist_lacks_is_no_verdict(index):
+    indexes, cache, _ = index
+    reading = read_release(COMM_SPEC, "0.6.19", SM120, indexes=indexes, cache=cache)
+    assert reading.status is ReadingStatus.UNDECIDED
+    assert reading.summary.startswith("sdist only: flashinfer/jit/comm.py not in the wheel; a file an sdist lacks")
+
+
+def test_a_corrupt_sdist_is_undecided_with_the_cause(index):
+    indexes, cache, _ = index
+    reading = read_release(COMM_SPEC, "0.6.20", SM120, indexes=indexes, cache=cache)
+    assert reading.status is ReadingStatus.UNDECIDED
+    assert reading.summary.startswith("sdist only, and unreadable: ") and "not a readable sdist" in reading.summary
+
+
+def test_metadata_facts_are_not_read_from_an_sdist(index):
+    indexes, cache, _ = index
+    spec = dataclasses.replace(COMM_SPEC, fact="metadata:requires-python")
+    reading = read_release(spec, "0.6.18", SM120, indexes=indexes, cache=cache)
+    assert (reading.status, reading.summary) == (ReadingStatus.UNDECIDED, SDIST_NO_METADATA)
 
 
 def test_an_unknown_version_is_bad_input(index):

@@ -235,7 +235,7 @@ def _evidence_lines(point: Point[ReleaseReading]) -> list[str]:
     lines = [f"  {point.version}: {point.verdict_text}: {reading.summary}"]
     lines += [f"      {site_text(site)}" for site in reading.sites]
     if file is not None:
-        lines.append(f"      wheel: {file.url} sha256:{file.sha256 or 'not given by the index'} "
+        lines.append(f"      {file.kind}: {file.url} sha256:{file.sha256 or 'not given by the index'} "
                      f"(index {file.index})")
     return lines
 

@@ -11,6 +11,12 @@ Readers read Python code, metadata and headers, so compiled objects and kernel s
 are not unpacked: a FlashInfer 0.7 wheel is 700 MB unpacked, 200 MB without them. The tree records
 which policy unpacked it (:data:`UNPACK_FORMAT`); a tree from another policy is unpacked again.
 
+A release published only as an sdist (``.tar.gz``) is unpacked the same way, never built: only its
+importable package (``<sdist>/<package>/``, e.g. ``flashinfer_python-0.3.1/flashinfer/``) lands in the
+tree, at the place a wheel would put it, so readers read ``flashinfer/jit/comm.py`` in both. Everything
+else an sdist holds (headers under ``include/``, ``PKG-INFO``) is left out: it is not where a wheel has
+it, and :func:`stackforge.wheels.tier.measure` never takes its absence as a verdict.
+
 The root is ``~/.cache/stackforge/wheels`` unless ``STACKFORGE_WHEEL_CACHE`` names another.
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Mapping
@@ -125,7 +132,10 @@ class WheelCache:
             if _complete(final):
                 return final
             staging = Path(tempfile.mkdtemp(dir=self.root, prefix=_TMP_PREFIX))
-            _unzip(download, staging, file)
+            if file.kind == "sdist":
+                _untar_package(download, staging, file)
+            else:
+                _unzip(download, staging, file)
             (staging / _MARKER).write_text(UNPACK_FORMAT + "\n")
             staging.chmod(0o755)
             if final.is_dir():   # unpacked by another policy: replaced
@@ -176,6 +186,50 @@ def wanted_member(name: str) -> bool:
     """Whether a wheel member is unpacked (see :data:`SKIPPED_SUFFIXES`, :data:`SKIPPED_DIRS`)."""
     path = PurePosixPath(name)
     return path.suffix.lower() not in SKIPPED_SUFFIXES and not SKIPPED_DIRS.intersection(path.parts[:-1])
+
+
+def import_names(dist: str) -> tuple[str, ...]:
+    """The top-level package an sdist of ``dist`` may hold: ``flashinfer-python`` -> flashinfer_python, flashinfer."""
+    plain = dist.replace("-", "_")
+    return tuple(dict.fromkeys((plain, dist.removesuffix("-python").replace("-", "_"))))
+
+
+def _untar_package(sdist: Path, into: Path, file: ReleaseFile) -> None:
+    """Unpack the importable package of an sdist (``<top>/<package>/...``) into ``into/<package>/``.
+
+    Only regular files with safe names are written (no links, devices, absolute or ``..`` paths).
+
+    Raises:
+        WheelFileError: not a readable tar archive, or no ``<package>/__init__.py`` at its top.
+    """
+    try:
+        with tarfile.open(sdist, mode="r:*") as archive:
+            members = archive.getmembers()
+            package = _sdist_package(members, file)
+            for member in members:
+                parts = PurePosixPath(member.name).parts
+                if len(parts) < 3 or parts[1] != package or not member.isfile() or ".." in parts \
+                        or member.name.startswith("/") or not wanted_member(member.name):
+                    continue
+                target = into.joinpath(*parts[1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = archive.extractfile(member)
+                if source is None:
+                    continue
+                with source, target.open("wb") as out:
+                    shutil.copyfileobj(source, out)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise WheelFileError(f"{file.filename} from {file.url} is not a readable sdist (tar): {exc}") from None
+
+
+def _sdist_package(members: list[tarfile.TarInfo], file: ReleaseFile) -> str:
+    inits = {PurePosixPath(m.name).parts[1] for m in members
+             if len(PurePosixPath(m.name).parts) == 3 and PurePosixPath(m.name).name == "__init__.py"}
+    found = [name for name in import_names(file.dist) if name in inits]
+    if not found:
+        raise WheelFileError(f"{file.filename}: unexpected sdist layout: no {' or '.join(import_names(file.dist))}"
+                             "/__init__.py at its top")
+    return found[0]
 
 
 def _unzip(wheel: Path, into: Path, file: ReleaseFile) -> None:

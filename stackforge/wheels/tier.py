@@ -2,7 +2,10 @@
 
 No image, no torch, no GPU: the wheel is fetched from the configured index into the wheel cache
 (:mod:`stackforge.wheels.cache`), never installed, and a pure reader reads its files. A release
-that publishes only an sdist is reported as such (undecided), never built.
+that publishes only an sdist is read statically (its package unpacked, never built): what its code
+admits or refuses is a reading like a wheel's, but a file the sdist lacks proves nothing (an sdist lays
+out headers and metadata unlike a wheel), so there "absent" is undecided, and metadata facts are not
+read from an sdist at all.
 
 A reading becomes one :class:`~stackforge.core.records.ResultRecord` per (distribution version x fact x
 target): tier ``wheel``, stack id ``wheel-<dist>-<version>`` (plus the context values the reading
@@ -15,7 +18,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from packaging.tags import Tag
@@ -34,10 +38,11 @@ from stackforge.core.wheel_readings import (
 from stackforge.edges.index import IndexConfig, Release, find_release, releases
 from stackforge.plan.features import FeatureCatalog, load_feature_catalog
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
-from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.cache import WheelCache, WheelFileError
 from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
 
-SDIST_ONLY = "sdist only: not built"
+#: What a reading of an sdist says when it cannot be a verdict.
+SDIST_NO_METADATA = "sdist only: its PKG-INFO is not the metadata a built wheel would carry (not read)"
 #: How long a project's release list is reused: long enough for a search and its rerun, short enough
 #: that a release published today is seen within the hour.
 LISTING_TTL_S = 3600
@@ -80,16 +85,39 @@ def measure(spec: ReaderSpec, release: Release, ctx: ReadContext, *, cache: Whee
     started = time.monotonic()
     wheel = pick_wheel(release)
     if wheel is None:
-        what = SDIST_ONLY if any(f.kind == "sdist" for f in release.files) else "no wheel published"
-        return Measurement(release.dist, release.version, Reading(spec.fact, ReadingStatus.UNDECIDED, what), None)
-    root = cache.unpacked(wheel)
+        sdist = next((f for f in release.files if f.kind == "sdist"), None)
+        if sdist is None:
+            reading = Reading(spec.fact, ReadingStatus.UNDECIDED, "no wheel published")
+        else:
+            reading = _read_sdist(spec, sdist, ctx, cache)
+        return Measurement(release.dist, release.version, reading, sdist, time.monotonic() - started)
+    reading = _read(spec, cache.unpacked(wheel), ctx)
+    return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
+
+
+def _read(spec: ReaderSpec, root: Path, ctx: ReadContext) -> Reading:
     try:
-        reading = spec.reader(root, ctx)
+        return spec.reader(root, ctx)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError, KeyError, IndexError, AttributeError,
             TypeError) as exc:
-        reading = Reading(spec.fact, ReadingStatus.UNDECIDED,
-                          f"reader could not read this release: {type(exc).__name__}: {exc}")
-    return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
+        return Reading(spec.fact, ReadingStatus.UNDECIDED,
+                       f"reader could not read this release: {type(exc).__name__}: {exc}")
+
+
+def _read_sdist(spec: ReaderSpec, sdist: ReleaseFile, ctx: ReadContext, cache: WheelCache) -> Reading:
+    """A reading of an sdist-only release's package, unpacked and never built; absent is no verdict there."""
+    if spec.fact.startswith("metadata:"):
+        return Reading(spec.fact, ReadingStatus.UNDECIDED, SDIST_NO_METADATA)
+    try:
+        root = cache.unpacked(sdist)
+    except WheelFileError as exc:
+        return Reading(spec.fact, ReadingStatus.UNDECIDED, f"sdist only, and unreadable: {exc.one_line()}")
+    reading = _read(spec, root, ctx)
+    if reading.status is ReadingStatus.ABSENT:
+        return replace(reading, status=ReadingStatus.UNDECIDED,
+                       summary=f"sdist only: {reading.summary}; a file an sdist lacks proves nothing "
+                               "(it lays files out unlike a wheel)")
+    return replace(reading, summary=f"(read in the sdist, not built) {reading.summary}")
 
 
 def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: IndexConfig,
@@ -132,10 +160,12 @@ def outcome_reason(reading: Reading) -> str:
 
 
 def evidence_text(measurement: Measurement) -> str:
-    """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` and the index."""
+    """The code sites as ``path:line: code`` lines, then ``wheel: <url> sha256:<hex>`` (``sdist:`` for an
+    sdist-only release) and the index."""
     lines = [site_text(site) for site in measurement.reading.sites]
     if measurement.file is not None:
-        lines.append(f"wheel: {measurement.file.url} sha256:{measurement.file.sha256 or 'not given by the index'}")
+        lines.append(f"{measurement.file.kind}: {measurement.file.url} "
+                     f"sha256:{measurement.file.sha256 or 'not given by the index'}")
         if measurement.file.index:
             lines.append(f"index: {measurement.file.index}")
     return "\n".join(lines)
