@@ -762,6 +762,27 @@ def test_kernel_cubins_exclusions_hide_no_real_gap(bare_python, tmp_path):
     assert "not judged, built for other GPUs by design: flashinfer_cubin: trtllm-gen" in both["reason"]
 
 
+def test_kernel_cubins_names_the_files_that_lack_the_target_and_what_they_cost(bare_python, tmp_path):
+    """sglang-kernel's FA3 and FlashMLA objects carry no sm_120 code (0.4.2: sm_80 sm_86 sm_90a and sm_90a
+    sm_100a sm_103a): the package still covers sm_120 through common_ops, and the reason says which files do
+    not and which backends that rules out."""
+    package = tmp_path / "sgl_kernel"
+    (package / "sm100").mkdir(parents=True)
+    (package / "sm100" / "common_ops.abi3.so").write_bytes(synthetic_fatbin([(2, 120, 0x100011)]))
+    (package / "flash_ops.abi3.so").write_bytes(synthetic_fatbin([(2, 80, 0x11), (2, 86, 0x11), (2, 90, 0x100011)]))
+    (package / "flashmla_ops.abi3.so").write_bytes(synthetic_fatbin([(2, 90, 0x100011), (2, 100, 0x100011)]))
+    result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0", "--method", "parse", "--path",
+                        str(package))
+    assert result["status"] == "pass", result
+    assert "sgl_kernel: 1/3 files" in result["reason"]
+    assert ("no code for sm_120 in sgl_kernel/flash_ops.abi3.so (FlashAttention 3: SGLang's fa3 attention backend"
+            in result["reason"])
+    assert "sgl_kernel/flashmla_ops.abi3.so (FlashMLA: SGLang's flashmla attention backend)" in result["reason"]
+    assert "attention_registry.py:241-245" in result["evidence"]
+    assert sorted(result["metrics"]["packages"]["sgl_kernel"]["not_covering"]) == ["flash_ops.abi3.so",
+                                                                                  "flashmla_ops.abi3.so"]
+
+
 def test_kernel_cubins_skips_without_kernel_packages(bare_python):
     result = run_script(bare_python, "kernel_cubins.py", "--arch", "12.0")
     assert result["status"] == "skip"

@@ -92,6 +92,40 @@ ARCH_SCOPED_KERNELS = (
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class KernelFile:
+    """A shared object whose absence of code for a target costs something a user picks by name."""
+
+    package: str
+    path: str                # regular expression on the file's path inside the package
+    what: str                # the kernels it holds, and what cannot run without them
+    source: str
+
+    def matches(self, package: str, relative: str) -> bool:
+        return package == self.package and re.search(self.path, relative.replace(os.sep, "/")) is not None
+
+
+_SK = "sglang-kernel 0.4.2 wheel, sgl_kernel/"
+_SG = "sglang 0.5.23 wheel, sglang/srt/layers/attention/"
+#: What the files that may lack code for a target hold: named in the reason when they do. Read with this
+#: script's parser in the PyPI wheels: flash_ops carries sm_80 sm_86 sm_90a (sgl-kernel 0.3.21, sglang-kernel
+#: 0.4.2 and 0.4.10), flashmla_ops sm_90a sm_100a (0.3.21), + sm_103a (0.4.2), sm_100f sm_103a (0.4.10): no sm_12x.
+KNOWN_KERNEL_FILES = (
+    KernelFile("sgl_kernel", r"(^|/)flash_ops[^/]*\.so$",
+               "FlashAttention 3: SGLang's fa3 attention backend (which SGLang itself admits only on SM80/SM90)",
+               f"{_SK}flash_attn.py:8 (from sgl_kernel import flash_ops); {_SG}attention_registry.py:241-245 "
+               "('FlashAttention v3 Backend requires SM>=80 and SM<=90')"),
+    KernelFile("sgl_kernel", r"(^|/)flashmla_ops[^/]*\.so$", "FlashMLA: SGLang's flashmla attention backend",
+               f"{_SK}flash_mla.py:6 (from sgl_kernel import flashmla_ops); {_SG}attention_registry.py:231-235"),
+)
+
+
+def known_file(package: str, relative: str) -> str:
+    """What a kernel file holds, when :data:`KNOWN_KERNEL_FILES` knows it (else ``""``)."""
+    found = next((k for k in KNOWN_KERNEL_FILES if k.matches(package, relative)), None)
+    return f"{found.what} (source: {found.source})" if found else ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class FileCode:
     """Device code found in one file."""
 
@@ -331,6 +365,9 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
     histogram = Counter(c for r in with_code for c in (*r.sass, *r.ptx))
     lines = [f"{name} ({root}): {len(covering)}/{len(with_code)} judged files with device code cover "
              f"{target.sm_name}"]
+    missing = [relative_path(r.path, root) for r in with_code if r not in covering]
+    lines += [f"  no code for {target.sm_name}: {rel}" + (f": {known_file(name, rel)}" if known_file(name, rel) else "")
+              for rel in missing]
     lines += exclusion_lines(excluded, target)
     for result in with_code[:list_limit]:
         rel = relative_path(result.path, root)
@@ -343,6 +380,7 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
     if errors:
         lines.append(f"  unreadable: {len(errors)} (first: {errors[0].path}: {errors[0].error})")
     metrics = {"files": len(results), "files_with_device_code": len(with_code), "covering": len(covering),
+               "not_covering": missing,
                "archs": dict(sorted(histogram.items(), key=lambda i: code_sort_key(i[0]))),
                "excluded": {family.name: len(paths) for family, paths in excluded.items()}}
     return "\n".join(lines), metrics
@@ -392,7 +430,19 @@ def main(argv: Sequence[str]) -> None:
                 metrics, facts)
     sf.emit("pass", f"{', '.join(with_code)} carry code for {target.sm_name} ("
             + "; ".join(f"{n}: {per_package[n]['covering']}/{per_package[n]['files_with_device_code']} files"
-                        for n in with_code) + f"; read by {method}){excluded_text}", evidence, metrics, facts)
+                        for n in with_code) + f"; read by {method}){missing_text(per_package, target)}{excluded_text}",
+            evidence, metrics, facts)
+
+
+def missing_text(per_package: dict[str, dict[str, object]], target: sf.Arch) -> str:
+    """``; no code for sm_120 in sgl_kernel/flash_ops.abi3.so (FlashAttention 3: ...)``: what the files that
+    lack it cost, so that a pass of the package never hides them."""
+    parts = []
+    for name, metrics in per_package.items():
+        for rel in metrics["not_covering"]:
+            what = known_file(name, rel)
+            parts.append(f"{name}/{rel}" + (f" ({what.split(' (source:')[0]})" if what else ""))
+    return f"; no code for {target.sm_name} in {', '.join(parts)}" if parts else ""
 
 
 def find_cuobjdump(explicit: str) -> str:
