@@ -21,7 +21,7 @@ COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
 RULE_FILES = sorted((COMPAT_DIR / "rules").glob("*.yaml"))
 EXPECTED_RULE_FILES = {"cuda.yaml", "torch.yaml", "flashinfer.yaml", "sglang.yaml", "comm.yaml", "driver.yaml"}
 
-VERSION_FACTS = {"cuda", "torch", "torch_cuda", "flashinfer", "sglang", "kernel", "python", "arch", "driver_min"}
+VERSION_FACTS = {"cuda", "torch", "torch_cuda", "flashinfer", "sglang", "kernel", "python", "arch", "driver_min", "nccl"}
 IDENTIFIER_VALUES: dict[str, set[str] | None] = {
     "flavour": {"devel", "runtime", "wheels"},
     "os": {"ubuntu24.04", "ubuntu22.04", "debian12", "debian13"},
@@ -36,7 +36,7 @@ ALL_FACTS = VERSION_FACTS | set(IDENTIFIER_VALUES) | NUMBER_FACTS | BOOLEAN_FACT
 
 FEATURES = {
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-graph-ring", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
     "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
 }
 EFFECTS = {"incompatible", "feature_unavailable", "hazard", "requires"}

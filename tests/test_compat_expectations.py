@@ -24,9 +24,15 @@ STACKS: dict[str, dict[str, object]] = {
     # (B) the CUDA 13.1 upgrade: torch 2.14.1 cu130, FlashInfer 0.7.2, SGLang 0.5.23 (sglang-kernel 0.4.10), wheels.
     "B": dict(cuda="13.1", torch="2.14.1", flashinfer="0.7.2", sglang="0.5.23", python="3.11",
               flavour=Flavour.WHEELS, os="debian12"),
+    # torch 2.7.1 pins NCCL 2.26.2 (compat/tables.yaml torch_nccl), SGLang 0.4.8 pins torch 2.7.1.
+    "torch27": dict(cuda="12.8", torch="2.7.1", flashinfer="0.2.6.post1", sglang="0.4.8", python="3.12",
+                    flavour=Flavour.DEVEL, os="ubuntu24.04"),
     # Known-bad stacks.
     "cu126": dict(cuda="12.6", torch="2.9.1", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
                   flavour=Flavour.DEVEL, os="ubuntu24.04"),
+    # SGLang 0.5.10.post1 pins sglang-kernel 0.4.1 (a CUDA 12 build), here on a CUDA 13 torch.
+    "kernel-cuda12-on-13.1": dict(cuda="13.1", torch="2.9.1", flashinfer="0.6.7.post3", sglang="0.5.10.post1",
+                                  python="3.12", flavour=Flavour.DEVEL, os="ubuntu24.04"),
     "torch212-on-12.8": dict(cuda="12.8", torch="2.12.0", flashinfer="0.6.3", sglang="0.5.9", python="3.12",
                              flavour=Flavour.DEVEL, os="ubuntu24.04"),
     "sglang0.5.23-on-12.8": dict(cuda="12.8", torch="2.14.1", flashinfer="0.7.2", sglang="0.5.23", python="3.12",
@@ -67,6 +73,10 @@ PREDICTIONS = [
     # The lamport packing bug PR #3903 fixed lives in trtllm_custom_all_reduce, not in the fusion SGLang calls.
     ("A", "h200-x8-nvswitch", "flashinfer-ar-fusion", "no-rule", ""),
     ("A", "rtx-pro-6000-x2-pcie", "custom-allreduce", "hazard", "pcie-sm12-p2p-hang"),
+    # The NCCL torch pins decides: 2.26.2 (torch 2.7.x) crashes from 512 KiB on SM120; 2.27.5 (torch 2.9.1) is not ruled out.
+    ("torch27", RTX_PCIE, "nccl-graph-ring", "unavailable", "nccl-2262-sm12-illegal-memory-access"),
+    ("A", RTX_PCIE, "nccl-graph-ring", "no-rule", ""),
+    ("torch27", "h200-x8-nvswitch", "nccl-graph-ring", "no-rule", ""),
 ]
 
 # (stack, target, rules that must fire, rules that must not fire)
@@ -88,6 +98,7 @@ PRUNING = [
     ("B", "b200-x8", False, set()),
     ("cu126", RTX_PCIE, True, {"cuda-min-toolkit-sm100-sm120", "torch-cu12-pre128-no-blackwell"}),
     ("torch212-on-12.8", RTX_PCIE, True, {"torch-no-cu128-from-212"}),
+    ("kernel-cuda12-on-13.1", RTX_PCIE, True, {"sglang-kernel-cuda12-build"}),
     ("sglang0.5.23-on-12.8", RTX_PCIE, True, {"sglang-cuda13-stack", "torch-no-cu128-from-212"}),
 ]
 

@@ -48,6 +48,7 @@ class Derived:
             for features outside minor-version compatibility), or ``None`` when not tabulated.
         expected_arch_list: TORCH_CUDA_ARCH_LIST the torch variant is known to be built with.
         sglang_pins: SGLang's own pins for this release (package -> requirement), if known.
+        nccl: the NCCL version the torch release pins (``torch_nccl``), or ``None`` when not tabulated.
     """
 
     torch_variant: str
@@ -67,6 +68,7 @@ class Derived:
     toolkit_driver: str | None = None
     expected_arch_list: tuple[str, ...] = ()
     sglang_pins: dict[str, str] = field(default_factory=dict)
+    nccl: str | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -97,11 +99,12 @@ class Tables:
     os_python: dict[str, str]
     sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins
     toolkit_wheels: dict[str, dict[str, str]]  # toolkit minor -> {package: version}
+    torch_nccl: dict[str, str]                 # torch version -> the NCCL version it pins
     sources: dict[str, tuple[Source, ...]]     # table name -> sources
 
 
 TABLE_NAMES = ("torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_driver_floor",
-               "cuda_toolkit_driver", "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels")
+               "cuda_toolkit_driver", "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels", "torch_nccl")
 DEBIAN_CODENAMES = {"debian12": "bookworm", "debian13": "trixie"}
 
 
@@ -131,6 +134,7 @@ def load_tables(path: Path | None = None) -> Tables:
         toolkit_wheels={str(k): {str(p): str(v) for p, v in require_mapping(m, what="toolkit wheels",
                                                                           source=str(path)).items()}
                         for k, m in _map(parsed["toolkit_wheels"]).items()},
+        torch_nccl=_string_map(parsed["torch_nccl"]),
         sources={name: _table_sources(table) for name, table in parsed.items()},
     )
 
@@ -189,6 +193,7 @@ def derive(stack: Stack, tables: Tables) -> Derived:
         toolkit_driver=tables.cuda_toolkit_driver.get(cuda_minor),
         expected_arch_list=_arch_list(stack.torch, variant, tables),
         sglang_pins=pins,
+        nccl=tables.torch_nccl.get(stack.torch),
     )
 
 

@@ -242,7 +242,7 @@ def cell_facts(stack: Stack, target: Target, derived: Derived) -> dict[str, Any]
     return {
         "cuda": stack.cuda, "torch": stack.torch, "torch_cuda": derived.torch_cuda, "flashinfer": stack.flashinfer,
         "sglang": stack.sglang, "kernel": derived.kernel_version, "python": stack.python, "arch": target.arch,
-        "driver_min": derived.min_driver, "flavour": stack.flavour.value, "os": stack.os,
+        "driver_min": derived.min_driver, "nccl": derived.nccl, "flavour": stack.flavour.value, "os": stack.os,
         "torch_variant": derived.torch_variant, "kernel_package": derived.kernel_package,
         "interconnect": target.interconnect.value, "target": target.name, "gpu_count": target.gpu_count,
         "multicast": target.multicast, "nvcc": derived.has_nvcc,

@@ -28,6 +28,7 @@ RULES_SCHEMA = 1
 FACT_KINDS: dict[str, str] = {
     "cuda": "version", "torch": "version", "torch_cuda": "version", "flashinfer": "version",
     "sglang": "version", "kernel": "version", "python": "version", "arch": "version", "driver_min": "version",
+    "nccl": "version",
     "flavour": "identifier", "os": "identifier", "torch_variant": "identifier", "kernel_package": "identifier",
     "interconnect": "identifier", "target": "identifier",
     "gpu_count": "number",
@@ -36,7 +37,7 @@ FACT_KINDS: dict[str, str] = {
 
 FEATURES: tuple[str, ...] = (
     "torch-kernels", "nvcc-codegen", "flashinfer-jit", "flashinfer-ar-fusion", "custom-allreduce",
-    "torch-symm-mem", "nccl-graph-tree", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
+    "torch-symm-mem", "nccl-graph-tree", "nccl-graph-ring", "nccl-global-tree", "nccl-nvls", "ep-a2a", "kernel-arch-coverage", "trtllm-gen-fmha",
     "sglang-trtllm-mha-prefill", "sglang-trtllm-mha-decode", "nvfp4-gemm", "flashinfer-mnnvl", "pcie-allreduce",
 )
 
