@@ -100,3 +100,35 @@ def test_a_flashinfer_without_cute_norm_is_cuda_jit(tmp_path):
         "cuda-jit (no CuTe-DSL norm in this FlashInfer)"
     assert probe.norm_backend(None, types.SimpleNamespace(norm=types.SimpleNamespace(_USE_CUDA_NORM=False))) == \
         "cute-dsl"
+
+
+def _probe():
+    import sys
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import flashinfer_run as probe
+    finally:
+        sys.path.pop(0)
+    return probe
+
+
+#: FlashInfer 0.6.3's words when the image has no nvcc (flashinfer/jit/cpp_ext.py:58, get_cuda_path).
+NO_NVCC = "RuntimeError: Could not find nvcc and default cuda_home='/usr/local/cuda' doesn't exist"
+
+
+def test_no_nvcc_in_the_image_is_a_skip_never_a_fail():
+    """The 12.8 wheels image has no nvcc: FlashInfer's JIT raises 'Could not find nvcc'. That is the image's
+    flavour, not FlashInfer on sm_120: a skip saying so, with the prebuilt kernels that ran named."""
+    probe = _probe()
+    rows = [{"kernel": "rmsnorm", "ok": False, "error": NO_NVCC, "seconds": 0.1},
+            {"kernel": "single_decode_with_kv_cache", "ok": True, "max_rel_error": 0.01, "seconds": 0.2}]
+    reason = probe.no_nvcc_skip(rows, nvcc=None)
+    assert reason is not None and reason.startswith("no nvcc in this flavour")
+    assert "could not JIT-compile rmsnorm (RuntimeError: Could not find nvcc" in reason
+    assert reason.endswith("prebuilt kernels ran and matched torch: single_decode_with_kv_cache")
+    # With nvcc in the image the same words are FlashInfer's failure; a wrong result is always one.
+    assert probe.no_nvcc_skip(rows, nvcc="/usr/local/cuda/bin/nvcc") is None
+    wrong = [{"kernel": "rmsnorm", "ok": False, "max_rel_error": 0.9, "error": "result differs (nvcc built it)"}]
+    assert probe.no_nvcc_skip(wrong, nvcc=None) is None
+    mixed = [rows[0], {"kernel": "single_decode_with_kv_cache", "ok": False, "error": "CUDA error: illegal address"}]
+    assert probe.no_nvcc_skip(mixed, nvcc=None) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,37 @@ def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, mo
     assert [(r.outcome.status, r.outcome.reason, r.outcome.evidence) for r in records] == [
         (Status.SKIP, "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2", "rtx-x1: gpu_count=1")]
     assert written == records
+
+
+def test_jobs_that_get_gpus_never_share_a_card_and_gate_jobs_stay_parallel(tmp_path, monkeypatch):
+    """Four jobs, four workers: the two runtime jobs for the same target get the same cards (4,5) and
+    must run one after the other; the two gate jobs (no GPU) run beside them. A runtime job on the
+    H100 cards (0-3) shares no card with them and may overlap."""
+    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI)
+    host = detect_host_gpus(None)
+
+    def spec(name: str, tier: str) -> ProbeSpec:
+        needs = Preconditions(needs_gpu_arch=True) if tier == "runtime" else Preconditions()
+        return ProbeSpec(id=f"t.{name}", feature="p2p-access", tier=tier, script="gpu_window.py",
+                         description=name, preconditions=needs, default_timeout_s=60)
+
+    jobs = [ProbeJob(_stack(), RTX, spec("run-a", "runtime")), ProbeJob(_stack(), RTX, spec("run-b", "runtime")),
+            ProbeJob(_stack(), RTX, spec("gate-a", "gate")), ProbeJob(_stack(), RTX, spec("gate-b", "gate")),
+            ProbeJob(_stack(), H100, spec("run-h100", "runtime"))]
+    records = run_probe_jobs(jobs, run_id="t", host_gpus=host, write=lambda r: None, parallel=5,
+                             local_python=sys.executable, scripts_dir=MISBEHAVE)
+    windows = {r.probe: (r.outcome.metrics["started"], r.outcome.metrics["ended"], r.outcome.evidence)
+               for r in records}
+    assert all(r.outcome.status is Status.PASS for r in records), [r.outcome.reason for r in records]
+
+    def overlap(a: str, b: str) -> bool:
+        return windows[a][0] < windows[b][1] and windows[b][0] < windows[a][1]
+
+    assert windows["t.run-a"][2] == windows["t.run-b"][2] == "4,5"
+    assert not overlap("t.run-a", "t.run-b"), windows            # the same cards: one after the other
+    assert windows["t.gate-a"][2] == ""                           # gate jobs get no GPU ...
+    assert overlap("t.gate-a", "t.gate-b")                        # ... and run side by side
+    assert windows["t.run-h100"][2] == "0,1,2,3"
+    assert overlap("t.run-h100", "t.run-a") or overlap("t.run-h100", "t.run-b")   # disjoint cards may overlap

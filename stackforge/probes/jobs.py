@@ -21,9 +21,10 @@ stopped raises :class:`~stackforge.core.errors.ContainerStoppedByEngine`; neithe
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import platform
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -352,6 +353,43 @@ def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, 
     return make_record(kind, job, outcome, provenance_from_facts(facts, image, host_gpus, "docker"), run_id=run_id)
 
 
+class GpuLocks:
+    """The host GPUs as resources: a job that gets GPUs holds every one of them while it runs, so two jobs
+    never share a card (their timings would mix, and spin-waiting collectives could hit phase timeouts that
+    read as failures); jobs on disjoint cards, and jobs with no GPU (gate probes), run side by side.
+
+    A host whose nvidia-smi reports no compute capability gives every GPU job all cards (``devices`` None):
+    those jobs share one lock.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def _lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    @contextlib.contextmanager
+    def holding(self, assignment: GpuAssignment, cancel: threading.Event) -> Iterator[bool]:
+        """Hold the assignment's cards (in one order, so two jobs never deadlock); yields False when the run
+        was cancelled while waiting (the job must not start)."""
+        keys = ["all"] if assignment.devices is None else [str(d) for d in sorted(assignment.devices)]
+        held: list[threading.Lock] = []
+        try:
+            for key in keys:
+                lock = self._lock(key)
+                while not lock.acquire(timeout=0.25):
+                    if cancel.is_set():
+                        yield False
+                        return
+                held.append(lock)
+            yield not cancel.is_set()
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+
 def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: HostGpus,
              write: Callable[[ResultRecord], Any], client: Any | None = None, local_python: str | None = None,
              parallel: int = 1, log_dir: Path | None = None, builds_dir: Path | None = None,
@@ -360,7 +398,8 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
     """Run jobs (in containers via ``client``, or locally with ``local_python``), writing each record as
     it finishes so that an interrupted run keeps what completed.
 
-    ``parallel`` jobs at a time (benchmarks take 1: two on the same GPUs would measure each other).
+    ``parallel`` jobs at a time (benchmarks take 1: two on the same GPUs would measure each other); jobs that
+    get GPUs also hold them (:class:`GpuLocks`), so at most one job runs on a card at a time.
     ``images`` maps stack ids to images to use; other stacks' images come from ``builds_dir`` records
     or, by default, from the local images' stack-id labels.
 
@@ -378,8 +417,13 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
 
     # Worker threads never see a signal: the calling thread sets this flag for them.
     cancel = threading.Event()
+    gpu_locks = GpuLocks()
 
     def one(job: Job) -> ResultRecord | None:
+        with gpu_locks.holding(gpus_for(job.spec, job.target, host_gpus), cancel) as free:
+            return run_one(job) if free else None
+
+    def run_one(job: Job) -> ResultRecord | None:
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
         image = found.get(job.stack.id)
         try:

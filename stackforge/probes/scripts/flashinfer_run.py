@@ -118,6 +118,27 @@ def run_kernel(torch: Any, flashinfer: Any, name: str, check: Callable[[Any, Any
     return row
 
 
+def nvcc_missing(row: dict[str, Any]) -> bool:
+    """A kernel that failed because FlashInfer found no nvcc to JIT-compile it: an exception (not a wrong
+    result) in FlashInfer's own words naming nvcc ('Could not find nvcc and default cuda_home=... doesn't
+    exist', flashinfer/jit/cpp_ext.py get_cuda_path in 0.6.3 and 0.7.2)."""
+    return not row["ok"] and "max_rel_error" not in row and "nvcc" in str(row.get("error", "")).lower()
+
+
+def no_nvcc_skip(rows: Sequence[dict[str, Any]], nvcc: str | None) -> str | None:
+    """The skip reason when every failure is a JIT compile with no nvcc in the image, else None.
+
+    An image without nvcc (the runtime flavour, CUDA 12.x wheels) cannot JIT-compile: that says nothing
+    about FlashInfer on this GPU, so it is a skip, as the gate probe's; prebuilt kernels that ran are named.
+    """
+    failed = [r for r in rows if not r["ok"]]
+    if not failed or nvcc is not None or not all(nvcc_missing(r) for r in failed):
+        return None
+    ran = [r["kernel"] for r in rows if r["ok"]]
+    text = f"FlashInfer could not JIT-compile {', '.join(r['kernel'] for r in failed)} ({failed[0]['error']})"
+    return sf.no_nvcc(text + (f"; prebuilt kernels ran and matched torch: {', '.join(ran)}" if ran else ""))
+
+
 def built_modules(cache_base: Path) -> list[str]:
     """Shared objects FlashInfer built under the fresh cache (empty: everything came prebuilt)."""
     return sorted(p.name for p in cache_base.rglob("*.so"))
@@ -158,6 +179,9 @@ def main(argv: Sequence[str]) -> None:
                                                 else r["error"]) + f" ({r['seconds']} s)" for r in rows)
     evidence += "\nbuilt under the fresh JIT cache: " + (", ".join(built) or "nothing (prebuilt modules)")
     evidence += f"\nrmsnorm backend: {backend['norm_backend']} (chosen by {backend['norm_backend_chosen_by']})"
+    skip = no_nvcc_skip(rows, sf.find_nvcc())
+    if skip is not None:
+        sf.emit("skip", skip, evidence, metrics=metrics, facts=facts)
     failed = [r for r in rows if not r["ok"]]
     what = f"FlashInfer {metrics['flashinfer']} on {metrics['gpu']} ({args.arch.sm_name})"
     if failed:
