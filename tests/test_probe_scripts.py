@@ -819,6 +819,31 @@ def test_ep_all_to_all_gloo_harness_verifies_every_row(torch_python):
     assert "rank 1 dispatch ok" in result["evidence"] and "rank 0 graph_capture skip" in result["evidence"]
 
 
+def test_ep_a2a_without_deepep_is_a_skip_before_torch_runs(bare_python):
+    """ep-a2a (decide-by sglang, NCCL) is DeepEP's verdict: in an image without DeepEP it is a skip saying so,
+    decided before any rank starts, so a hang or crash of torch's all_to_all can never be filed under it."""
+    result = run_script(bare_python, "ep_all_to_all.py", "--backend", "nccl", "--gpus", "8", "--arch", "12.0")
+    assert result["status"] == "skip", result
+    assert result["reason"].startswith("DeepEP not in this image (no deep_ep module")
+    assert "torch's all_to_all is torch-a2a's probe" in result["reason"]
+    no_deepep = run_script(bare_python, "ep_all_to_all.py", "--backend", "nccl", "--gpus", "8", "--no-deepep")
+    assert no_deepep["reason"].startswith("DeepEP not run (--no-deepep)")
+
+
+def test_ep_a2a_is_undecided_when_torch_fails_before_deepeps_round():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import _sfprobe as sf
+        import ep_all_to_all as ep
+    finally:
+        sys.path.pop(0)
+    hung = sf.ProbeVerdict("fail", "nccl all_to_all_single ...: rank 3 made no progress in phase 'dispatch' for 120 s "
+                           "(hang); all ranks were killed", "log")
+    verdict = ep.torch_failed_first(hung)
+    assert verdict.status == "undecided" and verdict.evidence == "log"
+    assert verdict.reason.startswith("DeepEP's round was not reached: torch's all_to_all_single failed first (fail: ")
+
+
 @pytest.mark.parametrize("phase", ["dispatch", "combine"])
 def test_ep_all_to_all_check_fails_on_one_damaged_value(torch_python, phase):
     """--corrupt-rank changes one received value on rank 1: the exact check must name that row."""
@@ -949,7 +974,7 @@ def test_ep_a2a_is_decided_by_deepep_torch_a2a_by_torch():
     ("symm_mem.py", ()),
     ("custom_allreduce.py", ()),
     ("p2p_matrix.py", ()),
-    ("ep_all_to_all.py", ("--backend", "nccl")),
+    # ep_all_to_all.py deciding ep-a2a skips for the missing DeepEP first (test_ep_a2a_without_deepep_...).
     ("ep_all_to_all.py", ("--backend", "nccl", "--decide-by", "torch", "--no-deepep")),
     ("flashinfer_run.py", ()),
 ])

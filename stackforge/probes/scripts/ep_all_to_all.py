@@ -450,9 +450,14 @@ def main(argv: Sequence[str]) -> None:
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     shape = Shape(args.tokens, args.hidden, args.topk, args.experts)
+    deepep_version, deepep_source = deepep_installed()
+    by_sglang = args.decide_by == "sglang" and args.backend == "nccl"
+    if by_sglang and not (args.deepep and deepep_source):
+        # ep-a2a is DeepEP's verdict: without it nothing here can decide it, and torch's all_to_all (whose
+        # hang or crash would otherwise be filed under ep-a2a) is torch-a2a's probe.
+        sf.emit("skip", deepep_absent_reason(args.deepep, deepep_source), facts=sf.collect_facts(import_torch=False))
     status, reason, torch = sf.multi_gpu_preflight(args.backend, args.gpus, args.arch)
     facts = sf.collect_facts(torch_module=torch, import_torch=False)
-    deepep_version, deepep_source = deepep_installed()
     if deepep_source:
         facts["deep_ep"] = {"version": deepep_version, "found_as": deepep_source}
     if status:
@@ -476,11 +481,26 @@ def main(argv: Sequence[str]) -> None:
                **deepep_metrics(outcome, args.backend, args.deepep, deepep_source, deepep_stuck)}
     failed = sf.ranks_verdict(core, what)
     if failed is not None:
-        sf.emit_verdict(failed, facts, metrics)
+        sf.emit_verdict(torch_failed_first(failed) if by_sglang else failed, facts, metrics)
     verdict = decide(args.backend, args.gpus, what, metrics, outcome)
     if args.decide_by == "sglang" and args.backend == "nccl":
         verdict = sglang_backend_verdict(verdict, metrics, args.gpus)
     sf.emit_verdict(verdict, facts, metrics)
+
+
+def deepep_absent_reason(wanted: bool, source: str) -> str:
+    """Why ``ep-a2a`` is a skip before anything runs: no DeepEP in the image, or --no-deepep."""
+    if not wanted:
+        return "DeepEP not run (--no-deepep): ep-a2a is DeepEP's verdict; torch's all_to_all is torch-a2a's probe"
+    return ("DeepEP not in this image (no deep_ep module and no " + "/".join(DEEPEP_DISTRIBUTIONS) + " distribution): "
+            "SGLang's --moe-a2a-backend deepep cannot run here; torch's all_to_all is torch-a2a's probe")
+
+
+def torch_failed_first(failed: sf.ProbeVerdict) -> sf.ProbeVerdict:
+    """``ep-a2a`` when torch's all_to_all phases failed before DeepEP's round ran: undecided, never a fail
+    of DeepEP; the failure itself is torch-a2a's verdict."""
+    return sf.ProbeVerdict("undecided", f"DeepEP's round was not reached: torch's all_to_all_single failed first "
+                           f"({failed.status}: {failed.reason[:400]}); that is torch-a2a's verdict", failed.evidence)
 
 
 def split_deepep(outcome: sf.RanksOutcome) -> tuple[sf.RanksOutcome, str]:
