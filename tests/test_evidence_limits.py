@@ -127,3 +127,20 @@ def test_a_target_says_its_rdma_nic_and_nodes(tmp_path: Path):
     path.write_text(path.read_text().replace("nodes: 2", "nodes: 0"))
     with pytest.raises(SpecError, match="nodes must be a positive integer"):
         load_targets(path)
+
+
+def test_a_benchmark_never_decides_a_capability_of_the_catalog():
+    """bench.allreduce.symm-mem (two-shot, no multicast) files its records under torch-symm-mem; if only
+    benches ran, that cell must not read pass on PCIe: a benchmark's numbers are metrics, not verdicts."""
+    bench_pass = record(CU131, "torch-symm-mem", "pass", tier="bench", probe="bench.allreduce.symm-mem",
+                        metrics={"busbw_gbps": 20.0})
+    judge = CellJudge(CATALOG.spec("torch-symm-mem"))
+    alone = decide_cell("torch-symm-mem", [bench_pass], judge=judge)
+    assert alone.status is CellStatus.UNTESTED and alone.records == (bench_pass,)
+    assert alone.reason == ("benchmark(s) bench.allreduce.symm-mem measured numbers only: a benchmark never decides "
+                            "torch-symm-mem")
+    runtime_fail = record(CU131, "torch-symm-mem", "fail", reason="rendezvous refused")
+    assert decide_cell("torch-symm-mem", [bench_pass, runtime_fail], judge=judge).status is CellStatus.FAIL
+    # A feature only benchmarks speak for (serving throughput) is theirs to decide.
+    serve = record(CU131, "serve", "pass", tier="bench", probe="serve-bench")
+    assert decide_cell("serve", [serve], judge=CellJudge(CATALOG.spec("serve"))).status is CellStatus.PASS

@@ -27,6 +27,9 @@ from stackforge.core.yamlio import LineDict, check_keys, load_file, require_mapp
 DECIDES = "decides"
 ADMITS = "admits"
 CONCLUSIONS = (DECIDES, ADMITS)
+#: What a benchmark concludes about a feature of the catalog: numbers, never a verdict on the capability
+#: (a two-shot symmetric-memory sweep passing on PCIe says nothing of torch-symm-mem as SGLang uses it).
+METRICS = "metrics"
 #: The hardware words of ``needs`` (:attr:`stackforge.core.model.Target.hardware`).
 HARDWARE = ("nvlink", "multicast", "rdma", "multi-gpu", "multi-node")
 #: What a tier concludes when the catalog does not list it: a GPU run decides, a reading only admits.
@@ -61,8 +64,15 @@ class FeatureSpec:
     needs: tuple[HardwareNeed, ...] = ()
 
     def conclusion(self, tier: Tier) -> str:
-        """``decides`` or ``admits``: what a pass of ``tier`` shows about this feature."""
+        """``decides``, ``admits`` or ``metrics``: what a pass of ``tier`` shows about this feature. A bench
+        only measures a feature of the catalog; a feature only benchmarks speak for (``serve``) it decides."""
+        if tier is Tier.BENCH and self.question:
+            return METRICS
         return dict(self.tiers).get(tier, _UNLISTED[tier])
+
+    def decided_by(self, tier: Tier) -> bool:
+        """Whether a record of ``tier`` can decide this feature's cell at all (a bench's cannot, in the catalog)."""
+        return self.conclusion(tier) != METRICS
 
     def only_admits(self, tier: Tier) -> bool:
         return self.conclusion(tier) == ADMITS

@@ -19,6 +19,11 @@ the same function, :func:`decide_cell`):
    A cell a wheel record decides is *measured (wheel)*: below gate and runtime, above a rule.
 3. Within that level the worst outcome wins: ``crash`` > ``timeout`` > ``fail`` > ``pass`` >
    ``error``. A probe that broke (``error``) does not hide a pass, but any real failure does.
+   What a tier can conclude comes from the feature catalog (``compat/knowledge.yaml``, through a
+   :class:`CellJudge`): a pass of a tier that only shows the code *admits* the target (a code reading, a
+   gate that runs nothing) makes the cell ``admitted``, never ``pass``; a benchmark's record never decides
+   a feature of the catalog (its numbers are metrics, kept in the cell); and a feature the target's
+   hardware cannot have is ``n/a`` with the reason, whatever its records say.
 4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
    rule predicted the feature unavailable -- the cell keeps both and is flagged "rule contradicted
    by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
@@ -410,17 +415,24 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
                           reason=judge.not_applicable, records=records, prediction=prediction,
                           pruned_by=tuple(pruned_by))
     blind = _wheel_blind_passes(records, prediction)
-    decisive = decisive_record([r for r in records if r not in blind])
+    decisive = decisive_record([r for r in records if r not in blind and judge.spec.decided_by(r.tier)])
     if decisive is not None:
         cell = _measured_cell(feature, records, decisive, decisive.outcome.status, prediction, tuple(pruned_by))
         if cell.status is CellStatus.PASS and judge.spec.only_admits(decisive.tier):
             cell = replace(cell, status=CellStatus.ADMITTED, reason=_admitted_reason(judge.spec, decisive))
         return cell
-    cell = _unmeasured_cell(feature, records, prediction, tuple(pruned_by))
+    benched = tuple(r for r in records if not judge.spec.decided_by(r.tier))
+    cell = _unmeasured_cell(feature, tuple(r for r in records if r not in benched), prediction, tuple(pruned_by))
     if blind and prediction is not None and cell.source is CellSource.PREDICTED:
         admitted = ", ".join(r.probe for r in blind)
         cell = replace(cell, reason=f"{cell.reason} (the release's code admits it, {admitted} passed, but no wheel "
                                     f"reading decides this rule: {prediction.unwitnessed})")
+    if benched:
+        # Kept with their numbers: what the benchmarks measured is worth seeing, it just decides nothing here.
+        note = (f"benchmark(s) {', '.join(dict.fromkeys(r.probe for r in benched))} measured numbers only: "
+                f"a benchmark never decides {feature}")
+        reason = note if cell.status is CellStatus.UNTESTED else f"{cell.reason} ({note})"
+        cell = replace(cell, records=records, metric=key_metric(records), reason=reason)
     return cell
 
 
