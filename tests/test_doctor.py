@@ -106,8 +106,10 @@ def test_gpus_without_an_nvidia_runtime_warn():
 def test_runnable_targets_match_arch_and_count():
     verdicts = runnable_targets(TWO_RTX, TARGETS, "x86_64")
     assert verdicts["rtx-pro-6000-x2-pcie"] == "runnable on GPUs 0,1"
-    assert verdicts["rtx-pro-6000-x8-pcie"].startswith("partly: 2 of 8 GPUs of arch 12.0")
-    assert verdicts["b200-x8"] == "not runnable: no GPU of compute capability 10.0 (b200-x8) on this host"
+    # 2 of the target's 8 cards would file 2-GPU results under the 8-GPU box: not runnable, and it says why.
+    assert verdicts["rtx-pro-6000-x8-pcie"].startswith("not runnable: too few GPUs: rtx-pro-6000-x8-pcie has 8 "
+                                                       "RTX PRO 6000; this host has 2")
+    assert verdicts["b200-x8"].startswith("not runnable: no GPU of compute capability 10.0 (b200-x8) on this host")
     assert set(runnable_targets(TWO_RTX, TARGETS, "aarch64").values()) == {
         "not runnable: images are linux/amd64, this host is aarch64"}
     unknown_arch = HostGpus(True, "1 GPU", ("X",), "470", (HostGpu(0, "X", None),))

@@ -36,14 +36,18 @@ MIXED_SMI = ["0, NVIDIA H100 80GB HBM3, 590.48.01, 9.0", "1, NVIDIA H100 80GB HB
              "5, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 590.48.01, 12.0"]
 
 
-def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], *, knows_compute_cap: bool = True) -> None:
-    """An ``nvidia-smi`` on PATH that answers ``--query-gpu`` like a real one (an old one rejects compute_cap)."""
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[str], *, knows_compute_cap: bool = True,
+             topology: str | None = None) -> None:
+    """An ``nvidia-smi`` on PATH that answers ``--query-gpu`` like a real one (an old one rejects compute_cap),
+    and ``topo -m`` with ``topology`` (without one, ``topo`` fails: links unknown)."""
     lines = "\n".join(r if knows_compute_cap else r.rsplit(",", 1)[0] for r in rows)
     old = "" if knows_compute_cap else (
         'case "$1" in *compute_cap*) echo \'Field "compute_cap" is not a valid field to query.\'; exit 2;; esac\n')
+    topo = (f"if [ \"$1\" = topo ]; then cat <<'TOPO'\n{topology}\nTOPO\nexit 0; fi\n" if topology is not None
+            else 'if [ "$1" = topo ]; then echo "topo: not supported"; exit 3; fi\n')
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\n{old}cat <<'ROWS'\n{lines}\nROWS\n")
+    script.write_text(f"#!/bin/sh\n{topo}{old}cat <<'ROWS'\n{lines}\nROWS\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
 
@@ -178,3 +182,60 @@ def test_jobs_that_get_gpus_never_share_a_card_and_gate_jobs_stay_parallel(tmp_p
     assert overlap("t.gate-a", "t.gate-b")                        # ... and run side by side
     assert windows["t.run-h100"][2] == "0,1,2,3"
     assert overlap("t.run-h100", "t.run-a") or overlap("t.run-h100", "t.run-b")   # disjoint cards may overlap
+
+
+
+def topo_matrix(links: dict[tuple[int, int], str], count: int) -> str:
+    """An ``nvidia-smi topo -m`` text for ``count`` GPUs with the given pair links."""
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(count)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = []
+    for i in range(count):
+        cells = [" X " if i == j else links[tuple(sorted((i, j)))] for j in range(count)]
+        rows.append(f"GPU{i}\t" + "\t".join(cells) + "\t0-55\t0\t\tN/A")
+    return "\n".join([header, *rows, "", "Legend:", "  X    = Self", "  NV#  = Connection traversing a bonded set of # NVLinks"])
+
+
+def test_only_the_targets_model_count_and_interconnect_are_its_hardware(tmp_path, monkeypatch):
+    """An RTX 5090 is no RTX PRO 6000, an H100 PCIe no H100 SXM, 4 cards are not the 8 of the target, and
+    NVLink-bridged cards are not a PCIe-only box: each is a skip naming what the host has, before anything runs."""
+    from stackforge.plan.rules import load_targets
+
+    targets = load_targets()
+    rtx8, h100 = targets["rtx-pro-6000-x8-pcie"], targets["h100-x8-nvswitch"]
+    rtx2 = targets["rtx-pro-6000-x2-pcie"]
+
+    def host(rows, topology=None, sub="a"):
+        folder = tmp_path / sub
+        folder.mkdir()
+        fake_smi(folder, monkeypatch, rows, topology=topology)
+        return detect_host_gpus(None)
+
+    geforce = host([f"{i}, NVIDIA GeForce RTX 5090, 590.48.01, 12.0" for i in range(8)], sub="5090")
+    assert assign_gpus(geforce, rtx8).skip_reason == (
+        "not the target's GPU model: rtx-pro-6000-x8-pcie is NVIDIA RTX PRO 6000 Blackwell; this host's compute "
+        "capability 12.0 GPUs are NVIDIA GeForce RTX 5090")
+    pcie_h100 = host([f"{i}, NVIDIA H100 PCIe, 590.48.01, 9.0" for i in range(8)], sub="h100pcie")
+    assert assign_gpus(pcie_h100, h100).skip_reason.startswith("not the target's GPU model: h100-x8-nvswitch is "
+                                                               "NVIDIA H100 80GB HBM3")
+    workstation = [f"{i}, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 590.48.01, 12.0" for i in range(4)]
+    half = host(workstation, sub="half")
+    assert assign_gpus(half, rtx8).skip_reason.startswith(
+        "too few GPUs: rtx-pro-6000-x8-pcie has 8 NVIDIA RTX PRO 6000 Blackwell; this host has 4 (0: NVIDIA RTX")
+    bridged = host(workstation, topology=topo_matrix({(0, 1): "NV4", (0, 2): "SYS", (0, 3): "SYS", (1, 2): "SYS",
+                                                      (1, 3): "SYS", (2, 3): "NV4"}, 4), sub="bridged")
+    assert assign_gpus(bridged, rtx2).skip_reason == (
+        "not the target's interconnect: rtx-pro-6000-x2-pcie is PCIe only; this host's GPUs 0 and 1 connect over "
+        "NVLink (NV4, nvidia-smi topo -m)")
+    plain = host(workstation, topology=topo_matrix({pair: "PIX" for pair in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3),
+                                                                             (2, 3)]}, 4), sub="plain")
+    assert assign_gpus(plain, rtx2) == GpuAssignment((0, 1))               # the target's two cards, no more
+    assert plain.link(1, 0) == "PIX" and "links from nvidia-smi topo -m" in plain.evidence
+    sxm = [f"{i}, NVIDIA H100 80GB HBM3, 590.48.01, 9.0" for i in range(8)]
+    over_pcie = host(sxm, topology=topo_matrix({(i, j): "SYS" for i in range(8) for j in range(i + 1, 8)}, 8),
+                     sub="sxm-pcie")
+    assert assign_gpus(over_pcie, h100).skip_reason == (
+        "not the target's interconnect: h100-x8-nvswitch is nvswitch; this host's GPUs 0 and 1 connect over SYS "
+        "(PCIe, nvidia-smi topo -m)")
+    switched = host(sxm, topology=topo_matrix({(i, j): "NV18" for i in range(8) for j in range(i + 1, 8)}, 8),
+                    sub="sxm")
+    assert assign_gpus(switched, h100) == GpuAssignment(tuple(range(8)))

@@ -231,12 +231,10 @@ def runnable_targets(gpus: HostGpus, targets: dict[str, Target], machine: str) -
         if machine not in ("x86_64", "amd64"):
             verdicts[name] = f"not runnable: images are linux/amd64, this host is {machine}"
         elif assignment.skip_reason:
-            verdicts[name] = f"not runnable: {assignment.skip_reason.split(':')[0]}"
+            # The reason names what the host has (model, count, links): the runtime jobs skip with the same words.
+            verdicts[name] = f"not runnable: {assignment.skip_reason}"
         elif assignment.devices is None:
             verdicts[name] = "unsure: nvidia-smi reports no compute capability (probes check the arch themselves)"
-        elif len(assignment.devices) < target.gpu_count:
-            verdicts[name] = (f"partly: {len(assignment.devices)} of {target.gpu_count} GPUs of arch {target.arch} "
-                              "(probes needing more GPUs are skipped)")
         else:
             verdicts[name] = f"runnable on GPUs {','.join(map(str, assignment.devices))}"
     return verdicts
@@ -245,14 +243,15 @@ def runnable_targets(gpus: HostGpus, targets: dict[str, Target], machine: str) -
 def targets_check(gpus: HostGpus, targets: dict[str, Target], machine: str) -> HostCheck:
     verdicts = runnable_targets(gpus, targets, machine)
     runnable = [n for n, v in verdicts.items() if v.startswith("runnable")]
-    partly = [n for n, v in verdicts.items() if v.startswith(("partly", "unsure"))]
+    unsure = [n for n, v in verdicts.items() if v.startswith("unsure")]
     facts = {"machine": machine, "targets": verdicts}
     if runnable:
-        extra = f"; partly: {', '.join(partly)}" if partly else ""
+        extra = f"; unsure: {', '.join(unsure)}" if unsure else ""
         return HostCheck("targets", CheckStatus.OK, f"runtime probes can run for: {', '.join(runnable)}{extra}", facts)
-    if partly:
+    if unsure:
         return HostCheck("targets", CheckStatus.WARN,
-                         f"runtime probes can run only in part for: {', '.join(partly)}", facts)
+                         f"runtime probes may run for (nvidia-smi reports no compute capability): {', '.join(unsure)}",
+                         facts)
     return HostCheck("targets", CheckStatus.MISSING, f"runtime probes can run for none of the {len(verdicts)} targets "
                      "(gate probes run for all)", facts)
 

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from stackforge.core.model import Target
+from stackforge.core.model import Interconnect, Target
 from stackforge.edges import runner
 
 
@@ -36,6 +36,17 @@ class HostGpus:
     names: tuple[str, ...] = ()
     driver: str | None = None
     devices: tuple[HostGpu, ...] = ()
+    #: how each pair of GPUs connects, from ``nvidia-smi topo -m`` (``NV18``, ``PIX``, ``SYS``...):
+    #: ((i, j, link), ...) with i < j; None when nvidia-smi could not say
+    links: tuple[tuple[int, int, str], ...] | None = None
+    topology: str = ""          # the ``nvidia-smi topo -m`` text itself, the evidence of ``links``
+
+    def link(self, a: int, b: int) -> str | None:
+        """How GPUs ``a`` and ``b`` connect (``NV18``, ``PIX``...), None when unknown."""
+        if self.links is None:
+            return None
+        low, high = sorted((a, b))
+        return next((kind for i, j, kind in self.links if (i, j) == (low, high)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +84,9 @@ NO_GPUS = GpuAssignment(devices=())
 
 
 def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
-    """The GPUs of this host whose compute capability is the target's (pure).
+    """The GPUs of this host that are the target's: its compute capability and GPU model, as many as it has,
+    connected the way it is (NVLink or PCIe). Anything else would file results of other hardware under the
+    target, so a mismatch is a skip naming what the host has (pure).
 
     Args:
         host_gpus: from :func:`detect_host_gpus`.
@@ -83,11 +96,51 @@ def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
         return GpuAssignment((), f"no GPU on this host: {host_gpus.evidence}")
     if not host_gpus.devices or any(d.arch is None for d in host_gpus.devices):
         return GpuAssignment(None)
-    matching = tuple(d.index for d in host_gpus.devices if d.arch == target.arch)
-    if not matching:
-        listed = "; ".join(d.describe() for d in host_gpus.devices)
+    listed = "; ".join(d.describe() for d in host_gpus.devices)
+    of_arch = tuple(d for d in host_gpus.devices if d.arch == target.arch)
+    if not of_arch:
         return GpuAssignment((), f"no GPU of compute capability {target.arch} ({target.name}) on this host: {listed}")
-    return GpuAssignment(matching)
+    matching = tuple(d.index for d in of_arch if same_model(d.name, target.gpu))
+    if not matching:
+        return GpuAssignment((), f"not the target's GPU model: {target.name} is {target.gpu}; this host's compute "
+                                 f"capability {target.arch} GPUs are {', '.join(sorted({d.name for d in of_arch}))}")
+    if len(matching) < target.gpu_count:
+        return GpuAssignment((), f"too few GPUs: {target.name} has {target.gpu_count} {target.gpu}; this host has "
+                                 f"{len(matching)} ({listed})")
+    chosen = matching[:target.gpu_count]
+    mismatch = interconnect_mismatch(host_gpus, chosen, target)
+    return GpuAssignment((), mismatch) if mismatch else GpuAssignment(chosen)
+
+
+def same_model(host_name: str, target_gpu: str) -> bool:
+    """Whether nvidia-smi's name is the target's GPU: the target's name (without "NVIDIA") begins it, so
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition" is an "NVIDIA RTX PRO 6000 Blackwell" and a
+    "NVIDIA GeForce RTX 5090" or an "NVIDIA H100 PCIe" is not an "NVIDIA H100 80GB HBM3". A target without
+    a GPU name matches any."""
+    def words(name: str) -> list[str]:
+        return [w for w in name.lower().replace("-", " ").split() if w != "nvidia"]
+
+    wanted = words(target_gpu)
+    return not wanted or words(host_name)[:len(wanted)] == wanted
+
+
+def interconnect_mismatch(host_gpus: HostGpus, devices: tuple[int, ...], target: Target) -> str | None:
+    """Why these GPUs do not connect as the target's (NVLink/NVSwitch vs PCIe), or None when they do, when one
+    GPU is all the target has, or when nvidia-smi could not say (the evidence records that)."""
+    pairs = [(a, b) for i, a in enumerate(devices) for b in devices[i + 1:]]
+    links = {(a, b): host_gpus.link(a, b) for a, b in pairs}
+    if not pairs or any(kind is None for kind in links.values()):
+        return None
+    nvlink = [pair for pair, kind in links.items() if str(kind).startswith("NV")]
+    if target.interconnect is Interconnect.PCIE and nvlink:
+        a, b = nvlink[0]
+        return (f"not the target's interconnect: {target.name} is PCIe only; this host's GPUs {a} and {b} connect "
+                f"over NVLink ({links[(a, b)]}, nvidia-smi topo -m)")
+    if target.interconnect is not Interconnect.PCIE and len(nvlink) < len(pairs):
+        a, b = next(pair for pair in pairs if pair not in nvlink)
+        return (f"not the target's interconnect: {target.name} is {target.interconnect.value}; this host's GPUs "
+                f"{a} and {b} connect over {links[(a, b)]} (PCIe, nvidia-smi topo -m)")
+    return None
 
 
 def detect_host_gpus(client: Any | None) -> HostGpus:
@@ -110,12 +163,40 @@ def detect_host_gpus(client: Any | None) -> HostGpus:
             return HostGpus(False, f"GPUs {', '.join(names)} present but the engine has no nvidia runtime "
                                    f"(runtimes: {', '.join(runtimes)})", names, driver, devices)
     listed = "; ".join(d.describe() for d in devices)
-    return HostGpus(True, f"{len(devices)} GPU(s): {listed}; driver {driver}", names, driver, devices)
+    topology = runner.run([smi, "topo", "-m"], timeout=30)
+    links = parse_topology(topology.output_tail) if topology.succeeded else None
+    how = "links from nvidia-smi topo -m" if links is not None else "links unknown (nvidia-smi topo -m failed)"
+    return HostGpus(True, f"{len(devices)} GPU(s): {listed}; driver {driver}; {how}", names, driver, devices,
+                    links, topology.output_tail.strip() if topology.succeeded else "")
 
 
 #: nvidia-smi columns: index, name, driver_version[, compute_cap].
 SMI_FIELDS = "index,name,driver_version,compute_cap"
 SMI_FIELDS_OLD = "index,name,driver_version"
+
+
+def parse_topology(text: str) -> tuple[tuple[int, int, str], ...] | None:
+    """The GPU x GPU part of ``nvidia-smi topo -m``: ((i, j, link), ...) for i < j (``NV18``, ``PIX``, ``PXB``,
+    ``PHB``, ``NODE``, ``SYS``); None when the text has no such matrix."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    def gpu(cell: str) -> bool:
+        return cell.startswith("GPU") and cell[3:].isdigit()
+
+    # The header row names the GPU columns (its first cells are GPU0 GPU1 ...); each data row starts with its GPU.
+    header = next((cells for cells in lines if len(cells) > 1 and gpu(cells[0]) and gpu(cells[1])), None)
+    if header is None:
+        return None
+    columns = [c for c in header if gpu(c)]
+    links = []
+    for cells in lines:
+        if cells is header or not gpu(cells[0]) or len(cells) < len(columns) + 1:
+            continue
+        row = int(cells[0][3:])
+        for column, kind in zip(columns, cells[1:len(columns) + 1]):
+            col = int(column[3:])
+            if row < col:
+                links.append((row, col, kind))
+    return tuple(links) if links else None
 
 
 def parse_smi_row(row: list[str]) -> HostGpu:
