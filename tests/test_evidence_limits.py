@@ -144,3 +144,28 @@ def test_a_benchmark_never_decides_a_capability_of_the_catalog():
     # A feature only benchmarks speak for (serving throughput) is theirs to decide.
     serve = record(CU131, "serve", "pass", tier="bench", probe="serve-bench")
     assert decide_cell("serve", [serve], judge=CellJudge(CATALOG.spec("serve"))).status is CellStatus.PASS
+
+
+def test_a_broken_host_is_not_a_broken_stack():
+    """When the P2P probe fails on the host in a run (IOMMU/ACS on a PCIe board), the collectives' failures of
+    that run are undecided with the P2P evidence; a failure of another run, or a feature that does not rest
+    on P2P, still decides."""
+    p2p = record(CU131, "p2p-access", "fail", probe="runtime.cuda.p2p-matrix", run_id="r1",
+                 reason="the driver admits peer access but 2 of 56 copies failed (0->3: hang)")
+    hung = record(CU131, "nccl-graph-ring", "timeout", probe="runtime.nccl.graph-ring", run_id="r1",
+                  reason="killed at its 900 s timeout")
+    other_run = record(CU131, "custom-allreduce", "fail", probe="runtime.sglang.custom-allreduce", run_id="r2",
+                       reason="wrong sum")
+    jit = record(CU131, "flashinfer-jit", "fail", probe="runtime.flashinfer.jit", run_id="r1", reason="nvcc error")
+    report = build_matrix([p2p, hung, other_run, jit], Plan.from_json(plan_dict()), TARGET,
+                          features=("p2p-access", "nccl-graph-ring", "custom-allreduce", "flashinfer-jit"))
+    row = report.row(CU131)
+    ring = row.cell("nccl-graph-ring")
+    assert ring.status is CellStatus.UNDECIDED and not ring.dead
+    assert ring.reason.startswith("undecided by runtime.nccl.graph-ring: p2p-access fails on this host in the same "
+                                  "run (runtime.cuda.p2p-matrix: the driver admits peer access but 2 of 56 copies")
+    assert "this timeout is the host's, not a verdict on the stack: killed at its 900 s timeout" in ring.reason
+    assert row.cell("p2p-access").status is CellStatus.FAIL
+    assert row.cell("custom-allreduce").status is CellStatus.FAIL          # another run: P2P was not seen failing
+    assert row.cell("flashinfer-jit").status is CellStatus.FAIL            # one GPU: does not rest on P2P
+    assert hung.outcome.status.value == "timeout"                          # the stored record is unchanged

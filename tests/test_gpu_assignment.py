@@ -9,6 +9,7 @@ the local runs are real subprocesses.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -21,7 +22,7 @@ from stackforge.bench.catalog import catalog as bench_catalog
 from stackforge.bench.run import BenchOptions, unmet_precondition
 from stackforge.core.model import Interconnect, Stack, Target
 from stackforge.core.records import Status
-from stackforge.edges.gpus import GpuAssignment, HostGpu, HostGpus, assign_gpus, detect_host_gpus
+from stackforge.edges.gpus import GpuAssignment, HostGpu, HostGpus, assign_gpus, detect_host_gpus, host_facts
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 from stackforge.probes.jobs import gpus_for
 
@@ -239,3 +240,21 @@ def test_only_the_targets_model_count_and_interconnect_are_its_hardware(tmp_path
     switched = host(sxm, topology=topo_matrix({(i, j): "NV18" for i in range(8) for j in range(i + 1, 8)}, 8),
                     sub="sxm")
     assert assign_gpus(switched, h100) == GpuAssignment(tuple(range(8)))
+
+
+def test_a_run_records_the_host_it_ran_on_beside_its_records(tmp_path, monkeypatch):
+    """host.json: GPUs, driver and nvidia-smi topo -m of the run's host (what a P2P fault is judged against);
+    it sits beside run.json and is never read as a record."""
+    from stackforge.results.store import HOST_FILE, ResultsFolder, load_results
+
+    topology = topo_matrix({(0, 1): "PIX"}, 2)
+    fake_smi(tmp_path, monkeypatch, MIXED_SMI[4:], topology=topology)
+    host = detect_host_gpus(None)
+    store = ResultsFolder(tmp_path / "results", command=("stackforge", "probe"))
+    run_dir = store.start(matrix_source="m.yaml", shard=None)
+    store.note_host(run_dir, host_facts(host))
+    written = json.loads((run_dir / HOST_FILE).read_text())
+    assert written["schema"] == "stackforge.host" and written["driver"] == "590.48.01"
+    assert written["links"] == [[0, 1, "PIX"]] and written["topology"].startswith("GPU0\tGPU1")
+    assert [g["arch"] for g in written["gpus"]] == ["12.0", "12.0"] and written["acs"] == "not read"
+    assert load_results(tmp_path / "results").problems == ()

@@ -55,7 +55,7 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     """
     from stackforge.bench.catalog import catalog, default_suites, select_benches
     from stackforge.bench.run import plan_bench, run_bench_jobs
-    from stackforge.edges.gpus import detect_host_gpus
+    from stackforge.edges.gpus import detect_host_gpus, host_facts
 
     options = request.options
     specs = select_benches(catalog(), suites=request.suites or default_suites(model_dir=options.model_dir),
@@ -73,6 +73,7 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     if request.from_probes:
         jobs = _gate_on_probes(jobs, store)
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
+    store.note_host(run_dir, host_facts(host_gpus))
     on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
     records = run_bench_jobs(jobs, options, run_id=run_dir.name, host_gpus=host_gpus,
                              write=lambda record: store.write(run_dir, record), client=client,

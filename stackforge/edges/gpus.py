@@ -112,6 +112,16 @@ def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
     return GpuAssignment((), mismatch) if mismatch else GpuAssignment(chosen)
 
 
+def host_facts(host_gpus: HostGpus) -> dict[str, Any]:
+    """What a run records about the host its GPU jobs ran on (``host.json``): GPUs, driver, the topology
+    matrix and the links read from it. PCIe ACS settings are not read (they need root and lspci)."""
+    return {"available": host_gpus.available, "evidence": host_gpus.evidence, "driver": host_gpus.driver,
+            "gpus": [{"index": d.index, "name": d.name, "arch": d.arch} for d in host_gpus.devices],
+            "topology": host_gpus.topology,
+            "links": None if host_gpus.links is None else [list(link) for link in host_gpus.links],
+            "acs": "not read"}
+
+
 def same_model(host_name: str, target_gpu: str) -> bool:
     """Whether nvidia-smi's name is the target's GPU: the target's name (without "NVIDIA") begins it, so
     "NVIDIA RTX PRO 6000 Blackwell Workstation Edition" is an "NVIDIA RTX PRO 6000 Blackwell" and a

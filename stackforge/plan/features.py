@@ -62,6 +62,7 @@ class FeatureSpec:
     question: str
     tiers: tuple[tuple[Tier, str], ...] = ()
     needs: tuple[HardwareNeed, ...] = ()
+    rests_on: tuple[str, ...] = ()   # features whose failure on the same host in the same run is the host's
 
     def conclusion(self, tier: Tier) -> str:
         """``decides``, ``admits`` or ``metrics``: what a pass of ``tier`` shows about this feature. A bench
@@ -108,12 +109,19 @@ def load_feature_catalog(path: Path | None = None) -> FeatureCatalog:
     path = path or data_dir("compat") / "knowledge.yaml"
     doc = require_mapping(load_file(path), what="knowledge file", source=str(path))
     entries = require_mapping(doc.get("features"), what="features", source=str(path), line=doc.line)
-    return FeatureCatalog({str(name): _feature(str(name), entry, str(path)) for name, entry in entries.items()})
+    features = {str(name): _feature(str(name), entry, str(path)) for name, entry in entries.items()}
+    for spec in features.values():
+        unknown = [f for f in spec.rests_on if f not in features]
+        if unknown:
+            raise SpecError(f"feature {spec.name}: rests_on names unknown feature(s) {', '.join(unknown)}",
+                            source=str(path), line=entries[spec.name].line_of("rests_on"))
+    return FeatureCatalog(features)
 
 
 def _feature(name: str, entry: object, source: str) -> FeatureSpec:
     entry = require_mapping(entry, what=f"feature {name}", source=source)
-    check_keys(entry, allowed={"question", "tiers", "needs"}, what=f"feature {name}", required={"question"})
+    check_keys(entry, allowed={"question", "tiers", "needs", "rests_on"}, what=f"feature {name}",
+               required={"question"})
     tiers = (require_mapping(entry["tiers"], what=f"feature {name}: tiers", source=source, line=entry.line_of("tiers"))
              if "tiers" in entry else LineDict())
     parsed = []
@@ -127,8 +135,12 @@ def _feature(name: str, entry: object, source: str) -> FeatureSpec:
             raise SpecError(f"feature {name}: tier {tier} must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}",
                             source=source, line=tiers.line_of(tier))
     needs = tuple(_need(name, need, source) for need in entry.get("needs") or ())
+    rests_on = entry.get("rests_on") or []
+    if not isinstance(rests_on, list):
+        raise SpecError(f"feature {name}: rests_on must be a list of features", source=source,
+                        line=entry.line_of("rests_on"))
     return FeatureSpec(name=name, question=" ".join(str(entry["question"]).split()), tiers=tuple(parsed),
-                       needs=needs)
+                       needs=needs, rests_on=tuple(str(f) for f in rests_on))
 
 
 def _need(name: str, entry: object, source: str) -> HardwareNeed:

@@ -115,7 +115,7 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     """
     if request.tier == "wheel":
         return _run_wheel_campaign(request, store=store, on_start=on_start, on_done=on_done)
-    from stackforge.edges.gpus import detect_host_gpus
+    from stackforge.edges.gpus import detect_host_gpus, host_facts
     from stackforge.probes.catalog import catalog
 
     selection = request.selection
@@ -125,7 +125,9 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     client = None if request.local_python else connect()
     run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
     on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
-    records = run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=detect_host_gpus(client),
+    host_gpus = detect_host_gpus(client)
+    store.note_host(run_dir, host_facts(host_gpus))
+    records = run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=host_gpus,
                              write=lambda record: store.write(run_dir, record), client=client,
                              local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
                              log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)

@@ -522,13 +522,41 @@ def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
          grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], judges: Mapping[str, CellJudge]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
-    cells = tuple(decide_cell(f, grouped.get((stack_id, f), ()), predictions.get(f), pruned_by, judge=judge)
+    faults = {f: host_faults(grouped.get((stack_id, f), ())) for j in judges.values() for f in j.spec.rests_on}
+    cells = tuple(decide_cell(f, blame_host(grouped.get((stack_id, f), ()), judge.spec, faults), predictions.get(f),
+                              pruned_by, judge=judge)
                   for f, judge in judges.items())
     status = plan_cell.status if plan_cell else "unplanned"
     return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
                      derived=plan_cell.derived.to_json() if plan_cell else None,
                      findings=plan_cell.findings if plan_cell else (),
                      driver_floor=plan_cell.driver_floor if plan_cell else None)
+
+
+#: Record statuses that would make a runtime verdict dead.
+_BROKEN_RECORD = frozenset({Status.FAIL, Status.TIMEOUT, Status.CRASH})
+
+
+def host_faults(records: Sequence[ResultRecord]) -> dict[str, ResultRecord]:
+    """run id -> the runtime record of that run in which a feature others rest on (P2P) failed on the host."""
+    return {r.run_id: r for r in records if r.tier is Tier.RUNTIME and r.outcome.status in _BROKEN_RECORD}
+
+
+def blame_host(records: Sequence[ResultRecord], spec: FeatureSpec,
+               faults: Mapping[str, Mapping[str, ResultRecord]]) -> list[ResultRecord]:
+    """The records as the cell judges them: a runtime failure of a feature that rests on another (a
+    collective on P2P) in a run where that other one failed on the same host is the host's fault, not a
+    verdict on the stack: undecided, saying so, with both reasons. The stored record is unchanged."""
+    judged = []
+    for record in records:
+        fault = next((faults[f][record.run_id] for f in spec.rests_on if record.run_id in faults.get(f, {})), None)
+        if fault is None or record.tier is not Tier.RUNTIME or record.outcome.status not in _BROKEN_RECORD:
+            judged.append(record)
+            continue
+        why = (f"{fault.feature} fails on this host in the same run ({fault.probe}: {fault.outcome.reason}); this "
+               f"{record.outcome.status.value} is the host's, not a verdict on the stack: {record.outcome.reason}")
+        judged.append(replace(record, outcome=replace(record.outcome, status=Status.UNDECIDED, reason=why)))
+    return judged
 
 
 def stack_order_key(stack_id: str, stack: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -39,12 +39,15 @@ from stackforge.core.fsio import atomic_write_text
 from stackforge.core.records import ResultRecord, new_run_id, utc_now
 
 __all__ = [
-    "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
+    "HOST_FILE", "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
     "finish_run", "holds_results", "load_results", "merge_records", "merge_runs",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
 RUN_FILE = "run.json"
+#: What the host a run's GPU jobs ran on showed: its GPUs, driver and how the cards connect (nvidia-smi
+#: topo -m). A P2P fault found in the run is judged against it: the host's, not the stack's.
+HOST_FILE = "host.json"
 RUN_SCHEMA = "stackforge.run"
 RUN_SCHEMA_VERSION = 1
 # Ids become folder and file names: keep them to one safe path component.
@@ -171,6 +174,13 @@ def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str 
     return run_dir
 
 
+def write_host_facts(run_dir: Path, facts: dict[str, Any]) -> Path:
+    """Write the run's host facts (``host.json``, beside ``run.json``; never read as a record)."""
+    path = run_dir / HOST_FILE
+    atomic_write_text(path, document_text({"schema": "stackforge.host", "schema_version": 1, **facts}))
+    return path
+
+
 def finish_run(run_dir: Path) -> RunInfo:
     """Stamp ``finished_at`` into the run's ``run.json`` and return the updated metadata."""
     info = read_run_info(run_dir)
@@ -195,6 +205,9 @@ class ResultsFolder:
 
     def write(self, run_dir: Path, record: ResultRecord) -> Path:
         return write_record(run_dir, record)
+
+    def note_host(self, run_dir: Path, facts: dict[str, Any]) -> Path:
+        return write_host_facts(run_dir, facts)
 
     def finish(self, run_dir: Path) -> RunInfo:
         return finish_run(run_dir)
