@@ -830,6 +830,37 @@ def test_ep_a2a_without_deepep_is_a_skip_before_torch_runs(bare_python):
     assert no_deepep["reason"].startswith("DeepEP not run (--no-deepep)")
 
 
+def test_sglang_custom_allreduce_jit_is_built_before_the_timed_phases():
+    """SGLang 0.5.23's CustomAllReduceV2 JIT-compiles three modules on first use: the probe builds them in its
+    own 'jit' phase (own budget, own time); the legacy class runs prebuilt kernels and builds nothing."""
+    import types
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    calls = []
+    fake = types.ModuleType(sf.SGLANG_JIT_ALL_REDUCE)
+    fake._init_communicator = lambda: calls.append("communicator")
+    fake._init_ipc_manager = lambda: calls.append("ipc")
+    fake.get_all_reduce_module = lambda dtype, world_size: calls.append(f"kernel {dtype} {world_size}")
+    torch = types.SimpleNamespace(bfloat16="bf16")
+
+    CustomAllReduceV2 = type("CustomAllReduceV2", (), {})   # noqa: N806 - SGLang's class names
+    CustomAllreduce = type("CustomAllreduce", (), {})       # noqa: N806
+
+    sys.modules[sf.SGLANG_JIT_ALL_REDUCE] = fake
+    try:
+        built = sf.warm_sglang_custom_allreduce_jit(CustomAllReduceV2, 8, torch)
+    finally:
+        del sys.modules[sf.SGLANG_JIT_ALL_REDUCE]
+    assert calls == ["communicator", "ipc", "kernel bf16 8"]
+    assert built["jit"] == "_init_communicator, _init_ipc_manager, get_all_reduce_module(bfloat16, 8)"
+    assert built["jit_s"] >= 0
+    assert sf.warm_sglang_custom_allreduce_jit(CustomAllreduce, 8, torch) == {
+        "jit": "nothing to build: CustomAllreduce runs prebuilt kernels"}
+
+
 def test_ep_a2a_is_undecided_when_torch_fails_before_deepeps_round():
     sys.path.insert(0, str(SCRIPTS))
     try:
@@ -991,11 +1022,14 @@ def test_runtime_probes_skip_without_a_gpu(torch_python, script, args):
     ("hang", "rank 1 made no progress in phase 'work' for 3 s (hang); all ranks were killed"),
     ("crash", "rank 1 died (SIGSEGV) in phase 'work'"),
     ("fail", "rank 1 failed in phase 'work': AssertionError: rank 1 computed the wrong sum"),
+    # A first JIT compile twice as long as the phase timeout: no hang inside its own budget, a hang without one.
+    ("slow-jit", "all ranks finished"),
+    ("slow-jit-unbudgeted", "made no progress in phase 'jit' for 3 s (hang); all ranks were killed"),
 ])
 def test_rank_harness_detects_hangs_crashes_and_failures(bare_python, mode, reason):
     result = run_script(bare_python, MISBEHAVE / "ranks.py", "--mode", mode, "--phase-timeout", "3", timeout=120)
     assert reason in result["reason"]
-    assert result["status"] == ("pass" if mode == "ok" else "fail")
+    assert result["status"] == ("pass" if mode in ("ok", "slow-jit") else "fail")
     assert result["metrics"]["seconds"] < 30          # stuck peers are killed, not waited for
 
 

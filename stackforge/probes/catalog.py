@@ -133,8 +133,9 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "torch symmetric memory rendezvous, multicast, one-shot / two-shot / multimem all-reduce",
               _RUNTIME, 900.0),
     ProbeSpec("runtime.sglang.custom-allreduce", "custom-allreduce", "runtime", "custom_allreduce.py",
-              "SGLang custom all-reduce vs NCCL: correctness and latency, P2P matrix as facts",
-              Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch", "sglang")), 900.0),
+              "SGLang custom all-reduce vs NCCL: correctness and latency, P2P matrix as facts (its first JIT "
+              "compile in a phase of its own, up to 600 s)",
+              Preconditions(min_gpus=2, needs_gpu_arch=True, needs_packages=("torch", "sglang")), 1500.0),
     ProbeSpec("runtime.ep.all-to-all", "ep-a2a", "runtime", "ep_all_to_all.py",
               "MoE expert-parallel dispatch/combine with the backend SGLang's --moe-a2a-backend would run: DeepEP's "
               "intranode Buffer round where installed (skip without one); all_to_all_single as metrics",

@@ -20,6 +20,11 @@ import _sfprobe as sf
 def worker(rank, world_size, options, reporter):
     with reporter.phase("init"):
         pass
+    if options["mode"].startswith("slow-jit"):
+        # A first compile longer than the phase timeout: inside its own budget it is no hang.
+        budget = 30.0 if options["mode"] == "slow-jit" else None
+        with reporter.phase("jit", budget_s=budget):
+            time.sleep(options["phase_timeout"] * 2)
     with reporter.phase("work"):
         if rank == 1 and options["mode"].startswith("orphan"):
             stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 600"], start_new_session=True)
@@ -39,12 +44,13 @@ def worker(rank, world_size, options, reporter):
 
 def main(argv):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("hang", "crash", "fail", "ok", "orphan", "orphan-hang"), required=True)
+    parser.add_argument("--mode", choices=("hang", "crash", "fail", "ok", "orphan", "orphan-hang", "slow-jit",
+                                           "slow-jit-unbudgeted"), required=True)
     parser.add_argument("--pidfile", default="")
     parser.add_argument("--phase-timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
     started = time.monotonic()
-    outcome = sf.run_ranks(worker, 2, {"mode": args.mode, "pidfile": args.pidfile},
+    outcome = sf.run_ranks(worker, 2, {"mode": args.mode, "pidfile": args.pidfile, "phase_timeout": args.phase_timeout},
                            phase_timeout_s=args.phase_timeout)
     verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.ProbeVerdict("pass", "all ranks finished")
     sf.emit_verdict(verdict, extra_metrics={"seconds": round(time.monotonic() - started, 1),

@@ -595,10 +595,15 @@ class RankReporter:
                                   time.monotonic() - self._t0))
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+    def phase(self, name: str, budget_s: float | None = None) -> Iterator[dict[str, Any]]:
         """``with reporter.phase("eager") as data: ...`` reports start, then ok (with ``data``) or
-        fail (with the exception) and re-raises so the worker stops."""
-        self.send(name, "start")
+        fail (with the exception) and re-raises so the worker stops. ``budget_s``: how long this phase may
+        make no progress before it counts as a hang, instead of the run's phase timeout (a first JIT
+        compile is slow, not hung)."""
+        if budget_s is None:
+            self.send(name, "start")
+        else:
+            self.send(name, "start", budget_s=budget_s)
         data: dict[str, Any] = {}
         try:
             yield data
@@ -828,6 +833,7 @@ def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
     t0 = time.monotonic()
     events: list[RankEvent] = []
     last_progress = [t0] * len(procs)
+    budget = [phase_timeout_s] * len(procs)   # a phase may bring its own (reporter.phase(budget_s=...))
     current = ["spawn"] * len(procs)
     finished = [False] * len(procs)
     closed_first: list[int] = []
@@ -850,6 +856,8 @@ def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
             events.append(dataclasses.replace(event, at=now - t0))
             last_progress[rank] = now
             current[rank] = event.phase
+            if event.state == "start":
+                budget[rank] = float(event.data.get("budget_s", phase_timeout_s))
             finished[rank] = finished[rank] or event.state == "done"
             if event.state == "fail" and first_failure_at is None:
                 first_failure_at = now
@@ -859,7 +867,7 @@ def _watch_ranks(procs: list[Any], conns: list[Any], phase_timeout_s: float,
             if now - first_failure_at > min(after_failure_grace_s, phase_timeout_s):
                 break
             continue
-        stalled = [r for r in open_conns if not finished[r] and now - last_progress[r] > phase_timeout_s]
+        stalled = [r for r in open_conns if not finished[r] and now - last_progress[r] > budget[r]]
         if stalled:
             rank = stalled[0]
             hung = (rank, current[rank], now - last_progress[rank])
@@ -1104,6 +1112,37 @@ def sglang_custom_allreduce_class(group: Any, device: Any) -> tuple[Any, str]:
     else:
         chosen = dispatch()
     return chosen, callable_name(chosen)
+
+
+#: SGLang's JIT-compiled custom all-reduce (0.5.23: CustomAllReduceV2's kernels and registries).
+SGLANG_JIT_ALL_REDUCE = "sglang.kernels.ops.communication.all_reduce"
+
+
+def warm_sglang_custom_allreduce_jit(chosen: Any, world_size: int, torch: Any) -> dict[str, Any]:
+    """Build what SGLang's custom all-reduce JIT-compiles on first use, before any timed phase, and time it.
+
+    In 0.5.23 ``CustomAllReduceV2`` builds three modules once per process on first use
+    (``sglang/kernels/ops/communication/all_reduce.py``: ``_init_communicator``, ``_init_ipc_manager`` and
+    ``get_all_reduce_module(dtype, world_size)``, each ``cache_once``); in a phase with a collective's
+    timeout a slow first compile reads as a hang. ``CustomAllreduce`` runs prebuilt sgl-kernel ops.
+    """
+    name = callable_name(chosen)
+    if "V2" not in name:
+        return {"jit": f"nothing to build: {name} runs prebuilt kernels"}
+    module = importlib.import_module(SGLANG_JIT_ALL_REDUCE)
+    started = time.monotonic()
+    built = []
+    for init in ("_init_communicator", "_init_ipc_manager"):
+        step = getattr(module, init, None)
+        if step is not None:
+            step()
+            built.append(init)
+    kernel = getattr(module, "get_all_reduce_module", None)
+    if kernel is not None:
+        kernel(torch.bfloat16, world_size)
+        built.append(f"get_all_reduce_module(bfloat16, {world_size})")
+    return {"jit": ", ".join(built) or f"nothing found to build in {SGLANG_JIT_ALL_REDUCE}",
+            "jit_s": round(time.monotonic() - started, 1)}
 
 
 def callable_name(obj: Any) -> str:

@@ -41,11 +41,16 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
     with reporter.phase("p2p") as data:
         data["row"] = [True if peer == rank else bool(torch.cuda.can_device_access_peer(rank, peer))
                        for peer in range(world_size)]
+    said = LogCollector()
+    logging.getLogger("sglang").addHandler(said)
+    # The class SGLang picks, and what it JIT-compiles on first use built here, with its own budget and time:
+    # a slow first compile inside a collective's phase would read as a hang.
+    with reporter.phase("jit", budget_s=options["jit_budget_s"]) as data:
+        p2p_check = sf.skip_sglang_p2p_check()
+        chosen, name = sf.sglang_custom_allreduce_class(cpu_group, device)
+        data.update(sf.warm_sglang_custom_allreduce_jit(chosen, world_size, torch))
     with reporter.phase("construct") as data:
-        said = LogCollector()
-        logging.getLogger("sglang").addHandler(said)
-        data["p2p_check"] = sf.skip_sglang_p2p_check()
-        chosen, data["class"] = sf.sglang_custom_allreduce_class(cpu_group, device)
+        data["p2p_check"], data["class"] = p2p_check, name
         communicator = chosen(group=cpu_group, device=device)
         data["disabled"] = bool(communicator.disabled)
         data["sglang_said"] = " | ".join(said.messages)
@@ -198,6 +203,8 @@ def mismatched_ranks(differences: Sequence[tuple[float, float]]) -> list[int]:
 def main(argv: Sequence[str]) -> None:
     parser = sf.common_parser(__doc__.splitlines()[0])
     parser.add_argument("--phase-timeout", type=float, default=180.0)
+    parser.add_argument("--jit-budget", type=float, default=600.0,
+                        help="seconds SGLang's first JIT compile of its custom all-reduce may take (its own phase)")
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args(argv)
     status, reason, torch = sf.multi_gpu_preflight("nccl", args.gpus, args.arch)
@@ -207,8 +214,8 @@ def main(argv: Sequence[str]) -> None:
     version = sf.installed_version("sglang")
     if version is None:
         sf.emit("skip", "SGLang is not installed in this image", facts=facts)
-    options = {"port": sf.free_tcp_port(), "iters": args.iters, "sizes": SIZES,
-               "collective_timeout_s": args.phase_timeout * 3}
+    options = {"port": sf.free_tcp_port(), "iters": args.iters, "sizes": SIZES, "jit_budget_s": args.jit_budget,
+               "collective_timeout_s": max(args.phase_timeout, args.jit_budget) * 3}
     outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout)
     metrics = summarize(outcome)
     what = (f"SGLang {version} custom all-reduce ({metrics['sglang_class'] or 'class not reached'}) "
@@ -223,7 +230,10 @@ def main(argv: Sequence[str]) -> None:
 def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     rows = {e.rank: e.data.get("row") for e in outcome.phase_events("p2p")}
     constructed = outcome.phase_events("construct")
+    compiled = outcome.phase_events("jit")
     metrics: dict[str, Any] = {"p2p_matrix": [rows[r] for r in sorted(rows)],
+                               "jit": compiled[0].data.get("jit") if compiled else None,
+                               "jit_s_max_rank": max((e.data.get("jit_s", 0.0) for e in compiled), default=None),
                                "disabled": any(e.data.get("disabled") for e in constructed) if constructed else None,
                                "sglang_class": constructed[0].data.get("class") if constructed else None,
                                "sglang_p2p_check": constructed[0].data.get("p2p_check") if constructed else None,
