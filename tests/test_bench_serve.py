@@ -297,6 +297,17 @@ def test_custom_allreduce_fallback_is_read_in_sglangs_own_words(request, fixture
     assert serve.custom_allreduce_state("on", 1, "") == "not used (tp 1)"
 
 
+def test_a_custom_allreduce_that_failed_to_set_up_is_a_fallback_to_nccl():
+    """SGLang 0.5.23's GroupCoordinator catches any error of the class while it sets it up and serves on NCCL
+    (parallel_state.py:514-517): that is no custom all-reduce 'on'."""
+    log = ("[2026-12-01 04:30:01 TP0] Setup Custom allreduce failed with RuntimeError: CUDA error: peer access is "
+           "not supported between these two devices. To silence this warning, specify --disable-custom-all-reduce "
+           "explicitly.\n")
+    assert serve.custom_allreduce_state("on", 8, log) == (
+        "fell back to NCCL: Setup Custom allreduce failed with RuntimeError: CUDA error: peer access is not supported "
+        "between these two devices.")
+
+
 def test_serving_record_says_the_server_fell_back_to_nccl(tmp_path):
     said = ("[2026-12-01 04:30:01 TP0] Custom allreduce is disabled because it's not supported on more than two "
             "PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.")

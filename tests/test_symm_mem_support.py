@@ -55,6 +55,16 @@ def test_multimem_without_multicast_is_unsupported_and_says_why():
     assert "world sizes 2, 4, 8 only (not 6)" in sf.symm_mem_unsupported("two_shot_all_reduce_out", 6, "float32")
 
 
+def test_an_unsupported_case_says_which_torch_the_table_was_read_in():
+    """The tables come from one pytorch commit; in an image whose torch is another, the reason says so."""
+    other = sf.symm_mem_unsupported("two_shot_all_reduce_out", 6, "bfloat16", torch_git="f1e2d3c4b5a6" + "0" * 28)
+    assert other.endswith("(not 6; read in pytorch 03a4032ba32d, not in this image's torch (git f1e2d3c4b5a6))")
+    same = sf.symm_mem_unsupported("two_shot_all_reduce_out", 6, "bfloat16", torch_git=sf.SYMM_MEM_TABLE_COMMIT)
+    assert same.endswith("(not 6)")
+    assert "read in pytorch 03a4032ba32d" in sf.symm_mem_unsupported("one_shot_all_reduce", 2, "float16",
+                                                                     torch_git="abc")
+
+
 def test_sweep_reports_cases_without_a_kernel_as_unsupported():
     backend = object.__new__(allreduce_sweep.SymmMemBackend)
     backend.torch = type("T", (), {"ops": type("O", (), {"symm_mem": type("S", (), {

@@ -413,8 +413,11 @@ def check_model(args) -> None:
 # SGLang's own words when its custom all-reduce turns itself off and the server falls back to NCCL
 # (0.5.9 "Custom allreduce is disabled because ...", 0.5.23 "CustomAllreduce is disabled because ..."
 # / "CustomAllReduceV2 is disabled ...", custom_all_reduce.py / custom_all_reduce_utils.py), the line
-# up to SGLang's "To silence this warning" advice.
-CUSTOM_AR_DISABLED = re.compile(r"(?:Custom allreduce|CustomAllreduce|CustomAllReduceV2) is disabled[^\n]*?"
+# up to SGLang's "To silence this warning" advice. Also the GroupCoordinator's own catch-all when the class
+# raised while it was set up (0.5.23 parallel_state.py:514-517 "Setup Custom allreduce failed with <error>.
+# To silence this warning, ..."): the server goes on without it, on NCCL.
+CUSTOM_AR_DISABLED = re.compile(r"(?:(?:Custom allreduce|CustomAllreduce|CustomAllReduceV2) is disabled"
+                                r"|Setup Custom allreduce failed)[^\n]*?"
                                 r"(?=\s*To silence|\s*$)", re.IGNORECASE | re.MULTILINE)
 
 

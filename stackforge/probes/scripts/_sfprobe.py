@@ -1042,21 +1042,36 @@ SYMM_MEM_DTYPES = ("bfloat16", "float32")
 SYMM_MEM_FIXED_WORLD_SIZES = {"two_shot_all_reduce_out": (2, 4, 8)}
 #: Ops that need a multicast object ("multicast support is required").
 SYMM_MEM_MULTICAST_OPS = ("multimem_all_reduce_", "multimem_one_shot_all_reduce")
+#: The pytorch commit the dtype and world-size tables above were read at (the compiled kernels of a torch
+#: wheel carry no source to read them from again).
+SYMM_MEM_TABLE_COMMIT = "03a4032ba32d4eddaf2f98b8efb65d9746744764"
 
 
-def symm_mem_unsupported(op: str, world_size: int, dtype: str, multicast: bool | None = None) -> str | None:
+def symm_mem_unsupported(op: str, world_size: int, dtype: str, multicast: bool | None = None,
+                         torch_git: str | None = None) -> str | None:
     """Why torch has no kernel for ``op`` at this world size and dtype (None: it has one). An
-    unsupported case is ``unsupported``, not a failure: nothing was tried that could fail."""
+    unsupported case is ``unsupported``, not a failure: nothing was tried that could fail.
+
+    The dtype and world-size tables hold for the torch they were read in (:data:`SYMM_MEM_TABLE_COMMIT`);
+    given the image's torch (``torch.version.git_version``), a reason from them says which torch that was
+    when it is another one."""
     if dtype not in SYMM_MEM_DTYPES:
         return (f"torch.ops.symm_mem.{op} has no {dtype} kernel (its kernels are built for "
-                f"{' and '.join(SYMM_MEM_DTYPES)} only)")
+                f"{' and '.join(SYMM_MEM_DTYPES)} only{_read_in(torch_git)})")
     sizes = SYMM_MEM_FIXED_WORLD_SIZES.get(op)
     if sizes is not None and world_size not in sizes:
         return (f"torch.ops.symm_mem.{op} is built for world sizes {', '.join(map(str, sizes))} only "
-                f"(not {world_size})")
+                f"(not {world_size}{_read_in(torch_git)})")
     if op in SYMM_MEM_MULTICAST_OPS and multicast is False:
         return f"torch.ops.symm_mem.{op} needs multicast, which these devices lack (handle.multicast_ptr == 0)"
     return None
+
+
+def _read_in(torch_git: str | None) -> str:
+    """``; read in pytorch 03a4032ba32d, not this image's torch (git ...)`` when the image's torch is another."""
+    if not torch_git or torch_git == SYMM_MEM_TABLE_COMMIT:
+        return ""
+    return f"; read in pytorch {SYMM_MEM_TABLE_COMMIT[:12]}, not in this image's torch (git {torch_git[:12]})"
 
 
 # --------------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def worker(rank: int, world_size: int, options: dict[str, Any], reporter: sf.Ran
         chosen = sglang_op(options["multimem_table"], capability, world_size)
         data.update(multicast=multicast, capability=capability, sglang_op=chosen)
     for op in OPS:
-        reason = sf.symm_mem_unsupported(op, world_size, DTYPE, multicast)
+        reason = sf.symm_mem_unsupported(op, world_size, DTYPE, multicast, torch_git=torch.version.git_version)
         if reason:
             reporter.send(op, "skip", f"unsupported: {reason}")
             continue
