@@ -1,70 +1,108 @@
 #!/usr/bin/env bash
 # The single-GPU checks stackforge can run on a lent GPU box without Docker: one short, prepared run
-# that ends within a global deadline (DEVICE_CHECK_DEADLINE_S, default 480 s = 8 minutes wall),
-# whatever happens inside.
+# that ends within a global deadline (DEVICE_CHECK_DEADLINE_S, default 300 s wall), whatever happens
+# inside, and leaves exactly two files (a device machine sends back at most 8):
+#   OUT_DIR/device-check.json   one summary: the host (nvidia-smi), the Python, the wheels installed,
+#                               and for each check its planned and given budget, seconds and result
+#   OUT_DIR/device-check.log    every check's full output, one after the other under a header
 #
 # Runs stackforge's in-image scripts directly in the box's Python (the probes and benches are plain
 # scripts that need only the standard library plus what they measure), for the GPU it finds:
 #   1. torch-arch       gate.torch.arch-list: torch's compiled arch list covers this GPU
-#   2. flashinfer-jit   runtime.flashinfer.jit: FlashInfer JIT-builds and runs rmsnorm (CUDA JIT
-#                       kernels, the backend is recorded) + decode attention (when FlashInfer is
-#                       importable; carry its wheels, see below)
-#   3. gemm             bench.gemm: bf16 / fp8 GEMM TFLOP/s at serving shapes, weights rotated past
-#                       L2, against torch.matmul / torch._scaled_mm in the same run
+#   2. flashinfer-jit   runtime.flashinfer.jit: FlashInfer JIT-builds and runs rmsnorm + decode attention
+#                       for this GPU (when FlashInfer is importable: carry its wheels, see below); an
+#                       image without nvcc is a skip that says so
+#   3. gemm             bench.gemm: bf16 / fp8 GEMM TFLOP/s at serving shapes, against torch.matmul /
+#                       torch._scaled_mm in the same run
 #   4. nccl-graph-tree  runtime.nccl.graph-tree: needs two GPUs; on a one-GPU box it reports skip
 # Each check gets a budget (printed before it runs): its planned share, cut to what is left of the
-# deadline; a check with no time left is not started and its JSON says so.
+# deadline; a check with no time left is not started and the summary says so.
+#
+# What it shows: on the lent H200 (sm_90, one GPU) it validates the machinery (the scripts, the JIT
+# path, the harness, the result lines) on real CUDA, not a verdict for the sm_120 target: the summary
+# and the last line say so.
 #
 # Usage (from the repository root, on the GPU machine):
-#   scripts/device-check.sh [OUT_DIR]        # default: $OUT when set, else ./device-out
-# Optional wheels: put them in .whl/; for each distribution there, the wheel matching the Python found
-# here (its cpXY tag, or py3-none) is installed into a private --target folder first, and a
-# distribution with no wheel for this Python is named and left out. For a box with Python 3.12 and
-# torch but no FlashInfer (the lent H200 kind), from a machine with PyPI:
+#   scripts/device-check.sh [--dry-run] [OUT_DIR]   # default OUT_DIR: $OUT when set, else ./device-out
+#   --dry-run: print the checks, their budgets and the files it would write, then exit 0 (no GPU needed).
+# Wheels: .whl/ is ignored by git, so it reaches a device machine only when named in the call's carry
+# list. For each distribution there, the wheel matching the Python found here (its cpXY tag, or
+# py3-none) is installed into a private --target folder first. Carry what the default matrix pins and
+# fits the 64 MiB transfer: FlashInfer 0.6.3 (the CUDA 12.8 stacks' pin, 7.6 MB) and apache-tvm-ffi
+# (2.7 MB); 0.7.2's wheel (65.2 MB) does not fit beside the working tree. From a machine with PyPI:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 -d .whl flashinfer-python==0.6.6 apache-tvm-ffi==0.1.11
-# (7.8 MB + 2.7 MB; flashinfer-python 0.7.2 is 65 MB, over a 64 MiB transfer limit. The modules probed
-# here need none of its other dependencies beyond ninja, numpy, einops, tabulate, tqdm, nvidia-ml-py.)
-# Every check writes OUT_DIR/<check>.json (its STACKFORGE_RESULT, or a status of timeout / error /
-# skip written here when the script gave none) and OUT_DIR/<check>.log (its full output). Exit
-# status: 0 when every check gave a result (pass, fail or skip alike), 1 when one did not, 2 when
-# there is no GPU (said on stderr within seconds).
+#     --platform manylinux_2_28_x86_64 -d .whl flashinfer-python==0.6.3 apache-tvm-ffi==0.1.11
+# Exit status: 0 when every check gave a result (pass, fail or skip alike), 1 when one did not,
+# 2 when there is no GPU (said on stderr within seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-deadline_s="${DEVICE_CHECK_DEADLINE_S:-480}"
+dry_run=0
+if [[ "${1:-}" == "--dry-run" ]]; then
+  dry_run=1
+  shift
+fi
+deadline_s="${DEVICE_CHECK_DEADLINE_S:-300}"
 out="${1:-${OUT:-device-out}}"
-mkdir -p "$out"
 python="${PYTHON:-python3}"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+summary="$out/device-check.json"
+log="$out/device-check.log"
+probes=stackforge/probes/scripts
+bench=stackforge/bench/scripts
+kill_grace_s=5
+# name, planned seconds, script and its arguments (ARCH and GPUS are filled in below).
+# Planned budgets add up to 270 s, under the 300 s deadline with the set-up.
+checks=(
+  "torch-arch|30|$probes/torch_arch.py --arch ARCH --gpus GPUS"
+  "flashinfer-jit|150|$probes/flashinfer_run.py --arch ARCH --gpus 1"
+  "gemm|60|$bench/gemm.py --repeats 3 --shapes 8b.qkv,8b.o,8b.down,70b.down --m 1,16,128,4096"
+  "nccl-graph-tree|30|$probes/nccl_graph.py --arch ARCH --gpus GPUS --algo tree --phase-timeout 20"
+)
 
+if ((dry_run)); then
+  echo "device-check (dry run): deadline ${deadline_s} s; writes 2 files: $summary, $log"
+  total=0
+  for entry in "${checks[@]}"; do
+    IFS='|' read -r name planned command <<<"$entry"
+    total=$((total + planned))
+    echo "  $name: budget ${planned} s: $command"
+  done
+  echo "device-check (dry run): planned ${total} s of ${deadline_s} s"
+  exit 0
+fi
+
+mkdir -p "$out"
+: >"$log"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 arch="$(timeout 60 "$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")' \
   2>/dev/null)" \
   || { echo "device-check: no CUDA device visible to $python (torch.cuda.get_device_capability failed)" >&2; exit 2; }
 gpus="$(timeout 60 "$python" -c 'import torch; print(torch.cuda.device_count())')"
 tag="$("$python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')"
+results="$(mktemp -d)"
+trap 'rm -rf "$results"' EXIT
 
+wheels=""
 if compgen -G ".whl/*.whl" >/dev/null; then
   # One distribution name per wheel file (the part before the first '-'); pip picks the file that fits.
   for dist in $(for w in .whl/*.whl; do basename "$w" | cut -d- -f1; done | sort -u); do
-    if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --find-links .whl --target /tmp/sf-site "$dist" >"$out/wheels-$dist.log" 2>&1; then
-      echo "device-check: no wheel of $dist in .whl/ for this Python ($tag); left out (see $out/wheels-$dist.log)"
+    echo "=== wheels: $dist" >>"$log"
+    if "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --find-links .whl --target /tmp/sf-site "$dist" >>"$log" 2>&1; then
+      wheels+="$dist installed; "
+    else
+      wheels+="$dist: no wheel for this Python ($tag), left out; "
+      echo "device-check: no wheel of $dist in .whl/ for this Python ($tag); left out (see $log)"
     fi
   done
   export PYTHONPATH="/tmp/sf-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-timeout 30 nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader \
-  >"$out/nvidia-smi.csv" 2>&1 || true
-echo "device-check: $gpus GPU(s), compute capability $arch, Python $tag; deadline ${deadline_s} s; results in $out"
+smi="$(timeout 30 nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader 2>&1 || true)"
+echo "device-check: $gpus GPU(s), compute capability $arch, Python $tag; deadline ${deadline_s} s; results in $summary"
 
-probes=stackforge/probes/scripts
-bench=stackforge/bench/scripts
 failed=0
-kill_grace_s=5
-
-write_json() {  # write_json FILE STATUS REASON: a result this script states itself
-  "$python" - "$1" "$2" "$3" <<'PY'
+write_result() {  # write_result NAME STATUS REASON: a result this script states itself
+  "$python" - "$results/$1.json" "$2" "$3" <<'PY'
 import json, sys
 path, status, reason = sys.argv[1:4]
 json.dump({"status": status, "reason": reason, "evidence": "", "metrics": {}, "facts": {}}, open(path, "w"))
@@ -75,38 +113,73 @@ check() {  # check NAME PLANNED_S SCRIPT ARGS...
   local name="$1" planned="$2"; shift 2
   local left=$((deadline_s - SECONDS - kill_grace_s))
   local budget=$((planned < left ? planned : left))
+  echo "$planned" >"$results/$name.planned"
   if ((budget < 10)); then
     echo "  $name: not started, ${left} s left of the ${deadline_s} s deadline"
-    write_json "$out/$name.json" skip "not started: the ${deadline_s} s deadline of device-check.sh was reached"
+    write_result "$name" skip "not started: the ${deadline_s} s deadline of device-check.sh was reached"
+    echo 0 >"$results/$name.budget"; echo 0 >"$results/$name.seconds"
     failed=1
     return
   fi
   echo "  $name: budget ${budget} s (planned ${planned} s, ${left} s left)"
+  echo "$budget" >"$results/$name.budget"
+  echo "=== $name: budget ${budget} s: $*" >>"$log"
   local started=$SECONDS
-  timeout --kill-after="$kill_grace_s" "$budget" "$python" "$@" >"$out/$name.log" 2>&1
+  timeout --kill-after="$kill_grace_s" "$budget" "$python" "$@" >"$results/$name.out" 2>&1
   local rc=$?
-  grep '^STACKFORGE_RESULT ' "$out/$name.log" | tail -1 | cut -d' ' -f2- >"$out/$name.json"
-  if [[ ! -s "$out/$name.json" ]]; then
+  cat "$results/$name.out" >>"$log"
+  echo $((SECONDS - started)) >"$results/$name.seconds"
+  grep '^STACKFORGE_RESULT ' "$results/$name.out" | tail -1 | cut -d' ' -f2- >"$results/$name.json"
+  if [[ ! -s "$results/$name.json" ]]; then
     if ((rc == 124 || rc == 137)); then
-      write_json "$out/$name.json" timeout "killed at its ${budget} s budget (exit $rc)"
+      write_result "$name" timeout "killed at its ${budget} s budget (exit $rc)"
     else
-      write_json "$out/$name.json" error "no result line (exit $rc after $((SECONDS - started)) s); see $name.log"
+      write_result "$name" error "no result line (exit $rc after $((SECONDS - started)) s); see device-check.log"
     fi
-    echo "  $name: no result line (exit $rc after $((SECONDS - started)) s); see $out/$name.log"
+    echo "  $name: no result line (exit $rc after $((SECONDS - started)) s); see $log"
     failed=1
     return
   fi
-  "$python" - "$out/$name.json" "$((SECONDS - started))" <<'PY'
+  "$python" - "$results/$name.json" "$name" "$((SECONDS - started))" <<'PY'
 import json, sys
 result = json.load(open(sys.argv[1]))
-print(f"  {sys.argv[1].rsplit('/', 1)[-1][:-5]}: {result['status']} in {sys.argv[2]} s: {result['reason'][:400]}")
+print(f"  {sys.argv[2]}: {result['status']} in {sys.argv[3]} s: {result['reason'][:400]}")
 PY
 }
 
-# Planned budgets add up to 450 s, under the 480 s deadline with the set-up above.
-check torch-arch 45 "$probes/torch_arch.py" --arch "$arch" --gpus "$gpus"
-check flashinfer-jit 240 "$probes/flashinfer_run.py" --arch "$arch" --gpus 1
-check gemm 120 "$bench/gemm.py" --repeats 3 --shapes 8b.qkv,8b.o,8b.down,70b.down --m 1,16,128,4096
-check nccl-graph-tree 45 "$probes/nccl_graph.py" --arch "$arch" --gpus "$gpus" --algo tree --phase-timeout 30
-echo "device-check: done in ${SECONDS} s"
+for entry in "${checks[@]}"; do
+  IFS='|' read -r name planned command <<<"$entry"
+  command="${command//ARCH/$arch}"
+  command="${command//GPUS/$gpus}"
+  read -r -a argv <<<"$command"
+  check "$name" "$planned" "${argv[@]}"
+done
+
+scope="compute capability $arch on $gpus GPU(s): this validates the machinery (scripts, JIT path, harness, result lines) on real CUDA"
+[[ "$arch" != "12.0" ]] && scope+=", not a verdict for the sm_120 target"
+"$python" - "$summary" "$results" "$deadline_s" "$SECONDS" "$arch" "$gpus" "$tag" "$wheels" "$smi" "$scope" <<'PY'
+import json, os, re, sys
+path, results, deadline, seconds, arch, gpus, tag, wheels, smi, scope = sys.argv[1:11]
+checks = []
+for name in ("torch-arch", "flashinfer-jit", "gemm", "nccl-graph-tree"):
+    def read(suffix, default=""):
+        file = os.path.join(results, f"{name}.{suffix}")
+        return open(file).read().strip() if os.path.exists(file) else default
+    result = json.loads(read("json", "{}") or "{}")
+    checks.append({"check": name, "planned_s": int(read("planned", "0")), "budget_s": int(read("budget", "0")),
+                   "seconds": int(read("seconds", "0")), "result": result})
+matrix = open("matrices/default.yaml").read() if os.path.exists("matrices/default.yaml") else ""
+installed = next((c["result"].get("metrics", {}).get("flashinfer") for c in checks if c["check"] == "flashinfer-jit"), None)
+pinned = None if not installed else bool(re.search(rf'["\s]{re.escape(installed)}["\s,\]]', matrix))
+summary = {"schema": "stackforge.device-check", "schema_version": 1, "deadline_s": int(deadline),
+           "seconds": int(seconds), "arch": arch, "gpus": int(gpus), "python": tag, "nvidia_smi": smi,
+           "wheels": wheels.strip(), "scope": scope,
+           "flashinfer_tested": installed, "flashinfer_pinned_by_default_matrix": pinned, "checks": checks}
+with open(path, "w") as handle:
+    json.dump(summary, handle, indent=2)
+if installed:
+    print(f"device-check: FlashInfer {installed} tested; "
+          + ("pinned by matrices/default.yaml" if pinned else "NOT a version matrices/default.yaml pins"))
+PY
+echo "device-check: done in ${SECONDS} s; $scope"
 exit "$failed"

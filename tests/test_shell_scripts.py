@@ -60,7 +60,7 @@ class cuda:
 """
 
 
-def test_device_check_ends_at_its_global_deadline_with_one_json_per_check(tmp_path):
+def test_device_check_ends_at_its_global_deadline_with_one_summary_and_one_log(tmp_path):
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(HANGING_TORCH)
@@ -76,14 +76,36 @@ def test_device_check_ends_at_its_global_deadline_with_one_json_per_check(tmp_pa
     lines = done.stdout.splitlines()
     assert "1 GPU(s), compute capability 9.0" in lines[0] and "deadline 25 s" in lines[0]
     budget = next(line for line in lines if line.startswith("  torch-arch: budget "))
-    assert "(planned 45 s," in budget
-    results = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
-    assert set(results) == {"torch-arch", "flashinfer-jit", "gemm", "nccl-graph-tree"}
-    assert results["torch-arch"]["status"] == "timeout"
-    assert results["torch-arch"]["reason"].startswith("killed at its ")
+    assert "(planned 30 s," in budget
+    assert lines[-1].endswith("validates the machinery (scripts, JIT path, harness, result lines) on real CUDA, "
+                              "not a verdict for the sm_120 target")
+    # Two files come back, whatever happened: a device machine returns at most 8.
+    assert sorted(p.name for p in out.iterdir()) == ["device-check.json", "device-check.log"]
+    summary = json.loads((out / "device-check.json").read_text())
+    results = {c["check"]: c for c in summary["checks"]}
+    assert list(results) == ["torch-arch", "flashinfer-jit", "gemm", "nccl-graph-tree"]
+    assert results["torch-arch"]["result"]["status"] == "timeout"
+    assert results["torch-arch"]["result"]["reason"].startswith("killed at its ")
+    assert results["torch-arch"]["planned_s"] == 30 and 10 <= results["torch-arch"]["budget_s"] <= 30
     for name in ("flashinfer-jit", "gemm", "nccl-graph-tree"):
-        assert results[name]["status"] == "skip"
-        assert "deadline of device-check.sh was reached" in results[name]["reason"]
+        assert results[name]["result"]["status"] == "skip"
+        assert "deadline of device-check.sh was reached" in results[name]["result"]["reason"]
+    assert "not a verdict for the sm_120 target" in summary["scope"]
+    assert "=== torch-arch: budget" in (out / "device-check.log").read_text()
+
+
+def test_device_check_dry_run_lists_its_files_and_budget_within_the_window(tmp_path):
+    done = subprocess.run(["bash", str(REPO / "scripts" / "device-check.sh"), "--dry-run", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": "/nonexistent/python"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (f"device-check (dry run): deadline 300 s; writes 2 files: {tmp_path}/out/device-check.json, "
+                        f"{tmp_path}/out/device-check.log")
+    budgets = [int(line.split("budget ")[1].split(" s")[0]) for line in lines if ": budget " in line]
+    assert len(budgets) == 4 and sum(budgets) <= 300
+    assert lines[-1] == f"device-check (dry run): planned {sum(budgets)} s of 300 s"
+    assert not (tmp_path / "out").exists()          # a dry run writes nothing
 
 
 # ------------------------------------------------------------------------------------------ main-job.sh
