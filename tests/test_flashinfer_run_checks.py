@@ -13,7 +13,7 @@ import json
 import subprocess
 import textwrap
 
-from test_probe_scripts import SCRIPTS, fi072_python, torch_python  # noqa: F401  (venv fixtures)
+from test_probe_scripts import SCRIPTS, fi072_python, script_module, torch_python  # noqa: F401  (venv fixtures)
 
 STAND_INS = textwrap.dedent("""
     import json, sys, types
@@ -89,27 +89,12 @@ def test_flashinfer_072_reads_the_cuda_norm_switch_the_probe_sets_before_import(
 
 
 def test_a_flashinfer_without_cute_norm_is_cuda_jit(tmp_path):
-    import sys
     import types
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import flashinfer_run as probe
-    finally:
-        sys.path.pop(0)
+    probe = script_module("flashinfer_run")
     assert probe.norm_backend(None, types.SimpleNamespace(norm=types.SimpleNamespace())) == \
         "cuda-jit (no CuTe-DSL norm in this FlashInfer)"
     assert probe.norm_backend(None, types.SimpleNamespace(norm=types.SimpleNamespace(_USE_CUDA_NORM=False))) == \
         "cute-dsl"
-
-
-def _probe():
-    import sys
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import flashinfer_run as probe
-    finally:
-        sys.path.pop(0)
-    return probe
 
 
 #: FlashInfer 0.6.3's words when the image has no nvcc (flashinfer/jit/cpp_ext.py:58, get_cuda_path).
@@ -119,7 +104,7 @@ NO_NVCC = "RuntimeError: Could not find nvcc and default cuda_home='/usr/local/c
 def test_no_nvcc_in_the_image_is_a_skip_never_a_fail():
     """The 12.8 wheels image has no nvcc: FlashInfer's JIT raises 'Could not find nvcc'. That is the image's
     flavour, not FlashInfer on sm_120: a skip saying so, with the prebuilt kernels that ran named."""
-    probe = _probe()
+    probe = script_module("flashinfer_run")
     rows = [{"kernel": "rmsnorm", "ok": False, "error": NO_NVCC, "seconds": 0.1},
             {"kernel": "single_decode_with_kv_cache", "ok": True, "max_rel_error": 0.01, "seconds": 0.2}]
     reason = probe.no_nvcc_skip(rows, nvcc=None)

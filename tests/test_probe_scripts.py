@@ -8,6 +8,7 @@ multi-process harness itself; GPU paths are marked ``gpu`` and skip without one.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -834,11 +835,7 @@ def test_sglang_custom_allreduce_jit_is_built_before_the_timed_phases():
     """SGLang 0.5.23's CustomAllReduceV2 JIT-compiles three modules on first use: the probe builds them in its
     own 'jit' phase (own budget, own time); the legacy class runs prebuilt kernels and builds nothing."""
     import types
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import _sfprobe as sf
-    finally:
-        sys.path.pop(0)
+    sf = script_module("_sfprobe")
     calls = []
     fake = types.ModuleType(sf.SGLANG_JIT_ALL_REDUCE)
     fake._init_communicator = lambda: calls.append("communicator")
@@ -862,12 +859,7 @@ def test_sglang_custom_allreduce_jit_is_built_before_the_timed_phases():
 
 
 def test_ep_a2a_is_undecided_when_torch_fails_before_deepeps_round():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import _sfprobe as sf
-        import ep_all_to_all as ep
-    finally:
-        sys.path.pop(0)
+    sf, ep = script_module("_sfprobe"), ep_module()
     hung = sf.ProbeVerdict("fail", "nccl all_to_all_single ...: rank 3 made no progress in phase 'dispatch' for 120 s "
                            "(hang); all ranks were killed", "log")
     verdict = ep.torch_failed_first(hung)
@@ -963,13 +955,17 @@ def test_ep_all_to_all_calls_deepep_as_its_release_defines_it():
     assert ast.unparse(handle.value.elts[0]) == "rank_prefix_matrix"
 
 
-def ep_module():
+def script_module(name: str):
+    """An in-image script (or helper) imported in this interpreter, the way the scripts import each other."""
     sys.path.insert(0, str(SCRIPTS))
     try:
-        import ep_all_to_all
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return ep_all_to_all
+
+
+def ep_module():
+    return script_module("ep_all_to_all")
 
 
 def test_ep_a2a_is_decided_by_deepep_torch_a2a_by_torch():
@@ -1066,12 +1062,7 @@ NCCL_LOG = Path(__file__).resolve().parent / "data" / "nccl" / "global_tree_allg
 
 
 def nccl_graph_module():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import nccl_graph
-    finally:
-        sys.path.pop(0)
-    return nccl_graph
+    return script_module("nccl_graph")
 
 
 def nccl_log_lines() -> list[str]:
