@@ -7,6 +7,8 @@ driver) is derived here from data, so the Dockerfile templates and the rules see
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -238,9 +240,13 @@ def combine_driver_floor(parts: Iterable[tuple[str | None, str]]) -> DriverFloor
     return DriverFloor(best, tuple(reaching + others))
 
 
+@functools.lru_cache(maxsize=4096)
 def cell_driver_floor(stack_floor: str | None, stack_reason: str, target: str, target_min: str | None,
-                      requires: Iterable[tuple[str, str]]) -> DriverFloor:
-    """A stack's floor on a target: its CUDA family's, the target's ``min_driver``, ``requires`` rules."""
+                      requires: tuple[tuple[str, str], ...]) -> DriverFloor:
+    """A stack's floor on a target: its CUDA family's, the target's ``min_driver``, ``requires`` rules.
+
+    Pure, and asked the same question for most cells of a matrix (a few CUDA families, a few targets), so its
+    answers are remembered: version parsing was a fifth of planning a large matrix."""
     parts = [(stack_floor, stack_reason or "CUDA minor-version compatibility"),
              (target_min, f"target {target} hardware (min_driver)")]
     parts += [(spec_lower_bound(spec), f"rule {rule}") for rule, spec in requires]

@@ -18,12 +18,11 @@ from stackforge.core.data import display_path
 from stackforge.core.envelope import check_envelope
 from stackforge.core.errors import RecordError, SpecError
 from stackforge.core.model import Matrix, Stack, Target
-from stackforge.core.records import Prediction, Verdict
+from stackforge.core.records import Prediction
 from stackforge.core.versions import parse_version, validate_specifier
 from stackforge.plan.derive import Derived, DriverFloor, Tables, cell_driver_floor, derive, load_tables
 from stackforge.plan.matrix_file import filter_stacks, load_matrix
 from stackforge.plan.rules import (
-    FEATURES,
     Condition,
     Effect,
     Evaluator,
@@ -94,17 +93,17 @@ class PlanCell:
                                             because=tuple(str(b) for b in floor.get("because") or ())))
 
 
-def judged_cell(stack: Stack, target: Target, derived: Derived, findings: tuple[Finding, ...]) -> PlanCell:
-    """A cell with its predictions and driver floor worked out from the findings."""
-    return PlanCell(stack=stack, target=target, derived=derived, findings=findings,
-                    predictions=tuple(_predict(feature, findings) for feature in FEATURES),
+def judged_cell(stack: Stack, target: Target, derived: Derived, findings: tuple[Finding, ...],
+                predictions: tuple[Prediction, ...]) -> PlanCell:
+    """A cell with its driver floor worked out from the findings."""
+    return PlanCell(stack=stack, target=target, derived=derived, findings=findings, predictions=predictions,
                     driver_floor=_driver_floor(target, derived, findings))
 
 
 def _driver_floor(target: Target, derived: Derived, findings: tuple[Finding, ...]) -> DriverFloor:
     """The one driver floor of a cell (CUDA family, target hardware, ``requires`` rules)."""
-    requires = [(f.rule.id, str(f.rule.requires["driver"])) for f in findings
-                if f.rule.requires and f.rule.requires.get("driver")]
+    requires = tuple((f.rule.id, str(f.rule.requires["driver"])) for f in findings
+                     if f.rule.requires and f.rule.requires.get("driver"))
     return cell_driver_floor(derived.min_driver, derived.min_driver_reason, target.name, target.min_driver,
                              requires)
 
@@ -187,15 +186,6 @@ def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> Non
                           path=path, remedy="re-run `stackforge plan --json` to write it again")
 
 
-def _predict(feature: str, findings: tuple[Finding, ...]) -> Prediction:
-    relevant = [f.rule for f in findings if f.rule.feature == feature]
-    for verdict, effect in ((Verdict.UNAVAILABLE, Effect.FEATURE_UNAVAILABLE), (Verdict.HAZARD, Effect.HAZARD)):
-        rule = next((r for r in relevant if r.effect is effect), None)
-        if rule is not None:
-            return Prediction(feature=feature, verdict=verdict, rule=rule.id, reason=rule.reason, error=rule.error,
-                              remedy=rule.remedy, sources=tuple(s.to_json() for s in rule.sources),
-                              unwitnessed=rule.unwitnessed)
-    return Prediction(feature=feature, verdict=Verdict.NO_RULE)
 
 
 # --------------------------------------------------------------------------- knowledge
@@ -254,8 +244,8 @@ def evaluate_cell(stack: Stack, target: Target, knowledge: Knowledge, evaluator:
     """Judge one stack for one target."""
     derived = derived or derive(stack, knowledge.tables)
     evaluator = evaluator or Evaluator(knowledge.rules)
-    fired = evaluator.fired(cell_facts(stack, target, derived))
-    return judged_cell(stack, target, derived, tuple(Finding(r) for r in fired))
+    findings, predictions = evaluator.judge(cell_facts(stack, target, derived))
+    return judged_cell(stack, target, derived, findings, predictions)
 
 
 def resolve_targets(names: tuple[str, ...], knowledge: Knowledge) -> tuple[Target, ...]:

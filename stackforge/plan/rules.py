@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from stackforge.core.data import data_dir, display_path
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Interconnect, Target
+from stackforge.core.records import Prediction, Verdict
 from stackforge.core.versions import parse_version, validate_identifier, validate_specifier, validate_version
 from stackforge.core.wheel_readings import ReadContext, ReadingStatus
 from stackforge.core.yamlio import LineDict, check_keys, load_file, require_mapping
@@ -214,9 +215,34 @@ class Evaluator:
             self._rule_masks.append((rule, mask))
         self._by_fact = tuple(by_fact.items())
         self._value_bits: dict[tuple[str, Any], int] = {}
+        self._predictions: dict[str, Prediction] = {}
+        self._judged: dict[int, tuple[tuple[Finding, ...], tuple[Prediction, ...]]] = {}
+
+    def prediction(self, rule: Rule) -> Prediction:
+        """What ``rule`` predicts for its feature, made once per rule of this evaluator (a matrix's cells
+        share a handful of rules, and making a prediction copies the rule's sources)."""
+        made = self._predictions.get(rule.id)
+        if made is None:
+            made = self._predictions[rule.id] = rule_prediction(rule)
+        return made
 
     def fired(self, facts: Mapping[str, Any]) -> tuple[Rule, ...]:
         """The rules whose every condition holds for ``facts``."""
+        return self._rules_of(self._mask(facts))
+
+    def judge(self, facts: Mapping[str, Any]) -> tuple[tuple[Finding, ...], tuple[Prediction, ...]]:
+        """The findings of the rules that fire for ``facts``, and one prediction per feature (FEATURES order).
+
+        Cells whose facts satisfy the same conditions fire the same rules: both are made once per such set and
+        shared (a matrix of thousands of cells has a few dozen)."""
+        mask = self._mask(facts)
+        judged = self._judged.get(mask)
+        if judged is None:
+            rules = self._rules_of(mask)
+            judged = self._judged[mask] = (tuple(Finding(rule) for rule in rules), self._feature_predictions(rules))
+        return judged
+
+    def _mask(self, facts: Mapping[str, Any]) -> int:
         value_bits = self._value_bits
         mask = 0
         for fact, conditions in self._by_fact:
@@ -225,7 +251,33 @@ class Evaluator:
             if bits is None:
                 bits = value_bits[key] = sum(b for b, c in conditions if c.holds(key[1]))
             mask |= bits
+        return mask
+
+    def _rules_of(self, mask: int) -> tuple[Rule, ...]:
         return tuple(rule for rule, needed in self._rule_masks if mask & needed == needed)
+
+    def _feature_predictions(self, rules: Sequence[Rule]) -> tuple[Prediction, ...]:
+        """Per feature: the first rule making it unavailable, else the first hazard, else no rule."""
+        chosen: dict[str, Rule] = {}
+        for rule in rules:
+            if rule.feature is None or rule.effect not in PREDICTED_VERDICTS:
+                continue
+            held = chosen.get(rule.feature)
+            if held is None or (held.effect is Effect.HAZARD and rule.effect is Effect.FEATURE_UNAVAILABLE):
+                chosen[rule.feature] = rule
+        return tuple(self.prediction(chosen[feature]) if feature in chosen
+                     else Prediction(feature=feature, verdict=Verdict.NO_RULE) for feature in FEATURES)
+
+
+#: The verdict each feature-level effect predicts.
+PREDICTED_VERDICTS = {Effect.FEATURE_UNAVAILABLE: Verdict.UNAVAILABLE, Effect.HAZARD: Verdict.HAZARD}
+
+
+def rule_prediction(rule: Rule) -> Prediction:
+    """The prediction a feature_unavailable or hazard rule makes for its feature."""
+    return Prediction(feature=str(rule.feature), verdict=PREDICTED_VERDICTS[rule.effect], rule=rule.id,
+                      reason=rule.reason, error=rule.error, remedy=rule.remedy,
+                      sources=tuple(s.to_json() for s in rule.sources), unwitnessed=rule.unwitnessed)
 
 
 # --------------------------------------------------------------------------- loading
