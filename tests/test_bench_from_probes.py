@@ -108,7 +108,8 @@ def test_cli_from_probes_writes_a_skip_record_with_the_probes_evidence(tmp_path,
                                        "--results", str(results)])
     assert outcome.exit_code == 0, outcome.output
     bench_runs = [d for d in results.iterdir() if d.name != probe_run.name]
-    (written,) = [json.loads(p.read_text()) for p in bench_runs[0].rglob("*.json") if p.name != "run.json"]
+    (written,) = [json.loads(p.read_text()) for p in bench_runs[0].glob("*/*/*.json")]     # records, not run.json / host.json
+    assert json.loads((bench_runs[0] / "host.json").read_text())["gpus"][0]["arch"] == "12.0"
     assert written["outcome"]["status"] == "skip"
     assert written["outcome"]["reason"].startswith("--from-probes: runtime probe runtime.sglang.custom-allreduce")
     assert written["outcome"]["evidence"] == "two PCIe-only GPUs"
