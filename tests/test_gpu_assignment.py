@@ -258,3 +258,4 @@ def test_a_run_records_the_host_it_ran_on_beside_its_records(tmp_path, monkeypat
     assert written["links"] == [[0, 1, "PIX"]] and written["topology"].startswith("GPU0\tGPU1")
     assert [g["arch"] for g in written["gpus"]] == ["12.0", "12.0"] and written["acs"] == "not read"
     assert load_results(tmp_path / "results").problems == ()
+

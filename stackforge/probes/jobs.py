@@ -236,11 +236,30 @@ def skip_record(kind: JobKind, job: Job, *, run_id: str, image: ImageRef | None,
     return make_record(kind, job, outcome, provenance_from_facts({}, image, host_gpus, runner_kind), run_id=run_id)
 
 
-def missing_image_record(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus) -> ResultRecord:
-    """A stack without a built image cannot run its jobs: an honest error record, not a silent gap."""
-    outcome = Outcome(Status.ERROR, f"no image built for stack {job.stack.id}",
-                      evidence=f"no local image carries the label {STACK_ID_LABEL}={job.stack.id}")
+def missing_image_record(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus,
+                         not_built: str | None = None) -> ResultRecord:
+    """A stack without an image cannot run its jobs. When the build records say it was not built here
+    (``not_built``: no record, a failed or skipped build) that is a skip saying why, not an error: nothing
+    broke. An image the records or labels promise and that is missing stays an honest error."""
+    if not_built is not None:
+        outcome = Outcome(Status.SKIP, f"not built here ({not_built})", evidence=not_built)
+    else:
+        outcome = Outcome(Status.ERROR, f"no image built for stack {job.stack.id}",
+                          evidence=f"no local image carries the label {STACK_ID_LABEL}={job.stack.id}")
     return make_record(kind, job, outcome, provenance_from_facts({}, None, host_gpus, "docker"), run_id=run_id)
+
+
+def not_built_reason(builds_dir: Path, stack: Stack) -> str | None:
+    """Why the build records of ``builds_dir`` hold no image of ``stack`` (None: they say it was built)."""
+    from stackforge.build.records import read_record
+
+    record = read_record(builds_dir, stack.id)
+    if record is None:
+        return f"no build record for it in {builds_dir}"
+    if record.status.ok:
+        return None
+    because = f": {record.reason}" if record.reason else ""
+    return f"its build in {builds_dir} {record.status.value}{because}"
 
 
 def cut_short(kind: JobKind, job: Job) -> Interrupted:
@@ -410,10 +429,13 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
     if client is None and local_python is None:
         raise ProbeError(f"{kind.name} scripts need a Docker client or --local")
     found = dict(images or {})
+    not_built: dict[str, str | None] = {}
     if client is not None:
         for job in jobs:
             if job.stack.id not in found:
                 found[job.stack.id] = stack_image(client, job.stack, builds_dir)
+            if found[job.stack.id] is None and builds_dir is not None and job.stack.id not in not_built:
+                not_built[job.stack.id] = not_built_reason(builds_dir, job.stack)
 
     # Worker threads never see a signal: the calling thread sets this flag for them.
     cancel = threading.Event()
@@ -431,7 +453,8 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
                 record = run_job_locally(kind, job, run_id=run_id, host_gpus=host_gpus,
                                          python=local_python or "python3", log_path=log, cancel=cancel)
             elif image is None:
-                record = missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus)
+                record = missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus,
+                                              not_built=not_built.get(job.stack.id))
             else:
                 record = run_job_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus,
                                               log_path=log, cancel=cancel)
