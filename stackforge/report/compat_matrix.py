@@ -138,9 +138,10 @@ class CellStatus(str, Enum):
 DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT})
 
 GLYPHS: dict[CellStatus, str] = {
-    CellStatus.PASS: "✅", CellStatus.ADMITTED: "☑️", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥", CellStatus.TIMEOUT: "⏳",
-    CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷", CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️",
-    CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔", CellStatus.UNTESTED: "❔", CellStatus.NOT_APPLICABLE: "∅",
+    CellStatus.PASS: "✅", CellStatus.ADMITTED: "☑️", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥",
+    CellStatus.TIMEOUT: "⏳", CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷",
+    CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️", CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔",
+    CellStatus.UNTESTED: "❔", CellStatus.NOT_APPLICABLE: "∅",
 }
 CONTRADICTED_GLYPH = "‼️"
 #: How every report without a single probe result for its target says so.
@@ -148,7 +149,8 @@ PREDICTIONS_ONLY = "predictions only — no probe results"
 
 LEGEND: dict[str, str] = {
     "pass": "measured: works",
-    "admitted": "measured: the code admits the target (a code reading or a gate); whether it works needs a runtime probe",
+    "admitted": ("measured: the code admits the target (a code reading or a gate); whether it works needs a "
+                 "runtime probe"),
     "fail": "measured: does not work", "crash": "measured: died by a signal",
     "timeout": "measured: hung and was killed at its time limit",
     "error": "the probe itself broke (no verdict)",

@@ -83,7 +83,8 @@ summary::-webkit-details-marker { display: none; }
 .ev { font-size: 12px; margin-top: 4px; white-space: normal; }
 .ev pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 4px; margin: 3px 0;
           max-height: 220px; overflow: auto; font-size: 11.5px; }
-.st-pass { background: #e8f6ec; } .st-admitted { background: #f1f8f3; } .st-na { background: #fafafa; color: #999; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
+.st-pass { background: #e8f6ec; } .st-admitted { background: #f1f8f3; }
+.st-na { background: #fafafa; color: #999; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
 .st-unavailable { background: #fbeff2; } .st-hazard, .st-requires { background: #fff8e5; }
 .st-error { background: #f3eefc; } .st-skip, .st-untested, .st-undecided { background: #f6f8fa; color: var(--muted); }
 .st-pruned { background: #eeeeee; color: #777; }
