@@ -111,7 +111,7 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     (found,) = fusion.boundaries
     assert (found.dist, found.last_blocked, found.first_unblocked) == ("flashinfer-python", "0.6.16.post4", "0.6.17")
     text = render_deadends(report, "md")
-    assert ("first release measured to unblock it: flashinfer-python 0.6.17 (measured (wheel): "
+    assert ("first release whose code admits it: flashinfer-python 0.6.17 (measured (wheel): "
             "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
             "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10])") in text
     assert "rules only" not in text.split("**flashinfer-ar-fusion**")[1].split("- [")[0]

@@ -265,7 +265,8 @@ def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
             lines.append(f"still blocked in the newest {boundary.dist} release read, {boundary.last_blocked}"
                          f"{where} (measured (wheel): {_flat(boundary.blocked_evidence)})")
         else:
-            lines.append(f"first release measured to unblock it: {boundary.dist} {boundary.first_unblocked}{where} "
+            # A wheel reading shows the code stops refusing the target; that it works is for a runtime probe.
+            lines.append(f"first release whose code admits it: {boundary.dist} {boundary.first_unblocked}{where} "
                          f"(measured (wheel): {_flat(boundary.unblocked_evidence)}; {boundary.last_blocked} "
                          f"blocks: {_flat(boundary.blocked_evidence)})")
     return lines
