@@ -39,12 +39,12 @@ def test_a_bound_moved_by_one_release_fails_with_the_measured_bound(tmp_path, wh
     result = CliRunner().invoke(cli, ["--compat", str(moved_copy(tmp_path, ">=0.5.15")), "compat", "verify",
                                       "--rule", RULE])
     assert result.exit_code == 1, result.output
-    assert f"WRONG       {RULE}" in result.output
+    assert f"{'WRONG':<14} {RULE}" in result.output
     assert "measured bound sglang >=0.5.14" in result.output
 
 
 def test_the_shipped_rule_is_confirmed(wheel_cache):
     result = CliRunner().invoke(cli, ["compat", "verify", "--rule", RULE])
     assert result.exit_code == 0, result.output
-    assert f"CONFIRMED   {RULE}" in result.output
+    assert f"{'CONFIRMED':<14} {RULE}" in result.output
     assert "witnessed 1 / 1 rules" in result.output
