@@ -6,10 +6,12 @@ upgrade report can never disagree with ``matrix``, ``deadends`` or ``pick``:
 * each feature's cell on both sides, decided by :func:`stackforge.report.compat_matrix.decide_cell` (its ranking of
   evidence tiers included), labelled with its evidence: ``measured (<tier>)`` or ``predicted by rule
   <id>``. A prediction is never called measured;
-* the change of a feature: *gained* (dead before, works after), *lost* (works before, dead after),
-  *unchanged* (the same on both sides), *undecided* (a side has no verdict: untested, skipped, or the
-  probe broke). Works = ``pass``, or predicted ``hazard`` / ``requires``; dead = measured
-  ``fail`` / ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned stack;
+* the change of a feature: *gained* (dead before, works after), *admitted* (dead before, the code admits
+  it after: not counted as gained), *lost* (works or admitted before, dead after), *unchanged* (the same on
+  both sides), *undecided* (a side has no verdict: untested, skipped, or the probe broke), *n/a* (the
+  target's hardware cannot have it: counted nowhere). Works = ``pass``, or predicted ``hazard`` /
+  ``requires``; dead = measured ``fail`` / ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned
+  stack. A gained, admitted or lost change whose sides rest on evidence of different strength says so;
 * the driver floor of each side as ``plan`` and ``pick`` state it (:func:`stackforge.report.compat_matrix.row_driver_floor`);
 * the image ``pick`` would hand out for each side, and its size from the build record (else "unknown");
 * benchmark deltas for every metric both sides' benchmarks measured with the same probe, judged against
