@@ -364,15 +364,12 @@ def _side(role: str, row: ReportRow, why: str, candidate: Candidate | None, repo
 def evidence_label(cell: ReportCell) -> str:
     """``measured (<tier>)``, ``predicted by rule <id>``, ``target hardware``, or ``no evidence``: never a
     prediction called measured."""
-    if cell.status is CellStatus.NOT_APPLICABLE:
-        return "target hardware"
     if cell.status is CellStatus.PRUNED:
         return "predicted by rule " + ", ".join(f.rule.id for f in cell.pruned_by) + " (stack pruned)"
-    if cell.source is CellSource.MEASURED and cell.tier is not None:
-        return f"measured ({cell.tier.value})"
-    if cell.source is CellSource.PREDICTED and cell.prediction is not None and cell.prediction.rule:
-        return f"predicted by rule {cell.prediction.rule}"
-    return "no evidence"
+    if cell.source is CellSource.PREDICTED:
+        rule = cell.prediction.rule if cell.prediction is not None else ""
+        return f"predicted by rule {rule}" if rule else "no evidence"
+    return _evidence_level(cell)
 
 
 def _evidence_level(cell: ReportCell) -> str:
