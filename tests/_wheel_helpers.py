@@ -16,8 +16,10 @@ from pathlib import Path
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 
 
-def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, tag: str = "py3-none-any") -> Path:
-    """A real (zip) wheel of ``dist`` ``version`` holding ``files`` and a METADATA."""
+def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, tag: str = "py3-none-any",
+               metadata: str = "") -> Path:
+    """A real (zip) wheel of ``dist`` ``version`` holding ``files`` and a METADATA (``metadata``: more
+    header lines, e.g. ``Requires-Dist: torch==2.14.1``)."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = dist.replace("-", "_")
     path = folder / f"{stem}-{version}-{tag}.whl"
@@ -25,7 +27,7 @@ def make_wheel(folder: Path, dist: str, version: str, files: dict[str, str], *, 
         for name, text in files.items():
             archive.writestr(name, text)
         archive.writestr(f"{stem}-{version}.dist-info/METADATA",
-                         f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+                         f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n{metadata}")
     return path
 
 
@@ -86,13 +88,15 @@ class LoopbackIndex:
     html: bool = False
     hits: list[str] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
+    no_cache_hits: list[str] = field(default_factory=list)   # pages asked for with Cache-Control: no-cache
+    core_metadata: bool = False                                # serve each wheel's METADATA beside it (PEP 658)
 
     def add(self, project: str, path: Path, *, sha256: str | None = None, yanked: bool = False,
-            requires_python: str = "") -> None:
+            requires_python: str = "", upload_time: str = "") -> None:
         self.files[path.name] = path
         self.projects.setdefault(project, []).append(
             {"filename": path.name, "sha256": sha256 if sha256 is not None else sha256_of(path),
-             "yanked": yanked, "requires_python": requires_python})
+             "yanked": yanked, "requires_python": requires_python, "upload_time": upload_time})
 
 
 def serve(index: LoopbackIndex):
@@ -101,9 +105,16 @@ def serve(index: LoopbackIndex):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             index.hits.append(self.path)
+            if self.headers.get("Cache-Control") == "no-cache":
+                index.no_cache_hits.append(self.path)
             parts = [p for p in self.path.split("/") if p]
             if len(parts) == 2 and parts[0] == "files" and parts[1] in index.files:
                 return self._send(index.files[parts[1]].read_bytes(), "application/octet-stream")
+            wheel = parts[1].removesuffix(".metadata") if len(parts) == 2 else ""
+            if parts[:1] == ["files"] and parts[1].endswith(".whl.metadata") and wheel in index.files:
+                with zipfile.ZipFile(index.files[wheel]) as archive:   # PEP 658: the wheel's METADATA
+                    name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+                    return self._send(archive.read(name), "text/plain")
             if len(parts) == 2 and parts[0] == "simple" and parts[1] in index.projects:
                 return self._page(index.projects[parts[1]])
             self.send_response(404)
@@ -120,7 +131,9 @@ def serve(index: LoopbackIndex):
             body = {"meta": {"api-version": "1.0"},
                     "files": [{"filename": e["filename"], "url": f"../../files/{e['filename']}",
                                "hashes": {"sha256": e["sha256"]}, "requires-python": e["requires_python"] or None,
-                               "yanked": e["yanked"]} for e in entries]}
+                               "yanked": e["yanked"], "core-metadata": index.core_metadata and e["filename"].endswith(".whl"),
+                               **({"upload-time": e["upload_time"]} if e.get("upload_time") else {})}
+                              for e in entries]}
             return self._send(json.dumps(body).encode(), "application/vnd.pypi.simple.v1+json")
 
         def _send(self, body: bytes, content_type: str) -> None:

@@ -27,11 +27,14 @@ from stackforge.plan.text import explain_stack, plan_table
 @click.option("--explain", "explain", metavar="STACK_ID", default=None, help="List every rule that fired for one stack.")
 @click.option("--preflight", is_flag=True,
               help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
+@click.option("--update-lock", "update_lock", is_flag=True,
+              help="Resolve the matrix's selectors and SGLang pins against the index afresh, write "
+                   "<matrix>.lock.yaml, print what changed, then plan on it.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
 @index_options
 def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
-            explain: str | None, preflight: bool, cache_dir: str | None, index_url: str | None,
+            explain: str | None, preflight: bool, update_lock: bool, cache_dir: str | None, index_url: str | None,
             extra_index_urls: tuple[str, ...], find_links: Path | None) -> None:
     """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons.
 
@@ -39,11 +42,22 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
     --preflight asks the indexes pip would ask (--index-url, --extra-index-url, --find-links, else
     pip's configuration: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, `pip config` files) and
     exits 1 when a pinned file is missing or an index is unreachable.
+
+    \b
+    A matrix whose axes follow the index ({latest: N}, {spec: ...}, derive: {from: sglang}) is planned
+    on its lock file, offline; --update-lock resolves it afresh first (exit 3: index unreachable,
+    the old lock untouched).
     """
     _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, cache_dir=cache_dir,
-                      index_given=bool(index_url or extra_index_urls or find_links))
-    plan = plan_file(resolve_matrix_path(matrix), targets=targets, cuda=cuda, only=only,
-                     user_compat=user_compat())
+                      index_given=bool(index_url or extra_index_urls or find_links), update_lock=update_lock)
+    matrix_path = resolve_matrix_path(matrix)
+    if update_lock:
+        from stackforge.edges.index import IndexRequest, configured_indexes
+        from stackforge.plan.lock_resolve import update_lock as resolve
+        update = resolve(matrix_path, indexes=configured_indexes(IndexRequest(index_url, tuple(extra_index_urls),
+                                                                              find_links)))
+        click.echo(update.text(), err=True)
+    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
     checks = _preflight(plan, cache_dir, index_url, extra_index_urls, find_links) if preflight else None
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain), terminal_width()))
@@ -61,14 +75,15 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
 
 
 def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None,
-                      index_given: bool) -> None:
+                      index_given: bool, update_lock: bool) -> None:
     """Options that one of the others would silently ignore are an error, not a surprise."""
     refuse_together("--json", "--explain", as_json and bool(explain),
                     why="they are two outputs (the JSON holds every cell's findings; narrow it with --only)")
     refuse_together("--explain", "--preflight", bool(explain) and preflight,
                     why="--explain does not run the index preflight (narrow the preflight with --only)")
     refuse_unused("--cache-dir", cache_dir is not None, needs="--preflight", present=preflight)
-    refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--preflight", present=preflight)
+    refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--preflight or --update-lock",
+                  present=preflight or update_lock)
 
 
 def _find(plan: Plan, stack_id: str):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from stackforge.core.versions import compact
@@ -157,6 +158,10 @@ class Matrix:
     targets: tuple[str, ...]
     excluded: int = 0
     description: str = ""
+    # From the matrix's lock file (``derive: {from: sglang}``): each SGLang release's pins as read from
+    # its metadata, and where the lock is ("" for a matrix that lists its versions).
+    sglang_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    lock: str = ""
 
 
 def content_hash(payload: object, length: int = 12) -> str:

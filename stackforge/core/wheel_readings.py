@@ -25,6 +25,8 @@ class ReleaseFile:
     yanked: bool = False
     kind: str = "wheel"       # wheel | sdist
     index: str = ""           # the location (without credentials) the file was taken from
+    upload_time: str = ""     # ISO 8601 upload time (PEP 700 JSON indexes); "" where the index gives none
+    core_metadata: bool = False   # the index serves the wheel's METADATA beside it (PEP 658)
 
 
 @dataclass(frozen=True, slots=True)

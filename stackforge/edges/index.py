@@ -55,7 +55,7 @@ ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q
 CACHE_TTL_S = 24 * 3600
 TIMEOUT = (5, 20)   # connect, read: an unreachable index must answer fast
 # An index page is asked again after this long (bump the file's entry version when its shape changes).
-_ENTRY_FORMAT = "entries-v2"
+_ENTRY_FORMAT = "entries-v3"
 
 
 class IndexUnreachableError(StackforgeError):
@@ -204,11 +204,12 @@ class IndexEntry:
     requires_python: str = ""
     yanked: bool = False
     core_metadata: bool = False   # the location serves the wheel's METADATA beside it (PEP 658)
+    upload_time: str = ""         # PEP 700 ``upload-time`` (JSON pages only)
 
     def to_json(self) -> dict[str, Any]:
         return {"filename": self.filename, "url": self.url, "sha256": self.sha256,
                 "requires_python": self.requires_python, "yanked": self.yanked,
-                "core_metadata": self.core_metadata}
+                "core_metadata": self.core_metadata, "upload_time": self.upload_time}
 
 
 def project_files(source: IndexSource, project: str, *, session: requests.Session, cache: Path | None = None,
@@ -294,7 +295,8 @@ def _json_entries(data: Mapping[str, Any], base_url: str) -> list[IndexEntry]:
                                   sha256=str(hashes.get("sha256", "")).lower(),
                                   requires_python=str(item.get("requires-python") or ""),
                                   yanked=bool(item.get("yanked", False)),
-                                  core_metadata=bool(item.get("core-metadata") or item.get("data-dist-info-metadata"))))
+                                  core_metadata=bool(item.get("core-metadata") or item.get("data-dist-info-metadata")),
+                                  upload_time=str(item.get("upload-time") or "")))
     return entries
 
 
@@ -310,7 +312,9 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl
     if path is not None and path.exists() and time.time() - path.stat().st_mtime < ttl_s:
         stored = json.loads(path.read_text()).get("files")
         return None if stored is None else [IndexEntry(**item) for item in stored]
-    response = session.get(url, headers={"Accept": ACCEPT}, timeout=timeout)
+    # ttl 0 asks for today's answer: PyPI's CDN otherwise serves a page up to ~15 minutes old.
+    headers = {"Accept": ACCEPT, **({"Cache-Control": "no-cache"} if ttl_s <= 0 else {})}
+    response = session.get(url, headers=headers, timeout=timeout)
     if response.status_code == 404:
         entries = None
     else:
@@ -463,6 +467,12 @@ class Release:
     def wheels(self) -> tuple[ReleaseFile, ...]:
         return tuple(f for f in self.files if f.kind == "wheel")
 
+    @property
+    def uploaded(self) -> str:
+        """When the release's first file was uploaded (ISO 8601), or "" when the index does not say."""
+        times = sorted(f.upload_time for f in self.files if f.upload_time)
+        return times[0] if times else ""
+
 
 def file_kind_and_version(filename: str, project: str) -> tuple[str, Version] | None:
     """("wheel" | "sdist", version) of a file of ``project``; ``None`` for another project's or other files."""
@@ -479,14 +489,35 @@ def file_kind_and_version(filename: str, project: str) -> tuple[str, Version] | 
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseListing:
+    """A project's releases, and the files of it whose version is not PEP 440 (skipped, never guessed at)."""
+
+    releases: tuple[Release, ...]
+    skipped: tuple[str, ...] = ()
+
+
 def releases(dist: str, *, indexes: IndexConfig, include_pre: bool = False, include_yanked: bool = False,
              session: requests.Session | None = None, cache_dir: Path | None = None,
              ttl_s: float = CACHE_TTL_S) -> list[Release]:
     """Every release of ``dist`` the configured locations list, oldest first (``packaging.version`` order).
 
+    See :func:`release_listing`, which also names the files it skipped.
+    """
+    return list(release_listing(dist, indexes=indexes, include_pre=include_pre, include_yanked=include_yanked,
+                                session=session, cache_dir=cache_dir, ttl_s=ttl_s).releases)
+
+
+def release_listing(dist: str, *, indexes: IndexConfig, include_pre: bool = False, include_yanked: bool = False,
+                    session: requests.Session | None = None, cache_dir: Path | None = None,
+                    ttl_s: float = CACHE_TTL_S) -> ReleaseListing:
+    """Every release of ``dist`` the configured locations list, oldest first, and the skipped files.
+
     The same file in several locations is taken once: from the first location that gives its sha256
     (else the first that lists it); :attr:`ReleaseFile.index` says where it came from. Pre-releases
     and yanked files are left out unless asked for; a release whose every file is left out is too.
+    A file of the project whose version is not PEP 440 is skipped and named in ``skipped``.
+    ``ttl_s=0`` asks every location afresh (``Cache-Control: no-cache``).
 
     Raises:
         IndexUnreachableError: a location did not answer. A release list with a location missing
@@ -496,6 +527,7 @@ def releases(dist: str, *, indexes: IndexConfig, include_pre: bool = False, incl
     session = session or new_session(indexes)
     by_name: dict[str, ReleaseFile] = {}
     versions: dict[str, Version] = {}
+    skipped: list[str] = []
     for source in indexes.sources():
         try:
             entries = project_files(source, project, session=session, cache=cache_dir, ttl_s=ttl_s)
@@ -504,6 +536,8 @@ def releases(dist: str, *, indexes: IndexConfig, include_pre: bool = False, incl
         for entry in entries or ():
             parsed = file_kind_and_version(entry.filename, project)
             if parsed is None:
+                if _names_project(entry.filename, project):
+                    skipped.append(entry.filename)
                 continue
             kind, version = parsed
             known = by_name.get(entry.filename)
@@ -513,7 +547,8 @@ def releases(dist: str, *, indexes: IndexConfig, include_pre: bool = False, incl
             by_name[entry.filename] = ReleaseFile(
                 dist=project, version=str(version), filename=entry.filename, url=entry.url, sha256=entry.sha256,
                 requires_python=entry.requires_python, yanked=entry.yanked, kind=kind,
-                index=without_credentials(source.location))
+                index=without_credentials(source.location), upload_time=entry.upload_time,
+                core_metadata=entry.core_metadata)
     grouped: dict[str, list[ReleaseFile]] = {}
     for file in by_name.values():
         if file.yanked and not include_yanked:
@@ -522,7 +557,16 @@ def releases(dist: str, *, indexes: IndexConfig, include_pre: bool = False, incl
     found = [Release(project, version, tuple(sorted(files, key=lambda f: f.filename)))
              for version, files in grouped.items()
              if include_pre or not versions[version].is_prerelease]
-    return sorted(found, key=lambda r: versions[r.version])
+    return ReleaseListing(tuple(sorted(found, key=lambda r: versions[r.version])),
+                          tuple(dict.fromkeys(skipped)))
+
+
+def _names_project(filename: str, project: str) -> bool:
+    """Whether a file name that did not parse still starts with the project's name (a release of it
+    with a version that is not PEP 440), as opposed to another project's file or a page link."""
+    stem = filename.replace("_", "-").replace(".", "-").lower()
+    return (filename.endswith((".whl", ".tar.gz", ".zip"))
+            and stem.startswith(project.replace("_", "-").replace(".", "-") + "-"))
 
 
 def find_release(found: Sequence[Release], version: str) -> Release | None:

@@ -12,6 +12,16 @@
     include:
       - {cuda: "13.1", torch: "2.14.1", flavour: wheels}
 
+An axis may follow the index instead (:mod:`stackforge.plan.selectors`), and the torch, FlashInfer and
+kernel versions may come from each SGLang release's own pins::
+
+    axes:
+      sglang: {latest: 2}
+    derive: {from: sglang}
+
+What the selectors chose and the pins are read from the matrix's lock file (:mod:`stackforge.plan.lock`,
+written by ``stackforge plan --update-lock``), never from the network while loading.
+
 Expansion follows GitHub Actions: the cartesian product of ``axes``, minus every combination that
 matches an ``exclude`` entry, then each ``include`` entry extends the combinations whose axis
 values it matches (without overwriting an axis value) or, if it matches none, is added as a new
@@ -29,6 +39,8 @@ from stackforge.core.errors import SpecError
 from stackforge.core.model import FLASHINFER_ADDONS, Flavour, Matrix, Stack
 from stackforge.core.versions import parse_version, validate_identifier, validate_version
 from stackforge.core.yamlio import LineDict, check_keys, describe, load_file, require_mapping
+from stackforge.plan.lock import MatrixLock, check_lock_matches, lock_path_for, read_lock
+from stackforge.plan.selectors import Selector, parse_selector
 
 MATRIX_FILE_SCHEMA = 1
 VERSION_KEYS = ("cuda", "torch", "flashinfer", "sglang", "python", "kernel")
@@ -36,7 +48,10 @@ IDENTIFIER_KEYS = ("flavour", "os", "torch_variant")
 LIST_KEYS = ("flashinfer_addons",)
 STACK_KEYS = frozenset(VERSION_KEYS + IDENTIFIER_KEYS + LIST_KEYS)
 REQUIRED_STACK_KEYS = frozenset({"cuda", "torch", "flashinfer", "sglang", "python"})
-TOP_KEYS = frozenset({"schema", "name", "description", "targets", "defaults", "axes", "include", "exclude"})
+TOP_KEYS = frozenset({"schema", "name", "description", "targets", "defaults", "axes", "include", "exclude",
+                      "derive"})
+#: What ``derive: {from: sglang}`` sets from each SGLang release's pins (key in the pins row -> stack key).
+DERIVED_FROM_SGLANG = {"torch": "torch", "flashinfer": "flashinfer", "kernel": "kernel"}
 
 Combo = dict[str, Any]
 
@@ -52,7 +67,11 @@ def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
     _check_schema(doc)
     if os_names:
         _check_os_names(doc, frozenset(os_names))
-    axes = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
+    axes, selectors = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
+    derive_from = _derive_from(doc, axes, selectors)
+    lock = None
+    if selectors or derive_from:
+        lock = _locked_axes(path, axes, selectors, derive_from)
     defaults = (_load_entry(doc["defaults"], what="defaults", source=doc.source, line=doc.line_of("defaults"))
                 if "defaults" in doc else {})
     excludes = [_load_entry(e, what="exclude entry") for e in _entries(doc, "exclude")]
@@ -65,7 +84,65 @@ def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
                         line=doc.line_of("axes") if "axes" in doc else doc.line,
                         remedy="give axes values, e.g. axes: {cuda: [\"13.1\"], ...}, or an include entry")
     return Matrix(name=str(doc.get("name", path.stem)), source=str(path), stacks=stacks,
-                  targets=_load_targets(doc), excluded=excluded, description=str(doc.get("description", "")))
+                  targets=_load_targets(doc), excluded=excluded, description=str(doc.get("description", "")),
+                  sglang_pins={p.sglang: p.as_row() for p in lock.pins} if lock else {},
+                  lock=str(lock_path_for(path)) if lock else "")
+
+
+def selectors_of(path: Path) -> tuple[tuple[Selector, ...], str | None]:
+    """A matrix file's selectors and what it derives from (``None``: nothing), without reading its lock."""
+    doc = require_mapping(load_file(path), what="matrix file", source=str(path))
+    axes, selectors = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
+    return tuple(selectors), _derive_from(doc, axes, selectors)
+
+
+def _derive_from(doc: LineDict, axes: dict[str, list[Any]], selectors: list[Selector]) -> str | None:
+    """``derive: {from: sglang}`` checked: the axes it sets must not be written as well."""
+    if "derive" not in doc:
+        return None
+    derive = require_mapping(doc["derive"], what="derive", source=doc.source, line=doc.line_of("derive"))
+    check_keys(derive, allowed={"from"}, what="derive", required={"from"})
+    if derive["from"] != "sglang":
+        raise SpecError(f"derive: from must be sglang (the release whose pins set torch, flashinfer and kernel), "
+                        f"got {describe(derive['from'])}", source=doc.source, line=derive.line_of("from"))
+    written = [k for k in DERIVED_FROM_SGLANG.values() if k in axes or any(s.axis == k for s in selectors)]
+    if written:
+        raise SpecError(f"derive: {{from: sglang}} sets {', '.join(written)} from each SGLang release's pins; "
+                        f"remove the axis", source=doc.source, line=doc.line_of("derive"))
+    if "sglang" not in axes and not any(s.axis == "sglang" for s in selectors):
+        raise SpecError("derive: {from: sglang} needs an sglang axis (a list or a selector)", source=doc.source,
+                        line=doc.line_of("derive"))
+    return "sglang"
+
+
+def _locked_axes(path: Path, axes: dict[str, list[Any]], selectors: list[Selector],
+                 derive_from: str | None) -> MatrixLock:
+    """Fill the selector axes from the lock and, with ``derive``, make each SGLang value carry its pins."""
+    lock_path = lock_path_for(path)
+    lock = read_lock(lock_path)
+    for selector in selectors:
+        locked = lock.axis(selector.axis)
+        axes[selector.axis] = list(locked.versions) if locked else []
+    check_lock_matches(lock, selectors, {"sglang": axes.get("sglang", [])} if derive_from else {}, path=lock_path)
+    if derive_from:
+        axes["sglang"] = [_with_pins(version, lock, lock_path) for version in axes["sglang"]]
+    return lock
+
+
+def _with_pins(sglang: str, lock: MatrixLock, lock_path: Path) -> dict[str, str]:
+    """One SGLang axis value with the versions its release pins (a combination, expanded together)."""
+    pins = lock.pins_of(sglang)
+    row = pins.as_row() if pins else {}
+    combo = {"sglang": sglang}
+    for key, stack_key in DERIVED_FROM_SGLANG.items():
+        value = row.get(key)
+        if value is None:
+            continue
+        if value[:1] in "<>=!~":
+            raise SpecError(f"sglang {sglang} requires {key}{value}, a range, not one version; derive takes exact "
+                            f"pins only", source=str(lock_path), remedy=f"list {stack_key} versions in the matrix instead")
+        combo[stack_key] = validate_version(value, what=stack_key, source=str(lock_path))
+    return combo
 
 
 def _empty_like(parent: LineDict) -> LineDict:
@@ -114,16 +191,21 @@ def _load_targets(doc: LineDict) -> tuple[str, ...]:
                  for i, t in enumerate(value))
 
 
-def _load_axes(axes: Any, *, source: str, line: int) -> dict[str, list[Any]]:
+def _load_axes(axes: Any, *, source: str, line: int) -> tuple[dict[str, list[Any]], list[Selector]]:
+    """The listed axes, and the axes written as selectors (filled in from the lock later)."""
     axes = require_mapping(axes, what="axes", source=source, line=line)
     check_keys(axes, allowed=STACK_KEYS, what="axes")
     loaded: dict[str, list[Any]] = {}
+    selectors: list[Selector] = []
     for key, values in axes.items():
+        if isinstance(values, dict):
+            selectors.append(parse_selector(key, dict(values), source=axes.source, line=axes.line_of(key)))
+            continue
         if not isinstance(values, list) or not values:
             raise SpecError(f"axis {key!r} must be a non-empty list, got {describe(values)}", source=axes.source,
                             line=axes.line_of(key))
         loaded[key] = [_value(key, v, source=axes.source, line=values.line_of(i)) for i, v in enumerate(values)]
-    return loaded
+    return loaded, selectors
 
 
 def _load_entry(entry: Any, *, what: str, source: str = "", line: int | None = None) -> Combo:
@@ -175,18 +257,27 @@ def _same(key: str, a: Any, b: Any) -> bool:
 
 def _expand(axes: dict[str, list[Any]], excludes: list[Combo], includes: list[Combo]) -> tuple[list[Combo], int]:
     keys = list(axes)
-    product = [dict(zip(keys, values)) for values in itertools.product(*axes.values())] if keys else []
+    # A derived SGLang value is a combination ({sglang, torch, flashinfer, kernel}) expanded together.
+    product = [_flat(zip(keys, values)) for values in itertools.product(*axes.values())] if keys else []
     kept = [c for c in product if not any(_matches(c, e) for e in excludes)]
     extra: list[Combo] = []
+    axis_keys = set(keys).union(*(v for values in axes.values() for v in values if isinstance(v, dict)))
     for entry in includes:
-        on_axes = {k: v for k, v in entry.items() if k in axes}
-        rest = {k: v for k, v in entry.items() if k not in axes}
+        on_axes = {k: v for k, v in entry.items() if k in axis_keys}
+        rest = {k: v for k, v in entry.items() if k not in axis_keys}
         targets = [c for c in kept if _matches(c, on_axes)] if keys else []
         for combo in targets:
             combo.update(rest)
         if not targets:
             extra.append(dict(entry))
     return kept + extra, len(product) - len(kept)
+
+
+def _flat(pairs: Any) -> Combo:
+    combo: Combo = {}
+    for key, value in pairs:
+        combo.update(value if isinstance(value, dict) else {key: value})
+    return combo
 
 
 def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Stack, ...]:

@@ -8,7 +8,7 @@ rules say about each feature; they are never mixed with measurements.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from stackforge.plan.rules import (
     Evaluator,
     Finding,
     Rule,
+    Source,
     load_rules,
     load_targets,
 )
@@ -204,9 +205,31 @@ def load_knowledge(compat_dir: Path | None = None, user: UserCompat | None = Non
 
 def pin_rules(tables: Tables) -> tuple[Rule, ...]:
     """Rules generated from SGLang's own pins (data in tables.yaml): a stack that breaks them is pruned."""
-    sources = tables.sources["sglang_pins"]
+    return release_pin_rules(tables.sglang_pins, sources=tables.sources["sglang_pins"],
+                             origin="compat/tables.yaml:sglang_pins")
+
+
+def with_release_pins(knowledge: Knowledge, pins: Mapping[str, Mapping[str, str]], *, lock: str) -> Knowledge:
+    """The knowledge with the SGLang pins a matrix's lock read from the index: they replace the table's rows
+    for the same releases (derivation and pin rules alike), and their rules name the lock as origin."""
+    if not pins:
+        return knowledge
+    rows = {version: dict(row) for version, row in pins.items()}
+    tables = replace(knowledge.tables, sglang_pins={**knowledge.tables.sglang_pins, **rows})
+    replaced = {f"sglang-{version}-pins-" for version in rows}
+    kept = tuple(rule for rule in knowledge.rules
+                 if not (rule.origin == "compat/tables.yaml:sglang_pins" and rule.id.startswith(tuple(replaced))))
+    sources = (Source(ref=f"{lock}: each release's Requires-Dist / Requires-Python, read from its wheel's METADATA "
+                          f"on the index (file and sha256 in the lock)", confidence="verified"),)
+    return replace(knowledge, tables=tables,
+                   rules=kept + release_pin_rules(rows, sources=sources, origin=f"{lock}:pins"))
+
+
+def release_pin_rules(pins_by_release: Mapping[str, Mapping[str, str]], *, sources: tuple[Source, ...],
+                      origin: str) -> tuple[Rule, ...]:
+    """One rule per (SGLang release x pinned torch / flashinfer / python): a stack that breaks it is pruned."""
     rules: list[Rule] = []
-    for sglang, pins in tables.sglang_pins.items():
+    for sglang, pins in pins_by_release.items():
         for fact in ("torch", "flashinfer", "python"):
             if fact not in pins:
                 continue
@@ -215,7 +238,7 @@ def pin_rules(tables: Tables) -> tuple[Rule, ...]:
                 id=f"sglang-{sglang}-pins-{fact}",
                 conditions=(Condition("sglang", "in", frozenset({parse_version(sglang)})),
                             Condition(fact, "not_spec", _specifier(wanted))),
-                effect=Effect.INCOMPATIBLE, component=fact, sources=sources, origin="compat/tables.yaml:sglang_pins",
+                effect=Effect.INCOMPATIBLE, component=fact, sources=sources, origin=origin,
                 reason=f"SGLang {sglang} requires {fact}{wanted}; pip would replace or refuse any other {fact}.",
                 remedy=f"use {fact}{wanted} with sglang {sglang}"))
     return tuple(rules)
@@ -273,4 +296,6 @@ def plan_matrix(matrix: Matrix, knowledge: Knowledge, *, targets: tuple[str, ...
 def plan_file(matrix_path: Path, *, user_compat: UserCompat | None = None, **kwargs: Any) -> Plan:
     """Load a matrix file and the shipped knowledge (with a user compat directory on top), then plan."""
     knowledge = load_knowledge(user=user_compat)
-    return plan_matrix(load_matrix(matrix_path, os_names=knowledge.tables.os_python), knowledge, **kwargs)
+    matrix = load_matrix(matrix_path, os_names=knowledge.tables.os_python)
+    return plan_matrix(matrix, with_release_pins(knowledge, matrix.sglang_pins, lock=display_path(matrix.lock)
+                                                 if matrix.lock else ""), **kwargs)
