@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("probes", ("stackforge.probes",)),
     ("bench", ("stackforge.bench",)),
     ("results", ("stackforge.results",)),
+    ("watch", ("stackforge.watch",)),
     ("report", ("stackforge.report",)),
     ("ci", ("stackforge.ci",)),
     ("doctor", ("stackforge.doctor",)),

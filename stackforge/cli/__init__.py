@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("listing", "List the known targets, features, probes or rules."),
     "compat": ("compat", "Check the compatibility rules against the released wheels (compat verify)."),
     "bisect": ("bisect", "Find the release where a feature's verdict changes, read from the wheels on the index."),
+    "watch": ("watch", "Read what the index uploaded since the last watch: verdicts, rules and stacks it changes."),
 }
 
 

@@ -220,6 +220,21 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
                        checks=checks, witness=witness)
 
 
+def touched_by_release(rule: Rule, dist: str, version: str, versions: Sequence[str]) -> bool:
+    """Whether ``dist`` ``version`` sits at one of ``rule``'s bounds among ``versions`` (the releases known,
+    oldest first): it is the last release outside, first or last inside, or first outside of a run of
+    releases the rule covers. A release there can move the bound, so the rule is read again."""
+    witness = rule.witness
+    if witness is None or witness.dist != dist:
+        return False
+    window = [v for v in versions if witness.over is None or witness.over.contains(v, prereleases=True)]
+    if version not in window:
+        return False
+    conditions = [c for c in rule.conditions if c.fact == witness.version_fact]
+    inside = [all(c.holds(v) for c in conditions) for v in window]
+    return any(inside) and version in {window[i] for i, _ in bound_points(inside)}
+
+
 def unwitnessed_reason(rule: Rule) -> str:
     """Why a rule without a witness is not checked: what its data says, or what it lacks."""
     if rule.unwitnessed:

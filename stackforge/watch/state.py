@@ -1,0 +1,118 @@
+"""What ``stackforge watch`` saw last: per distribution, the newest release the index had and when.
+
+The state is one JSON file under the results folder (``<results>/watch-state.json``), written
+atomically and only when a watch finishes: an unreachable index or an interrupted watch leaves the old
+one. Two watches on one state file do not interleave: the second waits for the first's lock up to a
+few seconds, then stops with exit 2 naming the holder. A state file that does not parse is an error
+with the remedy, never reset silently (that would make every release look new, or none).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stackforge.core.envelope import document_text
+from stackforge.core.errors import SpecError, StackforgeError
+from stackforge.core.fsio import atomic_write_text
+
+STATE_NAME = "watch-state.json"
+STATE_SCHEMA = "stackforge.watch-state/1"
+LOCK_WAIT_S = 5.0
+
+
+class WatchBusyError(StackforgeError):
+    """Another watch holds the state file's lock."""
+
+    code = "watch.busy"
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SeenRelease:
+    """The newest final release of a distribution at the last watch."""
+
+    version: str
+    uploaded: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"version": self.version, "uploaded": self.uploaded}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchState:
+    """Per distribution the newest release seen, and when the index was last read."""
+
+    seen: Mapping[str, SeenRelease] = field(default_factory=dict)
+    checked_at: str = ""
+    index: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": STATE_SCHEMA, "checked_at": self.checked_at, "index": self.index,
+                "seen": {dist: release.to_json() for dist, release in sorted(self.seen.items())}}
+
+
+def state_path(results_root: Path) -> Path:
+    return results_root / STATE_NAME
+
+
+def read_state(path: Path) -> WatchState | None:
+    """The saved state; ``None`` when there is none yet.
+
+    Raises:
+        SpecError: the file is corrupt (exit 2), with the remedy.
+    """
+    if not path.is_file():
+        return None
+    remedy = (f"restore {path} from a backup, or move it away to start over (the next watch then records "
+              "a new baseline and reports nothing as new)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"schema is {data.get('schema') if isinstance(data, dict) else 'missing'!r}, "
+                             f"expected {STATE_SCHEMA}")
+        seen = {str(dist): SeenRelease(str(item["version"]), str(item.get("uploaded", "")))
+                for dist, item in dict(data.get("seen") or {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(f"corrupt watch state {path}: {type(exc).__name__}: {exc}", remedy=remedy) from None
+    return WatchState(seen, str(data.get("checked_at", "")), str(data.get("index", "")))
+
+
+def write_state(path: Path, state: WatchState) -> None:
+    atomic_write_text(path, document_text(state.to_json()))
+
+
+@contextmanager
+def state_lock(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold ``<state>.lock`` for the length of one watch.
+
+    Raises:
+        WatchBusyError: another watch held it for ``wait_s`` seconds (exit 2).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_file = path.with_name(path.name + ".lock")
+    handle = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(handle, 64, 0).decode(errors="replace").strip() or "unknown"
+                    raise WatchBusyError(f"another stackforge watch (pid {holder}) is using {path}",
+                                         remedy="wait for it to finish, or give this one another --results") from None
+                time.sleep(0.2)
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(handle)   # closing the descriptor releases the lock
