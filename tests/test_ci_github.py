@@ -115,9 +115,26 @@ def test_rendering_is_deterministic_and_config_sensitive() -> None:
 # ------------------------------------------------------------------------------------------ structure
 
 
-def test_triggers_are_a_nightly_cron_and_manual_dispatch() -> None:
+def test_triggers_are_a_nightly_cron_an_hourly_watch_and_manual_dispatch() -> None:
     data = _loaded(CONFIGS["cpu-only"])
-    assert data["on"] == {"schedule": [{"cron": "0 2 * * 1-5"}], "workflow_dispatch": {}}
+    assert data["on"] == {"schedule": [{"cron": "0 2 * * 1-5"}, {"cron": "41 * * * *"}], "workflow_dispatch": {}}
+
+
+def test_the_workflow_starts_with_watch_and_the_hourly_run_watches_only() -> None:
+    data = _loaded(CONFIGS["cpu-only"])
+    jobs = data["jobs"]
+    assert list(jobs)[0] == "watch" and jobs["plan"]["needs"] == ["watch"]
+    watch = "\n".join(step.get("run", "") for step in jobs["watch"]["steps"])
+    assert 'stackforge watch --matrix "$STACKFORGE_MATRIX"' in watch and "GITHUB_STEP_SUMMARY" in watch
+    assert "stackforge compat verify" in watch
+    nightly = "github.event.schedule == '0 2 * * 1-5'"
+    assert nightly in jobs["plan"]["if"] and nightly in jobs["verdict"]["if"]
+    assert "--update-lock" in next(s["run"] for s in jobs["plan"]["steps"] if s.get("name") == "Plan")
+
+
+def test_the_watch_cron_must_differ_from_the_nightly_one() -> None:
+    with pytest.raises(SpecError, match="--watch-cron must differ"):
+        WorkflowConfig(cron="41 * * * *")
 
 
 def test_every_action_is_pinned_to_at_least_a_major_version() -> None:
@@ -140,7 +157,7 @@ def test_gpu_jobs_run_on_self_hosted_runners_selected_by_arch_label() -> None:
 
 def test_cpu_only_workflow_has_no_gpu_jobs() -> None:
     data = _loaded(CONFIGS["cpu-only"])
-    assert list(data["jobs"]) == ["plan", "build", "gate", "report", "publish", "verdict"]
+    assert list(data["jobs"]) == ["watch", "plan", "build", "gate", "report", "publish", "verdict"]
     assert data["jobs"]["report"]["needs"] == ["plan", "gate"]
     assert all(job["runs-on"] == "ubuntu-24.04" for job in data["jobs"].values())
 
@@ -202,7 +219,9 @@ def test_report_merges_diffs_and_publishes_and_verdict_fails_on_regressions() ->
     assert publish["environment"]["name"] == "github-pages"
     assert publish["steps"][0]["uses"] == ACTIONS["deploy-pages"]
     verdict = data["jobs"]["verdict"]
-    assert verdict["needs"] == ["report", "publish"] and verdict["if"] == "${{ !cancelled() }}"
+    assert verdict["needs"] == ["report", "publish"]
+    assert verdict["if"] == ("${{ !cancelled() && (github.event_name != 'schedule' || "
+                             "github.event.schedule == '17 3 * * *') }}"), "the hourly watch run has no verdict"
     assert verdict["steps"][0]["env"]["DIFF"] == "${{ needs.report.outputs.diff-status }}"
 
 

@@ -7,7 +7,11 @@ out over; the workflow's ``plan`` job calls it through ``stackforge ci shards``.
 
 The workflow, job by job::
 
-    plan      (CPU)  stackforge plan --json; which shards have work; which GPU jobs exist
+    watch     (CPU)  stackforge watch (what the index uploaded since the last run, read in the wheels)
+                     and, nightly, stackforge compat verify; the report is the job summary and an artifact
+                     a pull-request step can use. The hourly schedule runs this job alone.
+    plan      (CPU)  stackforge plan --json (on a lock re-resolved first, when the matrix follows the
+                     index); which shards have work; which GPU jobs exist
     build     (CPU)  one job per shard: build and push to the registry
     gate      (CPU)  one job per shard: gate-tier probes in the pushed images (no GPU needed)
     runtime   (GPU)  one job per arch label x target x shard on self-hosted runners
@@ -49,12 +53,15 @@ ACTIONS = {
     "deploy-pages": "actions/deploy-pages@v5",
     "login": "docker/login-action@v4",
     "setup-buildx": "docker/setup-buildx-action@v4",
+    "cache": "actions/cache@v5",
 }
 
 DEFAULT_MATRIX = "matrices/default.yaml"
 DEFAULT_SHARDS = 4
 # 03:17 UTC: off the hour, when GitHub's scheduler is least loaded and cron runs start on time.
 DEFAULT_CRON = "17 3 * * *"
+# Every hour at :41: a release is read within the hour of its upload (PyPI's CDN answers within ~15 minutes).
+DEFAULT_WATCH_CRON = "41 * * * *"
 DEFAULT_RUNNER = "ubuntu-latest"
 DEFAULT_PYTHON = "3.12"
 DEFAULT_WORKFLOW_PATH = ".github/workflows/stackforge-nightly.yml"
@@ -70,7 +77,7 @@ PAGES_ARTIFACT = "stackforge-matrix"
 
 # Minutes per job. A full SGLang image builds in about 8 minutes on a fast machine and can take an hour
 # on a 4-core hosted runner; hosted runners stop any job at 6 hours.
-TIMEOUTS = {"plan": 15, "build": 300, "gate": 120, "runtime": 180, "bench": 240, "report": 30, "publish": 15,
+TIMEOUTS = {"watch": 30, "plan": 15, "build": 300, "gate": 120, "runtime": 180, "bench": 240, "report": 30, "publish": 15,
             "verdict": 5}
 
 _GPU_LABEL = re.compile(r"sm_[0-9]{2,3}[af]?")
@@ -109,6 +116,7 @@ class WorkflowConfig:
     install: str = DEFAULT_INSTALL
     python: str = DEFAULT_PYTHON
     workflow_path: str = DEFAULT_WORKFLOW_PATH
+    watch_cron: str = DEFAULT_WATCH_CRON
 
     def __post_init__(self) -> None:
         _check(_MATRIX_PATH, self.matrix, "--matrix", "a relative path such as matrices/default.yaml")
@@ -122,14 +130,22 @@ class WorkflowConfig:
             Repository.parse(self.registry)
         if not 1 <= self.shards <= MAX_SHARDS:
             raise SpecError(f"--shards must be between 1 and {MAX_SHARDS}, got {self.shards}")
-        fields = self.cron.split(" ")
-        if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
-            raise SpecError(f"--cron {self.cron!r} is not five cron fields separated by single spaces")
+        for option, cron in (("--cron", self.cron), ("--watch-cron", self.watch_cron)):
+            fields = cron.split(" ")
+            if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+                raise SpecError(f"{option} {cron!r} is not five cron fields separated by single spaces")
+        if self.cron == self.watch_cron:
+            raise SpecError("--watch-cron must differ from --cron: the schedule tells the two runs apart")
         _check(_RUNNER_LABEL, self.runner, "--runner", "a runner label such as ubuntu-latest")
         _check(_INSTALL_SPEC, self.install, "--install",
                "a pip requirement such as git+https://github.com/<owner>/stackforge@v0.1.0, or .")
         _check(_PYTHON, self.python, "--python", "a version such as 3.12")
         _check(_OUT_PATH, self.workflow_path, "--out", f"a path such as {DEFAULT_WORKFLOW_PATH}")
+
+    @property
+    def nightly(self) -> str:
+        """The condition of the nightly jobs: a manual run, or the nightly schedule (not the hourly watch)."""
+        return f"github.event_name != 'schedule' || github.event.schedule == '{self.cron}'"
 
     @property
     def registry_ref(self) -> str:
@@ -154,6 +170,8 @@ class WorkflowConfig:
         parts += ["--shards", str(self.shards)]
         if self.cron != DEFAULT_CRON:
             parts += ["--cron", self.cron]
+        if self.watch_cron != DEFAULT_WATCH_CRON:
+            parts += ["--watch-cron", self.watch_cron]
         if self.runner != DEFAULT_RUNNER:
             parts += ["--runner", self.runner]
         parts += ["--install", self.install]
@@ -216,7 +234,8 @@ def _download_build_records() -> dict[str, Any]:
 
 
 def _upload(name: str, path: str, *, retention_days: int | None = None) -> dict[str, Any]:
-    step: dict[str, Any] = {"name": "Upload " + path.rstrip("/"), "if": "${{ !cancelled() }}",
+    step: dict[str, Any] = {"name": "Upload " + ", ".join(p.rstrip("/") for p in path.split()),
+                            "if": "${{ !cancelled() }}",
                             "uses": ACTIONS["upload-artifact"],
                             "with": {"name": name, "path": path, "if-no-files-found": "warn"}}
     if retention_days is not None:
@@ -235,10 +254,56 @@ def _packages(config: WorkflowConfig, access: str) -> tuple[tuple[str, str], ...
     return (("packages", access),) if config.registry_host == "ghcr.io" else ()
 
 
+# watch exits 1 when it read new releases: that is news, not a failure. 2 and 3 fail the step.
+_WATCH = """\
+rc=0
+stackforge watch --matrix "$STACKFORGE_MATRIX" --results watch-state --md watch.md --json-out watch.json || rc=$?
+cat watch.md >> "$GITHUB_STEP_SUMMARY"
+if [ "$rc" -gt 1 ]; then
+  exit "$rc"
+fi
+if [ "$rc" -eq 1 ]; then
+  echo "new-releases=true" >> "$GITHUB_OUTPUT"
+else
+  echo "new-releases=false" >> "$GITHUB_OUTPUT"
+fi
+"""
+
+_VERIFY = """\
+rc=0
+stackforge compat verify > verify.txt || rc=$?
+{ echo '## compat verify'; echo '```'; tail -n 40 verify.txt; echo '```'; } >> "$GITHUB_STEP_SUMMARY"
+exit "$rc"
+"""
+
+
+def _watch_job(config: WorkflowConfig) -> dict[str, Any]:
+    """What the index uploaded since the last run (state kept in the Actions cache), and the rules verified."""
+    return {
+        "name": "Watch the index",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["watch"],
+        "permissions": _permissions(),
+        "outputs": {"new-releases": "${{ steps.watch.outputs.new-releases }}"},
+        "steps": [
+            *_prepare(config),
+            # The state moves forward each run: a new key per run, restored from the newest earlier one.
+            {"name": "Restore the watch state", "uses": ACTIONS["cache"],
+             "with": {"path": "watch-state", "key": "stackforge-watch-${{ github.run_id }}-${{ github.run_attempt }}",
+                      "restore-keys": "stackforge-watch-"}},
+            {"name": "Watch", "id": "watch", "run": _WATCH},
+            {"name": "Verify the rules against the wheels", "if": f"${{{{ {config.nightly} }}}}", "run": _VERIFY},
+            _upload("watch-report", "watch.md\nwatch.json\n", retention_days=30),
+        ],
+    }
+
+
 def _plan_job(config: WorkflowConfig) -> dict[str, Any]:
     labels = "".join(f" --gpu-label {label}" for label in config.gpu_labels)
     return {
         "name": "Plan the matrix",
+        "needs": ["watch"],
+        "if": f"${{{{ !cancelled() && ({config.nightly}) }}}}",
         "runs-on": config.runner,
         "timeout-minutes": TIMEOUTS["plan"],
         "permissions": _permissions(),
@@ -248,9 +313,7 @@ def _plan_job(config: WorkflowConfig) -> dict[str, Any]:
         "steps": [
             *_prepare(config),
             {"name": "Plan",
-             "run": 'stackforge plan --matrix "$STACKFORGE_MATRIX" --json > plan.json\n'
-                    "{ echo '## Plan'; echo '```'; stackforge plan --matrix \"$STACKFORGE_MATRIX\"; "
-                    "echo '```'; } >> \"$GITHUB_STEP_SUMMARY\"\n"},
+             "run": _PLAN},
             {"name": "Shard the plan into jobs", "id": "shards",
              "run": f"stackforge ci shards --plan plan.json --shards {config.shards}{labels}"
                     ' >> "$GITHUB_OUTPUT"\n'},
@@ -260,6 +323,17 @@ def _plan_job(config: WorkflowConfig) -> dict[str, Any]:
             _upload("plan", "plan.json"),
         ],
     }
+
+
+# A matrix that follows the index has a lock beside it: resolve it afresh, so the night builds today's releases.
+_PLAN = """\
+lock="${STACKFORGE_MATRIX%.*}.lock.yaml"
+if [ -f "$lock" ]; then
+  stackforge plan --matrix "$STACKFORGE_MATRIX" --update-lock > /dev/null
+fi
+stackforge plan --matrix "$STACKFORGE_MATRIX" --json > plan.json
+{ echo '## Plan'; echo '```'; stackforge plan --matrix "$STACKFORGE_MATRIX"; echo '```'; } >> "$GITHUB_STEP_SUMMARY"
+"""
 
 
 def _cpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> dict[str, Any]:
@@ -417,7 +491,7 @@ def _verdict_job(config: WorkflowConfig) -> dict[str, Any]:
     return {
         "name": "Fail on regressions",
         "needs": ["report", "publish"],
-        "if": "${{ !cancelled() }}",
+        "if": f"${{{{ !cancelled() && ({config.nightly}) }}}}",
         "runs-on": config.runner,
         "timeout-minutes": TIMEOUTS["verdict"],
         "permissions": {},
@@ -436,6 +510,7 @@ def workflow(config: WorkflowConfig) -> dict[str, Any]:
     """The workflow as a plain dict, keys in the order they are written."""
     matrix_arg = '--matrix "$STACKFORGE_MATRIX"'
     jobs: dict[str, Any] = {
+        "watch": _watch_job(config),
         "plan": _plan_job(config),
         "build": _cpu_job(config, "build", ["plan"],
                           f'stackforge build {matrix_arg} --shard "$SHARD" --push "$STACKFORGE_REGISTRY" '
@@ -451,12 +526,12 @@ def workflow(config: WorkflowConfig) -> dict[str, Any]:
         jobs["bench"] = _gpu_job(config, "bench", ["plan", "runtime"],
                                  f'stackforge bench {matrix_arg} --target "$TARGET" --shard "$SHARD" '
                                  "--builds build-out --results results\n")
-    jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("plan", "build"))])
+    jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("watch", "plan", "build"))])
     jobs["publish"] = _publish_job(config)
     jobs["verdict"] = _verdict_job(config)
     return {
         "name": "stackforge nightly matrix",
-        "on": {"schedule": [{"cron": config.cron}], "workflow_dispatch": {}},
+        "on": {"schedule": [{"cron": config.cron}, {"cron": config.watch_cron}], "workflow_dispatch": {}},
         "permissions": {"contents": "read"},
         "concurrency": {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": False},
         "defaults": {"run": {"shell": "bash"}},

@@ -29,6 +29,8 @@ def command() -> None:
 @click.option("--shards", type=int, default=4, show_default=True, help="Split every stage into N shards.")
 @click.option("--cron", default=None, metavar="'M H D M W'",
               help="Nightly schedule, UTC (default: 17 3 * * *).")
+@click.option("--watch-cron", "watch_cron", default=None, metavar="'M H D M W'",
+              help="Schedule of the runs that only watch the index, UTC (default: 41 * * * *, hourly).")
 @click.option("--runner", default=None, metavar="LABEL", help="CPU runner label (default: ubuntu-latest).")
 @click.option("--install", default=None, metavar="SPEC",
               help="What runners pip-install (default: '.', the workflow's own checkout of stackforge; "
@@ -39,12 +41,13 @@ def command() -> None:
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 if the file at --out differs from the output.")
 def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shards: int, cron: str | None,
-           runner: str | None, install: str | None, python: str | None, out: str, check: bool) -> None:
-    """Generate a sharded nightly workflow: build and gate on CPU runners, runtime probes and benchmarks
-    on self-hosted GPU runners per arch, then merge, diff against the last run, and publish."""
+           watch_cron: str | None, runner: str | None, install: str | None, python: str | None, out: str, check: bool) -> None:
+    """Generate a sharded nightly workflow: watch the index and verify the rules, build and gate on CPU
+    runners, runtime probes and benchmarks on self-hosted GPU runners per arch, then merge, diff against
+    the last run, and publish. An hourly schedule runs the watch alone."""
     from stackforge.ci.github import WorkflowConfig, check_workflow_inputs, render_workflow
 
-    given = {"cron": cron, "runner": runner, "install": install, "python": python}
+    given = {"cron": cron, "watch_cron": watch_cron, "runner": runner, "install": install, "python": python}
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
                             workflow_path=out if out != "-" else ".github/workflows/stackforge-nightly.yml",
                             **{key: value for key, value in given.items() if value is not None})
