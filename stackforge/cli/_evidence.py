@@ -20,6 +20,8 @@ from stackforge.core.records import ResultRecord
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import choose_target
 from stackforge.results.store import LoadedResults, describe_problems, holds_results, load_results
+from stackforge.watch.currency import Currency, currency
+from stackforge.watch.state import read_state, state_path
 
 F = Callable[..., object]
 
@@ -34,6 +36,8 @@ class Evidence:
     runs: tuple[str, ...]
     #: no probe results at all: every cell is a prediction (reports and pick say so)
     predictions_only: bool = False
+    #: how current the evidence is: the newest releases read, and newer ones the last watch saw
+    currency: Currency | None = None
 
 
 def evidence_options(func: F) -> F:
@@ -85,8 +89,16 @@ def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None,
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
              "(run `stackforge probe` to measure)")
     runs = tuple(info.run_id for info in loaded.runs)
+    current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells),
+                       read_state(state_path(results)) if results.is_dir() else None)
     return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
-                    predictions_only=predictions_only)
+                    predictions_only=predictions_only, currency=current)
+
+
+def say_currency(evidence: Evidence, results: Path) -> None:
+    """After the answer, on stderr: how current it is (the newest releases read, newer ones on the index)."""
+    if evidence.currency is not None:
+        click.echo(evidence.currency.line(results), err=True)
 
 
 def check_problems(loaded: LoadedResults, skip_bad: bool) -> None:

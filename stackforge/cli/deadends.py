@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli._evidence import evidence_options, load_evidence, write_output
+from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, write_output
 from stackforge.cli.options import out_file_option
 from stackforge.report.compat_matrix import build_matrix
 from stackforge.report.deadends import FORMATS, find_dead_ends, render_deadends
@@ -29,3 +29,4 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
                              target=target, skip_bad=skip_bad)
     report = build_matrix(evidence.records, evidence.plan, evidence.target, runs=evidence.runs)
     write_output(render_deadends(find_dead_ends(report), fmt), out)
+    say_currency(evidence, results)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli._evidence import evidence_options, load_evidence, warn, write_output
+from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, warn, write_output
 from stackforge.cli.options import out_file_option
 from stackforge.report.compat_matrix import FORMATS, build_matrix
 from stackforge.report.diff import FORMATS as DIFF_FORMATS
@@ -39,6 +39,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
     report = build_matrix(evidence.records, evidence.plan, evidence.target, features=features,
                           runs=evidence.runs)
     write_output(render_matrix(report, fmt), out)
+    say_currency(evidence, results)
 
 
 @command.command(name="diff")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli._evidence import evidence_options, load_evidence, warn
+from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, warn
 from stackforge.cli.options import cuda_option, only_option
 from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import NothingQualifiesError
@@ -67,10 +67,12 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     if fmt == "json":
         payload = pick_to_json(chosen, candidates, evidence.target, features, driver)
         payload["predictions_only"] = evidence.predictions_only
+        payload["currency"] = evidence.currency.to_json() if evidence.currency else None
         click.echo(report_json_text(payload), nl=False)
     if chosen is None:
         if fmt == "text":
             _explain(candidates, evidence.target, features, driver)
+            say_currency(evidence, results)
         if evidence.predictions_only:   # no image from a prediction, ever: exit 4, never 0 or 5
             raise predictions_only_shortfall(candidates, evidence.target)
         raise NothingQualifiesError(_short(candidates, evidence.target, fmt),
@@ -81,6 +83,7 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
             click.echo(f"  {line}", err=True)
         for message in chosen.warnings():
             warn(message)
+        say_currency(evidence, results)
     if chosen.exit_code:
         raise click.exceptions.Exit(chosen.exit_code)
 

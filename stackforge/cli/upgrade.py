@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli._evidence import evidence_options, load_evidence, write_output
+from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, write_output
 from stackforge.cli.options import out_file_option
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import load_knowledge
@@ -54,6 +54,7 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
                            runs=evidence.runs, plan_only=plan_path is not None or matrix is not None,
                            nvcc_features=features_only_nvcc_decides(load_knowledge(user=user_compat()).rules))
     write_output(render_upgrade(report, fmt), out)
+    say_currency(evidence, results)
 
 
 def _choices(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None) -> tuple[StackChoice, StackChoice]:
