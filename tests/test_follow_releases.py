@@ -190,3 +190,23 @@ def test_derive_refuses_an_axis_it_would_set(tmp_path):
 def test_update_lock_on_a_matrix_that_lists_its_versions_is_refused():
     result = _plan("--update-lock")
     assert result.exit_code == 2 and "lists its versions" in result.output
+
+
+def test_the_pins_file_gains_a_row_for_a_new_release_and_reuses_the_rest(tmp_path, index):
+    from stackforge.edges.index import IndexConfig
+    from stackforge.plan.lock_resolve import refresh_pins_file
+    from stackforge.plan.pins_file import PinsFile, read_pins_file, write_pins_file
+
+    indexes = IndexConfig(index_url=index.url)
+    first = refresh_pins_file(PinsFile("0.5.22", "", ()), indexes=indexes)
+    assert [row.sglang for row in first.pins.rows] == ["0.5.22", "0.5.23"], "from `since` on"
+    path = tmp_path / "sglang_pins.yaml"
+    write_pins_file(path, first.pins)
+    assert read_pins_file(path) == first.pins
+    wheel = make_wheel(tmp_path / "wheels", "sglang", "0.5.24", {"sglang/__init__.py": ""},
+                       metadata="Requires-Dist: torch==2.15.0\n")
+    index.add("sglang", wheel)
+    metadata_reads = sum(hit.endswith(".metadata") for hit in index.hits)
+    second = refresh_pins_file(read_pins_file(path), indexes=indexes)
+    assert second.changes == ("+ sglang 0.5.24: torch 2.15.0",)
+    assert sum(hit.endswith(".metadata") for hit in index.hits) == metadata_reads + 1, "known rows are reused"

@@ -34,3 +34,9 @@ def test_flashinfer_0_6_17_replayed_as_new_release(tmp_path, monkeypatch):
     assert release["rules"] and all(r["verdict"] != "wrong" for r in release["rules"])
     assert release["proposed_patches"] == []
     assert not (tmp_path / "results" / "watch-state.json").exists(), "a replay leaves the state alone"
+
+
+def test_the_shipped_sglang_pins_agree_with_the_index():
+    result = CliRunner().invoke(cli, ["compat", "pins"])
+    assert result.exit_code == 0, result.output
+    assert "agrees with the index" in result.stderr

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from stackforge.plan.user_compat import UserCompat
 
-PIN_RULES_ORIGIN = "compat/tables.yaml:sglang_pins"
+PIN_RULES_ORIGIN = "compat/sglang_pins.yaml"
 
 
 def load_compat_overlay(folder: Path) -> UserCompat:

@@ -75,3 +75,36 @@ def wheel_sources(*, index_url: str | None, find_links: tuple[str, ...], cache_r
 
     readings = open_readings(index_url=index_url, find_links=find_links, cache_root=cache_root)
     return readings.evaluate, readings.list_releases
+
+
+@command.command(name="pins")
+@click.option("--write", is_flag=True, help="Rewrite compat/sglang_pins.yaml from the index.")
+@click.option("--index-url", default=None, metavar="URL",
+              help="Index to read from (default: PyPI, the public source each row cites).")
+def pins(write: bool, index_url: str | None) -> None:
+    """Read every SGLang release's pins (torch, FlashInfer, kernel package, Python) from its wheel's METADATA
+    on the index and compare them with compat/sglang_pins.yaml; --write regenerates the file.
+
+    \b
+    Exit 0: the file agrees with the index (or was rewritten); 1: it differs (each change listed);
+    3: the index did not answer.
+    """
+    from stackforge.core.data import data_dir
+    from stackforge.edges.index import IndexConfig
+    from stackforge.edges.pip_config import PYPI_SIMPLE
+    from stackforge.plan.lock_resolve import refresh_pins_file
+    from stackforge.plan.pins_file import PINS_FILE, read_pins_file, write_pins_file
+
+    path = data_dir("compat") / PINS_FILE
+    current = read_pins_file(path)
+    refresh = refresh_pins_file(current, indexes=IndexConfig(index_url=index_url or PYPI_SIMPLE))
+    for line in (*refresh.changes, *(f"note: {n}" for n in refresh.notes)):
+        click.echo(line)
+    if write:
+        write_pins_file(path, refresh.pins)
+        click.echo(f"wrote {path} ({len(refresh.pins.rows)} releases)", err=True)
+        return
+    if refresh.changes:
+        click.echo(f"{path} differs from the index: `stackforge compat pins --write` updates it", err=True)
+        raise click.exceptions.Exit(1)
+    click.echo(f"{path} agrees with the index ({len(refresh.pins.rows)} releases)", err=True)

@@ -21,6 +21,7 @@ from stackforge.core.errors import SpecError
 from stackforge.core.model import Flavour, Stack
 from stackforge.core.versions import minor_of, parse_version, validate_specifier
 from stackforge.core.yamlio import LineDict, check_keys, load_file, require_mapping
+from stackforge.plan.pins_file import PINS_FILE, SOURCE_REF, read_pins_file
 from stackforge.plan.rules import Source, parse_source
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
@@ -99,20 +100,23 @@ class Tables:
     cuda_toolkit_driver: dict[str, str]        # toolkit minor -> driver bundled with its GA release
     cuda_image_tags: dict[str, str]
     os_python: dict[str, str]
-    sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins
+    sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins (compat/sglang_pins.yaml, generated)
     toolkit_wheels: dict[str, dict[str, str]]  # toolkit minor -> {package: version}
     torch_nccl: dict[str, str]                 # torch version -> the NCCL version it pins
     sources: dict[str, tuple[Source, ...]]     # table name -> sources
 
 
 TABLE_NAMES = ("torch_variant_for_toolkit", "torch_variants", "torch_arch_list", "cuda_driver_floor",
-               "cuda_toolkit_driver", "cuda_image_tags", "os_python", "sglang_pins", "toolkit_wheels", "torch_nccl")
+               "cuda_toolkit_driver", "cuda_image_tags", "os_python", "toolkit_wheels", "torch_nccl")
 DEBIAN_CODENAMES = {"debian12": "bookworm", "debian13": "trixie"}
 
 
 def load_tables(path: Path | None = None) -> Tables:
-    """Parse ``compat/tables.yaml``; every table must name its source."""
+    """Parse ``compat/tables.yaml`` (every table must name its source), and SGLang's pins from the generated
+    ``sglang_pins.yaml`` beside it (the shipped one when that folder has none)."""
     path = path or data_dir("compat") / "tables.yaml"
+    pins_path = path.with_name(PINS_FILE)
+    pins = read_pins_file(pins_path if pins_path.is_file() else data_dir("compat") / PINS_FILE)
     doc = require_mapping(load_file(path), what="tables file", source=str(path))
     check_keys(doc, allowed={"schema", "tables", "description"}, what="tables file", required={"schema", "tables"})
     tables = require_mapping(doc["tables"], what="tables", source=str(path))
@@ -131,13 +135,13 @@ def load_tables(path: Path | None = None) -> Tables:
         cuda_toolkit_driver=_string_map(parsed["cuda_toolkit_driver"]),
         cuda_image_tags=_string_map(parsed["cuda_image_tags"]),
         os_python=_string_map(parsed["os_python"]),
-        sglang_pins={str(r["sglang"]): {k: str(v) for k, v in r.items() if k != "sglang"}
-                     for r in _rows(parsed["sglang_pins"])},
+        sglang_pins=pins.by_version(),
         toolkit_wheels={str(k): {str(p): str(v) for p, v in require_mapping(m, what="toolkit wheels",
                                                                           source=str(path)).items()}
                         for k, m in _map(parsed["toolkit_wheels"]).items()},
         torch_nccl=_string_map(parsed["torch_nccl"]),
-        sources={name: _table_sources(table) for name, table in parsed.items()},
+        sources={**{name: _table_sources(table) for name, table in parsed.items()},
+                 "sglang_pins": (Source(ref=SOURCE_REF, confidence="verified", url="https://pypi.org/project/sglang/"),)},
     )
 
 

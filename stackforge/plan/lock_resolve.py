@@ -39,6 +39,7 @@ from stackforge.plan.lock import (
     write_lock,
 )
 from stackforge.plan.matrix_file import selectors_of
+from stackforge.plan.pins_file import PinsFile
 from stackforge.plan.release_pins import pins_from_metadata
 from stackforge.plan.selectors import Selector, choose
 
@@ -148,10 +149,25 @@ def _pins(version: str, listed: tuple[Release, ...], indexes: IndexConfig, sessi
     if release is None:
         raise SpecError(f"sglang {version} is not on the index ({indexes.describe()})",
                         remedy="pick a published version")
+    pins = read_release_pins(release, indexes, session, previous.pins_of(version) if previous else None)
+    if pins is None:
+        raise SpecError(f"sglang {version} has no Linux x86_64 or pure-Python wheel to read its pins from")
+    return pins
+
+
+def read_release_pins(release: Release, indexes: IndexConfig, session: requests.Session,
+                      known: LockedPins | None = None) -> LockedPins | None:
+    """An SGLang release's pins from its wheel's METADATA; ``known`` is reused when it read the same file.
+    ``None`` when the release has no wheel to read (an sdist-only release: its PKG-INFO is not what a
+    built wheel declares).
+
+    Raises:
+        IndexUnreachableError: the file host did not answer (exit 3).
+        SpecError: the index serves neither PEP 658 metadata nor range requests (exit 2).
+    """
     wheel = _metadata_wheel(release)
     if wheel is None:
-        raise SpecError(f"sglang {version} has no Linux x86_64 or pure-Python wheel to read its pins from")
-    known = previous.pins_of(version) if previous else None
+        return None
     if known is not None and (known.metadata_file, known.metadata_sha256) == (wheel.filename, wheel.sha256):
         return known
     entry = IndexEntry(wheel.filename, wheel.url, wheel.sha256, core_metadata=wheel.core_metadata)
@@ -160,10 +176,9 @@ def _pins(version: str, listed: tuple[Release, ...], indexes: IndexConfig, sessi
     except (requests.RequestException, OSError, ValueError, KeyError) as exc:
         raise IndexUnreachableError(wheel.url, unreachable_cause(exc, wheel.url)) from None
     if text is None:
-        raise SpecError(f"sglang {version}: the index serves no metadata for {wheel.filename} and no range "
+        raise SpecError(f"sglang {release.version}: the index serves no metadata for {wheel.filename} and no range "
                         "requests on it", remedy="use an index that serves PEP 658 metadata or range requests")
-    row = pins_from_metadata(version, text).pins
-    return LockedPins(version, row, wheel.filename, wheel.sha256)
+    return LockedPins(release.version, pins_from_metadata(release.version, text).pins, wheel.filename, wheel.sha256)
 
 
 def _metadata_wheel(release: Release):
@@ -176,3 +191,42 @@ def _metadata_wheel(release: Release):
         return (9, filename)
     wheels = sorted((f for f in release.wheels if not f.yanked), key=lambda f: rank(f.filename))
     return wheels[0] if wheels and rank(wheels[0].filename)[0] < 9 else None
+
+
+@dataclass(frozen=True, slots=True)
+class PinsRefresh:
+    """The pins file read afresh from the index, and what moved against the one on disk."""
+
+    pins: PinsFile
+    changes: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def refresh_pins_file(current: PinsFile, *, indexes: IndexConfig) -> PinsRefresh:
+    """Every final SGLang release from ``current.since`` on, its pins read from its wheel's METADATA (rows that
+    read the same wheel are reused). Sdist-only releases get no row, and a note.
+
+    Raises:
+        IndexUnreachableError: the index did not answer (exit 3).
+    """
+    session = new_session(indexes)
+    listing = release_listing("sglang", indexes=indexes, session=session, ttl_s=0)
+    since = Version(current.since)
+    rows, notes = [], [f"sglang: {name} skipped: its version is not PEP 440" for name in listing.skipped]
+    for release in listing.releases:
+        if release.parsed < since or release.yanked:
+            continue
+        pins = read_release_pins(release, indexes, session, current.row(release.version))
+        if pins is None:
+            notes.append(f"sglang {release.version}: no wheel (sdist only): no row")
+            continue
+        rows.append(pins)
+    fresh = PinsFile(current.since, indexes.describe(), tuple(rows))
+    before, after = current.by_version(), fresh.by_version()
+    changes = [f"+ sglang {v}: {', '.join(f'{k} {x}' for k, x in row.items())}" for v, row in after.items()
+               if v not in before]
+    changes += [f"- sglang {v} (no longer on the index)" for v in before if v not in after]
+    changes += [f"~ sglang {v}: " + ", ".join(f"{k} {before[v].get(k)} -> {x}" for k, x in row.items()
+                                              if before[v].get(k) != x)
+                for v, row in after.items() if v in before and before[v] != row]
+    return PinsRefresh(fresh, tuple(changes), tuple(notes))

@@ -22,6 +22,7 @@ from stackforge.core.records import Prediction
 from stackforge.core.versions import parse_version, validate_specifier
 from stackforge.plan.derive import Derived, DriverFloor, Tables, cell_driver_floor, derive, load_tables
 from stackforge.plan.matrix_file import filter_stacks, load_matrix
+from stackforge.plan.pins_file import PINS_ORIGIN
 from stackforge.plan.rules import (
     Condition,
     Effect,
@@ -204,9 +205,9 @@ def load_knowledge(compat_dir: Path | None = None, user: UserCompat | None = Non
 
 
 def pin_rules(tables: Tables) -> tuple[Rule, ...]:
-    """Rules generated from SGLang's own pins (data in tables.yaml): a stack that breaks them is pruned."""
-    return release_pin_rules(tables.sglang_pins, sources=tables.sources["sglang_pins"],
-                             origin="compat/tables.yaml:sglang_pins")
+    """Rules generated from SGLang's own pins (compat/sglang_pins.yaml, generated from each release's
+    METADATA): a stack that breaks them is pruned."""
+    return release_pin_rules(tables.sglang_pins, sources=tables.sources["sglang_pins"], origin=PINS_ORIGIN)
 
 
 def with_release_pins(knowledge: Knowledge, pins: Mapping[str, Mapping[str, str]], *, lock: str) -> Knowledge:
@@ -218,7 +219,7 @@ def with_release_pins(knowledge: Knowledge, pins: Mapping[str, Mapping[str, str]
     tables = replace(knowledge.tables, sglang_pins={**knowledge.tables.sglang_pins, **rows})
     replaced = {f"sglang-{version}-pins-" for version in rows}
     kept = tuple(rule for rule in knowledge.rules
-                 if not (rule.origin == "compat/tables.yaml:sglang_pins" and rule.id.startswith(tuple(replaced))))
+                 if not (rule.origin == PINS_ORIGIN and rule.id.startswith(tuple(replaced))))
     sources = (Source(ref=f"{lock}: each release's Requires-Dist / Requires-Python, read from its wheel's METADATA "
                           f"on the index (file and sha256 in the lock)", confidence="verified"),)
     return replace(knowledge, tables=tables,

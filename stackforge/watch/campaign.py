@@ -31,7 +31,7 @@ from stackforge.core.data import data_dir
 from stackforge.core.errors import SpecError
 from stackforge.core.wheel_readings import ReadContext, ReadingStatus, feature_of_fact
 from stackforge.edges.index import IndexConfig, IndexRequest, Release, configured_indexes, release_listing
-from stackforge.plan.lock_resolve import LockUpdate, update_lock
+from stackforge.plan.lock_resolve import LockUpdate, read_release_pins, update_lock
 from stackforge.plan.matrix_file import selectors_of
 from stackforge.plan.planner import Knowledge, load_knowledge, plan_file
 from stackforge.plan.user_compat import UserCompat
@@ -45,7 +45,7 @@ from stackforge.watch.state import SeenRelease, WatchState, read_state, state_lo
 #: The distributions watched by default: what a serving stack is built from.
 WATCHED = ("sglang", "sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin", "torch")
 #: Origin of the rules generated from SGLang's pins: data, re-read by --update-lock, not verified here.
-_PIN_ORIGINS = ("compat/tables.yaml:sglang_pins",)
+_PIN_ORIGINS = ("compat/sglang_pins.yaml",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +129,7 @@ class NewRelease:
     unread: str = ""                     # why it was not read ("" when it was)
     comparisons: tuple[VerdictComparison, ...] = ()
     rules: tuple[RuleRecheck, ...] = ()
+    pins: dict[str, str] | None = None   # an SGLang release compat/sglang_pins.yaml lacks: its pins, read now
 
     @property
     def changed(self) -> tuple[VerdictComparison, ...]:
@@ -311,7 +312,17 @@ def _read_new_release(dist: str, release: Release, found: Sequence[Release],
         comparisons += grouped.values()
     usable = [r for r in found if not r.yanked and r.parsed <= release.parsed]
     rules = _recheck_rules(dist, release.version, usable, knowledge, indexes, cache)
-    return replace(base, comparisons=tuple(comparisons), rules=rules)
+    return replace(base, comparisons=tuple(comparisons), rules=rules,
+                   pins=_missing_pins(dist, release, knowledge, indexes, cache))
+
+
+def _missing_pins(dist: str, release: Release, knowledge: Knowledge, indexes: IndexConfig,
+                  cache: WheelCache) -> dict[str, str] | None:
+    """A new SGLang release's pins, when compat/sglang_pins.yaml has no row for it (the planner needs one)."""
+    if dist != "sglang" or release.version in knowledge.tables.sglang_pins:
+        return None
+    pins = read_release_pins(release, indexes, cache.session)
+    return pins.as_row() if pins is not None else None
 
 
 def _verdict(measurement: Measurement | None) -> tuple[str, str] | None:

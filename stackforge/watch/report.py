@@ -56,6 +56,7 @@ def _release_json(release: NewRelease) -> dict[str, Any]:
             "unblocks": [f"{c.feature} on {c.target}" for c in release.changed if c.unblocks],
             "blocks": [f"{c.feature} on {c.target}" for c in release.changed if c.blocks],
             "rules": [{**r.verdict.to_json(), "patch": r.patch.to_json() if r.patch else None} for r in release.rules],
+            "missing_pins": release.pins,
             "proposed_patches": [p.to_json() for p in release.patches]}
 
 
@@ -96,6 +97,8 @@ def report_text(report: WatchReport) -> str:
         lines += [f"  unblocks {c.feature} on {c.target}: admitted by the code in {release.version}, not measured "
                   f"working (stackforge probe confirms)" for c in release.changed if c.unblocks]
         lines += [f"  now refuses {c.feature} on {c.target}" for c in release.changed if c.blocks]
+        if release.pins is not None:
+            lines.append(f"  {_pins_words(release)}")
         for recheck in release.rules:
             verdict = recheck.verdict
             lines.append(f"  rule {verdict.rule_id}: {verdict.verdict.value.upper()} ({verdict.bound}): {verdict.why}")
@@ -108,6 +111,12 @@ def report_text(report: WatchReport) -> str:
     if report.notes:
         lines += ["", *(f"note: {n}" for n in report.notes)]
     return "\n".join(lines)
+
+
+def _pins_words(release: NewRelease) -> str:
+    pins = ", ".join(f"{k} {v}" for k, v in (release.pins or {}).items())
+    return (f"compat/sglang_pins.yaml has no row for sglang {release.version} ({pins}): "
+            "`stackforge compat pins --write` adds it")
 
 
 def _release_heading(release: NewRelease) -> str:
@@ -167,6 +176,8 @@ def report_markdown(report: WatchReport) -> str:
         lines += [f"- unblocks **{c.feature}** on {c.target} (admitted by the code, not measured working)"
                   for c in release.changed if c.unblocks]
         lines += [f"- **now refuses** {c.feature} on {c.target}" for c in release.changed if c.blocks]
+        if release.pins is not None:
+            lines.append(f"- {_pins_words(release)}")
         for recheck in release.rules:
             v = recheck.verdict
             lines.append(f"- rule `{v.rule_id}` ({v.bound}): **{v.verdict.value}**: {v.why}")
