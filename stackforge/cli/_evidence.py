@@ -14,14 +14,14 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import out_path_error, refuse_together
-from stackforge.core.errors import RecordError, StackforgeError
+from stackforge.core.errors import RecordError, SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.records import ResultRecord
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import choose_target
 from stackforge.results.store import LoadedResults, describe_problems, holds_results, load_results
 from stackforge.watch.currency import Currency, currency
-from stackforge.watch.state import read_state, state_path
+from stackforge.watch.state import WatchState, read_state, state_path
 
 F = Callable[..., object]
 
@@ -89,10 +89,20 @@ def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None,
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
              "(run `stackforge probe` to measure)")
     runs = tuple(info.run_id for info in loaded.runs)
-    current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells),
-                       read_state(state_path(results)) if results.is_dir() else None)
+    current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results))
     return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
                     predictions_only=predictions_only, currency=current)
+
+
+def _watch_state(results: Path) -> WatchState | None:
+    """The last watch's state in the results folder; a corrupt one is warned about, not fatal to a report."""
+    if not results.is_dir():
+        return None
+    try:
+        return read_state(state_path(results))
+    except SpecError as exc:
+        warn(f"{exc.one_line()}; the report is not compared with the index")
+        return None
 
 
 def say_currency(evidence: Evidence, results: Path) -> None:

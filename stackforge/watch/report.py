@@ -94,11 +94,7 @@ def report_text(report: WatchReport) -> str:
         if unchanged:
             lines.append(f"  unchanged: {len(unchanged)} reading(s) "
                          f"({', '.join(sorted({c.fact for c in unchanged}))})")
-        lines += [f"  unblocks {c.feature} on {c.target}: admitted by the code in {release.version}, not measured "
-                  f"working (stackforge probe confirms)" for c in release.changed if c.unblocks]
-        lines += [f"  now refuses {c.feature} on {c.target}" for c in release.changed if c.blocks]
-        if release.pins is not None:
-            lines.append(f"  {_pins_words(release)}")
+        lines += [f"  {line}" for line in _consequences(release)]
         for recheck in release.rules:
             verdict = recheck.verdict
             lines.append(f"  rule {verdict.rule_id}: {verdict.verdict.value.upper()} ({verdict.bound}): {verdict.why}")
@@ -111,6 +107,16 @@ def report_text(report: WatchReport) -> str:
     if report.notes:
         lines += ["", *(f"note: {n}" for n in report.notes)]
     return "\n".join(lines)
+
+
+def _consequences(release: NewRelease) -> list[str]:
+    """What the release means beyond its readings: dead ends it opens or closes, pins the repository lacks."""
+    lines = [f"unblocks {c.feature} on {c.target}: admitted by the code in {release.version}, not measured working "
+             "(stackforge probe confirms)" for c in release.changed if c.unblocks]
+    lines += [f"now refuses {c.feature} on {c.target}" for c in release.changed if c.blocks]
+    if release.pins is not None:
+        lines.append(_pins_words(release))
+    return lines
 
 
 def _pins_words(release: NewRelease) -> str:
@@ -173,11 +179,7 @@ def report_markdown(report: WatchReport) -> str:
                 lines += ["```", "</details>", ""]
         else:
             lines += [f"No verdict changed ({len(release.comparisons)} reading(s) compared).", ""]
-        lines += [f"- unblocks **{c.feature}** on {c.target} (admitted by the code, not measured working)"
-                  for c in release.changed if c.unblocks]
-        lines += [f"- **now refuses** {c.feature} on {c.target}" for c in release.changed if c.blocks]
-        if release.pins is not None:
-            lines.append(f"- {_pins_words(release)}")
+        lines += [f"- {line}" for line in _consequences(release)]
         for recheck in release.rules:
             v = recheck.verdict
             lines.append(f"- rule `{v.rule_id}` ({v.bound}): **{v.verdict.value}**: {v.why}")
