@@ -2,8 +2,11 @@
 # The main job (README): answer "what do we gain and lose going from CUDA 12.8 to 13.1 on the default
 # target?" end to end on this machine, from the shipped default matrix (matrices/default.yaml):
 #
-#   engine      start a Docker engine + buildx (scripts/setup-engine.sh)
 #   install     install stackforge into .venv
+#   answer      the first answer, within a minute: the upgrade report 12.8 -> 13.1 from the pinned
+#               releases' own code, read from their wheels on the index (upgrade --read-wheels; no image,
+#               no GPU); the images and probes below confirm it, and the end says what they changed
+#   engine      start a Docker engine + buildx (scripts/setup-engine.sh)
 #   base        create the registry-free Debian base image (stackforge bootstrap-base)
 #   build-13.1  stackforge build --cuda 13.1 (the headline command)
 #   build-12.8  build the CUDA 12.8 stacks that can be built here; a stack whose base image needs a
@@ -17,6 +20,7 @@
 #   deadends    out/deadends.md (also printed)
 #   upgrade     the upgrade report 12.8 -> 13.1 (stackforge upgrade; also printed)
 #   pick        the best image with its evidence level (out/pick.txt)
+#   confirm     what the images and probes changed against the first answer (out/first-answer.json)
 #
 # Ends with where each file is and how long each stage took (also in out/main-job.tsv: stage,
 # seconds, status, note). Exits non-zero as soon as a stage fails (the summary is still printed).
@@ -34,6 +38,7 @@ readonly TARGET="rtx-pro-6000-x8-pcie"
 readonly FROM_CUDA="12.8"
 readonly TO_CUDA="13.1"
 readonly STAGES_TSV="$OUT/main-job.tsv"
+readonly FIRST_ANSWER="$OUT/first-answer.json"
 readonly PROBE_INPUTS="$OUT/probe-inputs.txt"
 # What the picked image must have: torch kernels for the target's arch (without them nothing runs);
 # pick's exit status then says how that was decided: 0 measured on the GPU, 5 by a gate probe only.
@@ -251,7 +256,47 @@ pick_image() {
   esac
 }
 
-stage engine "Docker engine and buildx (scripts/setup-engine.sh)" as_root scripts/setup-engine.sh
+# first_answer: the upgrade report from the wheels alone (seconds), printed before any image work.
+first_answer() {
+  mkdir -p "$OUT"
+  "$SF" upgrade --from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" \
+    --read-wheels --format json --out "$FIRST_ANSWER"
+  "$VENV/bin/python" - "$FIRST_ANSWER" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+s = report["summary"]
+print(f"main-job: first answer (the releases' code, read from their wheels; no image yet): {s['gained']} gained, "
+      f"{s['admitted']} admitted by the code, {s['lost']} lost, {s['unchanged']} unchanged, {s['undecided']} undecided, "
+      f"{s['n/a']} n/a; driver floor {s['driver_floor']}; {len(report['dead_ends_after'])} dead end(s) remain")
+for feature in report["features"]:
+    if feature["change"] in ("gained", "admitted", "lost"):
+        print(f"main-job:   {feature['change']:<8} {feature['feature']}: {feature['to']['reason'][:100]}")
+print("main-job: the images and probes that follow confirm it; the end says what they changed")
+PY
+  FILES+=("$FIRST_ANSWER  (the first answer, from the wheels)")
+}
+
+# confirm: what the images and probes changed against the first answer, feature by feature.
+confirm() {
+  local final="$OUT/upgrade.json"
+  "$SF" upgrade --from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" \
+    "${REPORT_RUNS[@]}" --builds "$OUT" --format json --out "$final"
+  FILES+=("$final")
+  "$VENV/bin/python" - "$FIRST_ANSWER" "$final" <<'PY'
+import json, sys
+first, final = (json.load(open(path)) for path in sys.argv[1:3])
+before = {f["feature"]: f for f in first["features"]}
+moved = [(f, before.get(f["feature"])) for f in final["features"]
+         if before.get(f["feature"]) is None or (before[f["feature"]]["change"], before[f["feature"]]["to"]["status"])
+         != (f["change"], f["to"]["status"])]
+if not moved:
+    print("main-job: the images changed nothing in the first answer")
+for f, old in moved:
+    was = f"{old['change']} ({old['to']['status']}, {old['to']['evidence']})" if old else "absent"
+    print(f"main-job: images changed {f['feature']}: {was} -> {f['change']} ({f['to']['status']}, {f['to']['evidence']})")
+PY
+}
+
 install() {
   if ! python3 -c "import ensurepip" 2>/dev/null; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
@@ -261,6 +306,8 @@ install() {
   say "$("$SF" --version | head -n 1) installed in $VENV"
 }
 stage install "pip install . into $VENV" install
+stage answer "the upgrade report from the wheels (upgrade --read-wheels), before any image" first_answer
+stage engine "Docker engine and buildx (scripts/setup-engine.sh)" as_root scripts/setup-engine.sh
 # The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
 stage base "stackforge bootstrap-base (Debian base image for registry-free builds)" as_root "$SF" bootstrap-base
 DISK_BEFORE=$(docker_bytes)
@@ -277,3 +324,4 @@ stage matrix "stackforge matrix --format html" write_matrix
 stage deadends "stackforge deadends" print_deadends
 stage upgrade "stackforge upgrade --from-cuda $FROM_CUDA --to-cuda $TO_CUDA" print_upgrade
 stage pick "stackforge pick --require $REQUIRE" pick_image
+stage confirm "what the images changed against the first answer" confirm

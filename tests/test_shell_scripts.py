@@ -144,7 +144,21 @@ JSON
     echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
     echo "summary: 3 pass" ;;
   matrix|deadends) echo "# $command" >"$out" ;;
-  upgrade) echo "# upgrade report 12.8 -> 13.1" >"$out" ;;
+  upgrade)
+    if [[ "$*" == *"--format json"* ]]; then
+      status=fail; [[ "$*" == *"--read-wheels"* ]] || status=pass
+      cat >"$out" <<JSON
+{"summary": {"gained": 0, "admitted": 1, "lost": 0, "unchanged": 2, "undecided": 1, "n/a": 0,
+             "driver_floor": "raised from >= 570.26 to >= 580"},
+ "features": [{"feature": "nvfp4-gemm", "change": "admitted",
+               "to": {"status": "admitted", "evidence": "measured (wheel)", "reason": "gate admits 12"}},
+              {"feature": "torch-kernels", "change": "unchanged",
+               "to": {"status": "$status", "evidence": "measured (gate)", "reason": "arch list"}}],
+ "dead_ends_after": ["flashinfer-ar-fusion"]}
+JSON
+    else
+      echo "# upgrade report 12.8 -> 13.1" >"$out"
+    fi ;;
   pick) echo "stackforge/cu131-wheels@sha256:abc"; exit "${FAKE_PICK_EXIT:-5}" ;;
   *) echo "fake stackforge: unexpected $*" >&2; exit 99 ;;
 esac
@@ -216,17 +230,24 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
     upgrade = [c for c in calls if c.startswith("upgrade --from-cuda")]
     assert upgrade and all("--from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie" in c for c in upgrade)
     assert "# upgrade report 12.8 -> 13.1" in done.stdout
+    # The answer first: the upgrade report from the wheels before any image, then what the images changed.
+    assert calls.index(next(c for c in calls if "--read-wheels" in c)) < calls.index(builds[0])
+    assert ("main-job: first answer (the releases' code, read from their wheels; no image yet): 0 gained, 1 admitted "
+            "by the code, 0 lost") in done.stdout
+    assert "main-job:   admitted nvfp4-gemm: gate admits 12" in done.stdout
+    assert ("main-job: images changed torch-kernels: unchanged (fail, measured (gate)) -> unchanged "
+            "(pass, measured (gate))") in done.stdout
     assert "stackforge/cu131-wheels@sha256:abc" in done.stdout
     assert f"pick --results results {runs} --target rtx-pro-6000-x8-pcie --require torch-kernels" in calls
     assert "main-job: evidence: gate only (torch-kernels decided inside the image without a GPU" in done.stdout
     # The summary: every stage with its seconds, and where each file is.
     stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
-    assert [s[0] for s in stages] == ["engine", "install", "base", "build-13.1", "build-12.8", "probe", "wheel",
-                                      "matrix", "deadends", "upgrade", "pick", "total"]
+    assert [s[0] for s in stages] == ["install", "answer", "engine", "base", "build-13.1", "build-12.8", "probe",
+                                      "wheel", "matrix", "deadends", "upgrade", "pick", "confirm", "total"]
     assert all(s[1].isdigit() and s[2] == "ok" for s in stages), stages
     assert dict((s[0], s[3]) for s in stages)["build-12.8"].endswith("; skipped, no registry: cu128-devel")
     assert f"main-job: files (in {root}):" in done.stdout
-    for path in ("out/matrix.html", "out/deadends.md", "out/upgrade.md", "out/pick.txt",
+    for path in ("out/matrix.html", "out/deadends.md", "out/upgrade.md", "out/pick.txt", "out/first-answer.json",
                  "results/20261201T000000Z-fake/", "results/20261201T000000Z-wheel/"):
         assert f"  {path}" in done.stdout, path
         assert (root / path).exists(), path

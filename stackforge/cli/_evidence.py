@@ -7,6 +7,7 @@ Only parsing and dispatch live here: the loaders are :func:`stackforge.results.s
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,8 +68,33 @@ def evidence_options(func: F) -> F:
     return func
 
 
+def read_wheels_option(func: F) -> F:
+    """--read-wheels: read the plan's pinned releases from the index before answering (``deadends``, ``upgrade``)."""
+    return click.option("--read-wheels", "read_wheels", is_flag=True,
+                        help="First read the matrix's pinned FlashInfer / SGLang releases from their wheels on the "
+                             "index (the wheel tier: seconds, no image, no GPU) into --results, then answer "
+                             "from those readings instead of the rules alone.")(func)
+
+
+def read_wheels_first(*, results: Path, matrix: str | None, target: str | None) -> None:
+    """The wheel tier for the matrix's kept stacks on ``target``, recorded as a new run under ``results``."""
+    from stackforge.cli._compat import user_compat
+    from stackforge.edges.index import IndexRequest
+    from stackforge.plan.selection import StackSelection
+    from stackforge.probes.campaign import ProbeRequest, run_probe_campaign
+    from stackforge.results.store import ResultsFolder
+
+    click.echo(f"reading the pinned releases' wheels from the index into {results} (the wheel tier: their own "
+               "code, no image, no GPU)", err=True)
+    request = ProbeRequest(StackSelection(matrix, targets=(target,) if target else (), user_compat=user_compat()),
+                           tier="wheel", index=IndexRequest())
+    records = run_probe_campaign(request, store=ResultsFolder(results, command=tuple(sys.argv)),
+                                 connect=lambda: None)
+    click.echo(f"read {len(records)} reading(s)", err=True)
+
+
 def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None, matrix: str | None,
-                  no_plan: bool, target: str | None, skip_bad: bool) -> Evidence:
+                  no_plan: bool, target: str | None, skip_bad: bool, read_wheels: bool = False) -> Evidence:
     """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target.
 
     Without any results (no folder, or no run in it) the plan alone is the evidence: predictions
@@ -79,6 +105,10 @@ def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None,
                     why="both say where the predictions come from")
     for option, given in (("--plan", plan_path is not None), ("--matrix", matrix is not None)):
         refuse_together("--no-plan", option, no_plan and given, why="--no-plan drops the predictions")
+    if read_wheels:
+        refuse_together("--read-wheels", "--plan", plan_path is not None,
+                        why="the wheels read are those of a matrix (--matrix), not of a plan file")
+        read_wheels_first(results=results, matrix=matrix, target=target)
     predictions_only = not runs and not no_plan and not holds_results(results)
     loaded = LoadedResults(records=(), source=str(results)) if predictions_only else load_results(results, runs=runs)
     check_problems(loaded, skip_bad)
@@ -87,7 +117,7 @@ def load_evidence(*, results: Path, runs: Sequence[str], plan_path: Path | None,
     chosen = choose_target(loaded.records, plan, target)
     if predictions_only:
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
-             "(run `stackforge probe` to measure)")
+             "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
     runs = tuple(info.run_id for info in loaded.runs)
     current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results))
     return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,

@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from stackforge.cli._compat import user_compat
-from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, write_output
+from stackforge.cli._evidence import (
+    evidence_options,
+    load_evidence,
+    read_wheels_option,
+    say_currency,
+    write_output,
+)
 from stackforge.cli.options import out_file_option
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import load_knowledge
@@ -29,6 +35,7 @@ from stackforge.report.upgrade import (
 @click.option("--to-cuda", "to_cuda", metavar="VERSION", default=None,
               help="Instead of TO: the best stack of this CUDA family (pick's ranking), e.g. 13.1.")
 @evidence_options
+@read_wheels_option
 @click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A `stackforge build --out` folder: image sizes from its build records "
                    "(default: image sizes unknown).")
@@ -36,7 +43,7 @@ from stackforge.report.upgrade import (
 @out_file_option
 def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, results: Path,
             runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool, target: str | None,
-            skip_bad: bool, builds_dir: Path | None, fmt: str, out: Path | None) -> None:
+            skip_bad: bool, read_wheels: bool, builds_dir: Path | None, fmt: str, out: Path | None) -> None:
     """Compare stack FROM with stack TO on a target: features gained, lost, unchanged and undecided (each
     side with its evidence: measured tier, or the rule that predicts it), the driver floor, the image
     and its size, benchmark deltas with their spread, and the dead ends that remain after the upgrade.
@@ -48,7 +55,7 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
     """
     before, after = _choices(stacks, from_cuda, to_cuda)
     evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
-                             target=target, skip_bad=skip_bad)
+                             target=target, skip_bad=skip_bad, read_wheels=read_wheels)
     report = build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
                            size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
                            runs=evidence.runs, plan_only=plan_path is not None or matrix is not None,
