@@ -32,6 +32,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="Rewrite golden files from the current output instead of comparing.")
 
 
+#: What keeps a test out of the fast loop (`pytest -m fast`): an engine, a browser, the network, a GPU, a build.
+HEAVY_MARKERS = ("docker", "slow", "browser", "pypi", "gpu", "heavy")
+HEAVY_FIXTURES = frozenset({"docker_client", "base_image", "cuda_torch_python", "torch_python"})
+#: Modules whose tests create Python environments (pip installs of torch, FlashInfer, SGLang) or compile,
+#: or run real servers and process groups against their timeouts (seconds each, by design).
+HEAVY_MODULES = frozenset({"test_probe_scripts", "test_probes_catalog", "test_sglang_custom_ar_dispatch",
+                           "test_bench_serve", "test_bench_allreduce", "test_bench_gemm", "test_runner",
+                           "test_shell_scripts", "test_flashinfer_run_checks"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``fast`` every test that needs no engine, browser, network, GPU, venv or compiler: the loop a
+    developer runs between edits (`pytest -m fast`, a few minutes on 2 cores); `.ci/run` runs everything."""
+    for item in items:
+        heavy = (any(item.get_closest_marker(name) for name in HEAVY_MARKERS)
+                 or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
+                 or item.module is not None and item.module.__name__.rpartition(".")[2] in HEAVY_MODULES)
+        if not heavy:
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
     """A connected client; skips the test when no Docker engine answers."""

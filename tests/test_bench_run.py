@@ -160,6 +160,7 @@ def test_bench_record_round_trips_as_a_bench_tier_record():
 # ------------------------------------------------------------------------------------ runners
 
 
+@pytest.mark.heavy
 def test_run_job_locally_gloo_for_real(tmp_path):
     plan = plan_for("rtx-pro-6000-x2-pcie")
     options = BenchOptions(repeats=2, max_bytes=4096)
@@ -199,6 +200,7 @@ def test_container_runner_mounts_scripts_and_helper(docker_client, base_image):
 # ------------------------------------------------------------------------------------ CLI
 
 
+@pytest.mark.heavy
 def test_cli_local_gloo_writes_records(tmp_path):
     results = tmp_path / "results"
     outcome = CliRunner().invoke(cli, ["bench", "--local", "--python", torch_python(), "--only", STACK_ID,

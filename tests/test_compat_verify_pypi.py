@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from stackforge.cli import cli
 
+pytestmark = pytest.mark.pypi
 REPO = Path(__file__).resolve().parents[1]
 RULE = "sglang-ar-fusion-rejects-sm12"
 

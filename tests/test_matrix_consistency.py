@@ -155,6 +155,7 @@ def _real_probe_records(tmp_path: Path, stacks, targets) -> list[ResultRecord]:
     return list(loaded.records)
 
 
+@pytest.mark.heavy
 def test_real_probe_runs_are_consistent(tmp_path):
     """Real gate probes for the default matrix's kept stacks, on sm_120 and on a V100 (sm_70) profile."""
     from stackforge.core.data import default_matrix_path

@@ -30,7 +30,7 @@ include:
 def invoke(*args: str) -> str:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def probe(matrix: Path, results: Path, *extra: str) -> None:

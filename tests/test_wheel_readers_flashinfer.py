@@ -650,6 +650,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return roots
 
 
+@pytest.mark.pypi
 class TestRealWheels:
     """Readings on PyPI's flashinfer-python wheels at the measured boundaries."""
 

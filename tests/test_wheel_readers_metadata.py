@@ -175,6 +175,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {v: wheel_metadata(v, tmp_path_factory.mktemp(f"sglang-{v}")) for v in REAL_VERSIONS}
 
 
+@pytest.mark.pypi
 class TestRealWheels:
     def test_cuda13_stack_from_0_5_11(self, wheels: dict[str, Path]) -> None:
         before = read("metadata:torch-pin", wheels["0.5.10.post1"])

@@ -612,6 +612,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {v: unpacked_wheel(v, tmp_path_factory.mktemp(f"sglang-{v}")) for v in REAL_VERSIONS}
 
 
+@pytest.mark.pypi
 class TestRealWheels:
     def test_symm_mem_keyerror_until_0_5_13_post1_get_from_0_5_14(self, wheels: dict[str, Path]) -> None:
         before = read("torch-symm-mem", wheels["0.5.13.post1"], SM120_X8_PCIE)

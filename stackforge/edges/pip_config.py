@@ -15,10 +15,13 @@ Precedence is pip's own: the environment (``PIP_CERT``) over the ``install`` sec
 from __future__ import annotations
 
 import ast
+import functools
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from stackforge.core.errors import StackforgeError
 from stackforge.edges import runner
@@ -119,7 +122,40 @@ def redact_urls(text: str, urls: Iterable[str] = ()) -> str:
 
 
 def read_pip_config(python: str = sys.executable, *, timeout: float = PIP_CONFIG_TIMEOUT_S) -> PipConfig:
-    """pip's configuration for ``python``'s pip; empty when pip cannot be asked (no pip, pip failed)."""
+    """pip's configuration for ``python``'s pip; empty when pip cannot be asked (no pip, pip failed).
+
+    Asking pip costs a subprocess (~0.7 s); within one process the answer is reused for as long as
+    everything pip reads it from is the same: its environment variables and every configuration file
+    it reads (path, size, modification time).
+    """
+    return _pip_config_for(python, timeout, _config_inputs())
+
+
+def _config_inputs() -> tuple[tuple[str, ...], ...]:
+    """What ``pip config list`` depends on: PIP_* and the variables that place its files, and those files' stats."""
+    names = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA")
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_") or k in names))
+    home = Path(os.environ.get("HOME", "~")).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    dirs = (os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
+    files = [*(Path(d) / "pip" / "pip.conf" for d in dirs), Path("/etc/pip.conf"), Path(xdg) / "pip" / "pip.conf",
+             home / ".pip" / "pip.conf", Path(sys.prefix) / "pip.conf",
+             *([Path(os.environ["PIP_CONFIG_FILE"])] if os.environ.get("PIP_CONFIG_FILE") else [])]
+    stats = tuple((str(f), *_stat(f)) for f in files)
+    return (tuple(map(str, sum(env, ()))), *stats)
+
+
+def _stat(path: Path) -> tuple[str, str]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return ("absent", "")
+    return (str(stat.st_size), str(stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=16)
+def _pip_config_for(python: str, timeout: float, inputs: tuple[tuple[str, ...], ...]) -> PipConfig:
+    """``inputs`` is only the cache key (see :func:`_config_inputs`)."""
     try:
         result = runner.run([python, "-m", "pip", "config", "list"], timeout=timeout,
                             env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
