@@ -85,9 +85,13 @@ def test_bad_plan_file_is_a_one_line_error(workspace):
 
 
 def test_deadends_command(workspace):
-    result = invoke("deadends", "--plan", "plan.json")
+    result = invoke("deadends", "--plan", "plan.json", "--format", "md")
     assert result.exit_code == 0
     assert "- [ ] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in result.stdout   # open: nothing unblocks it
+    screen = invoke("deadends", "--plan", "plan.json").stdout                           # one screen by default
+    assert "torch-symm-mem" in screen and "3/3 stacks" in screen and max(map(len, screen.splitlines())) <= 200
+    full = invoke("deadends", "--plan", "plan.json", "--evidence").stdout
+    assert "- [ ] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in full
     data = json.loads(invoke("deadends", "--plan", "plan.json", "--format", "json").stdout)
     assert [d["feature"] for d in data["dead_ends"]] == ["flashinfer-jit", "flashinfer-ar-fusion", "torch-symm-mem",
                                                           "nccl-graph-tree"]

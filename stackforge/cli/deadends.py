@@ -21,10 +21,14 @@ from stackforge.report.deadends import FORMATS, find_dead_ends, render_deadends
 @click.command(name="deadends")
 @evidence_options
 @read_wheels_option
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: one screen (a line per dead feature and its way out); md: for a pull request, the "
+                   "evidence folded; json: everything.")
+@click.option("--evidence", "-v", "evidence", is_flag=True,
+              help="With --format text: every stack's reason, code lines and sources, in full.")
 @out_file_option
 def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool,
-            target: str | None, skip_bad: bool, read_wheels: bool, fmt: str, out: Path | None) -> None:
+            target: str | None, skip_bad: bool, read_wheels: bool, fmt: str, evidence: bool, out: Path | None) -> None:
     """List each dead feature (measured fail/crash/timeout, or predicted unavailable), why, and the first
     stack that unblocks it.
 
@@ -32,8 +36,8 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     Example:
       stackforge deadends --target rtx-pro-6000-x8-pcie --plan plan.json
     """
-    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
-                             target=target, skip_bad=skip_bad, read_wheels=read_wheels)
-    report = build_matrix(evidence.records, evidence.plan, evidence.target, runs=evidence.runs)
-    write_output(render_deadends(find_dead_ends(report), fmt), out)
-    say_currency(evidence, results)
+    loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                           target=target, skip_bad=skip_bad, read_wheels=read_wheels)
+    report = build_matrix(loaded.records, loaded.plan, loaded.target, runs=loaded.runs)
+    write_output(render_deadends(find_dead_ends(report), fmt, evidence=evidence), out)
+    say_currency(loaded, results)

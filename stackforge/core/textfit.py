@@ -116,3 +116,25 @@ def _blocks(rows: list[list[str]], headers: Sequence[str], width: int) -> list[s
                                    subsequent_indent=" " * (4 + label), break_long_words=True,
                                    break_on_hyphens=False)
     return lines
+
+
+#: How long a reason may be on a one-line-per-feature screen before it is cut (``brief``).
+BRIEF = 100
+
+
+def brief(text: str, limit: int = BRIEF) -> str:
+    """``text`` on one line, at most about ``limit`` characters: cut after the last sentence or clause that
+    fits, else at a word, never silently: a cut text ends with ``… (+N chars)``. The full text is for
+    ``--evidence``, the JSON and the HTML."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    head = flat[:limit]
+    # A boundary a reader can stop at: the end of a sentence or clause, else a space.
+    cut = max(head.rfind(". "), head.rfind("; "), head.rfind(": "), head.rfind(", "))
+    if cut < limit // 2:
+        cut = head.rfind(" ")
+    if cut <= 0:
+        cut = limit
+    kept = flat[:cut].rstrip(" .;:,")
+    return f"{kept} … (+{len(flat) - len(kept)} chars)"

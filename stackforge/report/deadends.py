@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status
+from stackforge.core.textfit import brief
 from stackforge.report.compat_matrix import (
     GLYPHS,
     PREDICTIONS_ONLY,
@@ -42,6 +43,8 @@ __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "ReleaseB
 DEADENDS_SCHEMA = "stackforge.deadends"
 DEADENDS_SCHEMA_VERSION = 1
 FORMATS = ("md", "json", "text")
+#: The longest line ``--format text`` prints without ``--evidence``.
+SCREEN = 200
 # Predicted statuses under which a feature may work on a kept stack (no rule blocks it).
 _MAYBE_ALIVE = frozenset({CellStatus.HAZARD, CellStatus.REQUIRES, CellStatus.UNTESTED, CellStatus.SKIP,
                           CellStatus.UNDECIDED})
@@ -210,8 +213,8 @@ def _first_line(record: ResultRecord) -> str:
 # ---------------------------------------------------------------------------------------------- rendering
 
 
-def render_deadends(report: DeadEndReport, fmt: str) -> str:
-    """Render as ``md`` (a todo list), ``text`` or ``json``.
+def render_deadends(report: DeadEndReport, fmt: str, *, evidence: bool = False) -> str:
+    """Render as ``md`` (a todo list, evidence folded), ``text`` (one screen; ``evidence``: everything) or ``json``.
 
     Raises:
         SpecError: an unknown format.
@@ -219,7 +222,7 @@ def render_deadends(report: DeadEndReport, fmt: str) -> str:
     if fmt == "md":
         return _md(report)
     if fmt == "text":
-        return _text(report)
+        return _md(report, fold=False) if evidence else _text(report)
     if fmt == "json":
         return report_json_text(_json(report))
     raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -272,7 +275,9 @@ def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
     return lines
 
 
-def _md(report: DeadEndReport) -> str:
+def _md(report: DeadEndReport, *, fold: bool = True) -> str:
+    """The todo list; ``fold``: each dead end's evidence (reasons, code lines, sources) under ``<details>``,
+    for a pull request; unfolded for ``--evidence`` in a terminal."""
     lines = [f"### Dead ends on {report.target_label}", ""]
     if report.predictions_only:
         lines += [f"*{PREDICTIONS_ONLY}: every dead end below is a rule's prediction, not yet measured.*", ""]
@@ -282,25 +287,36 @@ def _md(report: DeadEndReport) -> str:
         head = dead.headline
         # A todo list: the box is ticked only once a stack is measured to pass (the way out is proven).
         box = "x" if dead.unblocked_by is not None and dead.unblocked_by.basis == "measured" else " "
+        reason = brief(head.reason) if fold else _flat(head.reason)
         lines.append(f"- [{box}] **{dead.feature}** — DEAD END on {len(dead.dead_on)} of {dead.stacks_total} "
-                     f"stacks ({_flat(head.reason)})")
-        for entry in dead.dead_on:
-            glyph = GLYPHS[CellStatus(entry.status)]
-            text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {_flat(entry.reason)}"
-            if entry.evidence:
-                text += f" — evidence: `{_flat(entry.evidence.replace('`', chr(39)))}`"
-            if entry.sources:
-                text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
-            if entry.undecided:
-                text += f" — {GLYPHS[CellStatus.UNDECIDED]} {_flat(entry.undecided)}"
-            lines.append(text)
-        lines.append(f"  - ➜ {_unblock_text(dead.unblocked_by)}")
-        lines += [f"  - ➜ {line}" for line in _boundary_text(dead, report.target)]
+                     f"stacks ({reason})")
+        details = [_entry_md(entry) for entry in dead.dead_on]
+        ways = [_unblock_text(dead.unblocked_by), *_boundary_text(dead, report.target)]
+        if fold:
+            lines += [f"  - {GLYPHS[CellStatus(e.status)]} `{e.stack_id}`: {_how(e)}" for e in dead.dead_on]
+            lines += [f"  - ➜ {brief(way, 160)}" for way in ways]
+            lines += ["", "  <details><summary>evidence</summary>", "", *(f"  {line}" for line in details),
+                      *(f"  - ➜ {way}" for way in ways), "", "  </details>", ""]
+        else:
+            lines += [*details, *(f"  - ➜ {way}" for way in ways)]
     if report.pruned:
         lines += ["", "Stacks pruned by the plan (cannot be built or run as a whole):"]
         lines += [f"- ⛔ `{stack}`: {'; '.join(_flat(r) for r in reasons)}"
                   for stack, reasons in report.pruned]
     return "\n".join(lines) + "\n"
+
+
+def _entry_md(entry: DeadStack) -> str:
+    """One dead stack in full: how it was decided, why, the evidence, the sources."""
+    glyph = GLYPHS[CellStatus(entry.status)]
+    text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {_flat(entry.reason)}"
+    if entry.evidence:
+        text += f" — evidence: `{_flat(entry.evidence.replace('`', chr(39)))}`"
+    if entry.sources:
+        text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
+    if entry.undecided:
+        text += f" — {GLYPHS[CellStatus.UNDECIDED]} {_flat(entry.undecided)}"
+    return text
 
 
 def _flat(text: str) -> str:
@@ -309,18 +325,36 @@ def _flat(text: str) -> str:
 
 
 def _text(report: DeadEndReport) -> str:
-    lines = [f"Dead ends on {report.target_label}:"]
+    """One screen: a line per dead feature (where, on what evidence, why in brief, the probe or rule) and a
+    line for its way out; ``--evidence`` prints everything (:func:`_md` unfolded)."""
+    lines = [f"Dead ends on {report.target_label}: {len(report.dead_ends)} feature(s) dead on at least one stack"]
     if report.predictions_only:
         lines.append(f"  ({PREDICTIONS_ONLY}: every dead end below is a rule's prediction)")
-    if not report.dead_ends:
-        lines.append("  none")
+    width = max((len(d.feature) for d in report.dead_ends), default=0)
     for dead in report.dead_ends:
-        lines.append(f"  {dead.feature} — DEAD END on {len(dead.dead_on)}/{dead.stacks_total} stacks "
-                     f"({_flat(dead.headline.reason)}); {_unblock_text(dead.unblocked_by)}")
-        lines += [f"    {line}" for line in _boundary_text(dead, report.target)]
-    for stack, reasons in report.pruned:
-        lines.append(f"  pruned: {stack}: {'; '.join(_flat(r) for r in reasons)}")
+        head = dead.headline
+        prefix = f"  {dead.feature:<{width}}  {len(dead.dead_on)}/{dead.stacks_total} stacks  {_level(head)}: "
+        # brief adds up to 18 characters (" … (+NNNN chars)") to what it keeps.
+        lines.append(prefix + brief(head.reason, min(100, SCREEN - len(prefix) - 18)))
+        ways = [_unblock_text(dead.unblocked_by), *_boundary_text(dead, report.target)]
+        lines.append(f"  {'':<{width}}  way out: {brief('; '.join(_way_brief(w) for w in ways), 150)}")
+    if report.pruned:
+        lines.append(f"  {len(report.pruned)} stack(s) pruned by the plan as a whole (--evidence lists them and why)")
+    lines.append("  (--evidence: every stack's reason, code lines and sources; --format md / json: the same, "
+                 "for a pull request / a program)")
     return "\n".join(lines) + "\n"
+
+
+def _level(entry: DeadStack) -> str:
+    """``measured (wheel) wheel.sglang.custom-allreduce`` / ``predicted rule no-nvcc-no-codegen``."""
+    if entry.source == "measured":
+        return f"measured ({entry.tier}) {entry.probe}".rstrip()
+    return f"predicted rule {entry.rule}"
+
+
+def _way_brief(text: str) -> str:
+    """A way-out line without its parenthesised evidence (the full line is for --evidence)."""
+    return text.split(" (", 1)[0]
 
 
 def _json(report: DeadEndReport) -> dict[str, Any]:
