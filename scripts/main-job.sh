@@ -229,9 +229,11 @@ write_matrix() {
   FILES+=("$OUT/matrix.html")
 }
 
+# The reports go to files in full (md, html) and to the terminal one screen each (--format text).
 print_deadends() {
-  "$SF" deadends --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --format md --out "$OUT/deadends.md"
-  cat "$OUT/deadends.md"
+  local args=(--results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET")
+  "$SF" deadends "${args[@]}" --format md --out "$OUT/deadends.md"
+  "$SF" deadends "${args[@]}"
   FILES+=("$OUT/deadends.md")
 }
 
@@ -240,7 +242,7 @@ print_upgrade() {
               --builds "$OUT")
   "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
   "$SF" upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
-  cat "$OUT/upgrade.md"
+  "$SF" upgrade "${args[@]}"
   FILES+=("$OUT/upgrade.md" "$OUT/upgrade.html")
 }
 

@@ -143,7 +143,7 @@ JSON
     mkdir -p "$run"
     echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
     echo "summary: 3 pass" ;;
-  matrix|deadends) echo "# $command" >"$out" ;;
+  matrix|deadends) if [[ -n "$out" ]]; then echo "# $command" >"$out"; else echo "$command: one screen"; fi ;;
   upgrade)
     if [[ "$*" == *"--format json"* ]]; then
       status=fail; [[ "$*" == *"--read-wheels"* ]] || status=pass
@@ -156,8 +156,10 @@ JSON
                "to": {"status": "$status", "evidence": "measured (gate)", "reason": "arch list"}}],
  "dead_ends_after": ["flashinfer-ar-fusion"]}
 JSON
-    else
+    elif [[ -n "$out" ]]; then
       echo "# upgrade report 12.8 -> 13.1" >"$out"
+    else
+      echo "upgrade CUDA 12.8 -> 13.1: one screen"
     fi ;;
   pick) echo "stackforge/cu131-wheels@sha256:abc"; exit "${FAKE_PICK_EXIT:-5}" ;;
   *) echo "fake stackforge: unexpected $*" >&2; exit 99 ;;
@@ -229,7 +231,7 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
             in calls)
     upgrade = [c for c in calls if c.startswith("upgrade --from-cuda")]
     assert upgrade and all("--from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie" in c for c in upgrade)
-    assert "# upgrade report 12.8 -> 13.1" in done.stdout
+    assert "upgrade CUDA 12.8 -> 13.1: one screen" in done.stdout and "deadends: one screen" in done.stdout
     # The answer first: the upgrade report from the wheels before any image, then what the images changed.
     assert calls.index(next(c for c in calls if "--read-wheels" in c)) < calls.index(builds[0])
     assert ("main-job: first answer (the releases' code, read from their wheels; no image yet): 0 gained, 1 admitted "

@@ -234,7 +234,9 @@ def test_a_family_the_plan_prunes_entirely_is_refused():
 def test_cli_by_cuda_family():
     result = invoke("--from-cuda", "12.8", "--to-cuda", "13.1", "--target", TARGET)
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("### stackforge upgrade · CUDA 12.8 → 13.1 on rtx-pro-6000-x8-pcie")
+    assert result.stdout.startswith("upgrade CUDA 12.8 -> 13.1 on rtx-pro-6000-x8-pcie:")    # one screen
+    full = invoke("--from-cuda", "12.8", "--to-cuda", "13.1", "--target", TARGET, "--evidence")
+    assert full.stdout.startswith("### stackforge upgrade · CUDA 12.8 → 13.1 on rtx-pro-6000-x8-pcie")
 
 
 def test_cli_stack_ids_and_a_mix_with_a_family():
@@ -291,7 +293,7 @@ def test_cli_wrong_number_of_stacks_and_a_hostile_version_are_exit_2():
 
 def test_cli_predicted_only_side(tmp_path):
     workspace = write_workspace(tmp_path, without=(CU128,))
-    result = invoke("--from-cuda", "12.8", "--to-cuda", "13.1", workspace=workspace)
+    result = invoke("--from-cuda", "12.8", "--to-cuda", "13.1", "--format", "md", workspace=workspace)
     assert result.exit_code == 0, result.output
     assert "| evidence | **predicted only** — no probe result | measured |" in result.stdout
 

@@ -39,11 +39,15 @@ from stackforge.report.upgrade import (
 @click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A `stackforge build --out` folder: image sizes from its build records "
                    "(default: image sizes unknown).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: one screen (a line per feature); md: for a pull request; html; json: everything.")
+@click.option("--evidence", "-v", "evidence", is_flag=True,
+              help="With --format text: every side's reason, code lines and sources, in full (the markdown).")
 @out_file_option
 def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, results: Path,
             runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool, target: str | None,
-            skip_bad: bool, read_wheels: bool, builds_dir: Path | None, fmt: str, out: Path | None) -> None:
+            skip_bad: bool, read_wheels: bool, builds_dir: Path | None, fmt: str, evidence: bool,
+            out: Path | None) -> None:
     """Compare stack FROM with stack TO on a target: features gained, lost, unchanged and undecided (each
     side with its evidence: measured tier, or the rule that predicts it), the driver floor, the image
     and its size, benchmark deltas with their spread, and the dead ends that remain after the upgrade.
@@ -54,14 +58,14 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
       stackforge upgrade cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312 --to-cuda 13.1 --format html --out up.html
     """
     before, after = _choices(stacks, from_cuda, to_cuda)
-    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
-                             target=target, skip_bad=skip_bad, read_wheels=read_wheels)
-    report = build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
+    loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                           target=target, skip_bad=skip_bad, read_wheels=read_wheels)
+    report = build_upgrade(loaded.records, loaded.plan, loaded.target, before, after,
                            size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
-                           runs=evidence.runs, plan_only=plan_path is not None or matrix is not None,
+                           runs=loaded.runs, plan_only=plan_path is not None or matrix is not None,
                            nvcc_features=features_only_nvcc_decides(load_knowledge(user=user_compat()).rules))
-    write_output(render_upgrade(report, fmt), out)
-    say_currency(evidence, results)
+    write_output(render_upgrade(report, fmt, evidence=evidence), out)
+    say_currency(loaded, results)
 
 
 def _choices(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None) -> tuple[StackChoice, StackChoice]:

@@ -27,12 +27,14 @@ def render_matrix(report: compat_matrix.MatrixReport, fmt: str) -> str:
     return renderers[fmt](report)
 
 
-def render_upgrade(report: upgrade.UpgradeReport, fmt: str) -> str:
-    """``report`` as ``md``, ``json`` or ``html``.
+def render_upgrade(report: upgrade.UpgradeReport, fmt: str, *, evidence: bool = False) -> str:
+    """``report`` as ``text`` (one screen; ``evidence``: the markdown, everything), ``md``, ``json`` or ``html``.
 
     Raises:
         SpecError: an unknown format.
     """
+    if fmt == "text":
+        return upgrade.render_upgrade_md(report) if evidence else upgrade.render_upgrade_text(report)
     if fmt == "md":
         return upgrade.render_upgrade_md(report)
     if fmt == "json":

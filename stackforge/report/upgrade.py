@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.core.textfit import brief
 from stackforge.core.versions import validate_version
 from stackforge.plan.derive import DriverFloor
 from stackforge.plan.planner import Plan
@@ -70,7 +71,7 @@ __all__ = ["FORMATS", "UPGRADE_SCHEMA", "ChangeKind", "FeatureChange", "ImageSiz
 
 UPGRADE_SCHEMA = "stackforge.upgrade"
 UPGRADE_SCHEMA_VERSION = 1
-FORMATS = ("md", "json", "html")
+FORMATS = ("text", "md", "json", "html")
 
 WORKS = frozenset({CellStatus.PASS, CellStatus.HAZARD, CellStatus.REQUIRES})
 #: Not dead as far as the code shows, but nothing that decides the feature ran (compat/knowledge.yaml tiers).
@@ -702,3 +703,34 @@ def _md_cell(cell: SideCell) -> str:
 def _md(text: Any) -> str:
     """Table-safe markdown: one line, no pipe breaks a row."""
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# ------------------------------------------------------------------------------------------- one screen
+
+#: The longest line the one-screen text prints.
+SCREEN = 200
+
+
+def render_upgrade_text(report: UpgradeReport) -> str:
+    """One screen: the answer (the counts), the two stacks, then a line per feature that changed or stays
+    dead (change, each side's status and evidence level, a brief reason, the probe or rule); the full
+    evidence is in ``--format md`` / ``html`` / ``json`` and ``--evidence``."""
+    old, new = report.before, report.after
+    lines = [f"upgrade CUDA {old.stack.get('cuda', '?')} -> {new.stack.get('cuda', '?')} on {report.target}:",
+             *(f"  {brief(part, SCREEN - 2)}" for part in summary_line(report).split(" · ")),
+             f"  from {old.stack_id} ({old.evidence})", f"  to   {new.stack_id} ({new.evidence})"]
+    width = max((len(f.feature) for f in report.features), default=0)
+    for item in report.features:
+        if item.change == ChangeKind.NOT_APPLICABLE:
+            continue
+        side = item.after
+        which = side.probe or (f"rule {side.rule}" if side.rule else "")
+        prefix = (f"  {item.feature:<{width}}  {item.change:<9}  {item.before.status:>9} -> {side.status:<9}  "
+                  f"{side.level or side.evidence}{f' [{which}]' if which else ''}: ")
+        lines.append(prefix + brief(side.reason or "no evidence", max(20, min(100, SCREEN - len(prefix) - 18))))
+    hidden = report.count(ChangeKind.NOT_APPLICABLE)
+    if hidden:
+        lines.append(f"  {hidden} feature(s) n/a on {report.target} (the hardware cannot have them)")
+    lines.append(f"  {len(report.dead_ends)} dead end(s) remain on {new.stack_id}; --evidence or --format md / html "
+                 "/ json: every side's reason, code lines and sources")
+    return "\n".join(lines) + "\n"

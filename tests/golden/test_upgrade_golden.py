@@ -25,7 +25,14 @@ def upgrade(workspace: Path, *args: str) -> str:
 
 
 def test_cuda_128_to_131_md(check_golden):
-    check_golden(GOLDEN_DIR / "cu128-to-cu131.md", upgrade(UPGRADE_DATA, "--from-cuda", "12.8", "--to-cuda", "13.1"))
+    check_golden(GOLDEN_DIR / "cu128-to-cu131.md",
+                 upgrade(UPGRADE_DATA, "--from-cuda", "12.8", "--to-cuda", "13.1", "--format", "md"))
+
+
+def test_cuda_128_to_131_one_screen(check_golden):
+    text = upgrade(UPGRADE_DATA, "--from-cuda", "12.8", "--to-cuda", "13.1")
+    assert max(len(line) for line in text.splitlines()) <= 200
+    check_golden(GOLDEN_DIR / "cu128-to-cu131.txt", text)
 
 
 def test_cuda_128_to_131_json(check_golden):
@@ -37,4 +44,4 @@ def test_cuda_128_to_131_json(check_golden):
 def test_from_side_predicted_only_md(check_golden, tmp_path):
     workspace = write_workspace(tmp_path, without=(CU128,))
     check_golden(GOLDEN_DIR / "cu128-predicted-only-to-cu131.md",
-                 upgrade(workspace, "--from-cuda", "12.8", "--to-cuda", "13.1"))
+                 upgrade(workspace, "--from-cuda", "12.8", "--to-cuda", "13.1", "--format", "md"))
