@@ -28,10 +28,19 @@ def invoke(*args: str):
 
 
 def test_matrix_md_to_stdout(workspace):
-    result = invoke("matrix", "--plan", "plan.json")
+    result = invoke("matrix", "--plan", "plan.json", "--format", "md")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"### stackforge matrix · {TARGET}")
     assert "**Legend**" in result.stdout and "runs: run-a" in result.stdout
+    assert invoke("matrix", "--plan", "plan.json", "--evidence").stdout == result.stdout
+
+
+def test_matrix_fits_one_screen_by_default(workspace):
+    result = invoke("matrix", "--plan", "plan.json")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("matrix ") and f" on {TARGET}: " in lines[0]
+    assert any(line.startswith(f"  [1] ") for line in lines) and max(map(len, lines)) <= 200
 
 
 @pytest.mark.parametrize("fmt, marker", [("html", "<!DOCTYPE html>"), ("json", '"schema": "stackforge.matrix"'),
@@ -73,7 +82,7 @@ def test_corrupt_records_refuse_with_every_path(workspace):
     assert skipped.exit_code == 0
     assert "warning: --skip-bad: ignoring 2 unusable result files in results:" in skipped.stderr
     assert "torn.json" in skipped.stderr and "newer.json" in skipped.stderr
-    assert "| stack |" in skipped.stdout
+    assert "  [1] " in skipped.stdout
 
 
 def test_bad_plan_file_is_a_one_line_error(workspace):

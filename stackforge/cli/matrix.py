@@ -18,12 +18,16 @@ from stackforge.report.formats import render_matrix
 @evidence_options
 @click.option("--feature", "features", metavar="NAME", multiple=True,
               help="Only these feature columns, in this order (repeatable).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: one screen (a line per feature, a column per kept stack); md: for a pull request; "
+                   "html; json / csv: everything.")
+@click.option("--evidence", "-v", "evidence", is_flag=True,
+              help="With --format text: every cell with its reason and evidence, and the pruned stacks (the markdown).")
 @out_file_option
 @click.pass_context
 def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path: Path | None,
             matrix: str | None, no_plan: bool, target: str | None, skip_bad: bool, features: tuple[str, ...],
-            fmt: str, out: Path | None) -> None:
+            fmt: str, evidence: bool, out: Path | None) -> None:
     """Render the stacks x features matrix of one target: measured cells, predicted cells, evidence.
 
     \b
@@ -34,12 +38,11 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
     """
     if ctx.invoked_subcommand is not None:
         return
-    evidence = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
-                             target=target, skip_bad=skip_bad)
-    report = build_matrix(evidence.records, evidence.plan, evidence.target, features=features,
-                          runs=evidence.runs)
-    write_output(render_matrix(report, fmt), out)
-    say_currency(evidence, results)
+    loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
+                           target=target, skip_bad=skip_bad)
+    report = build_matrix(loaded.records, loaded.plan, loaded.target, features=features, runs=loaded.runs)
+    write_output(render_matrix(report, fmt, evidence=evidence), out)
+    say_currency(loaded, results)
 
 
 @command.command(name="diff")

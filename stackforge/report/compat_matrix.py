@@ -100,7 +100,7 @@ __all__ = [
 
 COMPAT_MATRIX_SCHEMA = "stackforge.matrix"
 COMPAT_MATRIX_SCHEMA_VERSION = 1
-FORMATS = ("md", "html", "json", "csv")
+FORMATS = ("text", "md", "html", "json", "csv")
 
 
 class CellSource(str, Enum):
@@ -991,3 +991,34 @@ def row_driver_floor(row: ReportRow, target: str, target_min: str | None) -> Dri
     if row.driver_floor is not None:
         return row.driver_floor
     return cell_driver_floor(None, "", target, target_min, ())
+
+
+def render_matrix_text(report: MatrixReport) -> str:
+    """One screen: a line per feature with each kept stack's status and where it comes from (the tier that
+    measured it, ``rule`` for a prediction); the stacks are numbered above the table. The full cells, their
+    evidence and the pruned stacks are in ``--evidence`` (the markdown), ``--format html`` and ``json``."""
+    kept = [row for row in report.rows if row.plan_status != "pruned"]
+    pruned = len(report.rows) - len(kept)
+    lines = [f"matrix {report.matrix_name or ''} on {report.target}: {len(kept)} stack(s) kept"
+             + (f", {pruned} pruned by the plan (--evidence lists them)" if pruned else "")]
+    lines += [f"  [{number}] {row.stack_id}" for number, row in enumerate(kept, 1)]
+    if not kept:
+        return "\n".join(lines) + "\n"
+    width = max(len(feature) for feature in report.features)
+    columns = [f"[{number}]" for number in range(1, len(kept) + 1)]
+    cells = {feature: [_short_cell(row.cell(feature)) for row in kept] for feature in report.features}
+    column = max(len(text) for values in cells.values() for text in values + columns)
+    lines.append(f"  {'feature':<{width}}  " + "  ".join(f"{c:<{column}}" for c in columns).rstrip())
+    lines += [f"  {feature:<{width}}  " + "  ".join(f"{v:<{column}}" for v in values).rstrip()
+              for feature, values in cells.items()]
+    lines.append("  (status (source): the tier that measured it, or rule for a prediction; --evidence: every cell's "
+                 "reason and evidence)")
+    return "\n".join(lines) + "\n"
+
+
+def _short_cell(cell: ReportCell) -> str:
+    if cell.source is CellSource.MEASURED and cell.tier is not None:
+        return f"{cell.status.value} ({cell.tier.value})"
+    if cell.source is CellSource.PREDICTED:
+        return f"{cell.status.value} (rule)"
+    return cell.status.value

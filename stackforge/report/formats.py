@@ -14,13 +14,16 @@ from stackforge.report.compat_matrix_html import render_matrix_html
 from stackforge.report.upgrade_html import render_upgrade_html
 
 
-def render_matrix(report: compat_matrix.MatrixReport, fmt: str) -> str:
-    """``report`` as ``md``, ``html``, ``json`` or ``csv``.
+def render_matrix(report: compat_matrix.MatrixReport, fmt: str, *, evidence: bool = False) -> str:
+    """``report`` as ``text`` (one screen; ``evidence``: the markdown, everything), ``md``, ``html``, ``json``
+    or ``csv``.
 
     Raises:
         SpecError: an unknown format.
     """
-    renderers = {"md": compat_matrix.render_matrix_md, "html": render_matrix_html,
+    if fmt == "text" and evidence:
+        return compat_matrix.render_matrix_md(report)
+    renderers = {"text": compat_matrix.render_matrix_text, "md": compat_matrix.render_matrix_md, "html": render_matrix_html,
                  "json": compat_matrix.render_matrix_json, "csv": compat_matrix.render_matrix_csv}
     if fmt not in renderers:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(compat_matrix.FORMATS)}")
