@@ -7,6 +7,7 @@ choke point).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,22 @@ def chromium(tmp_path: Path, *args: str) -> str:
     return result.output_tail
 
 
-def dump_dom(tmp_path: Path, url: str) -> str:
-    """The page's DOM after its scripts ran."""
-    output = chromium(tmp_path, "--dump-dom", url)
+def dump_dom(tmp_path: Path, url: str, *, width: int | None = None) -> str:
+    """The page's DOM after its scripts ran (in a window ``width`` pixels wide when given)."""
+    size = (f"--window-size={width},900",) if width else ()
+    output = chromium(tmp_path, *size, "--dump-dom", url)
     start = output.find("<html")
     assert start >= 0, output[-2000:]
     return output[start:]
+
+
+#: Characters that need a colour-emoji font (empty boxes without one): pictographs, dingbats, variation
+#: selector 16, fullwidth forms.
+EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u2B00-\u2BFF\u2300-\u23FF\uFF00-\uFFEF]")
+
+
+def laid_out_width(dom: str) -> int:
+    """The width the page laid out to (its script writes it on <body data-width>)."""
+    match = re.search(r'<body[^>]*data-width="(\d+)"', dom)
+    assert match, "the page's script did not record its width"
+    return int(match.group(1))

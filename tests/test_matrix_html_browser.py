@@ -1,9 +1,9 @@
 """The HTML matrix in a real browser (headless Chromium): what a person sees, and the JS works.
 
 Needs Debian's ``chromium`` package (``apt-get install -y chromium``; the CI script installs it);
-skipped with that reason when /usr/bin/chromium is absent. The screenshot is kept as a test artifact
-under ``tests/artifacts/`` (git-ignored). Colour emoji need ``fonts-noto-color-emoji``; without them
-the glyphs are boxes, but every cell also spells its status, so the page stays readable.
+skipped with that reason when /usr/bin/chromium is absent. The screenshots are kept as test artifacts
+under ``tests/artifacts/`` (git-ignored). Status marks are inline SVG, so no emoji font is needed; the
+page is checked to lay out within a 1280 px window, with the pruned stacks folded under one row.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from _browser import ARTIFACTS, chromium, dump_dom, require_chromium
+from _browser import ARTIFACTS, EMOJI, chromium, dump_dom, laid_out_width, require_chromium
 from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, seed_records
 
 from stackforge.plan.planner import Plan
@@ -78,3 +78,21 @@ def test_screenshot_is_kept_as_an_artifact(page, tmp_path):
     chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,900", page.as_uri())
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000      # a rendered page, not a blank one
+
+
+def test_marks_need_no_emoji_font_and_the_page_fits_1280_pixels(page, tmp_path):
+    dom = dump_dom(tmp_path, page.as_uri(), width=1280)
+    assert not EMOJI.findall(dom), sorted(set(EMOJI.findall(dom)))
+    assert '<svg class="mark"' in dom and 'aria-label="fail"' in dom
+    assert laid_out_width(dom) <= 1280
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "matrix_html_1280.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", page.as_uri())
+    assert shot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_pruned_stacks_are_folded_under_one_row(page, tmp_path):
+    dom = dump_dom(tmp_path, page.as_uri())
+    assert 'class="fold-pruned"' in dom and "1 pruned stack(s) folded: show them" in dom
+    shown = dump_dom(tmp_path, page.as_uri() + "?pruned=show")
+    assert 'id="matrix" class=""' in shown and "1 pruned stack(s) shown: fold them" in shown

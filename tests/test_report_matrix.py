@@ -340,7 +340,9 @@ def test_html_cells_carry_status_evidence_and_sort_keys(report):
     text = render_matrix_html(report)
     cell = re.search(r'<td class="cell st-fail src-measured"[^>]*title="([^"]*)"', text)
     assert cell and "fail (runtime)" in cell.group(1)
-    assert '<details><summary><span class="glyph">❌</span> <b>fail</b> <span class="how">run</span></summary>' in text
+    assert ('<details><summary><span class="glyph"><svg class="mark" width="12" height="12" viewBox="0 0 12 12" '
+            'role="img" aria-label="fail">') in text
+    assert '</svg></span> <b>fail</b> <span class="how">run</span></summary>' in text
     assert "No supported CUDA architectures found for major versions [12]" in text
     assert 'class="cell st-admitted src-measured contradicted"' in text
     assert re.search(r'data-rank="0" data-metric="112.0"', text)

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from _browser import ARTIFACTS, chromium, dump_dom, require_chromium
+from _browser import ARTIFACTS, EMOJI, chromium, dump_dom, laid_out_width, require_chromium
 from matrix_fixtures import CU128, CU131, TARGET, plan_dict, seed_records
 
 from stackforge.plan.planner import Plan
@@ -55,7 +55,7 @@ def test_what_a_person_sees(page, tmp_path):
     assert "6 of 6 features shown" in dom
     assert visible_features(dom) == ["flashinfer-ar-fusion", "custom-allreduce", "torch-symm-mem",
                                      "flashinfer-jit", "nccl-graph-tree", "serve"]
-    for phrase in ("➕ gained", "unavailable predicted by rule fi-arfusion-sm120", "pass measured (runtime)",
+    for phrase in ("gained", "unavailable predicted by rule fi-arfusion-sm120", "pass measured (runtime)",
                    "driver floor >= 570.26", ">= 590.44.01", "Dead ends that remain after the upgrade",
                    "none: never probed on this target"):
         assert phrase in text, phrase
@@ -78,3 +78,10 @@ def test_screenshot_is_kept_as_an_artifact(page, tmp_path):
     chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,1000", page.as_uri())
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000      # a rendered page, not a blank one
+
+
+def test_marks_need_no_emoji_font_and_the_page_fits_1280_pixels(page, tmp_path):
+    dom = dump_dom(tmp_path, page.as_uri(), width=1280)
+    assert not EMOJI.findall(dom), sorted(set(EMOJI.findall(dom)))
+    assert '<svg class="mark"' in dom
+    assert laid_out_width(dom) <= 1280

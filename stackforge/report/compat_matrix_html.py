@@ -63,7 +63,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
           border-radius: 6px; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 14px; margin: 8px 0 14px; color: var(--muted);
           font-size: 13px; }
-.legend span { white-space: nowrap; }
+.legend span { overflow-wrap: anywhere; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid var(--line); padding: 4px 6px; vertical-align: top; text-align: left; }
 thead th { background: var(--head); position: sticky; top: 0; cursor: pointer; user-select: none;
@@ -91,6 +91,13 @@ summary::-webkit-details-marker { display: none; }
 td.src-predicted summary { font-style: italic; }
 td.contradicted { outline: 2px dashed #cf222e; outline-offset: -3px; }
 tr.pruned th .stack-id { text-decoration: line-through; color: #777; }
+table.fold-pruned tbody tr.pruned { display: none; }
+tfoot td { background: #fafafa; color: var(--muted); }
+#toggle-pruned { font: inherit; cursor: pointer; border: 1px solid var(--line); border-radius: 6px;
+                 background: #fff; padding: 2px 8px; }
+.scroll { max-width: 100%; overflow-x: auto; }
+h1, p, li, summary { overflow-wrap: anywhere; }
+svg.mark { vertical-align: -1px; }
 .warn { color: #cf222e; font-weight: 600; }
 .notes { margin-top: 18px; color: var(--muted); font-size: 12.5px; max-width: 1100px; }
 """
@@ -165,7 +172,17 @@ _JS = """
     })(i));
   }
   input.addEventListener('input', function () { applyFilter(); remember(); });
+  var toggle = document.getElementById('toggle-pruned');
+  function showPruned(show) {
+    table.classList.toggle('fold-pruned', !show);
+    if (toggle) toggle.textContent = toggle.textContent.replace(show ? /folded: show them/ : /shown: fold them/,
+                                                                show ? 'shown: fold them' : 'folded: show them');
+  }
+  if (toggle) toggle.addEventListener('click', function () {
+    showPruned(table.classList.contains('fold-pruned'));
+  });
   var p = params();
+  if (p.get('pruned') === 'show') showPruned(true);
   if (p.get('filter')) input.value = p.get('filter');
   if (p.get('sort')) {
     for (var k = 0; k < heads.length; k++) {
@@ -173,8 +190,50 @@ _JS = """
     }
   }
   applyFilter();
+  // How wide the page lays out (tests check it fits a 1280 px window).
+  document.body.setAttribute('data-width', String(document.documentElement.scrollWidth));
 })();
 """
+
+
+# Status marks drawn as inline SVG: they render the same in every browser, with no emoji font installed
+# (headless Chromium on Debian shows colour emoji as empty boxes). Shape and colour carry the status; the
+# status word always follows the mark.
+_SHAPES = {
+    "pass": '<circle cx="6" cy="6" r="5" fill="#1a7f37"/>',
+    "admitted": '<circle cx="6" cy="6" r="4" fill="none" stroke="#1a7f37" stroke-width="2"/>',
+    "fail": '<path d="M2 2L10 10M10 2L2 10" stroke="#cf222e" stroke-width="2.4"/>',
+    "crash": '<path d="M6 0L7.5 4.5L12 6L7.5 7.5L6 12L4.5 7.5L0 6L4.5 4.5Z" fill="#cf222e"/>',
+    "timeout": '<path d="M2 1H10L2 11H10Z" fill="none" stroke="#bc4c00" stroke-width="1.6"/>',
+    "error": '<rect x="1.5" y="1.5" width="9" height="9" fill="#8250df"/>',
+    "skip": '<path d="M2 2L7 6L2 10ZM7 2L12 6L7 10Z" fill="#8c959f"/>',
+    "undecided": '<circle cx="6" cy="6" r="4" fill="none" stroke="#8c959f" stroke-width="2" stroke-dasharray="2 2"/>',
+    "unavailable": '<circle cx="6" cy="6" r="4.5" fill="none" stroke="#cf222e" stroke-width="1.6"/>'
+                   '<path d="M3 9L9 3" stroke="#cf222e" stroke-width="1.6"/>',
+    "hazard": '<path d="M6 1L11.5 11H0.5Z" fill="#d4a72c"/>',
+    "requires": '<rect x="2" y="2" width="8" height="8" fill="none" stroke="#0969da" stroke-width="2"/>',
+    "pruned": '<rect x="1" y="4.5" width="10" height="3" fill="#6e7781"/>',
+    "untested": '<circle cx="6" cy="6" r="1.8" fill="#8c959f"/>',
+    "n/a": '<path d="M2 10L10 2" stroke="#afb8c1" stroke-width="1.6"/>',
+    "contradicted": '<path d="M4 1V8M8 1V8" stroke="#cf222e" stroke-width="2"/><circle cx="4" cy="10.5" r="1" '
+                    'fill="#cf222e"/><circle cx="8" cy="10.5" r="1" fill="#cf222e"/>',
+}
+
+
+def marked(text: str) -> str:
+    """``text`` escaped for HTML, with the report's status glyphs drawn as marks (:func:`status_mark`)."""
+    html = escape(text)
+    glyphs = {CONTRADICTED_GLYPH: "contradicted", **{glyph: status.value for status, glyph in GLYPHS.items()}}
+    for glyph, status in glyphs.items():
+        html = html.replace(escape(glyph), status_mark(status))
+    return html
+
+
+def status_mark(status: str) -> str:
+    """The inline SVG mark of a status (``pass``, ``fail``... or ``contradicted``), with its name as the title."""
+    shape = _SHAPES.get(status, _SHAPES["untested"])
+    return (f'<svg class="mark" width="12" height="12" viewBox="0 0 12 12" role="img" aria-label="{escape(status)}">'
+            f"<title>{escape(status)}</title>{shape}</svg>")
 
 
 def render_matrix_html(report: MatrixReport) -> str:
@@ -205,7 +264,7 @@ def _header(report: MatrixReport) -> str:
                      f"({escape(report.matrix_source)})</p>")
     if report.runs:
         lines.append(f'<p class="meta">runs: {escape(", ".join(report.runs))}</p>')
-    lines.append(f'<p class="meta">{escape(header_summary(report))}</p></header>')
+    lines.append(f'<p class="meta">{marked(header_summary(report))}</p></header>')
     return "\n".join(lines)
 
 
@@ -217,9 +276,9 @@ def _controls(report: MatrixReport) -> str:
 
 
 def _legend() -> str:
-    items = [f'<span class="st-{css_name(s)}">{GLYPHS[s]} {escape(s.value)}: {escape(LEGEND[s.value])}</span>'
-             for s in CellStatus]
-    items.append(f'<span>{CONTRADICTED_GLYPH} {escape(LEGEND["contradicted"])}</span>')
+    items = [f'<span class="st-{css_name(s)}">{status_mark(s.value)} {escape(s.value)}: '
+             f'{escape(LEGEND[s.value])}</span>' for s in CellStatus]
+    items.append(f'<span>{status_mark("contradicted")} {escape(LEGEND["contradicted"])}</span>')
     items.append("<span><i>gate</i> = inside the image, no GPU · <i>run</i> = runtime probe on the GPU · "
                  "<i>bench</i> = benchmark · <i>rule</i> = predicted, not measured</span>")
     return '<section class="legend" id="legend">' + "".join(items) + "</section>"
@@ -230,8 +289,12 @@ def _table(report: MatrixReport) -> str:
     heads += [f'<th data-key="{escape(f)}" scope="col">{escape(f)}</th>' for f in report.features]
     target_min = report.target_info.get("min_driver")
     rows = [_row(row, index, report.target, target_min) for index, row in enumerate(report.rows)]
-    return ('<table id="matrix"><thead><tr>' + "".join(heads) + "</tr></thead><tbody>\n"
-            + "\n".join(rows) + "\n</tbody></table>")
+    pruned = sum(row.plan_status == "pruned" for row in report.rows)
+    # The pruned stacks are folded under one row by default: the kept ones are the answer.
+    fold = (f'<tfoot><tr><td colspan="{len(heads)}"><button type="button" id="toggle-pruned">'
+            f'{pruned} pruned stack(s) folded: show them</button></td></tr></tfoot>' if pruned else "")
+    return ('<div class="scroll"><table id="matrix" class="fold-pruned"><thead><tr>' + "".join(heads)
+            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody>" + fold + "</table></div>")
 
 
 def _row(row: ReportRow, index: int, target: str, target_min: str | None) -> str:
@@ -272,7 +335,7 @@ def _stack_head(row: ReportRow, target: str, target_min: str | None) -> str:
 def _pruned_details(row: ReportRow) -> str:
     items = "".join(f"<li><b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}{_rule_sources(f)}</li>"
                     for f in row.pruned_by)
-    return f'<details><summary>⛔ pruned</summary><ul class="ev">{items}</ul></details>'
+    return f'<details><summary>{status_mark("pruned")} pruned</summary><ul class="ev">{items}</ul></details>'
 
 
 def _cell(cell: ReportCell) -> str:
@@ -290,7 +353,7 @@ def _cell(cell: ReportCell) -> str:
 
 def _label(cell: ReportCell) -> str:
     """Glyph, status word, how it was decided, key metric: readable without colour or emoji fonts."""
-    glyph = (CONTRADICTED_GLYPH if cell.contradicted else "") + GLYPHS[cell.status]
+    glyph = (status_mark("contradicted") if cell.contradicted else "") + status_mark(cell.status.value)
     parts = [f'<span class="glyph">{glyph}</span> <b>{escape(cell.status.value)}</b>']
     if cell.how and cell.status is not CellStatus.PRUNED:
         parts.append(f'<span class="how">{escape(HOW_LABELS[cell.how])}</span>')
@@ -302,11 +365,11 @@ def _label(cell: ReportCell) -> str:
 def _evidence(cell: ReportCell) -> str:
     parts = []
     if cell.contradicted:
-        parts.append(f'<p class="warn">{CONTRADICTED_GLYPH} {escape(cell.contradicted)}</p>')
+        parts.append(f'<p class="warn">{status_mark("contradicted")} {escape(cell.contradicted)}</p>')
     if cell.unpredicted:
         parts.append('<p class="warn">No rule predicts this failure: a compat rule is missing.</p>')
     if cell.undecided:
-        parts.append(f"<p>{GLYPHS[CellStatus.UNDECIDED]} {escape(cell.undecided)}</p>")
+        parts.append(f"<p>{status_mark('undecided')} {escape(cell.undecided)}</p>")
     # Measurements first: they decide the cell; the rule's prediction follows for comparison.
     parts.extend(_record_html(record) for record in cell.records)
     if cell.source is CellSource.PREDICTED or cell.prediction is not None and cell.prediction.rule:
@@ -318,7 +381,7 @@ def _evidence(cell: ReportCell) -> str:
 
 def _prediction_html(cell: ReportCell) -> str:
     if cell.status is CellStatus.PRUNED:
-        return "".join(f"<p>⛔ pruned by rule <b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}"
+        return "".join(f"<p>{status_mark('pruned')} pruned by rule <b>{escape(f.rule.id)}</b>: {escape(f.rule.reason)}"
                        f"{_rule_sources(f)}</p>" for f in cell.pruned_by)
     prediction = cell.prediction
     if prediction is None or not prediction.rule:

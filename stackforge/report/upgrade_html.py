@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
-from stackforge.report.compat_matrix import GLYPHS, CellStatus
-from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS, css_name, row_filter_js
+from stackforge.report.compat_matrix import CellStatus
+from stackforge.report.compat_matrix_html import PAGE_CSP, PAGE_CSS, css_name, row_filter_js, status_mark
 from stackforge.report.upgrade import (
     PREDICTED_ONLY,
     ChangeKind,
@@ -29,7 +29,8 @@ from stackforge.report.upgrade import (
 __all__ = ["render_upgrade_html"]
 
 _EXTRA_CSS = """
-.sides td, .sides th { max-width: 520px; }
+.sides td, .sides th { max-width: 420px; overflow-wrap: anywhere; }
+#features td { max-width: 380px; overflow-wrap: anywhere; }
 .sides code { word-break: break-all; }
 .change { white-space: nowrap; font-weight: 600; }
 .ch-gained { background: #e8f6ec; } .ch-lost { background: #fdecec; }
@@ -56,8 +57,14 @@ _JS = """
     try { history.replaceState(null, '', '#filter=' + encodeURIComponent(input.value)); } catch (e) {}
   });
   apply();
+  document.body.setAttribute('data-width', String(document.documentElement.scrollWidth));
 })();
 """
+
+#: The mark each change kind is drawn with (inline SVG, no emoji font needed): the status it ends in.
+CHANGE_MARKS = {ChangeKind.GAINED: "pass", ChangeKind.ADMITTED: "admitted", ChangeKind.LOST: "fail",
+                ChangeKind.UNCHANGED: "untested", ChangeKind.UNDECIDED: "undecided",
+                ChangeKind.NOT_APPLICABLE: "n/a", ChangeKind.FLAVOUR: "requires"}
 
 
 def render_upgrade_html(report: UpgradeReport) -> str:
@@ -72,9 +79,7 @@ def render_upgrade_html(report: UpgradeReport) -> str:
         f"<title>{escape(title)}</title>",
         f"<style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body>",
         _header(report),
-        _sides(old, new),
-        _features(report),
-        _benchmarks(report.metrics),
+        *(_scrolling(part) for part in (_sides(old, new), _features(report), _benchmarks(report.metrics))),
         _dead_ends(report),
         '<p class="notes">A measured result always wins over a prediction; a prediction is labelled with its rule '
         "and never called measured. Runtime and bench results outrank gate results; within a tier the worst "
@@ -83,6 +88,11 @@ def render_upgrade_html(report: UpgradeReport) -> str:
         "</body></html>",
         "",
     ])
+
+
+def _scrolling(html: str) -> str:
+    """Each table in a box that scrolls sideways: the page itself stays as wide as the window."""
+    return html.replace("<table", '<div class="scroll"><table').replace("</table>", "</table></div>")
 
 
 def _header(report: UpgradeReport) -> str:
@@ -127,7 +137,7 @@ def _sides(old: Side, new: Side) -> str:
 
 
 def _features(report: UpgradeReport) -> str:
-    legend = "".join(f'<span class="ch-{css_name(c)}">{ChangeKind.GLYPHS[c]} {c}: '
+    legend = "".join(f'<span class="ch-{css_name(c)}">{status_mark(CHANGE_MARKS[c])} {c}: '
                      f'{escape(ChangeKind.MEANING[c])}</span>' for c in ChangeKind.ORDER)
     legend += ("<span><i>measured (gate)</i> = inside the image, no GPU · <i>measured (runtime)</i> = a probe on "
                "the GPU · <i>measured (bench)</i> = a benchmark · <i>measured (wheel)</i> = the release's code read from its wheel · <i>predicted by rule X</i> = not measured</span>")
@@ -140,7 +150,8 @@ def _features(report: UpgradeReport) -> str:
                            item.before.evidence, item.after.evidence]).lower()
         rows.append(f'<tr class="ch-{css_name(item.change)}" data-search="{escape(search)}"><th scope="row"><code>'
                     f"{escape(item.feature)}</code></th>"
-                    f'<td class="change">{escape(item.label())}</td>'
+                    f'<td class="change">{status_mark(CHANGE_MARKS[item.change])} '
+                    f'{escape(item.label().split(" ", 1)[1])}</td>'
                     f"{_cell(item.before)}{_cell(item.after)}</tr>")
     controls = ('<div class="controls"><label>Filter <input id="filter" type="search" autocomplete="off" '
                 'placeholder="feature, gained, to=fail, rule…"></label>'
@@ -157,7 +168,7 @@ def _column(side: Side) -> str:
 def _cell(cell: SideCell) -> str:
     status = CellStatus(cell.status)
     source = "measured" if cell.evidence.startswith("measured") else "predicted"
-    label = (f'<span class="glyph">{GLYPHS[status]}</span> <b>{escape(cell.status)}</b> '
+    label = (f'<span class="glyph">{status_mark(status.value)}</span> <b>{escape(cell.status)}</b> '
              f'<span class="how">{escape(cell.evidence)}</span>')
     body = []
     if cell.probe:
@@ -190,7 +201,7 @@ def _dead_ends(report: UpgradeReport) -> str:
                 f"<code>{escape(report.after.stack_id)}</code>.</p>")
     items = []
     for dead in report.dead_ends:
-        text = (f"<li><b>{escape(dead.feature)}</b> ({escape(dead.history())}): {GLYPHS[CellStatus(dead.cell.status)]} "
+        text = (f"<li><b>{escape(dead.feature)}</b> ({escape(dead.history())}): {status_mark(dead.cell.status)} "
                 f"{escape(dead.cell.status)}, {escape(dead.cell.evidence)} — {escape(dead.cell.reason)}"
                 f"<br>way out: {escape(dead.unblock)}")
         if dead.remedy:
