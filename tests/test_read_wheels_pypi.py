@@ -29,3 +29,17 @@ def test_upgrade_reads_the_wheels_first_when_asked(tmp_path, monkeypatch):
     evidence = {f["feature"]: f["to"]["evidence"] for f in report["features"]}
     assert evidence["flashinfer-ar-fusion"] == "measured (wheel)"
     assert report["summary"]["admitted"] >= 1
+
+
+def test_the_readme_example_is_real_output(tmp_path, monkeypatch):
+    """Every line the README quotes as the answer is what `upgrade --read-wheels` prints on the default matrix."""
+    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", os.environ.get("STACKFORGE_WHEEL_CACHE") or str(REPO / ".cache" / "wheels"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## The answer, on one screen"):]
+    quoted = section[section.index("```text\n") + 8:]
+    quoted = [line for line in quoted[:quoted.index("```")].splitlines() if line.strip() != "..."]
+    result = CliRunner().invoke(cli, ["upgrade", "--from-cuda", "12.8", "--to-cuda", "13.1", "--target",
+                                      "rtx-pro-6000-x8-pcie", "--results", str(tmp_path / "results"), "--read-wheels"])
+    assert result.exit_code == 0, result.output
+    printed = result.stdout.splitlines()
+    assert len(quoted) >= 12 and [line for line in quoted if line not in printed] == []

@@ -298,18 +298,6 @@ def test_cli_predicted_only_side(tmp_path):
     assert "| evidence | **predicted only** — no probe result | measured |" in result.stdout
 
 
-def test_the_readme_example_is_real_output():
-    """Every line the README quotes from `stackforge upgrade` is in the golden report of the same command."""
-    root = UPGRADE_DATA.parents[2]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### The upgrade question"):]
-    quoted = section[section.index("```\n2 gained (measured working") + 4:]
-    quoted = quoted[:quoted.index("```")]
-    golden = (root / "tests" / "golden" / "upgrade" / "cu128-to-cu131.md").read_text(encoding="utf-8")
-    lines = [line for line in quoted.splitlines() if line and line != "..."]
-    assert len(lines) >= 7 and all(line in golden.splitlines() for line in lines)
-
-
 def test_a_built_image_never_probed_is_named_as_such(tmp_path):
     write_build_record(tmp_path, BuildRecord(stack_id=CU128, stack=STACKS[CU128], derived={},
                                              status=BuildStatus.BUILT, image_tag="stackforge/cu128:abc",
