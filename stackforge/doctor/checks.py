@@ -26,7 +26,7 @@ from stackforge.edges.pip_config import redact_urls, without_credentials
 DOCTOR_SCHEMA = "stackforge.doctor"
 DOCTOR_SCHEMA_VERSION = 1
 GIB = 1024 ** 3
-#: A CUDA stack image is ~11 GiB (docs/measurements.md: the main job grew the engine's disk by 10.8 GiB).
+#: A CUDA stack image is ~11 GiB (docs/measurements.md: the CUDA 13.1 wheels image is 11.6 GB).
 ENGINE_DISK_WARN_GIB = 30
 WORKDIR_DISK_WARN_GIB = 1
 ENGINE_REMEDY = "start one: sudo scripts/setup-engine.sh (or set DOCKER_HOST to a running engine)"
