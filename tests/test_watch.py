@@ -45,7 +45,7 @@ def index(tmp_path, monkeypatch):
     server.shutdown()
 
 
-def _release(served: LoopbackIndex, tmp_path, version: str, majors: list[int], **kwargs) -> None:
+def _release(served: LoopbackIndex, tmp_path, version: str, majors: list[int] | None, **kwargs) -> None:
     wheel = make_wheel(tmp_path / "wheels", "flashinfer-python", version, {"flashinfer/jit/comm.py": comm_py(majors)})
     served.add("flashinfer-python", wheel, upload_time=f"2026-08-{len(served.files) + 1:02d}T00:00:00Z", **kwargs)
 
@@ -92,6 +92,19 @@ def test_a_release_that_breaks_a_rule_gets_a_proposal(tmp_path, index):
     (patch,) = release["proposed_patches"]
     assert patch["rule"] == "flashinfer-ar-fusion-sm12-gate" and patch["file"] == "compat/rules/flashinfer.yaml"
     assert "needs a hand edit" in patch["summary"] and patch["evidence"]
+
+
+def test_a_release_the_reader_can_no_longer_decide_is_news(tmp_path, index):
+    assert _watch(index, tmp_path).exit_code == 0
+    _release(index, tmp_path, "0.6.17", None)          # the gate line is gone: the reader cannot decide
+    result = _watch(index, tmp_path, "--json")
+    assert result.exit_code == 1
+    (release,) = json.loads(result.stdout)["releases"]
+    assert release["changed"] == [] and release["unchanged"] == []
+    (lost,) = release["no_longer_decided"]
+    assert lost["fact"] == "flashinfer-ar-fusion" and lost["after"]["status"] == "undecided"
+    text = _watch(index, tmp_path, "--after", "0.6.16.post4", "--until", "0.6.17").stdout
+    assert "no longer decided: flashinfer-ar-fusion on rtx-pro-6000-x8-pcie" in text
 
 
 def test_a_yanked_release_is_reported_and_never_read(tmp_path, index):

@@ -95,6 +95,13 @@ class VerdictComparison:
             self.before.reading.status, self.after.reading.status)
 
     @property
+    def no_longer_decided(self) -> bool:
+        """The reader decided the release before and cannot decide this one: the code moved under it (the
+        reader needs a look), which is news, never an unchanged verdict."""
+        return (self.before is not None and self.before.reading.status is not ReadingStatus.UNDECIDED
+                and self.after.reading.status is ReadingStatus.UNDECIDED)
+
+    @property
     def unblocks(self) -> bool:
         """The release's code admits what the release before refused (a dead end it opens)."""
         return (self.changed and self.after.reading.status is ReadingStatus.AVAILABLE and ":" not in self.fact

@@ -52,7 +52,9 @@ def _release_json(release: NewRelease) -> dict[str, Any]:
     return {"package": release.dist, "version": release.version, "uploaded": release.uploaded,
             "previous": release.previous, "yanked": release.yanked, "unread": release.unread,
             "changed": [_comparison_json(c) for c in release.changed],
-            "unchanged": [_comparison_json(c) for c in release.comparisons if not c.changed],
+            "unchanged": [_comparison_json(c) for c in release.comparisons
+                          if not c.changed and not c.no_longer_decided],
+            "no_longer_decided": [_comparison_json(c) for c in release.comparisons if c.no_longer_decided],
             "unblocks": [f"{c.feature} on {c.target}" for c in release.changed if c.unblocks],
             "blocks": [f"{c.feature} on {c.target}" for c in release.changed if c.blocks],
             "rules": [{**r.verdict.to_json(), "patch": r.patch.to_json() if r.patch else None} for r in release.rules],
@@ -90,7 +92,7 @@ def report_text(report: WatchReport) -> str:
             lines.append(f"  not read: {release.unread}")
             continue
         lines += [f"  changed: {_change_line(c)}" for c in release.changed]
-        unchanged = [c for c in release.comparisons if not c.changed]
+        unchanged = [c for c in release.comparisons if not c.changed and not c.no_longer_decided]
         if unchanged:
             lines.append(f"  unchanged: {len(unchanged)} reading(s) "
                          f"({', '.join(sorted({c.fact for c in unchanged}))})")
@@ -113,6 +115,8 @@ def _consequences(release: NewRelease) -> list[str]:
     """What the release means beyond its readings: dead ends it opens or closes, pins the repository lacks."""
     lines = [f"unblocks {c.feature} on {c.target}: admitted by the code in {release.version}, not measured working "
              "(stackforge probe confirms)" for c in release.changed if c.unblocks]
+    lines += [f"no longer decided: {c.fact} on {c.target}: {c.after.reading.summary[:120]} (the reader needs a look)"
+              for c in release.comparisons if c.no_longer_decided]
     lines += [f"now refuses {c.feature} on {c.target}" for c in release.changed if c.blocks]
     if release.pins is not None:
         lines.append(_pins_words(release))
