@@ -101,6 +101,11 @@ summary() {
   exit "$status"
 }
 trap summary EXIT
+# A signal ends the job with its own status (130 Ctrl-C, 143 TERM, 129 HUP), so the summary marks the stage
+# it cut short as failed with that status and the job never exits 0 when interrupted.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 # kept_stacks CUDA: "stack-id flavour base-image" per kept stack of the default matrix with that toolkit.
 kept_stacks() {

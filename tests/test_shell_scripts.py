@@ -136,7 +136,8 @@ JSON
       echo '{"cells": [{"stack_id": "cu131-wheels", "status": "kept", "stack": {"flavour": "wheels"},
               "derived": {"base_image": "python:3.11-slim-bookworm"}}]}'
     fi ;;
-  build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi ;;
+  build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi
+         if [[ -n "${FAKE_SLOW_BUILD:-}" ]]; then sleep 30; fi ;;
   probe)
     run="results/20261201T00000${FAKE_RUN:-0}Z-fake"
     [[ "$*" == *"--tier wheel"* ]] && run="results/20261201T00000${FAKE_RUN:-0}Z-wheel"
@@ -263,6 +264,31 @@ def test_main_job_stops_at_a_failed_stage_and_still_prints_the_summary(tmp_path)
     stages = [line.split("\t") for line in (root / "out" / "main-job.tsv").read_text().splitlines()]
     assert stages[-2][:3] == ["build-13.1", stages[-2][1], "failed (1)"]
     assert stages[-1][0] == "total" and stages[-1][2] == "failed (1)"
+
+
+def test_an_interrupted_main_job_exits_with_the_signal_status_and_marks_the_stage(tmp_path):
+    """Ctrl-C (SIGINT to the job's process group) during a build: exit 130, never 0, and the summary says
+    which stage it cut short."""
+    import signal
+    import time
+    root, env = _fake_checkout(tmp_path)
+    if os.geteuid() != 0:
+        pytest.skip("main-job.sh runs its setup as root (or with sudo); this test runs it as root only")
+    job = subprocess.Popen(["bash", str(root / "scripts" / "main-job.sh")], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env={**env, "FAKE_SLOW_BUILD": "1"}, cwd=tmp_path,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "build --cuda" not in (
+                (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""):
+            time.sleep(0.2)
+        os.killpg(job.pid, signal.SIGINT)
+        output, _ = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, output
+    assert "main-job: stage build-13.1 failed (exit 130)" in output
 
 
 def test_main_job_fails_when_nothing_can_be_picked(tmp_path):
