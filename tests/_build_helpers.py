@@ -8,7 +8,10 @@ benchmark build on this machine (see tests/test_build_integration.py for why it 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
+
+import pytest
 
 from stackforge.core.model import Flavour, Stack
 from stackforge.plan.derive import Derived, derive, load_tables
@@ -56,3 +59,14 @@ def small_cell(flashinfer: str = "0.6.6", sglang: str = "0.5.9", cuda: str = "13
                   flavour=Flavour.WHEELS, os="debian12", torch_variant="cpu")
     derived = dataclasses.replace(derive(stack, load_tables()), kernel_package=None, kernel_version=None)
     return stack, derived
+
+
+def wait_while_running(condition, process, *, timeout: float, what: str) -> None:
+    """Wait until ``condition()`` holds while ``process`` (a Popen) still runs; fail naming ``what`` it was
+    waiting for when the process ends first or ``timeout`` seconds pass (tests that interrupt a command)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"the command ended before it could be interrupted: {process.stdout.read()}")
+        assert time.monotonic() < deadline, f"the command never reached {what}"
+        time.sleep(0.2)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell
+from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell, wait_while_running
 
 from stackforge.build import Builder, BuildOptions, BuildStatus, build_stacks, read_record
 from stackforge.build.records import record_path
@@ -262,7 +262,8 @@ def test_ctrl_c_stops_the_build_and_keeps_finished_records(docker_client, base_i
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         slow_log = out / "logs" / f"{slow_id}.log"
-        _wait_for(lambda: slow_log.exists() and "pip install" in slow_log.read_text(), process, timeout=300)
+        wait_while_running(lambda: slow_log.exists() and "pip install" in slow_log.read_text(), process,
+                           timeout=300, what="pip install")
         finished = sorted((out / "builds").glob("*.json"))
         assert len(finished) == 1   # the stack that failed fast at its base image
         before = finished[0].read_bytes()
@@ -312,15 +313,6 @@ def _build_step_containers(docker_client, *, since: float) -> list[str]:
                 "%Y-%m-%dT%H:%M:%S", time.gmtime(since)):
             found.append(container.id)
     return found
-
-
-def _wait_for(condition, process: subprocess.Popen, *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.poll() is not None:
-            pytest.fail(f"the build ended before it could be interrupted: {process.stdout.read()}")
-        assert time.monotonic() < deadline, "the build never reached pip install"
-        time.sleep(0.2)
 
 
 def _processes_mentioning(text: str) -> list[int]:

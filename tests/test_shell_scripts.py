@@ -270,18 +270,18 @@ def test_an_interrupted_main_job_exits_with_the_signal_status_and_marks_the_stag
     """Ctrl-C (SIGINT to the job's process group) during a build: exit 130, never 0, and the summary says
     which stage it cut short."""
     import signal
-    import time
+
+    from _build_helpers import wait_while_running
     root, env = _fake_checkout(tmp_path)
     if os.geteuid() != 0:
         pytest.skip("main-job.sh runs its setup as root (or with sudo); this test runs it as root only")
     job = subprocess.Popen(["bash", str(root / "scripts" / "main-job.sh")], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, env={**env, "FAKE_SLOW_BUILD": "1"}, cwd=tmp_path,
                            start_new_session=True)
+    calls = tmp_path / "calls.log"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "build --cuda" not in (
-                (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""):
-            time.sleep(0.2)
+        wait_while_running(lambda: calls.exists() and "build --cuda" in calls.read_text(), job, timeout=60,
+                           what="its build stage")
         os.killpg(job.pid, signal.SIGINT)
         output, _ = job.communicate(timeout=60)
     finally:
