@@ -210,3 +210,12 @@ def test_the_pins_file_gains_a_row_for_a_new_release_and_reuses_the_rest(tmp_pat
     second = refresh_pins_file(read_pins_file(path), indexes=indexes)
     assert second.changes == ("+ sglang 0.5.24: torch 2.15.0",)
     assert sum(hit.endswith(".metadata") for hit in index.hits) == metadata_reads + 1, "known rows are reused"
+
+
+def test_derive_over_listed_versions_reads_their_pins(tmp_path, index):
+    matrix = _matrix(tmp_path, FOLLOW_MATRIX.replace("{latest: 2}", '["0.5.21"]'))
+    result = _plan("--matrix", str(matrix), "--update-lock", "--index-url", index.url, "--json")
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads(result.stdout)["cells"]
+    assert (cell["stack"]["torch"], cell["stack"]["flashinfer"], cell["stack"]["kernel"]) == ("2.13.0", "0.6.18", "0.4.7")
+    assert read_lock(tmp_path / "follow.lock.yaml").pins_of("0.5.21") is not None

@@ -69,7 +69,7 @@ def update_lock(matrix_path: Path, *, indexes: IndexConfig, until: Mapping[str, 
         SpecError: the matrix has no selector and no ``derive``; a selector selects nothing (exit 2).
         IndexUnreachableError: the index did not answer (exit 3); the old lock is left as it was.
     """
-    selectors, derive_from = selectors_of(matrix_path)
+    selectors, derive_from, listed_sglang = selectors_of(matrix_path)
     path = lock_path_for(matrix_path)
     if not selectors and not derive_from:
         raise SpecError(f"{matrix_path} lists its versions: it has no selector and no derive, so no lock",
@@ -81,9 +81,7 @@ def update_lock(matrix_path: Path, *, indexes: IndexConfig, until: Mapping[str, 
                  for selector in selectors)
     pins: tuple[LockedPins, ...] = ()
     if derive_from:
-        versions = next((a.versions for a in axes if a.selector.axis == "sglang"), None)
-        if versions is None:
-            versions = tuple(_listed_sglang(matrix_path))
+        versions = next((a.versions for a in axes if a.selector.axis == "sglang"), listed_sglang)
         listed = release_listing("sglang", indexes=indexes, include_pre=True, include_yanked=True, session=session,
                                  ttl_s=0).releases
         pins = tuple(_pins(version, listed, indexes, session, previous) for version in versions)
@@ -133,13 +131,6 @@ def _resolve_axis(selector: Selector, indexes: IndexConfig, session: requests.Se
 def _locked(release: Release) -> LockedRelease:
     return LockedRelease(release.version, release.uploaded,
                          tuple((f.filename, f.sha256) for f in release.files if not f.yanked))
-
-
-def _listed_sglang(matrix_path: Path) -> list[str]:
-    """The SGLang versions a matrix lists (``derive`` over a pinned list)."""
-    from stackforge.core.yamlio import load_file
-    values = (load_file(matrix_path).get("axes") or {}).get("sglang") or []
-    return [str(v) for v in values]
 
 
 def _pins(version: str, listed: tuple[Release, ...], indexes: IndexConfig, session: requests.Session,

@@ -89,11 +89,12 @@ def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
                   lock=str(lock_path_for(path)) if lock else "")
 
 
-def selectors_of(path: Path) -> tuple[tuple[Selector, ...], str | None]:
-    """A matrix file's selectors and what it derives from (``None``: nothing), without reading its lock."""
+def selectors_of(path: Path) -> tuple[tuple[Selector, ...], str | None, tuple[str, ...]]:
+    """A matrix file's selectors, what it derives from (``None``: nothing) and the SGLang versions it lists
+    (validated; empty when the axis is a selector or absent), without reading its lock."""
     doc = require_mapping(load_file(path), what="matrix file", source=str(path))
     axes, selectors = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
-    return tuple(selectors), _derive_from(doc, axes, selectors)
+    return tuple(selectors), _derive_from(doc, axes, selectors), tuple(axes.get("sglang", ()))
 
 
 def _derive_from(doc: LineDict, axes: dict[str, list[Any]], selectors: list[Selector]) -> str | None:

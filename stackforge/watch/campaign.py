@@ -364,7 +364,7 @@ def _rule_file_text(rule: Any) -> str:
 
 def _lock_diff(request: WatchRequest, indexes: IndexConfig, on_progress: Callable[[str], None]) -> LockUpdate | None:
     """With a matrix that follows the index: its lock resolved again (not written) and what moved."""
-    selectors, derive_from = selectors_of(request.matrix_path)
+    selectors, derive_from, _ = selectors_of(request.matrix_path)
     if not selectors and not derive_from:
         return None
     on_progress("resolving the matrix's selectors")
