@@ -61,18 +61,27 @@ def proxy_build_args(environ: Mapping[str, str]) -> list[str]:
 
 def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
                 wheelhouse_context: Path | None, labels: Sequence[tuple[str, str]],
-                proxy_args: Sequence[str], no_cache: bool = False) -> list[str]:
+                proxy_args: Sequence[str], no_cache: bool = False, cache_from: Sequence[str] = (),
+                cache_to: Sequence[str] = (), builder_name: str | None = None) -> list[str]:
     """The ``docker buildx build`` command line (pure).
 
     The image is left untagged: the metadata step tags the final image, so the tag never points at
     an image without its labels, and the previous image under the tag stays visible until then.
     Proxy values are not on the command line: ``--build-arg NAME`` makes the CLI read them from the
     environment, so credentials in a proxy URL never reach the log.
+    ``cache_from`` / ``cache_to`` are BuildKit cache locations (``type=registry,ref=...``; exporting one
+    needs a builder of the docker-container or kubernetes driver, named by ``builder_name``).
     """
     argv = ["docker", "buildx", "build", "--progress", "plain", "--network", "host", "--load",
             "--iidfile", str(iidfile)]
+    if builder_name:
+        argv += ["--builder", builder_name]
     if no_cache:
         argv.append("--no-cache")
+    for location in cache_from:
+        argv += ["--cache-from", location]
+    for location in cache_to:
+        argv += ["--cache-to", location]
     if ca_bundle is not None:
         argv += ["--secret", f"id=ca,src={Path(ca_bundle).resolve()}"]
     if wheelhouse_context is not None:
@@ -86,13 +95,15 @@ def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
 
 def build(context_dir: Path, *, ca_bundle: Path | None, wheelhouse_context: Path | None,
           labels: Sequence[tuple[str, str]], timeout: float, log_path: Path, cancel: Cancel,
-          redact: Sequence[str] = (), no_cache: bool = False) -> BuildAttempt:
+          redact: Sequence[str] = (), no_cache: bool = False, cache_from: Sequence[str] = (),
+          cache_to: Sequence[str] = (), builder_name: str | None = None) -> BuildAttempt:
     """Run one ``docker buildx build``; a Ctrl-C elsewhere (``cancel``) makes the runner stop its process group."""
     iidfile = Path(context_dir) / ".stackforge-iid"
     iidfile.unlink(missing_ok=True)
     argv = buildx_argv(context_dir, iidfile=iidfile, ca_bundle=ca_bundle,
                        wheelhouse_context=wheelhouse_context, labels=labels,
-                       proxy_args=proxy_build_args(os.environ), no_cache=no_cache)
+                       proxy_args=proxy_build_args(os.environ), no_cache=no_cache, cache_from=cache_from,
+                       cache_to=cache_to, builder_name=builder_name)
     result = runner.run(argv, timeout=timeout, log_path=log_path, redact=redact, cancel=cancel)
     image_id = iidfile.read_text().strip() if result.succeeded and iidfile.exists() else None
     return BuildAttempt(ok=result.succeeded and bool(image_id), image_id=image_id, tail=result.output_tail,

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from stackforge.build.locking import LockMode
 from stackforge.compose.dockerfile import NO_DEPS_LAYERS, ComposeOptions
+from stackforge.compose.stack_lock import StackLock
+from stackforge.edges.resolver import ResolverIndexes
 from stackforge.core.errors import SpecError
 
 DEFAULT_TIMEOUT_S = 3600.0
@@ -47,6 +50,14 @@ class BuildOptions:
         dependency_layers: look up what FlashInfer / SGLang declare they need (index metadata) and
             install that in a layer of its own, shared across their releases; off, or when the index
             cannot tell, each package brings its dependencies in its own layer.
+        lock: how each stack's lock is had before any image work (:class:`LockMode`; ``off``: none,
+            each layer's pip resolves on its own). The CLI's default is ``resolve``.
+        resolve_timeout_s: limit for one call of the resolver.
+        cache_from / cache_to: BuildKit ``--cache-from`` / ``--cache-to`` values (``type=registry,ref=...``)
+            so a fresh machine reuses the layers another one built; ``{stack}`` is replaced by the
+            stack's image repository name.
+        builder_name: a named buildx builder (``docker buildx create --name ...``, e.g. the kubernetes
+            driver) to build on instead of the current one.
     """
 
     base_image: str | None = None
@@ -68,6 +79,11 @@ class BuildOptions:
     pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S
     no_cache: bool = False
     dependency_layers: bool = True
+    lock: LockMode = LockMode.OFF
+    resolve_timeout_s: float = 300.0
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+    builder_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -81,14 +97,20 @@ class BuildOptions:
             raise SpecError(f"--no-deps takes {', '.join(sorted(NO_DEPS_LAYERS))}; unknown: "
                             f"{', '.join(sorted(unknown))}")
 
+    def resolver_indexes(self) -> ResolverIndexes:
+        """Where the stack locks are resolved: the places the images' pip installs from."""
+        return ResolverIndexes(index_url=self.index_url, extra_index_urls=tuple(self.extra_index_urls),
+                               find_links=str(Path(self.find_links).resolve()) if self.find_links else None,
+                               ca_bundle=self.ca_bundle)
+
     def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
                         declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
                         dropped_layers: tuple[str, ...] = (),
-                        wheelhouse_mount: bool = True) -> ComposeOptions:
+                        wheelhouse_mount: bool = True, lock: StackLock | None = None) -> ComposeOptions:
         """The compose options for one stack under the chosen builder and resolved base image."""
         return ComposeOptions(buildkit=buildkit, base_image=base_image, index_url=self.index_url,
                               extra_index_urls=tuple(self.extra_index_urls),
                               wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
                               ca_bundle=self.ca_bundle is not None,
                               asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
-                              dropped_layers=dropped_layers)
+                              dropped_layers=dropped_layers, lock=lock)

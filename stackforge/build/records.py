@@ -82,6 +82,8 @@ class BuildRecord:
     base: BaseImage | None = None
     builder: str = ""                # buildkit | classic
     content_hash: str = ""
+    lock_sha256: str = ""            # sha256 of the stack lock the image installed (empty: built unlocked)
+    lock_path: str = ""
     durations: dict[str, float] = field(default_factory=dict)
     log_path: str = ""
     attempts: int = 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from stackforge.build.base import BaseResolver
 from stackforge.build.buildkit import BuildAttempt
 from stackforge.build.cancel import Cancel
 from stackforge.build.classify import diagnose
+from stackforge.build.locking import LockOutcome, lock_stacks
 from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
 from stackforge.build.options import Builder, BuildOptions
 from stackforge.build.progress import Board, ProgressView, summary_table
@@ -51,7 +53,7 @@ from stackforge.build.records import (
     write_record,
 )
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
-from stackforge.build.verify import ImageVerification, label_check, verify_image
+from stackforge.build.verify import ImageVerification, label_check, lock_check, verify_image
 from stackforge.compose.dockerfile import (
     ASSET_PORT,
     INLINE_DEPS_SUFFIX,
@@ -92,6 +94,7 @@ class _Run:
     resolver: BaseResolver
     requirements: RequirementsLookup
     redact: tuple[str, ...]
+    locks: dict[str, LockOutcome] = field(default_factory=dict)
     container_labels: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)   # appended by workers (list.append is atomic)
 
@@ -107,6 +110,12 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
     """
     cells = _unique(cells)
     _check_inputs(options)
+    locks = lock_stacks(cells, options.lock, out_dir=Path(options.out_dir), indexes=options.resolver_indexes(),
+                        compose=options.compose_options(buildkit=True, base_image=None, asset_port=0),
+                        timeout=options.resolve_timeout_s)
+    if progress:
+        for stack_id, outcome in locks.items():
+            print(f"{stack_id}: {outcome.line()}", file=sys.stderr, flush=True)
     builder = choose_builder(options.builder)
     named_contexts = builder == "buildkit" and buildkit.supports_named_contexts(buildkit.buildkit_version())
     started = time.monotonic()
@@ -115,7 +124,7 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
                    asset_port=port, run_id=new_run_id(), cancel=Cancel(),
                    board=Board([s.id for s, _ in cells]), resolver=BaseResolver(client, options),
                    requirements=RequirementsLookup(options.index_url, options.ca_bundle),
-                   redact=_secrets_to_redact())
+                   redact=_secrets_to_redact(), locks=locks)
         run.container_labels = {docker_engine.RUN_LABEL: run.run_id, **dict(options.labels)}
         records, signum = _run_all(run, cells, progress)
     interrupted = signum is not None
@@ -307,10 +316,16 @@ class _Job:
 
     def compose(self, base: BaseImage) -> Composed:
         started = self.enter("render")
-        declared, dropped = self.declared()
+        outcome = self.run.locks.get(self.stack.id)
+        if outcome is not None:
+            self.log(f"[stackforge] {outcome.line()}")
+            self.fields.update(lock_sha256=outcome.lock.sha256(), lock_path=str(outcome.path))
+            self.durations["lock"] = round(outcome.seconds, 2)
+        declared, dropped = self.declared() if outcome is None else ((), ())
         options = self.options.compose_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
                                                asset_port=self.run.asset_port, declared=declared,
-                                               dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts)
+                                               dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts,
+                                               lock=outcome.lock if outcome is not None else None)
         composed = compose_stack(self.stack, self.derived, options)
         write_context(composed, Path(self.options.out_dir) / "contexts" / self.stack.id)
         self.fields.update(image_tag=composed.tag, content_hash=composed.content_hash, builder=self.run.builder)
@@ -367,7 +382,10 @@ class _Job:
             return buildkit.build(context, ca_bundle=self.options.ca_bundle,
                                   wheelhouse_context=wheelhouse, labels=labels, timeout=self.options.timeout_s,
                                   log_path=self.log_path, cancel=self.run.cancel, redact=self.run.redact,
-                                  no_cache=self.options.no_cache)
+                                  no_cache=self.options.no_cache,
+                                  cache_from=_per_stack(self.options.cache_from, composed),
+                                  cache_to=_per_stack(self.options.cache_to, composed),
+                                  builder_name=self.options.builder_name)
         return classic.build(self.run.client, context, labels=labels, buildargs=_proxy_values(),
                              timeout=self.options.timeout_s, log_path=self.log_path, cancel=self.run.cancel,
                              redact=self.run.redact, no_cache=self.options.no_cache)
@@ -437,6 +455,9 @@ class _Job:
         """Finish verification on the labelled image; a failed check fails the stack (image kept)."""
         started = self.enter("verify")
         report = report.with_check(label_check(self.run.client, final_id, composed.labels))
+        outcome = self.run.locks.get(self.stack.id)
+        if outcome is not None:
+            report = report.with_check(lock_check(report.freeze, [p.pin() for p in outcome.lock.venv_packages]))
         self.fields.update(verify=report.to_json(), installed=dict(report.installed))
         for check in report.checks:
             self.log(f"[stackforge] verify {check.name}: {check.status.value} (expected {check.expected}, "
@@ -461,6 +482,12 @@ class _Job:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+
+def _per_stack(locations: Sequence[str], composed: Composed) -> list[str]:
+    """Cache locations with ``{stack}`` replaced by the stack's image repository name."""
+    return [location.replace("{stack}", composed.tag.split(":", 1)[0].removeprefix("stackforge/"))
+            for location in locations]
 
 
 def _unique(cells: Sequence[BuildCell]) -> list[BuildCell]:

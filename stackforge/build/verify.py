@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from stackforge.build.metadata import CONTENT_HASH_LABEL, FREEZE_LABEL, FREEZE_PATH
@@ -306,3 +307,29 @@ def label_check(client: docker.DockerClient, image: str, expected: Sequence[tupl
                           f"{len(wrong)} wrong, {len(missing)} missing", evidence="; ".join(wrong + missing)[:2000])
     return ImageCheck("labels", Status.PASS, f"{len(expected)} stack labels + content hash + freeze",
                       f"{len(actual)} labels present", evidence=f"{CONTENT_HASH_LABEL}={actual[CONTENT_HASH_LABEL]}")
+
+
+#: What ``python -m venv`` puts into every venv itself; a lock never names it.
+VENV_OWN = frozenset({"pip"})
+
+
+def lock_check(freeze: Sequence[str], lock_pins: Sequence[str]) -> ImageCheck:
+    """``pip freeze --all`` of the image lists exactly the lock's venv packages (besides the venv's pip)."""
+    installed = {_freeze_name(line): line for line in freeze if "==" in line}
+    wanted = {_freeze_name(pin): pin for pin in lock_pins}
+    wrong = [f"{installed[n]} (lock: {wanted[n]})" for n in sorted(wanted.keys() & installed.keys())
+             if installed[n].split("==", 1)[1] != wanted[n].split("==", 1)[1]]
+    missing = [wanted[n] for n in sorted(wanted.keys() - installed.keys())]
+    extra = [installed[n] for n in sorted(installed.keys() - wanted.keys() - VENV_OWN)]
+    expected = f"the {len(wanted)} packages of the stack lock"
+    if wrong or missing or extra:
+        evidence = "; ".join([*(f"other version: {w}" for w in wrong), *(f"missing: {m}" for m in missing),
+                              *(f"not in the lock: {e}" for e in extra)])
+        return ImageCheck("lock", Status.FAIL, expected, f"{len(wrong)} other versions, {len(missing)} missing, "
+                          f"{len(extra)} not locked", evidence=evidence[:2000])
+    return ImageCheck("lock", Status.PASS, expected, f"pip freeze lists exactly those ({len(installed)} with the "
+                      f"venv's own {', '.join(sorted(VENV_OWN & installed.keys())) or 'nothing'})")
+
+
+def _freeze_name(line: str) -> str:
+    return canonicalize_name(line.split("==", 1)[0].split(" @ ", 1)[0].strip())

@@ -29,11 +29,29 @@ from stackforge.core.errors import BuildError, SpecError
 @click.option("--no-verify", is_flag=True, help="Skip checking the installed versions inside each image.")
 @click.option("--label", "labels", metavar="KEY=VALUE", multiple=True, help="Extra image label (repeatable).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress view.")
+@click.option("--locked", is_flag=True,
+              help="Refuse to build a stack whose recorded lock is not what the index resolves to now.")
+@click.option("--relock", is_flag=True, help="Resolve every stack's lock afresh and record it.")
+@click.option("--no-lock", is_flag=True,
+              help="Build without stack locks: each layer's pip resolves on its own (the old way).")
+@click.option("--cache-from", "cache_from", metavar="CACHE", multiple=True,
+              help="BuildKit cache to read, e.g. type=registry,ref=REG/cache:{stack} (repeatable).")
+@click.option("--cache-to", "cache_to", metavar="CACHE", multiple=True,
+              help="BuildKit cache to write, e.g. type=registry,ref=REG/cache:{stack},mode=max (repeatable; needs "
+                   "a docker-container or kubernetes builder).")
+@click.option("--buildx-builder", "builder_name", metavar="NAME", default=None,
+              help="Build on this named buildx builder (docker buildx create --name NAME ...).")
 def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
             no_deps, dependency_layers, jobs, resume, out_dir, builder, push, timeout_s, retries, no_cache, no_verify,
-            labels, progress) -> None:
-    """Build the images of every kept stack of a matrix; one log and one record per stack."""
+            labels, progress, locked, relock, no_lock, cache_from, cache_to, builder_name) -> None:
+    """Build the images of every kept stack of a matrix; one log and one record per stack.
+
+    Each stack's lock (every package, file and sha256; PEP 751 pylock.toml in OUT/locks/STACK/) is
+    resolved on the host first, and each image layer installs its part of it exactly: a conflict is
+    reported in seconds (exit 2), before any image work.
+    """
     from stackforge.build import Builder, BuildOptions, build_stacks
+    from stackforge.build.locking import LockMode
     from stackforge.cli._runs import connect_engine
     from stackforge.plan.selection import cells_to_build
 
@@ -42,11 +60,14 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to build", err=True)
         return
     ca = ca_choice(ca_bundle)
+    lock = _lock_mode(LockMode, locked=locked, relock=relock, no_lock=no_lock)
     options = BuildOptions(base_image=base_image, index_url=index_url, extra_index_urls=tuple(extra_index_urls),
                            find_links=find_links, ca_bundle=ca.path, push=push, jobs=jobs, resume=resume,
                            out_dir=out_dir, builder=Builder(builder), timeout_s=timeout_s,
                            no_deps=frozenset(no_deps), labels=_labels(labels), retries=retries,
-                           verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers)
+                           verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers,
+                           lock=lock, cache_from=tuple(cache_from), cache_to=tuple(cache_to),
+                           builder_name=builder_name)
     click.echo(f"building {len(cells)} stack(s) -> {out_dir}; {ca.describe()}", err=True)
     summary = build_stacks(cells, options, client=connect_engine(), progress=progress)
     for warning in summary.warnings:
@@ -58,6 +79,14 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
         raise BuildError(f"{len(summary.failed)} of {len(summary.records)} stack(s) failed: "
                          f"{', '.join(summary.failed)}", failed=summary.failed,
                          remedy=f"see {out_dir}/logs/<stack-id>.log and {out_dir}/builds/<stack-id>.json")
+
+
+def _lock_mode(modes, *, locked: bool, relock: bool, no_lock: bool):
+    chosen = [name for name, on in (("--locked", locked), ("--relock", relock), ("--no-lock", no_lock)) if on]
+    if len(chosen) > 1:
+        raise SpecError(f"{' and '.join(chosen)} exclude each other")
+    return {"--locked": modes.LOCKED, "--relock": modes.RELOCK, "--no-lock": modes.OFF}.get(
+        chosen[0] if chosen else "", modes.RESOLVE)
 
 
 def _labels(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -32,6 +32,7 @@ from stackforge.core.envelope import document_text
 from stackforge.core.errors import SpecError, UnsafeValueError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.model import Flavour, Stack, content_hash
+from stackforge.compose.stack_lock import LOCK_LAYERS, LockRequest, StackLock, layer_requirements_text
 from stackforge.core.versions import parse_version
 from stackforge.plan.derive import Derived
 
@@ -90,6 +91,10 @@ class ComposeOptions:
             index was unreachable or did not say). The Dockerfile then differs from one rendered with
             the list, so the tag ends in :data:`INLINE_DEPS_SUFFIX` and a label names the layers:
             the same inputs never change the tag without saying so.
+        lock: the stack's lock (:mod:`stackforge.compose.stack_lock`). Given, every layer installs its
+            part of the lock (``lock/<layer>.txt`` in the context) with ``--no-deps`` and
+            ``--require-hashes``: nothing is resolved inside the image, and the declared-dependency
+            layers give way to one ``deps`` layer of the locked dependencies.
     """
 
     buildkit: bool = True
@@ -103,6 +108,7 @@ class ComposeOptions:
     no_deps: frozenset[str] = frozenset()
     declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
     dropped_layers: tuple[str, ...] = ()
+    lock: StackLock | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +244,12 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         "kernel_requirement": _kernel_requirement(derived),
         "sglang_requirement": f"sglang=={stack.sglang}",
     }
-    files = _dependency_files(stack, derived, options)
+    lock_files = _lock_files(stack, options.lock)
+    variables.update(locked=options.lock is not None,
+                     require_hashes=options.lock is not None and not options.lock.unhashed,
+                     lock_file=lambda layer: f"/opt/stackforge/lock/{layer}.txt" if f"lock/{layer}.txt" in lock_files
+                     else None)
+    files = {**_dependency_files(stack, derived, options), **lock_files}
     variables["dependency_files"] = files
     for layer in ("flashinfer", "sglang"):
         variables[f"{layer}_deps_file"] = DEPENDENCY_FILES[layer] if DEPENDENCY_FILES[layer] in files else None
@@ -372,6 +383,8 @@ def _dependency_files(stack: Stack, derived: Derived, options: ComposeOptions) -
     has its own pinned layer, and leaving them out keeps the dependency layers independent of their
     versions, so they can sit early and be shared.
     """
+    if options.lock is not None:
+        return {}   # the lock's deps layer replaces the declared-dependency layers
     declared = dict(options.declared)
     extras = {"flashinfer": {derived.flashinfer_extra} - {None}, "sglang": set()}
     own = set(STACK_PACKAGES) | ({derived.kernel_package} if derived.kernel_package else set())
@@ -383,6 +396,41 @@ def _dependency_files(stack: Stack, derived: Derived, options: ComposeOptions) -
         if lines:
             files[DEPENDENCY_FILES[layer]] = "".join(f"{line}\n" for line in lines)
     return files
+
+
+def _lock_files(stack: Stack, lock: StackLock | None) -> dict[str, str]:
+    """``lock/<layer>.txt`` for every layer of the lock that holds a package."""
+    if lock is None:
+        return {}
+    if lock.stack_id != stack.id:
+        raise SpecError(f"the lock given for stack {stack.id} is the lock of {lock.stack_id}")
+    return {f"lock/{layer}.txt": layer_requirements_text(packages)
+            for layer in LOCK_LAYERS
+            if (packages := lock.layer(layer))}
+
+
+def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, glibc: str,
+                 find_links: str | None = None) -> LockRequest:
+    """What the stack's image installs, as a resolver request: the same requirements, in the same layers,
+    from the same indexes as the unlocked Dockerfile (so a lock holds what the image's pip would take).
+
+    Layers installed ``--no-deps`` (and the toolkit, always installed exactly) are locked exactly too.
+    """
+    _guard_stack(stack)
+    torch_source = _torch_source(derived, options)
+    fi_requirements, _, fi_index = _flashinfer(stack, derived)
+    kernel = _kernel_requirement(derived)
+    named = {"torch": [_torch_requirement(derived, torch_source)], "flashinfer": fi_requirements,
+             "kernel": [kernel] if kernel else [], "sglang": [f"sglang=={stack.sglang}"]}
+    layers = tuple((layer, tuple(r)) for layer, r in named.items() if r and layer not in options.no_deps)
+    exact = [("toolkit", tuple(_toolkit_requirements(stack, derived)))] if stack.flavour is Flavour.WHEELS else []
+    exact += [(layer, tuple(r)) for layer, r in named.items() if r and layer in options.no_deps]
+    return LockRequest(
+        stack_id=stack.id, python=stack.python, platform=f"x86_64-manylinux_{glibc.replace('.', '_')}",
+        layers=layers, exact=tuple(exact),
+        torch_index_url=derived.torch_index_url if torch_source == "index" else None,
+        index_url=options.index_url, extra_index_urls=(*options.extra_index_urls, *([fi_index] if fi_index else [])),
+        find_links=find_links)
 
 
 def dependency_lines(declared: tuple[str, ...] | list[str], *, extras: set[str], python: str,
@@ -469,6 +517,9 @@ def _labels(stack: Stack, derived: Derived, options: ComposeOptions, v: Mapping[
         f"{p}.no-deps": ",".join(sorted(options.no_deps)) or "none",
         f"{p}.builder": "buildkit" if options.buildkit else "classic",
     }
+    if options.lock is not None:
+        labels[f"{p}.lock.sha256"] = options.lock.sha256()
+        labels[f"{p}.lock.packages"] = str(len(options.lock.packages))
     if options.dropped_layers:
         labels[f"{p}.dependency-layers.dropped"] = ",".join(sorted(options.dropped_layers))
     return sorted(labels.items())

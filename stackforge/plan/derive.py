@@ -100,6 +100,7 @@ class Tables:
     cuda_toolkit_driver: dict[str, str]        # toolkit minor -> driver bundled with its GA release
     cuda_image_tags: dict[str, str]
     os_python: dict[str, str]
+    os_glibc: dict[str, str]                   # base OS -> its glibc (the platform a stack is locked for)
     sglang_pins: dict[str, dict[str, str]]     # sglang version -> pins (compat/sglang_pins.yaml, generated)
     toolkit_wheels: dict[str, dict[str, str]]  # toolkit minor -> {package: version}
     torch_nccl: dict[str, str]                 # torch version -> the NCCL version it pins
@@ -135,12 +136,15 @@ def load_tables(path: Path | None = None) -> Tables:
         cuda_toolkit_driver=_string_map(parsed["cuda_toolkit_driver"]),
         cuda_image_tags=_string_map(parsed["cuda_image_tags"]),
         os_python=_string_map(parsed["os_python"]),
+        os_glibc=_string_map(require_mapping(tables["os_glibc"], what="table os_glibc", source=str(path)))
+        if "os_glibc" in tables else {},
         sglang_pins=pins.by_version(),
         toolkit_wheels={str(k): {str(p): str(v) for p, v in require_mapping(m, what="toolkit wheels",
                                                                           source=str(path)).items()}
                         for k, m in _map(parsed["toolkit_wheels"]).items()},
         torch_nccl=_string_map(parsed["torch_nccl"]),
         sources={**{name: _table_sources(table) for name, table in parsed.items()},
+                 **({"os_glibc": _table_sources(tables["os_glibc"])} if "os_glibc" in tables else {}),
                  "sglang_pins": (Source(ref=SOURCE_REF, confidence="verified", url="https://pypi.org/project/sglang/"),)},
     )
 

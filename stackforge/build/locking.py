@@ -1,0 +1,196 @@
+"""Resolve each stack's lock on the host before any image work, and keep it (``<out>/locks/<stack>/``).
+
+A stack's lock (:mod:`stackforge.compose.stack_lock`) is resolved in up to three calls of the resolver
+(:mod:`stackforge.edges.resolver`), each a few seconds:
+
+1. torch alone, from the index the image takes it from: what it resolves to is the torch layer, the
+   same for every stack that locks the same torch;
+2. every requirement installed with its dependencies, the torch layer's pins as constraints; when
+   that fails, once more without them (the torch layer then takes the full resolution's versions, and
+   the lock's notes say so), and when that fails too, the stack is refused with the resolver's words;
+3. the packages installed exactly (the toolkit, ``--no-deps`` layers), without dependencies.
+
+The lock modes (``stackforge build``): ``resolve`` reuses a recorded lock made for the same inputs and
+resolves otherwise; ``locked`` resolves afresh and refuses when the index now answers differently from
+the recorded lock (naming what moved); ``relock`` resolves afresh and records it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+
+from stackforge.compose.stack_lock import (
+    LOCK_FILE,
+    LockRequest,
+    StackLock,
+    assign_layers,
+    check_lock_matches,
+    lock_changes,
+    packages_from_pylock,
+    read_stack_lock,
+)
+from stackforge.core.errors import SpecError, StackforgeError
+from stackforge.core.fsio import atomic_write_text
+from stackforge.compose.dockerfile import ComposeOptions, lock_request
+from stackforge.core.model import Stack
+from stackforge.edges.resolver import ResolutionConflict, ResolverIndexes, compile_pylock, uv_version
+from stackforge.plan.derive import Derived, load_tables
+
+
+class LockMode(str, Enum):
+    """How ``stackforge build`` treats each stack's lock."""
+
+    OFF = "off"            # no lock: each layer's pip resolves on its own (the old way)
+    RESOLVE = "resolve"    # reuse a recorded lock made for the same inputs, else resolve and record
+    LOCKED = "locked"      # the recorded lock must still be what the index resolves to; else refuse
+    RELOCK = "relock"      # resolve afresh and record
+
+
+@dataclass(frozen=True, slots=True)
+class LockOutcome:
+    """A stack's lock and how it was had (``recorded`` / ``resolved`` / ``checked``), for the log."""
+
+    lock: StackLock
+    how: str
+    path: Path
+    seconds: float
+
+    def line(self) -> str:
+        took = f" in {self.seconds:.1f} s" if self.how != "recorded" else ""
+        notes = f"; {'; '.join(self.lock.notes)}" if self.lock.notes else ""
+        return (f"lock {self.how}{took}: {len(self.lock.packages)} packages, sha256 {self.lock.sha256()[:12]} "
+                f"({self.path}){notes}")
+
+
+def lock_stacks(cells: Sequence[tuple[Stack, Derived]], mode: LockMode, *, out_dir: Path, compose: ComposeOptions,
+                indexes: ResolverIndexes, timeout: float = 300.0) -> dict[str, LockOutcome]:
+    """Every stack's lock under ``mode``, before any image work (empty when locks are off).
+
+    ``compose`` says how the images install (indexes, wheelhouse, ``--no-deps`` layers), ``indexes``
+    where the resolver looks (the same places). The first stack that cannot be locked stops the run:
+    a conflict is exit 2, an unreachable index exit 3, each naming the stack; no image has been started.
+    """
+    if mode is LockMode.OFF:
+        return {}
+    glibc_of = load_tables().os_glibc
+    outcomes = {}
+    for stack, derived in cells:
+        if stack.os not in glibc_of:
+            raise SpecError(f"stack {stack.id}: no glibc is known for {stack.os}, so its lock has no platform",
+                            remedy="add the OS to compat/tables.yaml os_glibc (with a source), or build with --no-lock")
+        request = lock_request(stack, derived, compose, glibc=glibc_of[stack.os], find_links=indexes.find_links)
+        log = Path(out_dir) / "logs" / f"{stack.id}.lock.log"
+        try:
+            outcomes[stack.id] = obtain_lock(request, mode, Path(out_dir), indexes, log_path=log, timeout=timeout)
+        except StackforgeError as exc:
+            exc.message = f"stack {stack.id}: {exc.message}"
+            exc.args = (exc.message,)
+            raise
+    return outcomes
+
+
+def lock_path(out_dir: Path, stack_id: str) -> Path:
+    """Where a stack's lock is recorded: ``<out>/locks/<stack-id>/pylock.toml``."""
+    return Path(out_dir) / "locks" / stack_id / LOCK_FILE
+
+
+def resolve_lock(request: LockRequest, indexes: ResolverIndexes, *, log_path: Path | None = None,
+                 timeout: float = 300.0) -> StackLock:
+    """Resolve ``request`` afresh (the three steps in the module's docstring).
+
+    Raises:
+        ResolutionConflict: the stack's requirements cannot be satisfied together (exit 2).
+        HostError: an index could not be reached (exit 3).
+    """
+    started = time.monotonic()
+    python, platform = request.python, request.platform
+    torch_indexes = (replace(indexes, index_url=request.torch_index_url, extra_index_urls=(), find_links=None)
+                     if request.torch_index_url else indexes)
+    torch_requirements = dict(request.layers).get("torch", ())
+    torch_set = (packages_from_pylock(compile_pylock(torch_requirements, python=python, platform=platform,
+                                                     indexes=torch_indexes, log_path=log_path, timeout=timeout),
+                                      source="the resolver's answer for torch")
+                 if torch_requirements else [])
+    rest_indexes = (replace(indexes, extra_index_urls=(*indexes.extra_index_urls, request.torch_index_url))
+                    if request.torch_index_url else indexes)
+    notes: list[str] = []
+    try:
+        resolved_text = compile_pylock(request.requirements(), python=python, platform=platform,
+                                       indexes=rest_indexes, constraints=[p.pin() for p in torch_set],
+                                       log_path=log_path, timeout=timeout)
+        torch_files = {p.name: p for p in torch_set}
+    except ResolutionConflict as conflict:
+        resolved_text = compile_pylock(request.requirements(), python=python, platform=platform,
+                                       indexes=rest_indexes, log_path=log_path, timeout=timeout)
+        notes.append(f"the torch layer could not keep torch's own resolution ({conflict.message[:300]}); "
+                     "it holds the full resolution's versions")
+        torch_files = {}
+    resolved = [torch_files.get(p.name, p)
+                for p in packages_from_pylock(resolved_text, source="the resolver's answer for the stack")]
+    exact_requirements = request.requirements(exact=True)
+    exact = (packages_from_pylock(compile_pylock(exact_requirements, python=python, platform=platform,
+                                                 indexes=indexes, no_deps=True, log_path=log_path, timeout=timeout),
+                                  source="the resolver's answer for the exact packages")
+             if exact_requirements else [])
+    lock = StackLock(stack_id=request.stack_id, request_key=request.key(), python=python, platform=platform,
+                     resolver=uv_version(), packages=assign_layers(request, resolved, {p.name for p in torch_set},
+                                                                   exact),
+                     notes=tuple(notes), resolve_s=round(time.monotonic() - started, 2))
+    if lock.unhashed:
+        lock = replace(lock, notes=(*lock.notes, f"the index gave no sha256 for: {', '.join(lock.unhashed)}"))
+    return lock
+
+
+def obtain_lock(request: LockRequest, mode: LockMode, out_dir: Path, indexes: ResolverIndexes, *,
+                log_path: Path | None = None, timeout: float = 300.0) -> LockOutcome:
+    """The stack's lock under ``mode`` (not OFF), recorded under ``out_dir``.
+
+    Raises:
+        SpecError: a recorded lock edited into an inconsistent state (with its line); ``locked`` with no
+            recorded lock, a stale or unhashed one, or an index that now resolves differently.
+        ResolutionConflict / HostError: from the resolver.
+    """
+    path = lock_path(out_dir, request.stack_id)
+    recorded = _recorded(path)
+    started = time.monotonic()
+    if mode is LockMode.RESOLVE and recorded is not None and recorded.request_key == request.key():
+        check_lock_matches(recorded, request, text=path.read_text(encoding="utf-8"), source=str(path))
+        return LockOutcome(recorded, "recorded", path, 0.0)
+    if mode is LockMode.LOCKED:
+        return _checked(request, recorded, path, indexes, log_path=log_path, timeout=timeout)
+    fresh = resolve_lock(request, indexes, log_path=log_path, timeout=timeout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, fresh.to_toml())
+    return LockOutcome(fresh, "resolved", path, time.monotonic() - started)
+
+
+def _checked(request: LockRequest, recorded: StackLock | None, path: Path, indexes: ResolverIndexes, *,
+             log_path: Path | None, timeout: float) -> LockOutcome:
+    """``--locked``: the recorded lock, after checking the index still resolves the stack to it."""
+    if recorded is None:
+        raise SpecError(f"--locked: stack {request.stack_id} has no recorded lock ({path})",
+                        remedy="record one with stackforge build --relock")
+    check_lock_matches(recorded, request, text=path.read_text(encoding="utf-8"), source=str(path))
+    if recorded.unhashed:
+        raise SpecError(f"--locked: the lock of {request.stack_id} has no sha256 for "
+                        f"{', '.join(recorded.unhashed)} (the index gave none)", source=str(path),
+                        remedy="use an index that serves hashes (PEP 503/691), or build without --locked")
+    started = time.monotonic()
+    fresh = resolve_lock(request, indexes, log_path=log_path, timeout=timeout)
+    moved = lock_changes(recorded, fresh)
+    if moved:
+        shown = "; ".join(moved[:8]) + (f"; and {len(moved) - 8} more" if len(moved) > 8 else "")
+        raise SpecError(f"--locked: the index now resolves {request.stack_id} differently from its lock: {shown}",
+                        source=str(path), remedy="stackforge build --relock takes the new set")
+    return LockOutcome(recorded, "checked", path, time.monotonic() - started)
+
+
+def _recorded(path: Path) -> StackLock | None:
+    """The recorded lock, None when there is none; a corrupt one raises (it is never replaced silently)."""
+    if not path.is_file():
+        return None
+    return read_stack_lock(path.read_text(encoding="utf-8"), source=str(path))
