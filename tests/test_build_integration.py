@@ -16,6 +16,7 @@ Everything created carries the test session's labels and is removed when the ses
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -28,10 +29,13 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from packaging.utils import canonicalize_name
 from _build_helpers import SYSTEM_CA, WHEELHOUSE, small_cell, wait_while_running
 
 from stackforge.build import Builder, BuildOptions, BuildStatus, build_stacks, read_record
+from stackforge.build.locking import LockMode, lock_path
 from stackforge.build.records import record_path
+from stackforge.compose.stack_lock import read_stack_lock
 from stackforge.core.model import Flavour, Stack
 from stackforge.edges import runner
 from stackforge.plan.derive import derive, load_tables
@@ -163,6 +167,51 @@ def test_buildkit_leaves_the_ca_bundle_nowhere(buildkit_built, docker_client, ma
     assert_marker_nowhere(docker_client, marker, record.image_tag,
                           [Path(record.log_path), record_path(options.out_dir, record.stack_id),
                            options.out_dir / "contexts"], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def locked_built(docker_client, base_image, out_dir, marker_ca, module_labels):
+    """The small stack built from its lock (resolved on the host first), as `stackforge build` does."""
+    from stackforge.edges.docker_engine import buildx_available
+    if not buildx_available():
+        pytest.skip("docker buildx is not installed (scripts/setup-engine.sh installs it)")
+    options = options_for(out_dir / "locked", marker_ca, module_labels, lock=LockMode.RESOLVE)
+    started = time.monotonic()
+    summary = build_stacks([small_cell()], options, client=docker_client)
+    print(f"\nlocked cold build: {time.monotonic() - started:.1f} s ({summary.records[0].durations})")
+    return summary, options
+
+
+def test_a_locked_build_installs_exactly_its_lock_and_says_which(locked_built, docker_client):
+    summary, options = locked_built
+    record = summary.records[0]
+    assert record.status is BuildStatus.BUILT, record.reason
+    lock_file = lock_path(options.out_dir, record.stack_id)
+    lock = read_stack_lock(lock_file.read_text(), source=str(lock_file))
+    assert record.lock_sha256 == lock.sha256() and record.lock_path == str(lock_file)
+    assert docker_client.images.get(record.image_tag).labels["io.stackforge.lock.sha256"] == lock.sha256()
+    checks = {c["name"]: c for c in record.verify["checks"]}
+    assert checks["lock"]["status"] == "pass", checks["lock"]   # pip freeze in the image == the lock
+    frozen = {canonicalize_name(name): version for name, _, version in (line.partition("==") for line in record.freeze)}
+    frozen.pop("pip")   # the venv's own
+    assert frozen == {p.name: p.version for p in lock.venv_packages}
+    # No step resolves: every pip install takes a lock file, --no-deps, every file's hash required.
+    log = Path(record.log_path).read_text()
+    installs = re.findall(r"^#\d+ \[[^\]]*\] RUN .*?pip install[^\n]*", log, flags=re.MULTILINE)
+    assert len(installs) == 5, installs   # torch, toolkit, deps, FlashInfer, SGLang
+    assert all("--no-deps --require-hashes" in line and "-r /opt/stackforge/lock/" in line for line in installs)
+    assert "lock resolved" in log or "lock recorded" in log
+
+
+def test_a_rebuild_from_the_same_lock_gives_the_same_packages_and_locked_checks_the_index(locked_built,
+                                                                                           docker_client):
+    summary, options = locked_built
+    first = summary.records[0]
+    again = build_stacks([small_cell()], dataclasses.replace(options, lock=LockMode.LOCKED), client=docker_client)
+    record = again.records[0]
+    assert record.status is BuildStatus.CACHED, record.reason
+    assert record.lock_sha256 == first.lock_sha256 and sorted(record.freeze) == sorted(first.freeze)
+    assert "lock checked" in Path(record.log_path).read_text()
 
 
 def test_noop_rebuild_comes_from_the_cache(buildkit_built, docker_client):

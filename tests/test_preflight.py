@@ -233,7 +233,11 @@ STACK_FILES = {"torch": ["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"],
 
 @pytest.fixture
 def preflight_cli(tmp_path, monkeypatch):
-    """A one-stack matrix, and pip's configuration reduced to what each test sets (no config files)."""
+    """A one-stack matrix, and pip's configuration reduced to what each test sets (no config files).
+
+    The mirrors here hold placeholder files, so the stack locks are not resolved (--no-resolve); the
+    resolution of --preflight is tested against PyPI in tests/test_stack_lock_pypi.py.
+    """
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
         monkeypatch.delenv(name, raising=False)
@@ -242,7 +246,7 @@ def preflight_cli(tmp_path, monkeypatch):
                       "flashinfer: ['0.7.2'], sglang: ['0.5.23'], python: ['3.12']}\n")
 
     def invoke(*args: str):
-        return CliRunner().invoke(cli, ["plan", "--matrix", str(matrix), "--preflight", "--cache-dir",
+        return CliRunner().invoke(cli, ["plan", "--matrix", str(matrix), "--preflight", "--no-resolve", "--cache-dir",
                                         str(tmp_path / "cache"), *args])
     return invoke
 

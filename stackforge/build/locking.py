@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from stackforge.compose.dockerfile import ComposeOptions, lock_request
 from stackforge.compose.stack_lock import (
     LOCK_FILE,
     LockRequest,
@@ -35,7 +36,6 @@ from stackforge.compose.stack_lock import (
 )
 from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
-from stackforge.compose.dockerfile import ComposeOptions, lock_request
 from stackforge.core.model import Stack
 from stackforge.edges.resolver import ResolutionConflict, ResolverIndexes, compile_pylock, uv_version
 from stackforge.plan.derive import Derived, load_tables
@@ -93,6 +93,50 @@ def lock_stacks(cells: Sequence[tuple[Stack, Derived]], mode: LockMode, *, out_d
     return outcomes
 
 
+@dataclass(frozen=True, slots=True)
+class LockCheck:
+    """``plan --preflight``: one stack resolved (``lock``) or refused (``error``, the resolver's words)."""
+
+    stack_id: str
+    seconds: float
+    lock: StackLock | None = None
+    error: StackforgeError | None = None
+
+    def line(self) -> str:
+        if self.lock is not None:
+            return f"  resolved    {self.stack_id}  {len(self.lock.packages)} packages in {self.seconds:.1f} s"
+        assert self.error is not None
+        return f"  refused     {self.stack_id}  after {self.seconds:.1f} s: {self.error.one_line()}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"stack_id": self.stack_id, "seconds": round(self.seconds, 2),
+                "status": "resolved" if self.lock is not None else "refused",
+                "packages": len(self.lock.packages) if self.lock is not None else None,
+                "error": self.error.one_line() if self.error is not None else None}
+
+
+def check_locks(cells: Sequence[tuple[Stack, Derived]], *, compose: ComposeOptions, indexes: ResolverIndexes,
+                timeout: float = 300.0) -> list[LockCheck]:
+    """Resolve every stack (nothing recorded): which resolve, in how long, and which the resolver refuses.
+
+    A conflict is reported per stack and the others go on; an index the host cannot reach stops it
+    (HostError, exit 3): every later stack would fail the same way.
+    """
+    glibc_of = load_tables().os_glibc
+    checks = []
+    for stack, derived in cells:
+        started = time.monotonic()
+        try:
+            if stack.os not in glibc_of:
+                raise SpecError(f"no glibc is known for {stack.os} (compat/tables.yaml os_glibc)")
+            request = lock_request(stack, derived, compose, glibc=glibc_of[stack.os], find_links=indexes.find_links)
+            lock = resolve_lock(request, indexes, timeout=timeout)
+            checks.append(LockCheck(stack.id, time.monotonic() - started, lock=lock))
+        except SpecError as exc:
+            checks.append(LockCheck(stack.id, time.monotonic() - started, error=exc))
+    return checks
+
+
 def lock_path(out_dir: Path, stack_id: str) -> Path:
     """Where a stack's lock is recorded: ``<out>/locks/<stack-id>/pylock.toml``."""
     return Path(out_dir) / "locks" / stack_id / LOCK_FILE
@@ -108,7 +152,7 @@ def resolve_lock(request: LockRequest, indexes: ResolverIndexes, *, log_path: Pa
     """
     started = time.monotonic()
     python, platform = request.python, request.platform
-    torch_indexes = (replace(indexes, index_url=request.torch_index_url, extra_index_urls=(), find_links=None)
+    torch_indexes = (replace(indexes, index_url=request.torch_index_url, extra_index_urls=(), find_links=())
                      if request.torch_index_url else indexes)
     torch_requirements = dict(request.layers).get("torch", ())
     torch_set = (packages_from_pylock(compile_pylock(torch_requirements, python=python, platform=platform,

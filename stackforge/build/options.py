@@ -9,8 +9,8 @@ from pathlib import Path
 from stackforge.build.locking import LockMode
 from stackforge.compose.dockerfile import NO_DEPS_LAYERS, ComposeOptions
 from stackforge.compose.stack_lock import StackLock
-from stackforge.edges.resolver import ResolverIndexes
 from stackforge.core.errors import SpecError
+from stackforge.edges.resolver import ResolverIndexes
 
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_PULL_TIMEOUT_S = 60.0
@@ -100,7 +100,7 @@ class BuildOptions:
     def resolver_indexes(self) -> ResolverIndexes:
         """Where the stack locks are resolved: the places the images' pip installs from."""
         return ResolverIndexes(index_url=self.index_url, extra_index_urls=tuple(self.extra_index_urls),
-                               find_links=str(Path(self.find_links).resolve()) if self.find_links else None,
+                               find_links=(str(Path(self.find_links).resolve()),) if self.find_links else (),
                                ca_bundle=self.ca_bundle)
 
     def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,

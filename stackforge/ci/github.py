@@ -506,6 +506,13 @@ def _verdict_job(config: WorkflowConfig) -> dict[str, Any]:
     }
 
 
+#: BuildKit's layer cache kept in the registry beside the images, one cache per stack: a fresh runner
+#: rebuilds nothing of a stack whose lock and templates did not change (setup-buildx-action's
+#: docker-container builder can export it; the engine's own docker driver cannot).
+REGISTRY_CACHE_ARGS = ('--cache-from "type=registry,ref=$STACKFORGE_REGISTRY/stackforge-cache:{stack}" '
+                       '--cache-to "type=registry,ref=$STACKFORGE_REGISTRY/stackforge-cache:{stack},mode=max"')
+
+
 def workflow(config: WorkflowConfig) -> dict[str, Any]:
     """The workflow as a plain dict, keys in the order they are written."""
     matrix_arg = '--matrix "$STACKFORGE_MATRIX"'
@@ -514,7 +521,7 @@ def workflow(config: WorkflowConfig) -> dict[str, Any]:
         "plan": _plan_job(config),
         "build": _cpu_job(config, "build", ["plan"],
                           f'stackforge build {matrix_arg} --shard "$SHARD" --push "$STACKFORGE_REGISTRY" '
-                          "--out build-out\n"),
+                          f"--out build-out {REGISTRY_CACHE_ARGS}\n"),
         "gate": _cpu_job(config, "gate", ["plan", "build"],
                          f'stackforge probe {matrix_arg} --tier gate --shard "$SHARD" '
                          '--builds build-out --results results\n'),

@@ -27,6 +27,8 @@ from stackforge.plan.text import explain_stack, plan_table
 @click.option("--explain", "explain", metavar="STACK_ID", default=None, help="List every rule that fired for one stack.")
 @click.option("--preflight", is_flag=True,
               help="Also check the package indexes: does every pinned version have a file for this Python/platform?")
+@click.option("--no-resolve", "no_resolve", is_flag=True,
+              help="With --preflight: check the pinned files only; do not resolve each stack's lock.")
 @click.option("--update-lock", "update_lock", is_flag=True,
               help="Resolve the matrix's selectors and SGLang pins against the index afresh, write "
                    "<matrix>.lock.yaml, print what changed, then plan on it.")
@@ -34,22 +36,25 @@ from stackforge.plan.text import explain_stack, plan_table
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
 @index_options
 def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
-            explain: str | None, preflight: bool, update_lock: bool, cache_dir: str | None, index_url: str | None,
+            explain: str | None, preflight: bool, no_resolve: bool, update_lock: bool, cache_dir: str | None, index_url: str | None,
             extra_index_urls: tuple[str, ...], find_links: Path | None) -> None:
     """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons.
 
     \b
     --preflight asks the indexes pip would ask (--index-url, --extra-index-url, --find-links, else
     pip's configuration: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, `pip config` files) and
-    exits 1 when a pinned file is missing or an index is unreachable.
+    exits 1 when a pinned file is missing or an index is unreachable. Then it resolves each kept
+    stack's lock as `stackforge build` does first (uv, a few seconds per stack) and exits 2 when the
+    resolver refuses a stack, in the resolver's words (--no-resolve: files only).
 
     \b
     A matrix whose axes follow the index ({latest: N}, {spec: ...}, derive: {from: sglang}) is planned
     on its lock file, offline; --update-lock resolves it afresh first (exit 3: index unreachable,
     the old lock untouched).
     """
-    _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, cache_dir=cache_dir,
-                      index_given=bool(index_url or extra_index_urls or find_links), update_lock=update_lock)
+    _refuse_conflicts(as_json=as_json, explain=explain, preflight=preflight, no_resolve=no_resolve,
+                      cache_dir=cache_dir, index_given=bool(index_url or extra_index_urls or find_links),
+                      update_lock=update_lock)
     matrix_path = resolve_matrix_path(matrix)
     if update_lock:
         from stackforge.edges.index import IndexRequest, configured_indexes
@@ -59,31 +64,58 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
         click.echo(update.text(), err=True)
     plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
     checks = _preflight(plan, cache_dir, index_url, extra_index_urls, find_links) if preflight else None
+    # Resolving is worth it only where every pinned file is there (else the report above says what is not).
+    locks = (_preflight_locks(plan, checks.indexes, index_url, extra_index_urls, find_links)
+             if checks is not None and checks.ok and not no_resolve else None)
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain), terminal_width()))
     elif as_json:
         payload = plan.to_json()
         if checks is not None:
             payload["preflight"] = checks.to_json()
+            payload["preflight_locks"] = [check.to_json() for check in locks or []]
         click.echo(report_json_text(payload), nl=False)
     else:
         click.echo(plan_table(plan, terminal_width()))
         if checks is not None:
             click.echo(checks.render())
+        if locks is not None:
+            click.echo("\nSTACK LOCKS (each kept stack resolved on this host, as `stackforge build` does first)")
+            click.echo("\n".join(check.line() for check in locks))
+    if any(check.error is not None for check in locks or []):
+        raise click.exceptions.Exit(2)
     if checks is not None and not checks.ok:
         raise click.exceptions.Exit(1)
 
 
-def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, cache_dir: str | None,
-                      index_given: bool, update_lock: bool) -> None:
+def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, no_resolve: bool,
+                      cache_dir: str | None, index_given: bool, update_lock: bool) -> None:
     """Options that one of the others would silently ignore are an error, not a surprise."""
     refuse_together("--json", "--explain", as_json and bool(explain),
                     why="they are two outputs (the JSON holds every cell's findings; narrow it with --only)")
     refuse_together("--explain", "--preflight", bool(explain) and preflight,
                     why="--explain does not run the index preflight (narrow the preflight with --only)")
     refuse_unused("--cache-dir", cache_dir is not None, needs="--preflight", present=preflight)
+    refuse_unused("--no-resolve", no_resolve, needs="--preflight", present=preflight)
     refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--preflight or --update-lock",
                   present=preflight or update_lock)
+
+
+def _preflight_locks(plan: Plan, indexes, index_url: str | None, extra_index_urls: tuple[str, ...],
+                     find_links: Path | None):
+    """Resolve each kept stack's lock (nothing recorded) from the indexes the preflight asked."""
+    from pathlib import Path as _Path
+
+    from stackforge.build.locking import check_locks
+    from stackforge.compose.dockerfile import ComposeOptions
+    from stackforge.edges.resolver import ResolverIndexes
+    cells = [(stack, plan.cells_for(stack)[0].derived) for stack in plan.kept_stacks()]
+    compose = ComposeOptions(index_url=index_url, extra_index_urls=tuple(extra_index_urls),
+                             wheelhouse=find_links is not None)
+    resolver = ResolverIndexes(index_url=indexes.index_url, extra_index_urls=tuple(indexes.extra_index_urls),
+                               find_links=tuple(indexes.find_links),
+                               ca_bundle=_Path(indexes.cert) if indexes.cert else None)
+    return check_locks(cells, compose=compose, indexes=resolver)
 
 
 def _find(plan: Plan, stack_id: str):

@@ -27,12 +27,12 @@ from packaging.markers import InvalidMarker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from stackforge.compose.stack_lock import LOCK_LAYERS, LockRequest, StackLock, layer_requirements_text
 from stackforge.core.data import data_dir
 from stackforge.core.envelope import document_text
 from stackforge.core.errors import SpecError, UnsafeValueError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.model import Flavour, Stack, content_hash
-from stackforge.compose.stack_lock import LOCK_LAYERS, LockRequest, StackLock, layer_requirements_text
 from stackforge.core.versions import parse_version
 from stackforge.plan.derive import Derived
 
@@ -410,7 +410,7 @@ def _lock_files(stack: Stack, lock: StackLock | None) -> dict[str, str]:
 
 
 def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, glibc: str,
-                 find_links: str | None = None) -> LockRequest:
+                 find_links: tuple[str, ...] = ()) -> LockRequest:
     """What the stack's image installs, as a resolver request: the same requirements, in the same layers,
     from the same indexes as the unlocked Dockerfile (so a lock holds what the image's pip would take).
 

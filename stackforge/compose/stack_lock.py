@@ -17,13 +17,15 @@ edited into an inconsistent state with the line at fault. Running the resolver i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
-import tomllib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
+import tomllib
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -65,17 +67,17 @@ class LockRequest:
     torch_index_url: str | None = None
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
-    find_links: str | None = None
+    find_links: tuple[str, ...] = ()
 
     def requirements(self, *, exact: bool = False) -> list[str]:
         """Every requirement of the resolved (or, with ``exact``, the exact) layers, in layer order."""
         groups = dict(self.exact if exact else self.layers)
         return [r for layer in LOCK_LAYERS for r in groups.get(layer, ())]
 
-    def layer_of(self, name: str) -> str | None:
-        """The named layer that asks for package ``name`` itself, if any."""
+    def layer_of(self, name: str, *, exact: bool = False) -> str | None:
+        """The named layer that asks for package ``name`` itself (among the exact ones), if any."""
         wanted = canonicalize_name(name)
-        for layer, requirements in (*self.layers, *self.exact):
+        for layer, requirements in (self.exact if exact else self.layers):
             if any(_requirement_name(r) == wanted for r in requirements):
                 return layer
         return None
@@ -85,7 +87,7 @@ class LockRequest:
         payload = {"stack_id": self.stack_id, "python": self.python, "platform": self.platform,
                    "layers": [list(x) for x in self.layers], "exact": [list(x) for x in self.exact],
                    "torch_index_url": self.torch_index_url, "index_url": self.index_url,
-                   "extra_index_urls": list(self.extra_index_urls), "find_links": self.find_links}
+                   "extra_index_urls": list(self.extra_index_urls), "find_links": list(self.find_links)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -143,27 +145,22 @@ class StackLock:
         return tuple(p for p in self.packages if p.layer != "toolkit")
 
     def to_toml(self) -> str:
-        """The lock as PEP 751 ``pylock.toml``, stackforge's own keys under ``tool.stackforge``."""
+        """The lock as PEP 751 ``pylock.toml``: ``[[packages]]`` is exactly the venv; the toolkit, installed
+        into its own prefix outside it (it may hold another build of a package the venv has), is
+        ``[[tool.stackforge.toolkit]]`` in the same form; stackforge's own keys under ``tool.stackforge``."""
         lines = ["# A stack lock written by stackforge (PEP 751): every package of the image, its files and",
                  "# their sha256. Regenerate with `stackforge build --relock`; do not edit by hand.",
                  'lock-version = "1.0"', 'created-by = "stackforge"',
                  f"requires-python = {_toml_string('==' + self.python + '.*')}", ""]
-        for package in sorted(self.packages, key=lambda p: (LOCK_LAYERS.index(p.layer), p.name)):
-            lines += ["[[packages]]", f"name = {_toml_string(package.name)}",
-                      f"version = {_toml_string(package.version)}"]
-            wheels = [f for f in package.files if f.kind == "wheel"]
-            sdists = [f for f in package.files if f.kind == "sdist"]
-            if wheels:
-                lines.append("wheels = [")
-                lines += [f"    {_file_table(f)}," for f in wheels]
-                lines.append("]")
-            if sdists:
-                lines.append(f"sdist = {_file_table(sdists[0])}")
-            lines += [f"tool.stackforge.layer = {_toml_string(package.layer)}", ""]
+        for package in sorted(self.venv_packages, key=lambda p: (LOCK_LAYERS.index(p.layer), p.name)):
+            lines += ["[[packages]]", *_package_lines(package), f"tool.stackforge.layer = {_toml_string(package.layer)}",
+                      ""]
         lines += ["[tool.stackforge]", f"schema = {LOCK_TOOL_SCHEMA}", f"stack-id = {_toml_string(self.stack_id)}",
                   f"request-key = {_toml_string(self.request_key)}", f"platform = {_toml_string(self.platform)}",
                   f"resolver = {_toml_string(self.resolver)}",
                   f"notes = [{', '.join(_toml_string(n) for n in self.notes)}]", ""]
+        for package in sorted(self.layer("toolkit"), key=lambda p: p.name):
+            lines += ["[[tool.stackforge.toolkit]]", *_package_lines(package), ""]
         return "\n".join(lines)
 
     def sha256(self) -> str:
@@ -198,11 +195,15 @@ def read_stack_lock(text: str, *, source: str, request: LockRequest | None = Non
     for row in document.get("packages") or []:
         package = _package(row, text, source)
         layer = (row.get("tool") or {}).get("stackforge", {}).get("layer")
-        if layer not in LOCK_LAYERS:
-            raise SpecError(f"package {package.name}: unknown layer {layer!r} (one of {', '.join(LOCK_LAYERS)})",
+        if layer not in LOCK_LAYERS or layer == "toolkit":
+            raise SpecError(f"package {package.name}: unknown layer {layer!r} (one of "
+                            f"{', '.join(x for x in LOCK_LAYERS if x != 'toolkit')})",
                             source=source, line=_line_of(text, package.name), remedy="rebuild it with --relock")
         packages.append(LockedPackage(package.name, package.version, package.files, layer))
     _refuse_duplicates(packages, text, source)
+    toolkit = [dataclasses.replace(_package(row, text, source), layer="toolkit") for row in tool.get("toolkit", [])]
+    _refuse_duplicates(toolkit, text, source)
+    packages += toolkit
     lock = StackLock(stack_id=str(tool.get("stack-id", "")), request_key=str(tool.get("request-key", "")),
                      python=str(document.get("requires-python", "")).removeprefix("==").removesuffix(".*"),
                      platform=str(tool.get("platform", "")), resolver=str(tool.get("resolver", "")),
@@ -219,10 +220,12 @@ def check_lock_matches(lock: StackLock, request: LockRequest, *, text: str = "",
                         "(requirements, Python, platform or indexes changed)", source=source,
                         line=_line_of(text, "request-key", key=True) or None,
                         remedy="resolve it again with --relock")
+    toolkit = set(dict(request.exact).get("toolkit", ()))
     for requirement in (*request.requirements(), *request.requirements(exact=True)):
         parsed = Requirement(requirement)
         name = canonicalize_name(parsed.name)
-        locked = next((p for p in lock.packages if p.name == name), None)
+        group = lock.layer("toolkit") if requirement in toolkit else lock.venv_packages
+        locked = next((p for p in group if p.name == name), None)
         if locked is None or not parsed.specifier.contains(locked.version, prereleases=True):
             found = f"locks {locked.pin()}" if locked else f"lacks {name}"
             raise SpecError(f"the lock {found}, but stack {request.stack_id} asks for {requirement}",
@@ -304,15 +307,19 @@ def assign_layers(request: LockRequest, resolved: Iterable[LockedPackage], torch
     exactly (``exact``) keep the layer that asks for them.
     """
     closure = {canonicalize_name(n) for n in torch_closure}
+    exact = list(exact)
+    # A package a --no-deps layer pins exactly is installed by that layer, even when the resolution of
+    # the other layers also brought it in.
+    pinned_exactly = {p.name for p in exact if request.layer_of(p.name, exact=True) != "toolkit"}
     placed = []
-    for package in resolved:
+    for package in (p for p in resolved if p.name not in pinned_exactly):
         layer = request.layer_of(package.name)
         if layer is None:
             layer = "torch" if package.name in closure else "deps"
         placed.append(LockedPackage(package.name, package.version, package.files, layer))
     for package in exact:
         placed.append(LockedPackage(package.name, package.version, package.files,
-                                    request.layer_of(package.name) or "deps"))
+                                    request.layer_of(package.name, exact=True) or "deps"))
     return tuple(placed)
 
 
@@ -363,6 +370,17 @@ def _requirement_name(text: str) -> str:
 
 def _toml_string(value: str) -> str:
     return json.dumps(value)   # a JSON string is a TOML basic string for the characters written here
+
+
+def _package_lines(package: LockedPackage) -> list[str]:
+    lines = [f"name = {_toml_string(package.name)}", f"version = {_toml_string(package.version)}"]
+    wheels = [f for f in package.files if f.kind == "wheel"]
+    sdists = [f for f in package.files if f.kind == "sdist"]
+    if wheels:
+        lines += ["wheels = [", *(f"    {_file_table(f)}," for f in wheels), "]"]
+    if sdists:
+        lines.append(f"sdist = {_file_table(sdists[0])}")
+    return lines
 
 
 def _file_table(file: LockedFile) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from stackforge.core.errors import CommandError, HostError, SpecError
 from stackforge.edges import runner
@@ -36,7 +36,7 @@ class ResolverIndexes:
 
     index_url: str | None = None            # None: PyPI
     extra_index_urls: tuple[str, ...] = ()
-    find_links: str | None = None
+    find_links: tuple[str, ...] = ()
     ca_bundle: Path | None = None
     cache_dir: Path | None = None            # None: uv's default cache
 
@@ -46,8 +46,8 @@ class ResolverIndexes:
             argv += ["--index-url", self.index_url]
         for url in self.extra_index_urls:
             argv += ["--extra-index-url", url]
-        if self.find_links:
-            argv += ["--find-links", self.find_links]
+        for location in self.find_links:
+            argv += ["--find-links", location]
         if self.extra_index_urls or self.find_links:
             # pip takes the best version from every index; uv's default stops at the first index that has
             # the package. The lock must hold what the image's pip would pick.
@@ -125,10 +125,11 @@ def _failure(result: runner.CommandResult, requirements: Sequence[str]) -> Excep
 def _explanation(text: str) -> str:
     """uv's own account of the conflict, on one line (the lines after 'No solution found')."""
     lines = text[text.index("No solution found"):].splitlines()[1:]
-    cleaned = [re.sub(r"^[\s╰─▶│]+", "", line).strip() for line in lines]
+    cleaned = [re.sub(r"^[\s╰─▶│]+", "", line).strip().removeprefix("cause:").strip() for line in lines]
     return " ".join(line for line in cleaned if line and not line.startswith("hint:"))[:1500]
 
 
 def _last_error(text: str) -> str:
-    lines = [line.strip(" ×╰─▶│") for line in text.strip().splitlines() if line.strip()]
+    lines = [line.strip(" ×╰─▶│").removeprefix("cause:").removeprefix("Caused by:").strip()
+             for line in text.strip().splitlines() if line.strip()]
     return " / ".join(lines[-3:])[:600] if lines else "no output"
