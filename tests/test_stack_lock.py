@@ -330,3 +330,24 @@ def test_an_unreachable_index_is_a_host_error_naming_it():
 def test_a_resolver_past_its_limit_says_so():
     error = resolver._failure(_result("", returncode=-15, timed_out=True), ["torch==2.13.0"])
     assert "ran past its limit" in error.message
+
+
+def test_a_build_that_times_out_while_pip_backtracks_says_so():
+    from stackforge.build.classify import backtracking_note
+    tail = ("#9 41.2 INFO: pip is looking at multiple versions of nvidia-cusolver to determine which version is "
+            "compatible with other requirements. This could take a while.\n"
+            "#9 97.0 INFO: pip is looking at multiple versions of nvidia-cufft to determine which version is "
+            "compatible with other requirements. This could take a while.\n"
+            "#9 301.5 INFO: This is taking longer than usual. You might need to provide the dependency resolver "
+            "with stricter constraints to reduce runtime.\n")
+    note = backtracking_note(tail)
+    assert note.startswith("while pip was backtracking through nvidia-cusolver, nvidia-cufft")
+    assert "This is taking longer than usual" in note and "stack lock" in note
+    assert backtracking_note("#9 12.0 Downloading torch-2.14.1.whl (900 MB)\n") == ""
+
+
+def test_an_index_url_with_credentials_never_reaches_the_resolver():
+    stack, derived = small_cell()
+    with pytest.raises(SpecError, match="credentials"):
+        lock_request(stack, derived, ComposeOptions(index_url="https://user:token@mirror.example/simple"),
+                     glibc="2.36")

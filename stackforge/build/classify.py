@@ -217,6 +217,26 @@ def diagnose(log: str) -> Diagnosis:
     return Diagnosis(FailureKind.UNKNOWN, last_error_line(log), Cause.UNKNOWN, REMEDIES[Cause.UNKNOWN])
 
 
+#: pip's own words while its resolver backtracks (it prints them and keeps going, sometimes for hours).
+_BACKTRACKING = re.compile(r"(This is taking longer than usual|pip is looking at multiple versions of ([\w.-]+))")
+
+
+def backtracking_note(tail: str) -> str:
+    """For a build that ran out of time: "while pip was backtracking (...)" when the log says so, else "".
+
+    A step that still resolves inside the image (a build with --no-lock) can spend its whole limit
+    in pip's resolver; the timeout alone would hide that.
+    """
+    lines = [_strip_prefix(line) for line in tail.splitlines()]
+    packages = list(dict.fromkeys(m.group(2) for line in lines if (m := _BACKTRACKING.search(line)) and m.group(2)))
+    if not packages and not any(_BACKTRACKING.search(line) for line in lines):
+        return ""
+    through = f" through {', '.join(packages[:6])}{' ...' if len(packages) > 6 else ''}" if packages else ""
+    said = _trim(next(line for line in reversed(lines) if _BACKTRACKING.search(line)))
+    return (f'while pip was backtracking{through} (the log: "{said}"); build with the stack lock (the default, '
+            "not --no-lock): it resolves on the host in seconds and no image step resolves")
+
+
 def last_error_line(tail: str) -> str:
     """The last line that looks like an error, else the last non-empty line (trimmed to 300 chars)."""
     lines = [_strip_prefix(line) for line in tail.splitlines() if line.strip()]

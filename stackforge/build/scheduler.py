@@ -38,7 +38,7 @@ from stackforge.build.assets import AssetServer
 from stackforge.build.base import BaseResolver
 from stackforge.build.buildkit import BuildAttempt
 from stackforge.build.cancel import Cancel
-from stackforge.build.classify import diagnose
+from stackforge.build.classify import backtracking_note, diagnose
 from stackforge.build.locking import LockOutcome, lock_stacks
 from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
 from stackforge.build.options import Builder, BuildOptions
@@ -395,7 +395,9 @@ class _Job:
         if self.run.cancel.requested:
             raise _Stop(BuildStatus.INTERRUPTED, "interrupted while building; the build process was stopped")
         if result.timed_out:
-            raise _Stop(BuildStatus.FAILED, f"build {result.ending} (limit {self.options.timeout_s:.0f} s)")
+            note = backtracking_note(result.tail)
+            raise _Stop(BuildStatus.FAILED, f"build {result.ending} (limit {self.options.timeout_s:.0f} s)"
+                                            + (f" {note}" if note else ""))
         diagnosis = diagnose(result.tail)
         reason = diagnosis.line or result.ending
         if not diagnosis.retryable or attempt > self.options.retries:

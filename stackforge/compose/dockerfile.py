@@ -417,6 +417,7 @@ def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, gli
     Layers installed ``--no-deps`` (and the toolkit, always installed exactly) are locked exactly too.
     """
     _guard_stack(stack)
+    _check_options(options)   # an index URL with credentials is refused before it reaches the resolver
     torch_source = _torch_source(derived, options)
     fi_requirements, _, fi_index = _flashinfer(stack, derived)
     kernel = _kernel_requirement(derived)
