@@ -6,9 +6,9 @@ packages), cold (an empty uv cache) and warm (the same again). Stacks: the defau
 and the stack a user's hour-long build backtracked on (CUDA 13.1, torch 2.11.0, FlashInfer 0.6.12,
 SGLang 0.5.15.post1, wheels flavour). Target: under 30 s per stack cold.
 
-Part 2 (``--build``): one stack built cold twice on the local engine, side by side: today's per-layer
-pip installs (each layer resolves on its own) and the lock-driven installs (``--no-deps
---require-hashes`` per layer). Cold: ``--no-cache`` and BuildKit's pip cache mounts pruned before each
+Part 2 (``--build``): one stack built cold three times on the local engine, side by side: per-layer
+pip installs without a lock (each layer resolves on its own; ``--no-lock``), and the lock-driven installs
+(``--no-deps --require-hashes`` per layer) by pip and by uv (``--installer uv``). Cold: ``--no-cache`` and BuildKit's pip cache mounts pruned before each
 build, so both download everything. The stack is the small real one the tests build (torch 2.13.0+cpu
 from this machine's wheelhouse, the CUDA 13.0 toolkit wheels, FlashInfer 0.6.6 with its dependencies,
 SGLang --no-deps); the default matrix's 13.1 stack (about 10 GB of wheels per cold build) is not built
@@ -64,12 +64,15 @@ def cold_builds(ca: Path | None) -> None:
     client = docker.from_env()
     print(f"\ncold builds of {SMALL_STACK.id} (no layer cache, pip cache mounts pruned)")
     print(f"{'installs':<28} {'build s':>8} {'lock s':>7} {'status':<8} image")
-    for label, mode in (("per-layer pip (today)", LockMode.OFF), ("lock, pip --no-deps", LockMode.RESOLVE)):
+    for label, mode, installer in (("per-layer pip (unlocked)", LockMode.OFF, "pip"),
+                                   ("lock, pip --no-deps", LockMode.RESOLVE, "pip"),
+                                   ("lock, uv --no-deps", LockMode.RESOLVE, "uv")):
         runner.run(["docker", "builder", "prune", "-f", "--filter", "type=exec.cachemount"], timeout=300)
         with tempfile.TemporaryDirectory(prefix="sf-bench-build-") as out:
             options = BuildOptions(find_links=WHEELHOUSE, ca_bundle=ca, out_dir=Path(out), no_deps=frozenset({"sglang"}),
                                    builder=Builder.BUILDX, base_image="stackforge/debian:bookworm", no_cache=True,
-                                   lock=mode, labels=(("io.stackforge.bench", "1"),), verify=False)
+                                   lock=mode, installer=installer, labels=(("io.stackforge.bench", "1"),),
+                                   verify=False)
             record = build_stacks([(SMALL_STACK, derived)], options, client=client).records[0]
         print(f"{label:<28} {record.durations.get('build', 0):>8.1f} {record.durations.get('lock', 0):>7.1f} "
               f"{record.status.value:<8} {record.image_tag}", flush=True)

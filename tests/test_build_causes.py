@@ -360,7 +360,8 @@ def test_declared_for_names_every_dropped_layer_with_its_cause():
 
 def _render(tmp_path: Path, *extra: str):
     only = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
-    return CliRunner().invoke(cli, ["render", "--only", only, "--ca-bundle", "none", "--out", str(tmp_path), *extra])
+    return CliRunner().invoke(cli, ["render", "--only", only, "--ca-bundle", "none", "--no-lock", "--out", str(tmp_path),
+                                      *extra])
 
 
 def test_render_with_the_index_unreachable_warns_once_and_marks_the_tag(tmp_path):

@@ -14,7 +14,7 @@ from stackforge.cli import cli
 
 
 def test_render_writes_a_context_per_kept_stack(tmp_path):
-    result = CliRunner().invoke(cli, ["render", "--out", str(tmp_path), "--no-dependency-layers",
+    result = CliRunner().invoke(cli, ["render", "--out", str(tmp_path), "--no-dependency-layers", "--no-lock",
                                       "--find-links", str(tmp_path), "--builder", "classic"])
     assert result.exit_code == 0, result.output
     lines = [line.split() for line in result.stdout.splitlines() if line.strip()]   # stderr: the CA line

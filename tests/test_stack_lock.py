@@ -351,3 +351,19 @@ def test_an_index_url_with_credentials_never_reaches_the_resolver():
     with pytest.raises(SpecError, match="credentials"):
         lock_request(stack, derived, ComposeOptions(index_url="https://user:token@mirror.example/simple"),
                      glibc="2.36")
+
+
+def test_uv_installs_only_a_lock_and_never_installs_itself_unpinned():
+    from stackforge.build import BuildOptions
+    stack, derived, request = _request()
+    with pytest.raises(SpecError, match="--installer uv installs a stack lock"):
+        compose_stack(stack, derived, ComposeOptions(installer="uv", uv_requirement="uv==0.13.9"))
+    with pytest.raises(SpecError, match="needs the pin of the uv"):
+        compose_stack(stack, derived, ComposeOptions(installer="uv", lock=_lock(request)))
+    with pytest.raises(SpecError, match="which --no-lock turns off"):
+        BuildOptions(installer="uv", lock=LockMode.OFF)
+    with pytest.raises(SpecError, match="--installer takes pip or uv"):
+        compose_stack(stack, derived, ComposeOptions(installer="poetry"))
+    options = ComposeOptions(wheelhouse=True, no_deps=frozenset({"sglang"}), installer="uv",
+                             uv_requirement="uv==0.13.9")
+    assert dict(lock_request(stack, derived, options, glibc="2.36").exact)["installer"] == ("uv==0.13.9",)

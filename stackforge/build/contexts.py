@@ -7,13 +7,14 @@ read from the index, so the tags printed here are the tags a build with the same
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.compose.dockerfile import INLINE_DEPS_SUFFIX, ComposeOptions, compose_stack, write_context
+from stackforge.compose.stack_lock import StackLock
 from stackforge.core.model import Stack
 
 
@@ -22,13 +23,15 @@ class ContextsRequest:
     """What to render and where: one sub-folder per stack id under ``out_dir``.
 
     ``dependency_layers``: ask the index (``options.index_url``, trusting ``ca_bundle``) what
-    FlashInfer and SGLang declare, for a shared layer of their dependencies.
+    FlashInfer and SGLang declare, for a shared layer of their dependencies (a stack with a lock in
+    ``locks`` installs its lock instead, as a build does).
     """
 
     options: ComposeOptions
     out_dir: Path
     dependency_layers: bool = True
     ca_bundle: Path | None = None
+    locks: Mapping[str, StackLock] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +50,15 @@ def compose_contexts(cells: Sequence[tuple[Stack, Any]], request: ContextsReques
     told: set[str] = set()
     for stack, derived in cells:
         declared, dropped = ((), ())
-        if request.dependency_layers:
+        lock = request.locks.get(stack.id)
+        if request.dependency_layers and lock is None:
             declared, dropped = declared_for(stack, lookup, no_deps=no_deps)
         warning = dropped_warning(dropped, INLINE_DEPS_SUFFIX) if dropped else ""
         if warning in told:   # stacks sharing a release share the warning
             warning = ""
         told.add(warning)
         composed = compose_stack(stack, derived, dataclasses.replace(
-            request.options, declared=declared, dropped_layers=tuple(d.layer for d in dropped)))
+            request.options, declared=declared, dropped_layers=tuple(d.layer for d in dropped), lock=lock))
         folder = request.out_dir / stack.id
         write_context(composed, folder)
         yield WrittenContext(folder=folder, tag=composed.tag, warning=warning)

@@ -56,6 +56,8 @@ class BuildOptions:
         cache_from / cache_to: BuildKit ``--cache-from`` / ``--cache-to`` values (``type=registry,ref=...``)
             so a fresh machine reuses the layers another one built; ``{stack}`` is replaced by the
             stack's image repository name.
+        installer: what installs each layer of a stack lock in the image: ``pip`` or ``uv`` (the uv of
+            this host's version, locked and installed first into its own prefix).
         builder_name: a named buildx builder (``docker buildx create --name ...``, e.g. the kubernetes
             driver) to build on instead of the current one.
     """
@@ -84,8 +86,11 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     builder_name: str | None = None
+    installer: str = "pip"
 
     def __post_init__(self) -> None:
+        if self.installer == "uv" and self.lock is LockMode.OFF:
+            raise SpecError("--installer uv installs the stack lock, which --no-lock turns off")
         if self.jobs < 1:
             raise SpecError(f"--jobs must be at least 1, not {self.jobs}")
         if self.retries < 0:
@@ -113,4 +118,14 @@ class BuildOptions:
                               wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
                               ca_bundle=self.ca_bundle is not None,
                               asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
-                              dropped_layers=dropped_layers, lock=lock)
+                              dropped_layers=dropped_layers, lock=lock, installer=self.installer,
+                              uv_requirement=_uv_requirement() if self.installer == "uv" else None)
+
+
+def _uv_requirement() -> str:
+    """The uv an image installs with: the version this host resolves with (the ``uv`` dependency)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"uv=={version('uv')}"
+    except PackageNotFoundError:
+        raise SpecError("--installer uv needs the uv package on this host", remedy="pip install uv") from None

@@ -34,6 +34,9 @@ from stackforge.core.errors import BuildError, SpecError
 @click.option("--relock", is_flag=True, help="Resolve every stack's lock afresh and record it.")
 @click.option("--no-lock", is_flag=True,
               help="Build without stack locks: each layer's pip resolves on its own (the old way).")
+@click.option("--installer", type=click.Choice(["pip", "uv"]), default="pip", show_default=True,
+              help="What installs each layer of the stack lock in the image (uv: parallel downloads; the uv of "
+                   "this host, locked and installed first into its own prefix).")
 @click.option("--cache-from", "cache_from", metavar="CACHE", multiple=True,
               help="BuildKit cache to read, e.g. type=registry,ref=REG/cache:{stack} (repeatable).")
 @click.option("--cache-to", "cache_to", metavar="CACHE", multiple=True,
@@ -43,7 +46,7 @@ from stackforge.core.errors import BuildError, SpecError
               help="Build on this named buildx builder (docker buildx create --name NAME ...).")
 def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
             no_deps, dependency_layers, jobs, resume, out_dir, builder, push, timeout_s, retries, no_cache, no_verify,
-            labels, progress, locked, relock, no_lock, cache_from, cache_to, builder_name) -> None:
+            labels, progress, locked, relock, no_lock, installer, cache_from, cache_to, builder_name) -> None:
     """Build the images of every kept stack of a matrix; one log and one record per stack.
 
     Each stack's lock (every package, file and sha256; PEP 751 pylock.toml in OUT/locks/STACK/) is
@@ -67,7 +70,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
                            no_deps=frozenset(no_deps), labels=_labels(labels), retries=retries,
                            verify=not no_verify, no_cache=no_cache, dependency_layers=dependency_layers,
                            lock=lock, cache_from=tuple(cache_from), cache_to=tuple(cache_to),
-                           builder_name=builder_name)
+                           builder_name=builder_name, installer=installer)
     click.echo(f"building {len(cells)} stack(s) -> {out_dir}; {ca.describe()}", err=True)
     summary = build_stacks(cells, options, client=connect_engine(), progress=progress)
     for warning in summary.warnings:

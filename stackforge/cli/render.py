@@ -25,11 +25,14 @@ from stackforge.cli.options import (
               help="One sub-folder per stack id is written here.")
 @click.option("--builder", type=click.Choice(["buildkit", "classic"]), default="buildkit", show_default=True,
               help="Render for BuildKit (RUN --mount) or for the classic builder.")
+@click.option("--no-lock", is_flag=True, help="Render without stack locks (as `build --no-lock` builds).")
 def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
-            no_deps, dependency_layers, out_dir, builder) -> None:
+            no_deps, dependency_layers, out_dir, builder, no_lock) -> None:
     """Render the Dockerfile and context of every kept stack; print each stack's folder and image tag.
 
     The base image is the derived one (or --base-image): a build may still substitute a local one.
+    Each stack's lock is resolved first, as `build` does, and kept beside the --out folder
+    (OUT/../locks/STACK/pylock.toml: out/locks for the default out/contexts, where `build` looks).
     """
     from stackforge.build.contexts import ContextsRequest, compose_contexts
     from stackforge.compose.dockerfile import ComposeOptions
@@ -45,8 +48,21 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
-    request = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path)
+    locks = {} if no_lock else _locks(cells, options, Path(out_dir), ca.path, find_links)
+    request = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path,
+                              locks={stack_id: outcome.lock for stack_id, outcome in locks.items()})
+    for outcome in locks.values():
+        click.echo(f"{outcome.lock.stack_id}: {outcome.line()}", err=True)
     for written in compose_contexts(cells, request):
         if written.warning:
             click.echo(f"stackforge: warning: {written.warning}", err=True)
         click.echo(f"{written.folder}  {written.tag}")
+
+
+def _locks(cells, options, out_dir: Path, ca_bundle: Path | None, find_links: Path | None):
+    """Each stack's lock as `build --out OUT/..` would have it (recorded, or resolved and recorded)."""
+    from stackforge.build.locking import LockMode, lock_stacks
+    from stackforge.edges.resolver import ResolverIndexes
+    indexes = ResolverIndexes(index_url=options.index_url, extra_index_urls=options.extra_index_urls,
+                              find_links=(str(find_links.resolve()),) if find_links else (), ca_bundle=ca_bundle)
+    return lock_stacks(cells, LockMode.RESOLVE, out_dir=out_dir.resolve().parent, compose=options, indexes=indexes)

@@ -61,6 +61,9 @@ DEPENDENCY_FILES = {"flashinfer": "requires/flashinfer.txt", "sglang": "requires
 TEMPLATE = "Dockerfile.j2"
 #: Tag suffix of an image whose wanted dependency layers were dropped (ComposeOptions.dropped_layers).
 INLINE_DEPS_SUFFIX = "-inline-deps"
+#: What installs the layers of a stack lock inside the image; uv lives in its own prefix outside the venv.
+INSTALLERS = ("pip", "uv")
+UV_PREFIX = "/opt/stackforge/uv"
 
 # Plain values only: versions, identifiers, image references, URLs, paths. The first character may
 # not be '-' (an option), and none of " ' ` $ \ ; & | < > ( ) { } * ? # or whitespace may appear.
@@ -95,6 +98,8 @@ class ComposeOptions:
             part of the lock (``lock/<layer>.txt`` in the context) with ``--no-deps`` and
             ``--require-hashes``: nothing is resolved inside the image, and the declared-dependency
             layers give way to one ``deps`` layer of the locked dependencies.
+        installer: what installs a lock's layers: ``pip``, or ``uv`` (needs a lock, and ``uv_requirement``,
+            the pin of the uv that is locked and installed first into its own prefix).
     """
 
     buildkit: bool = True
@@ -109,6 +114,8 @@ class ComposeOptions:
     declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
     dropped_layers: tuple[str, ...] = ()
     lock: StackLock | None = None
+    installer: str = "pip"
+    uv_requirement: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +225,8 @@ def image_repository(stack_id: str) -> str:
 def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[str, Any]:
     """Everything the templates see, each value already checked by guard_value."""
     _check_options(options)
+    if options.installer == "uv" and options.lock is None:
+        raise SpecError("--installer uv installs a stack lock, and this build has none", remedy="drop --no-lock")
     base_image = guard_value(options.base_image or derived.base_image, what="base image")
     torch_source = _torch_source(derived, options)
     fi_requirements, fi_hold, fi_index = _flashinfer(stack, derived)
@@ -245,7 +254,8 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         "sglang_requirement": f"sglang=={stack.sglang}",
     }
     lock_files = _lock_files(stack, options.lock)
-    variables.update(locked=options.lock is not None,
+    variables.update(locked=options.lock is not None, installer=options.installer, uv_prefix=UV_PREFIX,
+                     uv_binary=f"{UV_PREFIX}/bin/uv",
                      require_hashes=options.lock is not None and not options.lock.unhashed,
                      lock_file=lambda layer: f"/opt/stackforge/lock/{layer}.txt" if f"lock/{layer}.txt" in lock_files
                      else None)
@@ -269,6 +279,10 @@ def _guard_stack(stack: Stack) -> None:
 
 
 def _check_options(options: ComposeOptions) -> None:
+    if options.installer not in INSTALLERS:
+        raise SpecError(f"--installer takes {' or '.join(INSTALLERS)}, not {options.installer!r}")
+    if options.installer == "uv" and not options.uv_requirement:
+        raise SpecError("--installer uv needs the pin of the uv to install (uv==VERSION)")
     unknown = set(options.no_deps) - NO_DEPS_LAYERS
     if unknown:
         raise SpecError(f"--no-deps applies to {', '.join(sorted(NO_DEPS_LAYERS))}, not {', '.join(sorted(unknown))}")
@@ -426,6 +440,8 @@ def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, gli
     layers = tuple((layer, tuple(r)) for layer, r in named.items() if r and layer not in options.no_deps)
     exact = [("toolkit", tuple(_toolkit_requirements(stack, derived)))] if stack.flavour is Flavour.WHEELS else []
     exact += [(layer, tuple(r)) for layer, r in named.items() if r and layer in options.no_deps]
+    if options.installer == "uv":
+        exact.append(("installer", (str(options.uv_requirement),)))
     return LockRequest(
         stack_id=stack.id, python=stack.python, platform=f"x86_64-manylinux_{glibc.replace('.', '_')}",
         layers=layers, exact=tuple(exact),
@@ -519,6 +535,7 @@ def _labels(stack: Stack, derived: Derived, options: ComposeOptions, v: Mapping[
         f"{p}.builder": "buildkit" if options.buildkit else "classic",
     }
     if options.lock is not None:
+        labels[f"{p}.installer"] = options.installer
         labels[f"{p}.lock.sha256"] = options.lock.sha256()
         labels[f"{p}.lock.packages"] = str(len(options.lock.packages))
     if options.dropped_layers:

@@ -34,7 +34,11 @@ from stackforge.core.errors import SpecError
 
 #: The image layers a lock's packages are installed in, in build order. ``toolkit`` goes into its own
 #: prefix outside the venv; ``deps`` holds every dependency not in the torch layer.
-LOCK_LAYERS = ("torch", "toolkit", "deps", "flashinfer", "kernel", "sglang")
+LOCK_LAYERS = ("installer", "torch", "toolkit", "deps", "flashinfer", "kernel", "sglang")
+#: Layers installed into a prefix of their own outside the venv: the CUDA toolkit wheels, and uv when the
+#: image installs with it. ``pip freeze`` of the venv does not list them, and the venv may hold another
+#: build of the same package (torch's nvidia-cuda-runtime beside the toolkit's).
+OUTSIDE_VENV = ("installer", "toolkit")
 #: The layers whose packages are named by the stack itself (each installed in a layer of its own).
 NAMED_LAYERS = ("torch", "flashinfer", "kernel", "sglang")
 LOCK_FILE = "pylock.toml"
@@ -142,7 +146,7 @@ class StackLock:
     @property
     def venv_packages(self) -> tuple[LockedPackage, ...]:
         """What ``pip freeze`` in the image's venv lists (the toolkit lives in its own prefix)."""
-        return tuple(p for p in self.packages if p.layer != "toolkit")
+        return tuple(p for p in self.packages if p.layer not in OUTSIDE_VENV)
 
     def to_toml(self) -> str:
         """The lock as PEP 751 ``pylock.toml``: ``[[packages]]`` is exactly the venv; the toolkit, installed
@@ -159,8 +163,9 @@ class StackLock:
                   f"request-key = {_toml_string(self.request_key)}", f"platform = {_toml_string(self.platform)}",
                   f"resolver = {_toml_string(self.resolver)}",
                   f"notes = [{', '.join(_toml_string(n) for n in self.notes)}]", ""]
-        for package in sorted(self.layer("toolkit"), key=lambda p: p.name):
-            lines += ["[[tool.stackforge.toolkit]]", *_package_lines(package), ""]
+        for prefix in OUTSIDE_VENV:
+            for package in sorted(self.layer(prefix), key=lambda p: p.name):
+                lines += [f"[[tool.stackforge.{prefix}]]", *_package_lines(package), ""]
         return "\n".join(lines)
 
     def sha256(self) -> str:
@@ -195,15 +200,16 @@ def read_stack_lock(text: str, *, source: str, request: LockRequest | None = Non
     for row in document.get("packages") or []:
         package = _package(row, text, source)
         layer = (row.get("tool") or {}).get("stackforge", {}).get("layer")
-        if layer not in LOCK_LAYERS or layer == "toolkit":
+        if layer not in LOCK_LAYERS or layer in OUTSIDE_VENV:
             raise SpecError(f"package {package.name}: unknown layer {layer!r} (one of "
-                            f"{', '.join(x for x in LOCK_LAYERS if x != 'toolkit')})",
+                            f"{', '.join(x for x in LOCK_LAYERS if x not in OUTSIDE_VENV)})",
                             source=source, line=_line_of(text, package.name), remedy="rebuild it with --relock")
         packages.append(LockedPackage(package.name, package.version, package.files, layer))
     _refuse_duplicates(packages, text, source)
-    toolkit = [dataclasses.replace(_package(row, text, source), layer="toolkit") for row in tool.get("toolkit", [])]
-    _refuse_duplicates(toolkit, text, source)
-    packages += toolkit
+    for prefix in OUTSIDE_VENV:
+        outside = [dataclasses.replace(_package(row, text, source), layer=prefix) for row in tool.get(prefix, [])]
+        _refuse_duplicates(outside, text, source)
+        packages += outside
     lock = StackLock(stack_id=str(tool.get("stack-id", "")), request_key=str(tool.get("request-key", "")),
                      python=str(document.get("requires-python", "")).removeprefix("==").removesuffix(".*"),
                      platform=str(tool.get("platform", "")), resolver=str(tool.get("resolver", "")),
@@ -220,11 +226,11 @@ def check_lock_matches(lock: StackLock, request: LockRequest, *, text: str = "",
                         "(requirements, Python, platform or indexes changed)", source=source,
                         line=_line_of(text, "request-key", key=True) or None,
                         remedy="resolve it again with --relock")
-    toolkit = set(dict(request.exact).get("toolkit", ()))
+    outside = {r: layer for layer, requirements in request.exact if layer in OUTSIDE_VENV for r in requirements}
     for requirement in (*request.requirements(), *request.requirements(exact=True)):
         parsed = Requirement(requirement)
         name = canonicalize_name(parsed.name)
-        group = lock.layer("toolkit") if requirement in toolkit else lock.venv_packages
+        group = lock.layer(outside[requirement]) if requirement in outside else lock.venv_packages
         locked = next((p for p in group if p.name == name), None)
         if locked is None or not parsed.specifier.contains(locked.version, prereleases=True):
             found = f"locks {locked.pin()}" if locked else f"lacks {name}"
@@ -310,7 +316,7 @@ def assign_layers(request: LockRequest, resolved: Iterable[LockedPackage], torch
     exact = list(exact)
     # A package a --no-deps layer pins exactly is installed by that layer, even when the resolution of
     # the other layers also brought it in.
-    pinned_exactly = {p.name for p in exact if request.layer_of(p.name, exact=True) != "toolkit"}
+    pinned_exactly = {p.name for p in exact if request.layer_of(p.name, exact=True) not in OUTSIDE_VENV}
     placed = []
     for package in (p for p in resolved if p.name not in pinned_exactly):
         layer = request.layer_of(package.name)

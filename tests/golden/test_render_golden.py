@@ -27,6 +27,14 @@ from stackforge.edges import runner  # noqa: E402
 GOLDEN_DIR = Path(__file__).resolve().parent
 REPO = GOLDEN_DIR.parents[1]
 
+
+def _stack_lock(name: str):
+    """A stack lock from tests/data/stack_lock (hand-made hashes; see tests/test_stack_lock.py)."""
+    from stackforge.compose.stack_lock import read_stack_lock
+    path = REPO / "tests" / "data" / "stack_lock" / f"{name}.pylock.toml"
+    return read_stack_lock(path.read_text(), source=str(path))
+
+
 TOOLKIT_13_0 = {"nvidia-cuda-nvcc": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia-cuda-crt": "13.0.88",
                 "nvidia-cuda-cccl": "13.0.85", "nvidia-cuda-runtime": "13.0.96"}
 TOOLKIT_12_8 = {"nvidia-cuda-nvcc-cu12": "12.8.93", "nvidia-cuda-cccl-cu12": "12.8.90",
@@ -88,6 +96,23 @@ VARIANTS = {
             ("flashinfer", ("apache-tvm-ffi<0.2,>=0.1.6", "numpy", "torch",
                             'nvidia-cutlass-dsl[cu13]>=4.3.4; extra == "cu13"')),
             ("sglang", ("aiohttp", "transformers==4.57.1", 'av; platform_machine == "aarch64"'))))),
+    # A stack lock: each layer installs its part exactly (--no-deps --require-hashes), no constraints file.
+    "wheels-cu130-buildkit-locked": (
+        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
+        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
+                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
+                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
+                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        ComposeOptions(ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}), lock=_stack_lock("small"))),
+    # The same lock installed by uv (locked itself, in its own prefix), under the classic builder.
+    "wheels-cu130-classic-locked-uv": (
+        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
+        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
+                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
+                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
+                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        ComposeOptions(buildkit=False, ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}),
+                       lock=_stack_lock("small-uv"), installer="uv", uv_requirement="uv==0.13.9")),
     # A Python the base OS does not ship: deadsnakes on Ubuntu; custom indexes.
     "devel-py311-deadsnakes-mirror": (
         devel_stack(python="3.11"),
