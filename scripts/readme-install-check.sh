@@ -61,7 +61,7 @@ started=$(date +%s)
   --out "$work/out" --label "$label" --timeout 900 --no-progress \
   || die "stackforge build (from the README-installed venv) failed; see the lines above"
 
-# 3. The record says the image was verified from the inside (testinfra ran in this venv).
+# 3. The record says the image was verified from the inside (testinfra ran in this venv), lock included.
 "$work/.venv/bin/python" - "$work/out/builds" <<'PY' || die "the build record does not show a passed verification"
 import json, sys
 from pathlib import Path
@@ -77,5 +77,8 @@ print(f"readme-install: {record['stack_id']}: {record['status']}, verification {
       + ", ".join(f"{phase} {seconds:.0f}" for phase, seconds in (record.get("durations") or {}).items()))
 if record["status"] not in ("built", "cached") or verify.get("status") != "pass" or not checks:
     sys.exit(1)
+# The build resolved the stack's lock on the host first (uv from this venv) and the image is exactly it.
+if not record.get("lock_sha256") or not any(c["name"] == "lock" and c["status"] == "pass" for c in checks):
+    sys.exit("the build did not install a stack lock, or pip freeze in the image is not the lock")
 PY
 say "stackforge build with verification in $(seconds_since "$started") s"

@@ -214,6 +214,22 @@ def test_a_rebuild_from_the_same_lock_gives_the_same_packages_and_locked_checks_
     assert "lock checked" in Path(record.log_path).read_text()
 
 
+def test_uv_installs_the_lock_as_the_cli_builds_by_default(docker_client, base_image, out_dir, marker_ca,
+                                                           module_labels):
+    options = options_for(out_dir / "locked-uv", marker_ca, module_labels, lock=LockMode.RESOLVE, installer="uv")
+    started = time.monotonic()
+    record = build_stacks([small_cell()], options, client=docker_client).records[0]
+    print(f"\nlocked uv build: {time.monotonic() - started:.1f} s ({record.durations})")
+    assert record.status is BuildStatus.BUILT, record.reason
+    checks = {c["name"]: c for c in record.verify["checks"]}
+    assert checks["lock"]["status"] == "pass" and checks["pip-check"]["status"] == "pass", checks
+    log = Path(record.log_path).read_text()
+    installs = re.findall(r"^#\d+ \[[^\]]*\] RUN .*?/opt/stackforge/uv/bin/uv pip install[^\n]*", log, flags=re.MULTILINE)
+    assert len(installs) == 5, installs   # torch, toolkit, deps, FlashInfer, SGLang (uv itself: by pip)
+    assert all("--no-deps --require-hashes" in line for line in installs)
+    assert docker_client.images.get(record.image_tag).labels["io.stackforge.installer"] == "uv"
+
+
 def test_noop_rebuild_comes_from_the_cache(buildkit_built, docker_client):
     summary, options = buildkit_built
     first = summary.records[0]
