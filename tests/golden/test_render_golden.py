@@ -40,6 +40,15 @@ TOOLKIT_13_0 = {"nvidia-cuda-nvcc": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia
 TOOLKIT_12_8 = {"nvidia-cuda-nvcc-cu12": "12.8.93", "nvidia-cuda-cccl-cu12": "12.8.90",
                 "nvidia-cuda-runtime-cu12": "12.8.90"}
 
+#: torch 2.13.0+cpu from a wheelhouse, the CUDA 13.0 toolkit wheels, no kernel package (the small real stack).
+SMALL_CPU_CELL = (
+    wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
+    derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
+                    torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
+                    flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
+                    base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+)
+
 VARIANTS = {
     # The default flavour: official devel image, torch from its cu130 index, FlashInfer with both
     # addons, the kernel package, CA bundle as a BuildKit secret.
@@ -57,27 +66,15 @@ VARIANTS = {
         ComposeOptions(buildkit=False, ca_bundle=True)),
     # Toolkit from CUDA 13.0 wheels (nvcc, CUDA_HOME), torch from a wheelhouse, SGLang --no-deps.
     "wheels-cu130-buildkit-wheelhouse": (
-        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
-        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
-                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
-                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
-                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        *SMALL_CPU_CELL,
         ComposeOptions(ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}))),
     # BuildKit on an engine without named build contexts: the wheelhouse from the asset server.
     "wheels-cu130-buildkit-wheelhouse-http": (
-        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
-        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
-                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
-                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
-                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        *SMALL_CPU_CELL,
         ComposeOptions(ca_bundle=True, wheelhouse=True, wheelhouse_mount=False, no_deps=frozenset({"sglang"}))),
     # The same under the classic builder: wheelhouse and CA from the 127.0.0.1 asset server.
     "wheels-cu130-classic-wheelhouse": (
-        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
-        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
-                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
-                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
-                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        *SMALL_CPU_CELL,
         ComposeOptions(buildkit=False, ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}),
                       base_image="stackforge/debian:bookworm")),
     # CUDA 12.8 wheels carry no nvcc: runtime-only, said in a comment and in the labels.
@@ -98,19 +95,11 @@ VARIANTS = {
             ("sglang", ("aiohttp", "transformers==4.57.1", 'av; platform_machine == "aarch64"'))))),
     # A stack lock: each layer installs its part exactly (--no-deps --require-hashes), no constraints file.
     "wheels-cu130-buildkit-locked": (
-        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
-        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
-                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
-                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
-                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        *SMALL_CPU_CELL,
         ComposeOptions(ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}), lock=_stack_lock("small"))),
     # The same lock installed by uv (locked itself, in its own prefix), under the classic builder.
     "wheels-cu130-classic-locked-uv": (
-        wheels_stack("13.0", torch="2.13.0", flashinfer="0.6.6", sglang="0.5.9", torch_variant="cpu"),
-        derived_by_hand(torch_variant="cpu", torch_cuda=None, torch_index_url="https://download.pytorch.org/whl/cpu",
-                        torch_requirement="torch==2.13.0", kernel_package=None, kernel_version=None,
-                        flashinfer_extra=None, cuda_image_version="13.0.1", base_image="python:3.11-slim-bookworm",
-                        base_python="3.11", toolkit_wheels=TOOLKIT_13_0),
+        *SMALL_CPU_CELL,
         ComposeOptions(buildkit=False, ca_bundle=True, wheelhouse=True, no_deps=frozenset({"sglang"}),
                        lock=_stack_lock("small-uv"), installer="uv", uv_requirement="uv==0.13.9")),
     # A Python the base OS does not ship: deadsnakes on Ubuntu; custom indexes.
