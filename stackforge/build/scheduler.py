@@ -113,9 +113,8 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
     locks = lock_stacks(cells, options.lock, out_dir=Path(options.out_dir), indexes=options.resolver_indexes(),
                         compose=options.compose_options(buildkit=True, base_image=None, asset_port=0),
                         timeout=options.resolve_timeout_s)
-    if progress:
-        for stack_id, outcome in locks.items():
-            print(f"{stack_id}: {outcome.line()}", file=sys.stderr, flush=True)
+    for stack_id, outcome in locks.items():   # the resolution step and its time, before any image work
+        print(f"{stack_id}: {outcome.line()}", file=sys.stderr, flush=True)
     builder = choose_builder(options.builder)
     named_contexts = builder == "buildkit" and buildkit.supports_named_contexts(buildkit.buildkit_version())
     started = time.monotonic()
