@@ -36,6 +36,7 @@ from stackforge.compose.stack_lock import (
 )
 from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
+from stackforge.core.textfit import brief
 from stackforge.core.model import Stack
 from stackforge.edges.resolver import ResolutionConflict, ResolverIndexes, compile_pylock, uv_version
 from stackforge.plan.derive import Derived, load_tables
@@ -61,7 +62,7 @@ class LockOutcome:
 
     def line(self) -> str:
         took = f" in {self.seconds:.1f} s" if self.how != "recorded" else ""
-        notes = f"; {'; '.join(self.lock.notes)}" if self.lock.notes else ""
+        notes = "".join(f"; {brief(note, 150)}" for note in self.lock.notes)   # whole in the lock file
         return (f"lock {self.how}{took}: {len(self.lock.packages)} packages, sha256 {self.lock.sha256()[:12]} "
                 f"({self.path}){notes}")
 
@@ -170,8 +171,8 @@ def resolve_lock(request: LockRequest, indexes: ResolverIndexes, *, log_path: Pa
     except ResolutionConflict as conflict:
         resolved_text = compile_pylock(request.requirements(), python=python, platform=platform,
                                        indexes=rest_indexes, log_path=log_path, timeout=timeout)
-        notes.append(f"the torch layer could not keep torch's own resolution ({conflict.message[:300]}); "
-                     "it holds the full resolution's versions")
+        notes.append("the torch layer holds the full resolution's versions: torch alone resolves to versions the "
+                     f"rest does not accept ({conflict.explanation})")
         torch_files = {}
     resolved = [torch_files.get(p.name, p)
                 for p in packages_from_pylock(resolved_text, source="the resolver's answer for the stack")]

@@ -27,7 +27,14 @@ _URL = re.compile(r"https?://[^\s`'\")]+")
 
 
 class ResolutionConflict(SpecError):
-    """The stack's requirements cannot be satisfied together (the resolver's words are the message)."""
+    """The stack's requirements cannot be satisfied together (the resolver's words are the message).
+
+    ``explanation`` is the resolver's account alone, without the requirements it was given.
+    """
+
+    def __init__(self, message: str, *, explanation: str = "", remedy: str = "") -> None:
+        super().__init__(message, remedy=remedy)
+        self.explanation = explanation or message
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +118,9 @@ def _failure(result: runner.CommandResult, requirements: Sequence[str]) -> Excep
         return CommandError(f"the resolver ran past its limit ({result.describe()})",
                             remedy="a network this slow needs --resolve-timeout, or a nearer index")
     if "No solution found" in text:
-        return ResolutionConflict(f"the requirements conflict ({', '.join(requirements)}): {_explanation(text)}",
+        explanation = _explanation(text)
+        return ResolutionConflict(f"the requirements conflict ({', '.join(requirements)}): {explanation}",
+                                  explanation=explanation,
                                   remedy="change the stack's pins (stackforge plan --explain STACK shows the rules)")
     if _UNREACHABLE.search(text):
         urls = _URL.findall(text)
