@@ -102,3 +102,18 @@ def test_render_locks_each_stack_as_build_does_and_keeps_the_lock_where_build_lo
     assert "--no-deps --require-hashes" in (context / "Dockerfile").read_text()
     again = CliRunner().invoke(cli, ["render", "--cuda", "13.1", "--ca-bundle", "none", "--out", str(out / "contexts")])
     assert "lock recorded" in again.stderr and again.stdout == result.stdout   # the same lock, the same tag
+
+
+@pytest.mark.pypi
+@pytest.mark.docker
+def test_build_refuses_a_conflicting_stack_before_any_image_work(tmp_path):
+    matrix = tmp_path / "conflict.yaml"
+    matrix.write_text(CONFLICT_MATRIX)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["build", "--matrix", str(matrix), "--out", str(out), "--no-progress",
+                                      "--ca-bundle", "none"])
+    assert result.exit_code == 2, result.output
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("stackforge: error:")]
+    assert "stack cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12-k0.4.9:" in error
+    assert "sglang>=0.5.23 depends on sglang-kernel==0.4.10" in error
+    assert not (out / "builds").exists() and not (out / "contexts").exists() and not (out / "locks").exists()
