@@ -80,10 +80,7 @@ def lock_stacks(cells: Sequence[tuple[Stack, Derived]], mode: LockMode, *, out_d
     glibc_of = load_tables().os_glibc
     outcomes = {}
     for stack, derived in cells:
-        if stack.os not in glibc_of:
-            raise SpecError(f"stack {stack.id}: no glibc is known for {stack.os}, so its lock has no platform",
-                            remedy="add the OS to compat/tables.yaml os_glibc (with a source), or build with --no-lock")
-        request = lock_request(stack, derived, compose, glibc=glibc_of[stack.os], find_links=indexes.find_links)
+        request = _request(stack, derived, compose, indexes, glibc_of)
         log = Path(out_dir) / "logs" / f"{stack.id}.lock.log"
         try:
             outcomes[stack.id] = obtain_lock(request, mode, Path(out_dir), indexes, log_path=log, timeout=timeout)
@@ -128,14 +125,20 @@ def check_locks(cells: Sequence[tuple[Stack, Derived]], *, compose: ComposeOptio
     for stack, derived in cells:
         started = time.monotonic()
         try:
-            if stack.os not in glibc_of:
-                raise SpecError(f"no glibc is known for {stack.os} (compat/tables.yaml os_glibc)")
-            request = lock_request(stack, derived, compose, glibc=glibc_of[stack.os], find_links=indexes.find_links)
-            lock = resolve_lock(request, indexes, timeout=timeout)
+            lock = resolve_lock(_request(stack, derived, compose, indexes, glibc_of), indexes, timeout=timeout)
             checks.append(LockCheck(stack.id, time.monotonic() - started, lock=lock))
         except SpecError as exc:
             checks.append(LockCheck(stack.id, time.monotonic() - started, error=exc))
     return checks
+
+
+def _request(stack: Stack, derived: Derived, compose: ComposeOptions, indexes: ResolverIndexes,
+             glibc_of: dict[str, str]) -> LockRequest:
+    """What ``stack`` asks the resolver for, on the platform of its base OS's glibc."""
+    if stack.os not in glibc_of:
+        raise SpecError(f"stack {stack.id}: no glibc is known for {stack.os}, so its lock has no platform",
+                        remedy="add the OS to compat/tables.yaml os_glibc (with a source), or build with --no-lock")
+    return lock_request(stack, derived, compose, glibc=glibc_of[stack.os], find_links=indexes.find_links)
 
 
 def lock_path(out_dir: Path, stack_id: str) -> Path:
@@ -151,40 +154,33 @@ def resolve_lock(request: LockRequest, indexes: ResolverIndexes, *, log_path: Pa
         ResolutionConflict: the stack's requirements cannot be satisfied together (exit 2).
         HostError: an index could not be reached (exit 3).
     """
-    started = time.monotonic()
-    python, platform = request.python, request.platform
-    torch_indexes = (replace(indexes, index_url=request.torch_index_url, extra_index_urls=(), find_links=())
-                     if request.torch_index_url else indexes)
-    torch_requirements = dict(request.layers).get("torch", ())
-    torch_set = (packages_from_pylock(compile_pylock(torch_requirements, python=python, platform=platform,
-                                                     indexes=torch_indexes, log_path=log_path, timeout=timeout),
-                                      source="the resolver's answer for torch")
-                 if torch_requirements else [])
-    rest_indexes = (replace(indexes, extra_index_urls=(*indexes.extra_index_urls, request.torch_index_url))
-                    if request.torch_index_url else indexes)
+    def resolved(requirements: Sequence[str], where: ResolverIndexes, what: str, **options: object) -> list:
+        if not requirements:
+            return []
+        text = compile_pylock(requirements, python=request.python, platform=request.platform, indexes=where,
+                              log_path=log_path, timeout=timeout, **options)
+        return packages_from_pylock(text, source=f"the resolver's answer for {what}")
+
+    torch_index = request.torch_index_url
+    torch_set = resolved(dict(request.layers).get("torch", ()),
+                         replace(indexes, index_url=torch_index, extra_index_urls=(), find_links=()) if torch_index
+                         else indexes, "torch")
+    rest_indexes = (replace(indexes, extra_index_urls=(*indexes.extra_index_urls, torch_index)) if torch_index
+                    else indexes)
     notes: list[str] = []
     try:
-        resolved_text = compile_pylock(request.requirements(), python=python, platform=platform,
-                                       indexes=rest_indexes, constraints=[p.pin() for p in torch_set],
-                                       log_path=log_path, timeout=timeout)
+        stack = resolved(request.requirements(), rest_indexes, "the stack", constraints=[p.pin() for p in torch_set])
         torch_files = {p.name: p for p in torch_set}
     except ResolutionConflict as conflict:
-        resolved_text = compile_pylock(request.requirements(), python=python, platform=platform,
-                                       indexes=rest_indexes, log_path=log_path, timeout=timeout)
+        stack = resolved(request.requirements(), rest_indexes, "the stack")
         notes.append("the torch layer holds the full resolution's versions: torch alone resolves to versions the "
                      f"rest does not accept ({conflict.explanation})")
         torch_files = {}
-    resolved = [torch_files.get(p.name, p)
-                for p in packages_from_pylock(resolved_text, source="the resolver's answer for the stack")]
-    exact_requirements = request.requirements(exact=True)
-    exact = (packages_from_pylock(compile_pylock(exact_requirements, python=python, platform=platform,
-                                                 indexes=indexes, no_deps=True, log_path=log_path, timeout=timeout),
-                                  source="the resolver's answer for the exact packages")
-             if exact_requirements else [])
-    lock = StackLock(stack_id=request.stack_id, request_key=request.key(), python=python, platform=platform,
-                     resolver=uv_version(), packages=assign_layers(request, resolved, {p.name for p in torch_set},
-                                                                   exact),
-                     notes=tuple(notes), resolve_s=round(time.monotonic() - started, 2))
+    exact = resolved(request.requirements(exact=True), indexes, "the exact packages", no_deps=True)
+    lock = StackLock(stack_id=request.stack_id, request_key=request.key(), python=request.python,
+                     platform=request.platform, resolver=uv_version(), notes=tuple(notes),
+                     packages=assign_layers(request, [torch_files.get(p.name, p) for p in stack],
+                                            {p.name for p in torch_set}, exact))
     if lock.unhashed:
         lock = replace(lock, notes=(*lock.notes, f"the index gave no sha256 for: {', '.join(lock.unhashed)}"))
     return lock

@@ -104,9 +104,7 @@ class BuildOptions:
 
     def resolver_indexes(self) -> ResolverIndexes:
         """Where the stack locks are resolved: the places the images' pip installs from."""
-        return ResolverIndexes(index_url=self.index_url, extra_index_urls=tuple(self.extra_index_urls),
-                               find_links=(str(Path(self.find_links).resolve()),) if self.find_links else (),
-                               ca_bundle=self.ca_bundle)
+        return ResolverIndexes.of_images(self.index_url, self.extra_index_urls, self.find_links, self.ca_bundle)
 
     def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
                         declared: tuple[tuple[str, tuple[str, ...]], ...] = (),

@@ -63,6 +63,5 @@ def _locks(cells, options, out_dir: Path, ca_bundle: Path | None, find_links: Pa
     """Each stack's lock as `build --out OUT/..` would have it (recorded, or resolved and recorded)."""
     from stackforge.build.locking import LockMode, lock_stacks
     from stackforge.edges.resolver import ResolverIndexes
-    indexes = ResolverIndexes(index_url=options.index_url, extra_index_urls=options.extra_index_urls,
-                              find_links=(str(find_links.resolve()),) if find_links else (), ca_bundle=ca_bundle)
+    indexes = ResolverIndexes.of_images(options.index_url, options.extra_index_urls, find_links, ca_bundle)
     return lock_stacks(cells, LockMode.RESOLVE, out_dir=out_dir.resolve().parent, compose=options, indexes=indexes)

@@ -229,7 +229,8 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         raise SpecError("--installer uv installs a stack lock, and this build has none", remedy="drop --no-lock")
     base_image = guard_value(options.base_image or derived.base_image, what="base image")
     torch_source = _torch_source(derived, options)
-    fi_requirements, fi_hold, fi_index = _flashinfer(stack, derived)
+    named = _named_requirements(stack, derived, torch_source)
+    _, fi_hold, fi_index = _flashinfer(stack, derived)
     toolkit = _toolkit_requirements(stack, derived)
     variables: dict[str, Any] = {
         "stack_id": stack.id, "cuda": stack.cuda, "python": stack.python, "flavour": stack.flavour.value,
@@ -245,13 +246,13 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         "venv_cuda_include": _venv_cuda_include(stack),
         "torch_variant": derived.torch_variant, "torch_source": torch_source,
         "torch_source_label": derived.torch_index_url if torch_source == "index" else torch_source,
-        "torch_requirement": _torch_requirement(derived, torch_source),
+        "torch_requirement": named["torch"][0],
         "torch_index_url": derived.torch_index_url if torch_source == "index" else None,
-        "flashinfer_requirements": fi_requirements, "flashinfer_hold": fi_hold,
+        "flashinfer_requirements": named["flashinfer"], "flashinfer_hold": fi_hold,
         "flashinfer_extra_index": fi_index, "flashinfer_addons": list(stack.flashinfer_addons),
         "kernel_package": derived.kernel_package, "kernel_version": derived.kernel_version,
-        "kernel_requirement": _kernel_requirement(derived),
-        "sglang_requirement": f"sglang=={stack.sglang}",
+        "kernel_requirement": named["kernel"][0] if named["kernel"] else None,
+        "sglang_requirement": named["sglang"][0],
     }
     lock_files = _lock_files(stack, options.lock)
     variables.update(locked=options.lock is not None, installer=options.installer, uv_prefix=UV_PREFIX,
@@ -423,6 +424,14 @@ def _lock_files(stack: Stack, lock: StackLock | None) -> dict[str, str]:
             if (packages := lock.layer(layer))}
 
 
+def _named_requirements(stack: Stack, derived: Derived, torch_source: str) -> dict[str, list[str]]:
+    """The requirements of the layers the stack names, by layer: what the Dockerfile installs unlocked and
+    what a lock request asks for, so the two can never differ."""
+    kernel = _kernel_requirement(derived)
+    return {"torch": [_torch_requirement(derived, torch_source)], "flashinfer": _flashinfer(stack, derived)[0],
+            "kernel": [kernel] if kernel else [], "sglang": [f"sglang=={stack.sglang}"]}
+
+
 def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, glibc: str,
                  find_links: tuple[str, ...] = ()) -> LockRequest:
     """What the stack's image installs, as a resolver request: the same requirements, in the same layers,
@@ -433,10 +442,8 @@ def lock_request(stack: Stack, derived: Derived, options: ComposeOptions, *, gli
     _guard_stack(stack)
     _check_options(options)   # an index URL with credentials is refused before it reaches the resolver
     torch_source = _torch_source(derived, options)
-    fi_requirements, _, fi_index = _flashinfer(stack, derived)
-    kernel = _kernel_requirement(derived)
-    named = {"torch": [_torch_requirement(derived, torch_source)], "flashinfer": fi_requirements,
-             "kernel": [kernel] if kernel else [], "sglang": [f"sglang=={stack.sglang}"]}
+    named = _named_requirements(stack, derived, torch_source)
+    fi_index = _flashinfer(stack, derived)[2]
     layers = tuple((layer, tuple(r)) for layer, r in named.items() if r and layer not in options.no_deps)
     exact = [("toolkit", tuple(_toolkit_requirements(stack, derived)))] if stack.flavour is Flavour.WHEELS else []
     exact += [(layer, tuple(r)) for layer, r in named.items() if r and layer in options.no_deps]

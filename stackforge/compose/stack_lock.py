@@ -22,11 +22,11 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import tomllib
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -39,8 +39,6 @@ LOCK_LAYERS = ("installer", "torch", "toolkit", "deps", "flashinfer", "kernel", 
 #: image installs with it. ``pip freeze`` of the venv does not list them, and the venv may hold another
 #: build of the same package (torch's nvidia-cuda-runtime beside the toolkit's).
 OUTSIDE_VENV = ("installer", "toolkit")
-#: The layers whose packages are named by the stack itself (each installed in a layer of its own).
-NAMED_LAYERS = ("torch", "flashinfer", "kernel", "sglang")
 LOCK_FILE = "pylock.toml"
 #: Schema of the ``[tool.stackforge]`` table (bump when keys change meaning).
 LOCK_TOOL_SCHEMA = 1
@@ -130,13 +128,18 @@ class StackLock:
     resolver: str
     packages: tuple[LockedPackage, ...]
     notes: tuple[str, ...] = ()
-    resolve_s: float | None = field(default=None, compare=False)
 
     def layer(self, name: str) -> tuple[LockedPackage, ...]:
         return tuple(p for p in self.packages if p.layer == name)
 
     def versions(self) -> dict[str, str]:
-        return {p.name: p.version for p in self.packages}
+        """Name -> version of the venv's packages (what ``pip freeze`` in the image lists)."""
+        return {p.name: p.version for p in self.venv_packages}
+
+    def by_place(self) -> dict[str, LockedPackage]:
+        """Every package keyed by where it is installed: its name in the venv, ``<prefix>:<name>`` outside
+        it (the toolkit prefix may hold another build of a package the venv has)."""
+        return {(p.name if p.layer not in OUTSIDE_VENV else f"{p.layer}:{p.name}"): p for p in self.packages}
 
     @property
     def unhashed(self) -> tuple[str, ...]:
@@ -347,20 +350,19 @@ def layer_requirements_text(packages: Sequence[LockedPackage]) -> str:
 
 def lock_changes(old: StackLock, new: StackLock) -> list[str]:
     """What moved between two locks of a stack, one short line each (empty: the same files)."""
-    before, after = old.versions(), new.versions()
-    changes = [f"{name} {before[name]} -> {after[name]}" for name in sorted(before.keys() & after.keys())
-               if before[name] != after[name]]
-    changes += [f"+ {name} {after[name]}" for name in sorted(after.keys() - before.keys())]
-    changes += [f"- {name} {before[name]}" for name in sorted(before.keys() - after.keys())]
-    old_hashes = {p.name: p.hashes for p in old.packages}
-    refiled = [p.name for p in new.packages
-               if p.name in old_hashes and before[p.name] == after[p.name] and p.hashes != old_hashes[p.name]]
+    before, after = old.by_place(), new.by_place()
+    kept = sorted(before.keys() & after.keys())
+    changes = [f"{key} {before[key].version} -> {after[key].version}" for key in kept
+               if before[key].version != after[key].version]
+    changes += [f"+ {key} {after[key].version}" for key in sorted(after.keys() - before.keys())]
+    changes += [f"- {key} {before[key].version}" for key in sorted(before.keys() - after.keys())]
+    refiled = [key for key in kept
+               if before[key].version == after[key].version and before[key].hashes != after[key].hashes]
     if refiled:
-        changes.append(f"other files for the same version: {', '.join(sorted(refiled))}")
-    moved = [p.name for p in new.packages if p.name in old_hashes and
-             next(q.layer for q in old.packages if q.name == p.name) != p.layer]
+        changes.append(f"other files for the same version: {', '.join(refiled)}")
+    moved = [key for key in kept if before[key].layer != after[key].layer]
     if moved:
-        changes.append(f"another layer: {', '.join(sorted(moved))}")
+        changes.append(f"another layer: {', '.join(moved)}")
     return changes
 
 
@@ -368,10 +370,7 @@ def lock_changes(old: StackLock, new: StackLock) -> list[str]:
 
 
 def _requirement_name(text: str) -> str:
-    try:
-        return canonicalize_name(Requirement(text).name)
-    except InvalidRequirement:
-        return canonicalize_name(re.split(r"[=<>!~\[ ;@]", text, maxsplit=1)[0])
+    return canonicalize_name(Requirement(text).name)   # requirements come from compose: PEP 508 already
 
 
 def _toml_string(value: str) -> str:

@@ -47,6 +47,13 @@ class ResolverIndexes:
     ca_bundle: Path | None = None
     cache_dir: Path | None = None            # None: uv's default cache
 
+    @classmethod
+    def of_images(cls, index_url: str | None, extra_index_urls: Sequence[str], wheelhouse: Path | None,
+                  ca_bundle: Path | None) -> ResolverIndexes:
+        """The places an image's pip installs from (``build``/``render`` options), for the resolver."""
+        return cls(index_url=index_url, extra_index_urls=tuple(extra_index_urls),
+                   find_links=(str(Path(wheelhouse).resolve()),) if wheelhouse else (), ca_bundle=ca_bundle)
+
     def argv(self) -> list[str]:
         argv = []
         if self.index_url:
