@@ -367,3 +367,17 @@ def test_uv_installs_only_a_lock_and_never_installs_itself_unpinned():
     options = ComposeOptions(wheelhouse=True, no_deps=frozenset({"sglang"}), installer="uv",
                              uv_requirement="uv==0.13.9")
     assert dict(lock_request(stack, derived, options, glibc="2.36").exact)["installer"] == ("uv==0.13.9",)
+
+
+def test_lock_changes_tell_the_toolkit_prefix_from_the_venv():
+    # The same name in both places (torch's nvidia-cuda-runtime and the toolkit's): each compared with its own.
+    _, _, request = _request()
+    old = _lock(request)
+    venv_runtime = dataclasses.replace(next(p for p in old.packages if p.name == "numpy"), name="nvidia-cuda-runtime",
+                                       version="13.0.48", layer="torch")
+    old = dataclasses.replace(old, packages=(*old.packages, venv_runtime))
+    new = dataclasses.replace(old, packages=tuple(dataclasses.replace(p, version="13.0.97")
+                                                  if p.name == "nvidia-cuda-runtime" and p.layer == "toolkit" else p
+                                                  for p in old.packages))
+    assert lock_changes(old, new) == ["toolkit:nvidia-cuda-runtime 13.0.96 -> 13.0.97"]
+    assert old.versions()["nvidia-cuda-runtime"] == new.versions()["nvidia-cuda-runtime"] == "13.0.48"
