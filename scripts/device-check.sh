@@ -73,7 +73,8 @@ fi
 
 mkdir -p "$out"
 : >"$log"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# The scripts import _sfprobe / _sfshared from the in-image package, as the job runner arranges it.
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$PWD/stackforge/inimage${PYTHONPATH:+:$PYTHONPATH}"
 arch="$(timeout 60 "$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")' \
   2>/dev/null)" \
   || { echo "device-check: no CUDA device visible to $python (torch.cuda.get_device_capability failed)" >&2; exit 2; }

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from stackforge.edges import runner
-from stackforge.probes.scripts._sfshared import parse_result_line
+from stackforge.inimage._sfshared import parse_result_line
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "stackforge" / "bench" / "scripts"

@@ -14,6 +14,7 @@ Skips are classified (GPU-only or not) and counted by reason at the end of the r
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import docker
@@ -23,6 +24,13 @@ from _skips import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F
 
 from stackforge.core.errors import DockerUnavailableError
 from stackforge.edges import bootstrap, docker_engine, runner
+from stackforge.inimage import HOST_DIR as INIMAGE_DIR
+
+# The in-image scripts import ``_sfprobe`` / ``_sfshared`` / ``_sglang_source`` by file name from the
+# in-image package, which the job runner puts on PYTHONPATH for every script. Tests that import a
+# script, or start one as ``python <script>``, get the same: in this process and in every child.
+sys.path.insert(0, str(INIMAGE_DIR))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(INIMAGE_DIR), os.environ.get("PYTHONPATH")) if p)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,6 +1,6 @@
 """nccl-tests' bandwidth formulas, GEMM FLOPs, summary statistics, json_safe and the result line:
-one implementation (``stackforge/probes/scripts/_sfshared.py``), used by the host and, beside the
-scripts, in images."""
+one implementation (``stackforge/inimage/_sfshared.py``), used by the host and, from the
+mounted in-image package, in images."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from _bench_helpers import REPO, load_script
 
 from stackforge.bench import metrics, stats
-from stackforge.probes.scripts import _sfshared
+from stackforge.inimage import _sfshared
 
-SHARED_FOLDER = REPO / "stackforge" / "probes" / "scripts"
+SHARED_FOLDER = REPO / "stackforge" / "inimage"
 
 RANKS = range(1, 17)
 SIZES = (1, 8, 1000, 1 << 20, 3 * (1 << 29), 1 << 30)
@@ -115,8 +115,8 @@ def test_result_line_round_trip_and_last_line_wins():
 
 
 def test_scripts_and_host_compute_with_the_same_file():
-    # In images the scripts import _sfshared beside themselves; the host imports it as a package
-    # module. Both are the one file in stackforge/probes/scripts.
+    # In images the scripts import _sfshared from the mounted in-image package; the host imports it as a package
+    # module. Both are the one file in stackforge/inimage.
     shared_file = SHARED_FOLDER / "_sfshared.py"
     assert Path(_sfshared.__file__).resolve() == shared_file
     for name in ("allreduce_sweep", "gemm", "serve"):

@@ -18,7 +18,7 @@ from test_probe_scripts import fi063_python  # noqa: F401  (SGLang 0.5.9 venv)
 from test_sglang_custom_ar_dispatch import sglang0523_python  # noqa: F401  (SGLang 0.5.23 venv)
 
 from stackforge.edges import runner
-from stackforge.probes.scripts._sfshared import parse_result_line
+from stackforge.inimage._sfshared import parse_result_line
 
 serve = load_script("serve")
 

@@ -23,13 +23,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "stackforge"
 #: Each layer is one folder of the package, named for its stage, so the order below is also the
 #: order in which the folders are read: data flows upwards from ``plan`` to ``ci``.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("stackforge.__init__", "stackforge.core",
-              # stdlib-only reading of SGLang's source, mounted into images beside the probe
-              # scripts and imported on the host by the wheel tier's readers
-              "stackforge.probes.scripts._sglang_source",
-              # stdlib-only result line, formulas, statistics and json_safe, mounted into
-              # images beside the probe scripts and imported on the host by the runners
-              "stackforge.probes.scripts._sfshared")),
+    # stdlib-only code that runs inside images (mounted for every script) or reads their files;
+    # imported on the host by the runner, the build's verification, the bench and the wheel readers
+    ("inimage", ("stackforge.inimage",)),
+    ("core", ("stackforge.core", "stackforge.__init__")),
     ("edges", ("stackforge.edges",)),
     ("plan", ("stackforge.plan",)),
     ("wheels", ("stackforge.wheels",)),

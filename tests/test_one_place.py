@@ -2,7 +2,7 @@
 and how a JSON document is laid out (indented: stored documents and printed reports).
 
 Scanned as syntax (calls and imports, not text), over every host module; the in-image scripts
-(``probes/scripts``, ``bench/scripts``) run inside containers with the standard library only and are
+(``probes/scripts``, ``bench/scripts`` and the modules of ``inimage``) run inside containers with the standard library only and are
 left out.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stackforge"
-IN_IMAGE = ("probes/scripts", "bench/scripts")
+IN_IMAGE = ("probes/scripts", "bench/scripts", "inimage/_")
 
 
 def host_modules() -> dict[str, ast.Module]:

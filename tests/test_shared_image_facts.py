@@ -13,7 +13,7 @@ import sys
 from types import SimpleNamespace
 
 from stackforge.build import verify
-from stackforge.probes.scripts import _sfshared
+from stackforge.inimage import _sfshared
 
 
 def fake_torch(arch_flags=None, *, raises=False, cuda="13.0"):

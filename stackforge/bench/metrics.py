@@ -12,14 +12,14 @@ gathered output, for reduce-scatter the full input). The factors per collective 
 nccl-tests' ``*GetBw`` functions. busbw is *not* comparable across algorithms (NVLS reduces inside
 the switch and can exceed the link speed), so the algorithm is always recorded beside it.
 
-The formulas themselves live in ``stackforge/probes/scripts/_sfshared.py``, the one stdlib-only
+The formulas themselves live in ``stackforge/inimage/_sfshared.py``, the one stdlib-only
 module that the in-image bench scripts import too (it is mounted beside them); this module is their
 name on the host.
 """
 
 from __future__ import annotations
 
-from stackforge.probes.scripts._sfshared import (
+from stackforge.inimage._sfshared import (
                                                  COLLECTIVES,
                                                  GB,
                                                  TFLOP,

@@ -22,16 +22,14 @@ from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord, Status, decisive_record, undecided_text
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes import execute
 from stackforge.probes import jobs as job_runner
 from stackforge.probes.campaign import plan_jobs
 from stackforge.probes.jobs import Job, JobKind, unmet_gpus
 
-#: Where the bench scripts, the shared probe helper (``_sfprobe.py``) and the model are mounted.
+#: Where the bench scripts and the model are mounted (the runner mounts the in-image package, with
+#: the shared probe helper ``_sfprobe.py``, for every script).
 CONTAINER_BENCH = "/stackforge/bench"
-CONTAINER_PROBES = execute.CONTAINER_SCRIPTS
 CONTAINER_MODEL = "/stackforge/model"
-PROBE_SCRIPTS_DIR = execute.SCRIPTS_DIR
 #: Evidence kept in a record: a bench's table or a server log tail decides its result.
 EVIDENCE_CHARS = 8000
 _SCRIPT_STATUSES = frozenset({Status.PASS, Status.FAIL, Status.SKIP, Status.ERROR})
@@ -191,7 +189,7 @@ def with_link_context(metrics: dict[str, Any], target: Target | None) -> dict[st
 
 
 def bench_kind(options: BenchOptions = BenchOptions(), scripts_dir: Path = SCRIPTS_DIR) -> JobKind:
-    """How bench scripts run: beside the shared probe helper, the model mounted for serving, metrics
+    """How bench scripts run: the shared probe helper importable, the model mounted for serving, metrics
     in strict JSON with the link peak, a long evidence tail."""
     return JobKind(name="bench", scripts_dir=scripts_dir, container_root=CONTAINER_BENCH,
                    evidence_chars=EVIDENCE_CHARS, tail_chars=64000, statuses=_SCRIPT_STATUSES, tidy_reason=True,
@@ -200,14 +198,13 @@ def bench_kind(options: BenchOptions = BenchOptions(), scripts_dir: Path = SCRIP
 
 
 def container_mounts(job: Job, options: BenchOptions) -> list[Any]:
-    """Bench scripts, the shared probe helper beside them, and (for serving) the model, all read-only.
+    """Bench scripts and (for serving) the model, both read-only (the runner adds the in-image package).
 
     The scripts are copied into the container when the engine is remote; the model never is (it must
     be at the same path on the engine's machine)."""
     from stackforge.edges import docker_engine
 
-    mounts = [docker_engine.Bind(SCRIPTS_DIR, CONTAINER_BENCH, copy_to_remote=True),
-              docker_engine.Bind(PROBE_SCRIPTS_DIR, CONTAINER_PROBES, copy_to_remote=True)]
+    mounts = [docker_engine.Bind(SCRIPTS_DIR, CONTAINER_BENCH, copy_to_remote=True)]
     if job.spec.needs_model and options.model_dir is not None:
         mounts.append(docker_engine.Bind(Path(options.model_dir), CONTAINER_MODEL))
     return mounts

@@ -4,7 +4,7 @@ Everything here is a pure function of its arguments. A bench reports the *median
 (robust to one slow outlier such as a clock ramp or a page fault), the min and max, and the
 coefficient of variation, so a reader can tell a real regression from noise (sglang#24563:
 "bugs can hide within the noise"). The statistics are computed by ``_sfshared.summarize``
-(``stackforge/probes/scripts/_sfshared.py``), which the in-image bench scripts import too;
+(``stackforge/inimage/_sfshared.py``), which the in-image bench scripts import too;
 :func:`summarize` gives its result a type.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from stackforge.probes.scripts import _sfshared
+from stackforge.inimage import _sfshared
 
 
 @dataclass(frozen=True, slots=True)

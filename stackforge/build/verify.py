@@ -37,8 +37,8 @@ from stackforge.core.model import Stack
 from stackforge.core.records import Status
 from stackforge.core.versions import minor_of
 from stackforge.edges import docker_engine
+from stackforge.inimage import _sfshared
 from stackforge.plan.derive import Derived
-from stackforge.probes.scripts import _sfshared
 
 COMMAND_TIMEOUT_S = 300
 # The verification container ends by itself after this long (more than every check's limit together),

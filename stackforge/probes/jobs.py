@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import platform
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,11 +35,20 @@ from stackforge.core.model import Stack, Target
 from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 from stackforge.edges import runner
 from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus
-from stackforge.probes.scripts._sfshared import json_safe, parse_result_line
+from stackforge.inimage import CONTAINER_DIR as INIMAGE_CONTAINER_DIR
+from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
+from stackforge.inimage._sfshared import json_safe, parse_result_line
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 #: Every script runs with these (no stale bytecode in a read-only mount; output as it happens).
 SCRIPT_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def script_env(inimage_dir: str | Path, inherited_path: str | None = None) -> dict[str, str]:
+    """:data:`SCRIPT_ENV` with the in-image package first on the import path (``import _sfprobe``),
+    before ``inherited_path`` (a local run's own ``PYTHONPATH``; stack images set none: ``dockerfiles/``
+    never does)."""
+    return {**SCRIPT_ENV, "PYTHONPATH": os.pathsep.join(p for p in (str(inimage_dir), inherited_path) if p)}
 
 
 # ---------------------------------------------------------------------------------------------- the host
@@ -106,7 +116,8 @@ class JobKind:
         tidy_reason: collapse the reason's whitespace to one line.
         strict_metrics: turn non-finite floats and tuples of the metrics into strict JSON.
         finish_metrics: adds context to a script's metrics (the bench: the target's link peak).
-        mounts: a job's container mounts, the scripts' folder included; None: only the scripts' folder.
+        mounts: a job's container mounts, the scripts' folder included; None: only the scripts' folder
+            (the in-image package :mod:`stackforge.inimage` is mounted for every kind besides).
         env: extra environment for every script.
     """
 
@@ -123,11 +134,12 @@ class JobKind:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def container_mounts(self, job: Job) -> list[Any]:
-        """The job's mounts: the kind's own, else its scripts' folder (copied to a remote engine)."""
-        if self.mounts is not None:
-            return self.mounts(job)
+        """The job's mounts: the kind's own (else its scripts' folder), and the in-image package, both
+        copied to a remote engine."""
         from stackforge.edges import docker_engine
-        return [docker_engine.Bind(self.scripts_dir, self.container_root, copy_to_remote=True)]
+        own = self.mounts(job) if self.mounts is not None else [
+            docker_engine.Bind(self.scripts_dir, self.container_root, copy_to_remote=True)]
+        return [*own, docker_engine.Bind(INIMAGE_HOST_DIR, INIMAGE_CONTAINER_DIR, copy_to_remote=True)]
 
 
 def argv(job: Job, *, python: str, scripts_root: str) -> list[str]:
@@ -332,9 +344,9 @@ def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus
         return skip_record(kind, job, run_id=run_id, image=None, host_gpus=host_gpus, runner_kind="local")
     gpus = gpus_for(job.spec, job.target, host_gpus)
     # A job without a GPU on a bare-metal GPU box sees none either: CUDA_VISIBLE_DEVICES="" hides them.
+    env = {**script_env(INIMAGE_HOST_DIR, os.environ.get("PYTHONPATH")), **gpus.environment(), **kind.env}
     result = runner.run(argv(job, python=python, scripts_root=str(kind.scripts_dir)), timeout=job.timeout_s,
-                        env={**SCRIPT_ENV, **gpus.environment(), **kind.env}, log_path=log_path,
-                        tail_chars=kind.tail_chars, cancel=cancel)
+                        env=env, log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
     if result.cancelled:
         raise cut_short(kind, job)
     outcome, facts = outcome_from_ending(kind, exit_code=result.returncode, timed_out=result.timed_out,
@@ -360,7 +372,7 @@ def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, 
     docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
     run = docker_engine.run_container(
         client, image.image_id, argv(job, python="python3", scripts_root=kind.container_root),
-        timeout=job.timeout_s, mounts=kind.container_mounts(job), env={**SCRIPT_ENV, **kind.env},
+        timeout=job.timeout_s, mounts=kind.container_mounts(job), env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
         labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
         ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
         log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)

@@ -2,8 +2,8 @@
 
 Bench scripts run INSIDE a stack image as ``python3 /stackforge/bench/<file>.py [args]``; this
 module sits next to them and is imported as ``_sfbench`` (the script directory is ``sys.path[0]``).
-It finds and imports the shared probe helper ``_sfprobe`` (result line, facts, rank harness) and,
-beside it, ``_sfshared`` (:data:`shared`: the bandwidth formulas, summary statistics and
+It imports the shared probe helper ``_sfprobe`` (result line, facts, rank harness) and, beside it,
+``_sfshared`` (:data:`shared`: the bandwidth formulas, summary statistics and
 ``json_safe`` that the host's ``stackforge.bench`` uses too), and holds what every bench script needs
 besides: the time columns of a result row and the timing arguments.
 """
@@ -18,29 +18,25 @@ import sys
 
 
 def _import_sfprobe():
-    """The shared probe helper ``_sfprobe`` (stdlib only): next to this file, at the container mount
-    ``/stackforge/probes`` (``../probes``), or in the repository (``../../probes/scripts``)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (here, os.path.join(here, "..", "probes"),
-                   os.path.join(here, "..", "..", "probes", "scripts")):
-        if os.path.isfile(os.path.join(folder, "_sfprobe.py")):
-            if folder not in sys.path:
-                sys.path.insert(0, os.path.normpath(folder))
-            import _sfprobe
-            return _sfprobe
-    # Without _sfprobe (and _sfshared beside it) there is no emit() and no marker constant: the one
-    # result line is written by hand, as the contract wants.
-    print("STACKFORGE_RESULT " + json.dumps({
-        "status": "error",
-        "reason": "_sfprobe.py (the shared probe helper) is not mounted beside the bench scripts",
-        "evidence": here, "metrics": {}, "facts": {}}), flush=True)
-    sys.exit(0)
+    """The shared probe helper ``_sfprobe`` (stdlib only), from the in-image package the runner puts on
+    ``PYTHONPATH`` (mounted at ``/stackforge/inimage``; ``stackforge/inimage`` for a local run)."""
+    try:
+        import _sfprobe
+    except ImportError as exc:
+        # Without _sfprobe (and _sfshared beside it) there is no emit() and no marker constant: the one
+        # result line is written by hand, as the contract wants.
+        print("STACKFORGE_RESULT " + json.dumps({
+            "status": "error",
+            "reason": "_sfprobe.py (the in-image package stackforge/inimage) is not on PYTHONPATH",
+            "evidence": f"{exc}; PYTHONPATH={os.environ.get('PYTHONPATH', '')!r}", "metrics": {}, "facts": {}}),
+            flush=True)
+        sys.exit(0)
+    return _sfprobe
 
 
 sf = _import_sfprobe()
 
-#: The formulas, statistics and json_safe shared with the host: ``_sfshared.py`` beside ``_sfprobe``
-#: (whose folder :func:`_import_sfprobe` put on ``sys.path``).
+#: The formulas, statistics and json_safe shared with the host: ``_sfshared.py`` beside ``_sfprobe``.
 shared = importlib.import_module("_sfshared")
 
 

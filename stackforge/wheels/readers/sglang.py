@@ -2,8 +2,8 @@
 allreduce-fusion gate and auto-enable, trtllm_mha's arch checks and the flags that name a feature.
 
 The ``ast`` reading of SGLang's files is shared with the in-image gate probe: it lives in
-``stackforge/probes/scripts/_sglang_source.py`` (the probe imports it beside itself, these readers as
-:mod:`stackforge.probes.scripts._sglang_source`), and every lookup there takes the wheel's root.
+``stackforge/inimage/_sglang_source.py`` (the probe imports it from the in-image package, these readers as
+:mod:`stackforge.inimage._sglang_source`), and every lookup there takes the wheel's root.
 Nothing here imports SGLang or torch.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
-from stackforge.probes.scripts import _sglang_source as source
+from stackforge.inimage import _sglang_source as source
 from stackforge.wheels.readers._reader import DeclaredReader, gate_reading, reads, specs
 
 DIST = "sglang"

@@ -1,8 +1,8 @@
 """SGLang's own files read with ``ast``, never imported: the static half of the SGLang gate probes.
 
 Shared by the in-image SGLang gate probes (``sglang_symm_mem.py``, ``sglang_custom_ar.py``,
-``sglang_ar_fusion.py`` and its era modules; imported as ``_sglang_source`` beside them, the files found
-in the installed package) and the wheel tier's readers (``stackforge.wheels.readers.sglang``, the files under
+``sglang_ar_fusion.py`` and its era modules; imported as ``_sglang_source`` from the in-image package,
+the files found in the installed package) and the wheel tier's readers (``stackforge.wheels.readers.sglang``, the files under
 an unpacked wheel's root). Every function that looks a file up takes ``root``: the directory holding the
 ``sglang`` package; ``None`` finds the installed one. Standard library only.
 """

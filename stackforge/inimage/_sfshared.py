@@ -1,10 +1,10 @@
 """What the host and the in-image scripts both compute, in one place (standard library only).
 
 The probe and bench scripts run INSIDE stack images, where stackforge is not installed; this file
-is mounted read-only beside them at ``/stackforge/probes`` and imported there by file name
-(``import _sfshared``: the probe scripts' folder is ``sys.path[0]``, and ``_sfbench`` puts it on
-``sys.path`` for the bench scripts). On the host the same file is imported as
-``stackforge.probes.scripts._sfshared`` by :mod:`stackforge.probes.jobs`, :mod:`stackforge.build.verify`,
+is mounted read-only with the in-image package at ``/stackforge/inimage`` and imported there by file
+name (``import _sfshared``: the runner puts that folder on ``PYTHONPATH``). On the host the same file is
+imported as
+``stackforge.inimage._sfshared`` by :mod:`stackforge.probes.jobs`, :mod:`stackforge.build.verify`,
 :mod:`stackforge.bench.metrics` and :mod:`stackforge.bench.stats`. It holds:
 
 * the result-line contract: :data:`RESULT_MARKER` and :func:`parse_result_line`;

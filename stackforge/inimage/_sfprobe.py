@@ -1,8 +1,9 @@
 """Shared helpers for stackforge probe scripts (standard library only).
 
 Probe scripts run INSIDE a stack image as ``python3 /stackforge/probes/<file>.py [args]``; this
-module sits next to them and is imported as ``_sfprobe`` (the script directory is ``sys.path[0]``).
-It must import with nothing but the standard library and ``_sfshared`` beside it (the result marker,
+module is mounted with the in-image package at ``/stackforge/inimage``, which the runner puts on
+``PYTHONPATH``, and imported as ``_sfprobe`` (the bench scripts import it too). It must import with
+nothing but the standard library and ``_sfshared`` beside it (the result marker,
 formulas and statistics the host imports too): torch, FlashInfer and SGLang are imported by the
 scripts themselves, lazily, so that a missing or broken package becomes a clear result instead
 of a traceback.
