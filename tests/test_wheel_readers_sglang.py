@@ -607,6 +607,65 @@ def unpacked_wheel(version: str, into: Path) -> Path:
     return root
 
 
+# The in-image gate probes' static path and these readers decide with the same code
+# (stackforge/inimage/_sglang_source.py): over one tree, for each node, the probe's status is the reading's.
+SCRIPTS = Path(__file__).resolve().parents[1] / "stackforge" / "probes" / "scripts"
+AS_PROBE_STATUS = {ReadingStatus.AVAILABLE: "pass", ReadingStatus.UNAVAILABLE: "fail",
+                   ReadingStatus.UNDECIDED: "undecided"}
+NODES = [SM120_X8_PCIE, ReadContext(arch="12.0", gpu_count=2, interconnect="pcie"),
+         ReadContext(arch="9.0", gpu_count=8, interconnect="nvswitch", multicast=True),
+         ReadContext(arch="9.0", gpu_count=3, interconnect="nvswitch", multicast=True),
+         ReadContext(arch="10.0", gpu_count=4, interconnect="nvlink", multicast=True),
+         ReadContext(arch="8.0", gpu_count=8, interconnect="nvlink", multicast=True)]
+# sglang 0.5.14 torch_symm_mem.py with the table's lookup taken out: how a missing capability fails is unknown
+SYMM_NO_LOOKUP = '''
+class TorchSymmMemCommunicator:
+    def __init__(self, group: ProcessGroup, device: Union[int, str, torch.device]):
+        self.device_capability = torch.cuda.get_device_capability(device)[0]
+'''
+
+
+def static_probe(monkeypatch: pytest.MonkeyPatch, root: Path, script: str, function: str, ctx: ReadContext) -> str:
+    """The status of ``script``'s static path (the one it takes when SGLang does not import) over the
+    sglang package under ``root``, run in this process for the node ``ctx`` describes."""
+    import importlib
+
+    (root / "sglang" / "__init__.py").touch()
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    sf, node_module = importlib.import_module("_sfprobe"), importlib.import_module("_sglang_node")
+    node = node_module.Node(sf.parse_arch(ctx.arch), ctx.gpu_count, ctx.interconnect)
+    verdict = getattr(importlib.import_module(script), function)(node, "not imported in this test")
+    return verdict.status
+
+
+class TestProbeAndReaderDecideAlike:
+    @pytest.mark.parametrize("communicator", [SYMM_INDEXED, SYMM_GET, SYMM_NO_LOOKUP])
+    @pytest.mark.parametrize("ctx", NODES, ids=lambda c: f"{c.arch}x{c.gpu_count}-{c.interconnect}")
+    def test_symm_mem(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, communicator: str,
+                      ctx: ReadContext) -> None:
+        root = symm_tree(tmp_path, communicator)
+        reading = read("torch-symm-mem", root, ctx)
+        probe = static_probe(monkeypatch, root, "sglang_symm_mem", "static_symm_mem", ctx)
+        assert probe == AS_PROBE_STATUS[reading.status], (reading, probe)
+
+    @pytest.mark.parametrize("ctx", NODES, ids=lambda c: f"{c.arch}x{c.gpu_count}-{c.interconnect}")
+    def test_custom_allreduce(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: ReadContext) -> None:
+        write(tmp_path, f"{COMM}/custom_all_reduce.py", CAR_CLASS)
+        write(tmp_path, f"{COMM}/custom_all_reduce_utils.py", CAR_UTILS)
+        reading = read("custom-allreduce", tmp_path, ctx)
+        probe = static_probe(monkeypatch, tmp_path, "sglang_custom_ar", "static_custom_ar", ctx)
+        assert probe == AS_PROBE_STATUS[reading.status], (reading, probe)
+
+    @pytest.mark.parametrize("ctx", NODES, ids=lambda c: f"{c.arch}x{c.gpu_count}-{c.interconnect}")
+    def test_ar_fusion_gate(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctx: ReadContext) -> None:
+        write(tmp_path, "sglang/srt/layers/flashinfer_comm_fusion.py", FUSION_GATE)
+        reading = read("flashinfer-ar-fusion", tmp_path, ctx)
+        probe = static_probe(monkeypatch, tmp_path, "sglang_ar_fusion", "static_ar_fusion", ctx)
+        assert probe == AS_PROBE_STATUS[reading.status], (reading, probe)
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {v: unpacked_wheel(v, tmp_path_factory.mktemp(f"sglang-{v}")) for v in REAL_VERSIONS}

@@ -139,12 +139,6 @@ def table_access(cls: ast.ClassDef, table_name: str) -> tuple[str, int]:
     return style, line
 
 
-def min_capability(cls: ast.ClassDef) -> int | None:
-    """K in ``if self.device_capability < K`` (SGLang's floor), if the constructor has one."""
-    found = min_capability_site(cls)
-    return found[0] if found else None
-
-
 def min_capability_site(cls: ast.ClassDef) -> tuple[int, int] | None:
     """(K, line) of ``if self.device_capability < K``, if the constructor has one."""
     for node in ast.walk(cls):
@@ -714,3 +708,192 @@ def read_pass(major: int, world_size: int, found: PassSites, why: str, root: str
            f"tp_size={world_size}, nnodes=1; model config beyond architectures unknown]")
     return AutoEnable(tuple(archs), found.archs, tuple(undecided), "static", "\n".join(
         [how, *(site.describe(os.path.basename(found.path)) for site in found.sites), *lines]))
+
+
+# --------------------------------------------------------------------------------------------
+# The communicator gates, decided once
+# --------------------------------------------------------------------------------------------
+# The static half of the in-image SGLang gate probes (over the installed package) and the wheel tier's
+# readers (over an unpacked wheel) read SGLang's custom all-reduce, symmetric-memory and
+# allreduce-fusion gates with the functions below and take the decision from one ``decide`` method, so
+# the two tiers cannot answer the same code differently. Each caller only words the decision.
+
+COMM_DIR = COMM.replace("sglang.", "", 1).replace(".", "/")
+CAR_FILES = (f"{COMM_DIR}/custom_all_reduce.py", f"{COMM_DIR}/custom_all_reduce_utils.py")
+SYMM_TABLE_FILE = f"{COMM_DIR}/all_reduce_utils.py"
+FUSION_FILE = "srt/layers/flashinfer_comm_fusion.py"
+FUSION_GATE = "_resolve_backend"
+#: What a gate decides when it lets the feature through (the other answers name the check that refused).
+ADMITTED = "admitted"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GateUnread:
+    """A gate that could not be read: its file is not in this SGLang (``absent``), or the file is there
+    and the code the gate is made of was not found (``why`` says which; ``path`` / ``line``: where it
+    was looked for)."""
+
+    absent: bool
+    why: str
+    path: str = ""
+    line: int = 1
+
+
+def assignment_line(tree: ast.Module | ast.ClassDef, name: str) -> int:
+    """Line of the top-level ``name = ...`` / ``name: T = ...`` of a module or class body (0: none)."""
+    for statement in tree.body:
+        targets = statement.targets if isinstance(statement, ast.Assign) else \
+            [statement.target] if isinstance(statement, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return statement.lineno
+    return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CustomArGate:
+    """``CustomAllreduce``'s gates in SGLang's files: ``_SUPPORTED_WORLD_SIZES`` and
+    ``if world_size > K and not full_nvlink`` (in ``custom_all_reduce_utils.py`` from 0.5.10), with
+    SGLang's warnings for both."""
+
+    main_path: str
+    paths: tuple[str, ...]
+    sizes: list
+    sizes_line: int
+    threshold: int
+    gate_path: str
+    gate_line: int
+    pcie_message: str
+    size_message: str
+
+    def decide(self, world_size: int, full_nvlink: bool) -> str:
+        """``one-gpu`` (no custom all-reduce is built) | ``world-size`` (not in the supported sizes) |
+        ``pcie`` (more than K GPUs without full NVLink) | :data:`ADMITTED` (up to the P2P check, which
+        runs on the hardware)."""
+        if world_size <= 1:
+            return "one-gpu"
+        if world_size not in self.sizes:
+            return "world-size"
+        if world_size > self.threshold and not full_nvlink:
+            return "pcie"
+        return ADMITTED
+
+
+def custom_ar_gate(root: str | None = None) -> CustomArGate | GateUnread:
+    """The custom all-reduce gates of the sglang package under ``root`` (None: the installed one)."""
+    main = sglang_file(CAR_FILES[0], root)
+    if main is None:
+        return GateUnread(True, "no custom_all_reduce.py in this SGLang")
+    paths = tuple(p for p in (main, sglang_file(CAR_FILES[1], root)) if p)
+    trees = {path: parse_file(path) for path in paths}
+    cls = class_node(trees[main], "CustomAllreduce")
+    body = ast.Module(body=cls.body, type_ignores=[]) if cls else None
+    sizes = module_constants(body).get("_SUPPORTED_WORLD_SIZES") if body else None
+    gate = next(((path, found) for path, tree in trees.items() if (found := pcie_gate(tree))), None)
+    if cls is None or not isinstance(sizes, list) or gate is None:
+        return GateUnread(False, "CustomAllreduce._SUPPORTED_WORLD_SIZES or the `world_size > K and not "
+                                 "full_nvlink` gate was not found", main)
+    gate_path, (threshold, pcie_message, gate_line) = gate
+    size_message = next((m for tree in trees.values() for m in size_gate_messages(tree)), "")
+    return CustomArGate(main, paths, sizes, assignment_line(cls, "_SUPPORTED_WORLD_SIZES"), threshold, gate_path,
+                        gate_line, pcie_message, size_message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SymmMemGate:
+    """The torch symmetric-memory communicator's gates in SGLang's files: its size table (capability
+    major -> world size -> bytes), how the constructor looks the table up, its capability floor, its
+    multicast check and SGLang's warnings."""
+
+    table_name: str
+    table: dict
+    table_path: str
+    table_line: int
+    comm_path: str
+    class_name: str
+    style: str                   # index (KeyError when missing) | get (disabled) | unknown
+    lookup_line: int
+    floor: int | None            # K of ``if self.device_capability < K``
+    floor_line: int | None
+    multicast_line: int | None   # ``if handle.multicast_ptr == 0:`` (disabled without multicast)
+    messages: tuple[tuple[int, str], ...]
+
+    def decide(self, major: int, world_size: int) -> str:
+        """``below-floor`` | ``capability`` (no entry for it: the lookup raises or disables, per
+        :attr:`style`) | ``lookup-unknown`` (no entry, and how the constructor looks it up was not
+        found) | ``world-size`` (no entry for it under the capability) | :data:`ADMITTED` (up to the
+        allocation and the multicast check, which run on the hardware)."""
+        if self.floor is not None and major < self.floor:
+            return "below-floor"
+        if major not in self.table:
+            return "lookup-unknown" if self.style == "unknown" else "capability"
+        if world_size not in self.table[major]:
+            return "world-size"
+        return ADMITTED
+
+    @property
+    def checks_end(self) -> int:
+        """The last line of the constructor's capability / world-size checks."""
+        checks = [n for n, m in self.messages if "capability" in m.lower() or "world size" in m.lower()]
+        return max([self.lookup_line, *checks])
+
+    def said(self, topic: str, value: int) -> str:
+        """SGLang's own log message about ``topic`` (capability / world size), filled in."""
+        return next((fill(m, value) for _, m in self.messages if topic in m.lower()), "")
+
+
+def symm_mem_gate(root: str | None = None) -> SymmMemGate | GateUnread:
+    """The symmetric-memory gates of the sglang package under ``root`` (None: the installed one)."""
+    table_path = sglang_file(SYMM_TABLE_FILE, root)
+    comm = next(((path, cls) for module, cls in SYMM_MODULES if (path := module_path(module, root))), None)
+    if comm is None or table_path is None:
+        return GateUnread(True, "no torch symmetric-memory communicator (torch_symm_mem.py / symm_mem.py and "
+                                "all_reduce_utils.py) in this SGLang")
+    table_tree = parse_file(table_path)
+    constants = module_constants(table_tree)
+    table_name = next((n for n in SYMM_TABLES if isinstance(constants.get(n), dict)), None)
+    path, class_name = comm
+    cls = class_node(parse_file(path), class_name)
+    if table_name is None or cls is None:
+        lacking = f"no {' / '.join(SYMM_TABLES)} literal" if table_name is None else f"no class {class_name}"
+        return GateUnread(False, f"{lacking} in SGLang's communicator files", path)
+    style, line = table_access(cls, table_name)
+    floor = min_capability_site(cls)
+    multicast = next((n.lineno for n in ast.walk(cls) if isinstance(n, ast.Compare)
+                      and isinstance(n.left, ast.Attribute) and n.left.attr == "multicast_ptr"), None)
+    return SymmMemGate(table_name, constants[table_name], table_path, assignment_line(table_tree, table_name),
+                       path, class_name, style, line, floor[0] if floor else None, floor[1] if floor else None,
+                       multicast, tuple(warnings_in(cls)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FusionGate:
+    """``_resolve_backend``'s ``if <is_smXX flags>: raise Error("...")`` in
+    ``srt/layers/flashinfer_comm_fusion.py`` (0.5.14+)."""
+
+    path: str
+    test: ast.expr
+    message: str          # ``Error: text``
+    line: int             # the ``if``
+    raise_line: int
+
+    def decide(self, major: int) -> str:
+        """``arch`` (the check raises for the capability major) | :data:`ADMITTED`; ValueError when
+        the test is not made of arch flags (the flags are read as capability majors, their
+        CUDA-version part is not evaluated)."""
+        return "arch" if arch_test(self.test, major) else ADMITTED
+
+
+def fusion_gate(root: str | None = None) -> FusionGate | GateUnread:
+    """SGLang's own allreduce-fusion arch gate under ``root`` (None: the installed one). Absent before
+    0.5.14: FlashInfer's own gate decides alone."""
+    path = sglang_file(FUSION_FILE, root)
+    function = None if path is None else next(
+        (n for n in ast.walk(parse_file(path)) if isinstance(n, ast.FunctionDef) and n.name == FUSION_GATE), None)
+    if path is None or function is None:
+        return GateUnread(True, f"no {FUSION_GATE} in sglang/{FUSION_FILE}" if path else f"no sglang/{FUSION_FILE}")
+    gate = arch_raise(function)
+    if gate is None:
+        return GateUnread(False, f"{FUSION_GATE} has no `if <is_smXX flags>: raise` check", path, function.lineno)
+    test, message, line = gate
+    raised = min(n.lineno for n in ast.walk(function) if isinstance(n, ast.Raise) and n.lineno > line)
+    return FusionGate(path, test, message, line, raised)

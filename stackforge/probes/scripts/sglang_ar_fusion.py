@@ -46,11 +46,10 @@ from _sglang_node import (
     server_context,
     sglang_warnings,
 )
-from _sglang_source import AutoEnable, arch_raise, arch_test, autoenable_sites, parse_file, sglang_file
+from _sglang_source import ADMITTED, FUSION_GATE, AutoEnable, GateUnread, autoenable_sites, fusion_gate
 
 FEATURE = "flashinfer-ar-fusion"
 FUSION_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
-FUSION_GATE = "_resolve_backend"
 FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
 
 
@@ -103,27 +102,23 @@ def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.Prob
 
 
 def static_ar_fusion(node: Node, import_error: str) -> sf.ProbeVerdict:
-    """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node."""
-    relative = FUSION_MODULE.replace("sglang.", "", 1).replace(".", "/") + ".py"
-    path = sglang_file(relative)
-    if path is None:
-        return no_fusion_gate(f"no file sglang/{relative}", f"static: import failed ({import_error})")
-    function = next((n for n in ast.walk(parse_file(path))
-                     if isinstance(n, ast.FunctionDef) and n.name == FUSION_GATE), None)
-    if function is None:
-        return no_fusion_gate(f"{path} defines no function {FUSION_GATE}", f"static: import failed ({import_error})")
-    prefix = f"static: import failed ({import_error}); read {path}, not run"
-    gate = arch_raise(function)
-    if gate is None:
-        return sf.ProbeVerdict("error", f"{FUSION_GATE} in {path} has no `if <is_smXX flags>: raise` check", prefix)
-    test, message, line = gate
+    """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node: decided by
+    ``_sglang_source.FusionGate.decide``, as the wheel tier's reader decides it."""
+    method = f"static: import failed ({import_error})"
+    gate = fusion_gate()
+    if isinstance(gate, GateUnread) and gate.absent:
+        return no_fusion_gate(gate.why, method)
+    if isinstance(gate, GateUnread):
+        return sf.ProbeVerdict("error", f"{gate.why} in {gate.path}", f"{method}; read {gate.path}, not run")
+    prefix = f"{method}; read {gate.path}, not run"
+    test = ast.unparse(gate.test)
     try:
-        rejected = arch_test(test, node.arch.major)
+        rejected = gate.decide(node.arch.major) != ADMITTED
     except ValueError as exc:
-        return sf.ProbeVerdict("error", f"could not evaluate SGLang's check `{ast.unparse(test)}`: {exc}", prefix)
-    where = (f"{os.path.basename(path)}:{line} {FUSION_GATE}: `if {ast.unparse(test)}: raise {message}` "
+        return sf.ProbeVerdict("error", f"could not evaluate SGLang's check `{test}`: {exc}", prefix)
+    where = (f"{os.path.basename(gate.path)}:{gate.line} {FUSION_GATE}: `if {test}: raise {gate.message}` "
              "(flags read as capability majors; their CUDA-version part not evaluated)")
-    outcome = f"raised {message}" if rejected else "returned (the arch check passes)"
+    outcome = f"raised {gate.message}" if rejected else "returned (the arch check passes)"
     return fusion_verdict(where, outcome, node, prefix)
 
 

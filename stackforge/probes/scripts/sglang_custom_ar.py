@@ -6,14 +6,14 @@ SGLang decides in ``CustomAllreduce.__init__`` (and from 0.5.10
 
 Live: the constructor runs for the target node (``_sglang_node.py``; "full NVLink" = the interconnect is
 nvlink or nvswitch) until the P2P check. Static, when the module does not import: the world sizes, the
-PCIe gate and SGLang's messages are read with ``ast`` (``_sglang_source.py``) and evaluated.
+PCIe gate and SGLang's messages are read with ``ast`` and decided by ``_sglang_source.py``, the same
+code the wheel tier's reader decides them with.
 
 No GPU needed.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import sys
 from collections.abc import Sequence
@@ -31,16 +31,7 @@ from _sglang_node import (
     run_gate,
     sglang_warnings,
 )
-from _sglang_source import (
-    COMM,
-    class_node,
-    fill,
-    module_constants,
-    parse_file,
-    pcie_gate,
-    sglang_file,
-    size_gate_messages,
-)
+from _sglang_source import COMM, GateUnread, custom_ar_gate, fill
 
 FEATURE = "custom-allreduce"
 CAR_MODULE = f"{COMM}.custom_all_reduce"
@@ -99,33 +90,25 @@ def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes
 
 
 def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
-    """Evaluate the custom all-reduce gates from SGLang's files."""
-    paths = [p for p in (sglang_file("srt/distributed/device_communicators/custom_all_reduce.py"),
-                         sglang_file("srt/distributed/device_communicators/custom_all_reduce_utils.py")) if p]
-    if not paths:
-        return sf.ProbeVerdict("error", "no custom_all_reduce.py in this SGLang", import_error)
-    trees = {path: parse_file(path) for path in paths}
-    cls = class_node(trees[paths[0]], "CustomAllreduce")
-    sizes = None
-    if cls is not None:
-        sizes = module_constants(ast.Module(body=cls.body, type_ignores=[])).get("_SUPPORTED_WORLD_SIZES")
-    gate = next((g for tree in trees.values() if (g := pcie_gate(tree))), None)
-    size_message = next((m for tree in trees.values() for m in size_gate_messages(tree)), "")
-    prefix = f"static: import failed ({import_error}); read {', '.join(paths)}"
+    """Evaluate the custom all-reduce gates from SGLang's files: decided by
+    ``_sglang_source.CustomArGate.decide``, as the wheel tier's reader decides them."""
+    gate = custom_ar_gate()
+    if isinstance(gate, GateUnread):
+        return sf.ProbeVerdict("error", gate.why, import_error if gate.absent else
+                               f"static: import failed ({import_error}); read {gate.path}")
+    prefix = f"static: import failed ({import_error}); read {', '.join(gate.paths)}"
     where = "CustomAllreduce.__init__"
+    sizes = gate.sizes
     fields = {"cls_name": "CustomAllreduce", "world_size": node.world_size, "supported_world_size": sizes}
-    if sizes is None or gate is None:
-        return sf.ProbeVerdict("error", "could not find _SUPPORTED_WORLD_SIZES or the PCIe gate in SGLang's files",
-                               prefix)
-    threshold, pcie_message, line = gate
-    if node.world_size <= 1:
+    decision = gate.decide(node.world_size, node.full_nvlink)
+    if decision == "one-gpu":
         return car_verdict(where, "returned (single GPU)", [], node, sizes, prefix)
-    if node.world_size not in sizes:
-        said = fill(size_message, node.world_size, str(sizes), **fields)
+    if decision == "world-size":
+        said = fill(gate.size_message, node.world_size, str(sizes), **fields)
         return car_verdict(where, "returned with disabled=True", [said], node, sizes, prefix)
-    if node.world_size > threshold and not node.full_nvlink:
-        said = fill(pcie_message, **fields)
-        return car_verdict(f"{where} (line {line}: world_size > {threshold} and not full_nvlink)",
+    if decision == "pcie":
+        said = fill(gate.pcie_message, **fields)
+        return car_verdict(f"{where} (line {gate.gate_line}: world_size > {gate.threshold} and not full_nvlink)",
                            "returned with disabled=True", [said], node, sizes, prefix)
     return car_verdict(where, "reached the P2P check", [], node, sizes, prefix)
 

@@ -8,7 +8,8 @@ the world size up in ``TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES`` / ``SYMM_MEM_ALL_RE
 
 Live: the constructor runs for the target node (``_sglang_node.py``) until the symmetric-memory
 allocation. Static, when the module does not import: the table, its lookup and SGLang's messages are
-read with ``ast`` (``_sglang_source.py``) and evaluated.
+read with ``ast`` and decided by ``_sglang_source.py``, the same code the wheel tier's reader decides
+them with.
 
 When the live constructor stops at state only a running server provides (0.5.23 reads ``get_exec()`` at
 torch_symm_mem.py:104), the size table decides when it can (it denies the capability or world size, or
@@ -20,8 +21,6 @@ No GPU needed.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import functools
 import os
 import sys
@@ -41,18 +40,7 @@ from _sglang_node import (
     server_context,
     sglang_warnings,
 )
-from _sglang_source import (
-    SYMM_MODULES,
-    SYMM_TABLES,
-    class_node,
-    fill,
-    min_capability,
-    module_constants,
-    parse_file,
-    sglang_file,
-    table_access,
-    warnings_in,
-)
+from _sglang_source import ADMITTED, SYMM_MODULES, SYMM_TABLES, GateUnread, SymmMemGate, symm_mem_gate
 
 FEATURE = "torch-symm-mem"
 
@@ -102,29 +90,33 @@ def symm_without_server(node: Node, where: str, outcome: str, context: str, stop
                         logs: Sequence[str], tables: str) -> sf.ProbeVerdict:
     """The live constructor stopped at state only a running server provides (not SGLang's verdict):
     the size table decides when it can, else the result is undecided."""
-    reading = symm_table_reading(node)
+    gate = symm_mem_gate()
     said = "; ".join(logs)
     live = (f"[live; {tables}] {where} for capability {node.arch.dotted}, world size {node.world_size}: "
             f"{outcome}\nthe constructor needs what only a running SGLang server provides: {context}"
             + (f"\nSGLang logged: {said}" if said else "") + f"\n{trace}")
-    if isinstance(reading, str):
+    if isinstance(gate, GateUnread):
         return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
-                               f"({context}); the size table could not be read ({reading})", live)
-    evidence = f"{live}\n[table] {reading.text()}"
-    if not reading.admits:
-        return sf.ProbeVerdict("fail", f"SGLang's size table decides: {reading.denial} (measured: the table "
-                               f"{reading.table_name} at {reading.table_where} as looked up at {reading.lookup_where}; "
+                               f"({context}); the size table could not be read ({gate.why})", live)
+    evidence = f"{live}\n[table] {gate_text(gate)}"
+    decision = gate.decide(node.arch.major, node.world_size)
+    if decision not in (ADMITTED, "lookup-unknown"):
+        return sf.ProbeVerdict("fail", f"SGLang's size table decides: {denial(gate, node, decision)} (measured: the "
+                               f"table {gate.table_name} at {table_where(gate)} as looked up at {lookup_where(gate)}; "
                                "the constructor itself stopped at server-only state)", evidence)
-    if stopped_at is not None and stopped_at > reading.checks_end:
-        return sf.ProbeVerdict("pass", f"SGLang's size table decides: {reading.table_name} "
-                               f"({reading.table_where}) admits capability {node.arch.major} with {node.world_size} "
-                               f"GPUs, and the constructor passed its table checks ({reading.checks_where}) live before "
-                               f"it stopped at server-only state ({os.path.basename(reading.comm_path)}:{stopped_at}); "
+    if decision == ADMITTED and stopped_at is not None and stopped_at > gate.checks_end:
+        return sf.ProbeVerdict("pass", f"SGLang's size table decides: {gate.table_name} "
+                               f"({table_where(gate)}) admits capability {node.arch.major} with {node.world_size} "
+                               f"GPUs, and the constructor passed its table checks ({checks_where(gate)}) live before "
+                               f"it stopped at server-only state ({os.path.basename(gate.comm_path)}:{stopped_at}); "
                                "the allocation and multicast (handle.multicast_ptr != 0) were not reached and decide "
                                "at run time (see the runtime probe)", evidence)
+    table_says = (f"its table admits capability {node.arch.major} with {node.world_size} GPUs" if decision == ADMITTED
+                  else f"its table has no entry for capability {node.arch.major} and how the constructor looks it "
+                       "up was not found")
     return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
-                           f"before its table checks ({context}); its table admits capability {node.arch.major} with "
-                           f"{node.world_size} GPUs, but what comes before the table was not run", evidence)
+                           f"before its table checks ({context}); {table_says}, but what comes before the table was "
+                           "not run", evidence)
 
 
 def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.ProbeVerdict:
@@ -141,119 +133,62 @@ def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, meth
     return sf.ProbeVerdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class SymmTableReading:
-    """SGLang's symmetric-memory size table read from its files, and what it decides for the node."""
-
-    table_name: str
-    table: dict
-    table_path: str
-    table_line: int
-    comm_path: str
-    class_name: str
-    style: str               # index (KeyError when missing) | get (clean disable) | unknown
-    lookup_line: int
-    checks_end: int          # the last line of the capability / world-size checks in the constructor
-    minimum: int | None
-    node: Node
-    messages: tuple[tuple[int, str], ...]
-
-    @property
-    def table_where(self) -> str:
-        return f"{os.path.basename(self.table_path)}:{self.table_line}"
-
-    @property
-    def lookup_where(self) -> str:
-        return f"{os.path.basename(self.comm_path)}:{self.lookup_line}"
-
-    @property
-    def checks_where(self) -> str:
-        return f"{os.path.basename(self.comm_path)}:{self.lookup_line}-{self.checks_end}"
-
-    @property
-    def admits(self) -> bool:
-        major, size = self.node.arch.major, self.node.world_size
-        too_old = self.minimum is not None and major < self.minimum
-        return not too_old and major in self.table and size in self.table[major]
-
-    @property
-    def denial(self) -> str:
-        major, size = self.node.arch.major, self.node.world_size
-        if self.minimum is not None and major < self.minimum:
-            return f"capability {major} is below the constructor's floor {self.minimum}"
-        if major not in self.table:
-            return f"no entry for capability {major} (keys {sorted(self.table)})"
-        if size not in self.table[major]:
-            return f"no world size {size} for capability {major} (sizes {sorted(self.table[major])})"
-        return ""
-
-    def said(self, topic: str, value: int) -> str:
-        """SGLang's own log message about ``topic`` (capability / world size), filled in."""
-        return next((fill(m, value) for _, m in self.messages if topic in m.lower()), "")
-
-    def text(self) -> str:
-        return (f"{self.table_name} = {self.table} ({self.table_path}:{self.table_line}); "
-                f"{self.class_name}.__init__ looks it up with {self.style} at {self.comm_path}:{self.lookup_line}, "
-                f"its capability / world-size checks end at line {self.checks_end}")
+def table_where(gate: SymmMemGate) -> str:
+    return f"{os.path.basename(gate.table_path)}:{gate.table_line}"
 
 
-def symm_table_reading(node: Node) -> SymmTableReading | str:
-    """Read the symmetric-memory size table and its lookup from SGLang's files; the reason as text when
-    they are not there."""
-    table_path = sglang_file("srt/distributed/device_communicators/all_reduce_utils.py")
-    comm_path = next(((p, c) for m, c in SYMM_MODULES
-                      if (p := sglang_file(m.replace("sglang.", "", 1).replace(".", "/") + ".py"))), None)
-    if comm_path is None or table_path is None:
-        return "no torch symmetric-memory communicator in this SGLang"
-    table_tree = parse_file(table_path)
-    constants = module_constants(table_tree)
-    table_name = next((n for n in SYMM_TABLES if n in constants), None)
-    if table_name is None:
-        return f"no {' / '.join(SYMM_TABLES)} literal in {table_path}"
-    path, class_name = comm_path
-    cls = class_node(parse_file(path), class_name)
-    if cls is None:
-        return f"{path} has no class {class_name}"
-    style, line = table_access(cls, table_name)
-    messages = tuple(warnings_in(cls))
-    checks = [n for n, m in messages if "capability" in m.lower() or "world size" in m.lower()]
-    return SymmTableReading(table_name, constants[table_name], table_path, assignment_line(table_tree, table_name),
-                            path, class_name, style, line, max([line, *checks]), min_capability(cls), node, messages)
+def lookup_where(gate: SymmMemGate) -> str:
+    return f"{os.path.basename(gate.comm_path)}:{gate.lookup_line}"
 
 
-def assignment_line(tree: ast.Module, name: str) -> int:
-    """The line of the top-level assignment to ``name`` (0 when there is none)."""
-    return next((statement.lineno for statement in tree.body
-                 if isinstance(statement, (ast.Assign, ast.AnnAssign))
-                 and any(isinstance(t, ast.Name) and t.id == name
-                         for t in (statement.targets if isinstance(statement, ast.Assign) else [statement.target]))),
-                0)
+def checks_where(gate: SymmMemGate) -> str:
+    return f"{os.path.basename(gate.comm_path)}:{gate.lookup_line}-{gate.checks_end}"
+
+
+def gate_text(gate: SymmMemGate) -> str:
+    return (f"{gate.table_name} = {gate.table} ({gate.table_path}:{gate.table_line}); "
+            f"{gate.class_name}.__init__ looks it up with {gate.style} at {gate.comm_path}:{gate.lookup_line}, "
+            f"its capability / world-size checks end at line {gate.checks_end}")
+
+
+def denial(gate: SymmMemGate, node: Node, decision: str) -> str:
+    """What the table refuses, in words, for a decision other than admitted."""
+    major, size = node.arch.major, node.world_size
+    if decision == "below-floor":
+        return f"capability {major} is below the constructor's floor {gate.floor}"
+    if decision == "world-size":
+        return f"no world size {size} for capability {major} (sizes {sorted(gate.table[major])})"
+    return f"no entry for capability {major} (keys {sorted(gate.table)})"
 
 
 def static_symm_mem(node: Node, import_error: str) -> sf.ProbeVerdict:
-    """Evaluate the symmetric-memory gate from SGLang's files."""
-    reading = symm_table_reading(node)
-    if isinstance(reading, str):
-        if reading.startswith("no torch symmetric-memory communicator"):
+    """Evaluate the symmetric-memory gate from SGLang's files: decided by
+    ``_sglang_source.SymmMemGate.decide``, as the wheel tier's reader decides it."""
+    gate = symm_mem_gate()
+    if isinstance(gate, GateUnread):
+        if gate.absent:
             return sf.ProbeVerdict("skip", "this SGLang has no torch symmetric-memory communicator "
                                    "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
-        return sf.ProbeVerdict("error", reading, import_error)
-    where = f"{os.path.basename(reading.comm_path)}:{reading.lookup_line} {reading.class_name}.__init__"
-    prefix = (f"import of the communicator failed ({import_error}); read {reading.table_path} and "
-              f"{reading.comm_path} instead: {reading.table_name} = {reading.table}")
-    major, size, table = node.arch.major, node.world_size, reading.table
-    if reading.minimum is not None and major < reading.minimum:
-        return symm_verdict(where, f"returned (capability {major} < {reading.minimum})",
-                            [reading.said("capability", major)], node, "static: " + prefix)
-    if major not in table:
-        if reading.style == "index":
-            return symm_verdict(where, f"raised KeyError: {major}", [], node, "static: " + prefix)
-        return symm_verdict(where, "returned with disabled=True", [reading.said("capability", major)], node,
-                            "static: " + prefix)
-    if size not in table[major]:
-        return symm_verdict(where, "returned with disabled=True", [reading.said("world size", size)], node,
-                            "static: " + prefix)
-    return symm_verdict(where, "reached the symmetric-memory allocation", [], node, "static: " + prefix)
+        return sf.ProbeVerdict("error", f"{gate.why} ({gate.path})", import_error)
+    where = f"{lookup_where(gate)} {gate.class_name}.__init__"
+    method = (f"static: import of the communicator failed ({import_error}); read {gate.table_path} and "
+              f"{gate.comm_path} instead: {gate.table_name} = {gate.table}")
+    major, size = node.arch.major, node.world_size
+    decision = gate.decide(major, size)
+    if decision == "below-floor":
+        return symm_verdict(where, f"returned (capability {major} < {gate.floor})",
+                            [gate.said("capability", major)], node, method)
+    if decision == "lookup-unknown":
+        return sf.ProbeVerdict("undecided", f"SGLang's size table {gate.table_name} ({table_where(gate)}) has no "
+                               f"entry for capability {major}, and how {gate.class_name}.__init__ looks it up was "
+                               "not found in its file", f"[{method}] {gate_text(gate)}")
+    if decision == "capability" and gate.style == "index":
+        return symm_verdict(where, f"raised KeyError: {major}", [], node, method)
+    if decision == "capability":
+        return symm_verdict(where, "returned with disabled=True", [gate.said("capability", major)], node, method)
+    if decision == "world-size":
+        return symm_verdict(where, "returned with disabled=True", [gate.said("world size", size)], node, method)
+    return symm_verdict(where, "reached the symmetric-memory allocation", [], node, method)
 
 
 #: SGLang's code alone decides this gate: the live run, else the static reading.

@@ -2,7 +2,7 @@
 allreduce-fusion gate and auto-enable, trtllm_mha's arch checks and the flags that name a feature.
 
 The ``ast`` reading of SGLang's files is shared with the in-image gate probe: it lives in
-``stackforge/inimage/_sglang_source.py`` (the probe imports it from the in-image package, these readers as
+``stackforge/inimage/_sglang_source.py`` (the probe imports it beside itself, these readers as
 :mod:`stackforge.inimage._sglang_source`), and every lookup there takes the wheel's root.
 Nothing here imports SGLang or torch.
 """
@@ -14,16 +14,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 from stackforge.inimage import _sglang_source as source
 from stackforge.wheels.readers._reader import DeclaredReader, gate_reading, reads, specs
 
 DIST = "sglang"
-COMM_DIR = source.COMM.replace("sglang.", "", 1).replace(".", "/")
-FUSION_FILE = "srt/layers/flashinfer_comm_fusion.py"
-FUSION_GATE = "_resolve_backend"
+COMM_DIR, FUSION_FILE, FUSION_GATE = source.COMM_DIR, source.FUSION_FILE, source.FUSION_GATE
 #: Where SGLang declares its options: argparse strings in ``server_args.py`` up to 0.5.13.post1,
 #: annotated ServerArgs fields from 0.5.14, one Struct per namespace in ``arg_groups/fields/`` in 0.5.23.
 OPTION_FILES = ("srt/server_args.py", "srt/arg_groups")
@@ -74,109 +71,68 @@ def python_files(root: Path, relatives: Iterable[str]) -> Iterator[str]:
             yield from (str(p) for p in sorted(full.rglob("*.py")))
 
 
-def assignment_line(tree: ast.Module | ast.ClassDef, name: str) -> int | None:
-    """Line of the top-level ``name = ...`` / ``name: T = ...`` of a module or class body."""
-    for statement in tree.body:
-        targets = statement.targets if isinstance(statement, ast.Assign) else \
-            [statement.target] if isinstance(statement, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return statement.lineno
-    return None
-
-
-def class_constant(cls: ast.ClassDef, name: str) -> Any:
-    return source.module_constants(ast.Module(body=cls.body, type_ignores=[])).get(name)
-
-
 # --------------------------------------------------------------------------------------------
 # torch-symm-mem: the size table and how the constructor indexes it
 # --------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class SymmMem:
-    """The symmetric-memory communicator as read: its table and the constructor's lookup."""
-
-    table_name: str
-    table: dict[int, dict[int, int]]
-    table_site: CodeSite
-    style: str                    # index (KeyError when missing) | get (disabled) | unknown
-    access_site: CodeSite
-    floor: tuple[int, CodeSite] | None
-    multicast_site: CodeSite | None   # ``if handle.multicast_ptr == 0:`` (disabled without multicast)
-
-
-def symm_mem(root: Path) -> SymmMem | Reading:
-    """The communicator's reading inputs, or the reading when there is nothing to evaluate."""
-    table_relative = f"{COMM_DIR}/all_reduce_utils.py"
-    table_path = sglang_path(root, table_relative)
-    comm = next(((p, cls) for module, cls in source.SYMM_MODULES
-                 if (p := source.module_path(module, str(root)))), None)
-    if comm is None or table_path is None:
-        return Reading("torch-symm-mem", ReadingStatus.ABSENT,
-                       "no torch symmetric-memory communicator (torch_symm_mem.py / symm_mem.py and "
-                       "all_reduce_utils.py) in this SGLang",
-                       (missing(root, f"{COMM_DIR}/torch_symm_mem.py", "TorchSymmMemCommunicator"),))
-    table_tree = source.parse_file(table_path)
-    constants = source.module_constants(table_tree)
-    table_name = next((n for n in source.SYMM_TABLES if isinstance(constants.get(n), dict)), None)
-    path, class_name = comm
-    cls = source.class_node(source.parse_file(path), class_name)
-    if table_name is None or cls is None:
-        lacking = f"no {' / '.join(source.SYMM_TABLES)} literal" if table_name is None else f"no class {class_name}"
-        return Reading("torch-symm-mem", ReadingStatus.UNDECIDED, f"{lacking} in SGLang's communicator files",
-                       (site(root, path, 1),))
-    style, line = source.table_access(cls, table_name)
-    floor = source.min_capability_site(cls)
-    multicast = next((n.lineno for n in ast.walk(cls) if isinstance(n, ast.Compare)
-                      and isinstance(n.left, ast.Attribute) and n.left.attr == "multicast_ptr"), None)
-    return SymmMem(table_name, constants[table_name], site(root, table_path, assignment_line(table_tree, table_name)),
-                   style, site(root, path, line), (floor[0], site(root, path, floor[1])) if floor else None,
-                   site(root, path, multicast) if multicast else None)
+def unread(root: Path, fact: str, gate: source.GateUnread, absent_file: str, absent_name: str,
+           depends: tuple[str, ...] = ()) -> Reading:
+    """The reading of a gate whose code was not there (ABSENT) or not found in its file (UNDECIDED,
+    depending on ``depends`` as a decided reading would)."""
+    if gate.absent:
+        return Reading(fact, ReadingStatus.ABSENT, gate.why, (missing(root, absent_file, absent_name),))
+    return Reading(fact, ReadingStatus.UNDECIDED, gate.why, (site(root, gate.path, gate.line),), depends)
 
 
 @reads("torch-symm-mem",
        "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES and how TorchSymmMemCommunicator.__init__ indexes it")
 def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
-    """Replays ``TorchSymmMemCommunicator.__init__``'s gates for the capability and the GPU count."""
-    found = symm_mem(root)
-    if isinstance(found, Reading):
-        return found
+    """Replays ``TorchSymmMemCommunicator.__init__``'s gates for the capability and the GPU count
+    (decided by :meth:`~stackforge.inimage._sglang_source.SymmMemGate.decide`, as the gate probe's
+    static path decides them)."""
+    found = source.symm_mem_gate(str(root))
+    if isinstance(found, source.GateUnread):
+        return unread(root, "torch-symm-mem", found, f"{COMM_DIR}/torch_symm_mem.py", "TorchSymmMemCommunicator")
     major, size = major_of(ctx), ctx.gpu_count
     depends = ("arch", "gpu_count")
+    table_site = site(root, found.table_path, found.table_line)
+    access_site = site(root, found.comm_path, found.lookup_line)
     lookup = (f"{found.table_name}[self.device_capability]" if found.style == "index"
               else f"{found.table_name}.get(self.device_capability)")
     admitted = {cap: sorted(sizes) for cap, sizes in found.table.items()}
-    if found.floor is not None and major < found.floor[0]:
+    decision = found.decide(major, size)
+    if decision == "below-floor":
+        floor_site = site(root, found.comm_path, found.floor_line)
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
-                       f"{where(found.floor[1])} device_capability < {found.floor[0]}: capability {major} "
-                       "is refused (disabled)", (found.floor[1],), depends)
-    if major not in found.table:
-        if found.style == "unknown":
-            return Reading("torch-symm-mem", ReadingStatus.UNDECIDED,
-                           f"capability {major} is not in {found.table_name} {admitted}, and how the constructor "
-                           "looks it up was not found", (found.table_site,), depends)
+                       f"{where(floor_site)} device_capability < {found.floor}: capability {major} "
+                       "is refused (disabled)", (floor_site,), depends)
+    if decision == "lookup-unknown":
+        return Reading("torch-symm-mem", ReadingStatus.UNDECIDED,
+                       f"capability {major} is not in {found.table_name} {admitted}, and how the constructor "
+                       "looks it up was not found", (table_site,), depends)
+    if decision == "capability":
         outcome = "raises KeyError" if found.style == "index" else "disabled=True (communicator not available)"
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
-                       f"{where(found.access_site)} {lookup}: capability {major} not in {admitted}: {outcome}",
-                       (found.access_site, found.table_site), depends,
+                       f"{where(access_site)} {lookup}: capability {major} not in {admitted}: {outcome}",
+                       (access_site, table_site), depends,
                        manner="raises KeyError" if found.style == "index" else "disabled")
-    if size not in found.table[major]:
+    if decision == "world-size":
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
-                       f"{where(found.table_site)} {found.table_name}[{major}] admits world sizes "
-                       f"{admitted[major]}: {size} GPUs disabled", (found.table_site, found.access_site), depends)
-    admits = (f"{where(found.table_site)} {found.table_name}[{major}][{size}] = "
-              f"{found.table[major][size] // (1 << 20)} MiB (looked up at {where(found.access_site)} with "
+                       f"{where(table_site)} {found.table_name}[{major}] admits world sizes "
+                       f"{admitted[major]}: {size} GPUs disabled", (table_site, access_site), depends)
+    admits = (f"{where(table_site)} {found.table_name}[{major}][{size}] = "
+              f"{found.table[major][size] // (1 << 20)} MiB (looked up at {where(access_site)} with "
               f"{'.get' if found.style == 'get' else 'an index'})")
-    if found.multicast_site is None:
-        return Reading("torch-symm-mem", ReadingStatus.AVAILABLE, admits, (found.table_site, found.access_site),
-                       depends)
-    sites = (found.table_site, found.access_site, found.multicast_site)
+    if found.multicast_line is None:
+        return Reading("torch-symm-mem", ReadingStatus.AVAILABLE, admits, (table_site, access_site), depends)
+    multicast_site = site(root, found.comm_path, found.multicast_line)
+    sites = (table_site, access_site, multicast_site)
     if not ctx.multicast:
         return Reading("torch-symm-mem", ReadingStatus.UNAVAILABLE,
-                       f"{admits}; {where(found.multicast_site)} multicast_ptr == 0 disables it and the target "
+                       f"{admits}; {where(multicast_site)} multicast_ptr == 0 disables it and the target "
                        "has no multicast", sites, (*depends, "multicast"))
     return Reading("torch-symm-mem", ReadingStatus.AVAILABLE,
-                   f"{admits}; {where(found.multicast_site)} needs multicast, which the target has", sites,
+                   f"{admits}; {where(multicast_site)} needs multicast, which the target has", sites,
                    (*depends, "multicast"))
 
 
@@ -189,33 +145,25 @@ def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
 def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
     """``CustomAllreduce``: world size in ``_SUPPORTED_WORLD_SIZES``, then ``world_size > 2 and not
     full_nvlink`` disables it (in ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``
-    from 0.5.10); SGLang's code has no capability floor for it, the P2P check runs on the hardware."""
+    from 0.5.10); SGLang's code has no capability floor for it, the P2P check runs on the hardware.
+    Decided by :meth:`~stackforge.inimage._sglang_source.CustomArGate.decide`, as the gate probe's
+    static path decides it."""
     depends = ("gpu_count", "interconnect")
-    main = sglang_path(root, f"{COMM_DIR}/custom_all_reduce.py")
-    if main is None:
-        return Reading("custom-allreduce", ReadingStatus.ABSENT, "no custom_all_reduce.py in this SGLang",
-                       (missing(root, f"{COMM_DIR}/custom_all_reduce.py", "CustomAllreduce"),))
-    paths = [p for p in (main, sglang_path(root, f"{COMM_DIR}/custom_all_reduce_utils.py")) if p]
-    trees = {p: source.parse_file(p) for p in paths}
-    cls = source.class_node(trees[main], "CustomAllreduce")
-    sizes = class_constant(cls, "_SUPPORTED_WORLD_SIZES") if cls else None
-    gate = next(((p, g) for p, tree in trees.items() if (g := source.pcie_gate(tree))), None)
-    if cls is None or not isinstance(sizes, list) or gate is None:
-        return Reading("custom-allreduce", ReadingStatus.UNDECIDED,
-                       "CustomAllreduce._SUPPORTED_WORLD_SIZES or the `world_size > K and not full_nvlink` gate "
-                       "was not found", (site(root, main, 1),), depends)
-    sizes_site = site(root, main, assignment_line(cls, "_SUPPORTED_WORLD_SIZES"))
-    gate_path, (threshold, _, gate_line) = gate
-    gate_site = site(root, gate_path, gate_line)
+    found = source.custom_ar_gate(str(root))
+    if isinstance(found, source.GateUnread):
+        return unread(root, "custom-allreduce", found, source.CAR_FILES[0], "CustomAllreduce", depends)
+    sizes_site = site(root, found.main_path, found.sizes_line)
+    gate_site = site(root, found.gate_path, found.gate_line)
     sites = (sizes_site, gate_site)
-    size = ctx.gpu_count
-    if size <= 1:
+    size, threshold, sizes = ctx.gpu_count, found.threshold, found.sizes
+    decision = found.decide(size, full_nvlink=ctx.interconnect != "pcie")
+    if decision == "one-gpu":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
                        "one GPU: SGLang builds no custom all-reduce", sites, depends)
-    if size not in sizes:
+    if decision == "world-size":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
                        f"{where(sizes_site)} _SUPPORTED_WORLD_SIZES = {sizes}: {size} GPUs disabled", sites, depends)
-    if size > threshold and ctx.interconnect == "pcie":
+    if decision == "pcie":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
                        f"{where(gate_site)} world_size > {threshold} and not full_nvlink: {size} PCIe GPUs disabled",
                        sites, depends)
@@ -232,33 +180,28 @@ def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
 @reads("flashinfer-ar-fusion", "_resolve_backend's arch check in srt/layers/flashinfer_comm_fusion.py")
 def read_ar_fusion_gate(root: Path, ctx: ReadContext) -> Reading:
     """``_resolve_backend`` in ``srt/layers/flashinfer_comm_fusion.py`` (0.5.14+): its
-    ``if not (is_sm90 or is_sm100...): raise`` evaluated for the capability major."""
-    path = sglang_path(root, FUSION_FILE)
-    function = None if path is None else next(
-        (n for n in ast.walk(source.parse_file(path)) if isinstance(n, ast.FunctionDef) and n.name == FUSION_GATE),
-        None)
-    if path is None or function is None:
-        looked = f"no {FUSION_GATE} in sglang/{FUSION_FILE}" if path else f"no sglang/{FUSION_FILE}"
+    ``if not (is_sm90 or is_sm100...): raise`` evaluated for the capability major by
+    :meth:`~stackforge.inimage._sglang_source.FusionGate.decide`, as the gate probe's static path does."""
+    found = source.fusion_gate(str(root))
+    if isinstance(found, source.GateUnread) and found.absent:
         # No gate of SGLang's own: SGLang admits the arch and FlashInfer's gate alone decides, so a
         # matrix cell takes FlashInfer's reading rather than a "fail" for a gate that is not there.
         return Reading("flashinfer-ar-fusion", ReadingStatus.AVAILABLE,
-                       f"{looked}: SGLang has no arch gate of its own (FlashInfer's decides)",
+                       f"{found.why}: SGLang has no arch gate of its own (FlashInfer's decides)",
                        (missing(root, FUSION_FILE, f"def {FUSION_GATE}"),))
-    gate = source.arch_raise(function)
-    if gate is None:
-        return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED,
-                       f"{FUSION_GATE} has no `if <is_smXX flags>: raise` check", (site(root, path, function.lineno),))
-    test, message, line = gate
-    raised = min(n.lineno for n in ast.walk(function) if isinstance(n, ast.Raise) and n.lineno > line)
-    sites = (site(root, path, line), site(root, path, raised))
+    if isinstance(found, source.GateUnread):
+        return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED, found.why,
+                       (site(root, found.path, found.line),))
+    sites = (site(root, found.path, found.line), site(root, found.path, found.raise_line))
+    test = ast.unparse(found.test)
     try:
-        rejected = source.arch_test(test, major_of(ctx))
+        rejected = found.decide(major_of(ctx)) != source.ADMITTED
     except ValueError as exc:
         return Reading("flashinfer-ar-fusion", ReadingStatus.UNDECIDED,
-                       f"{where(sites[0])} `{ast.unparse(test)}` could not be evaluated: {exc}", sites, ("arch",))
-    verdict = f"raises {message}" if rejected else "passes"
+                       f"{where(sites[0])} `{test}` could not be evaluated: {exc}", sites, ("arch",))
+    verdict = f"raises {found.message}" if rejected else "passes"
     return gate_reading("flashinfer-ar-fusion", not rejected,
-                        f"{where(sites[0])} {FUSION_GATE}: `if {ast.unparse(test)}` for capability "
+                        f"{where(sites[0])} {FUSION_GATE}: `if {test}` for capability "
                         f"{ctx.arch}: {verdict} (flags read as capability majors)", sites, ("arch",))
 
 
@@ -458,8 +401,8 @@ def env_site(root: Path, name: str) -> CodeSite | None:
     """Where ``srt/environ.py`` declares an environment variable (``NAME = EnvBool(...)``)."""
     path = sglang_path(root, "srt/environ.py")
     for cls in (n for n in ast.walk(source.parse_file(path)) if isinstance(n, ast.ClassDef)) if path else []:
-        line = assignment_line(cls, name)
-        if line is not None:
+        line = source.assignment_line(cls, name)
+        if line:
             return site(root, path, line)
     return None
 
@@ -479,11 +422,11 @@ def read_pcie_ipc_ar(root: Path, ctx: ReadContext) -> Reading:
                        + (() if path else (missing(root, relative_comm, "PcieIpcCommunicator"),)))
     tree = source.parse_file(path)
     sizes = source.module_constants(tree).get("_SUPPORTED_WORLD_SIZES")
-    line = assignment_line(tree, "_SUPPORTED_WORLD_SIZES")
+    line = source.assignment_line(tree, "_SUPPORTED_WORLD_SIZES")
     needs = next((n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                   and (n.module or "").startswith("flashinfer")
                   and any(a.name == "PcieIpcAllReduceWorkspace" for a in n.names)), None)
-    if not isinstance(sizes, list) or line is None:
+    if not isinstance(sizes, list) or not line:
         return Reading(fact, ReadingStatus.UNDECIDED, f"{relative_comm} has no _SUPPORTED_WORLD_SIZES literal",
                        (declared,), ("gpu_count",))
     sites = (declared, site(root, path, line), *((site(root, path, needs.lineno),) if needs else ()))
