@@ -23,8 +23,9 @@ from pathlib import Path
 from stackforge.core.model import Stack
 from stackforge.edges.docker_engine import connect
 from stackforge.edges.gpus import detect_host_gpus
+from stackforge.jobs.campaign import CellJob
 from stackforge.plan.planner import load_knowledge
-from stackforge.probes.campaign import ProbeJob, run_probe_jobs, select_specs
+from stackforge.probes.campaign import run_probe_jobs, select_specs
 from stackforge.probes.catalog import catalog
 from stackforge.probes.execute import ImageRef
 
@@ -58,7 +59,7 @@ def main() -> None:
         raise SystemExit(f"no built images in {args.builds}/builds: run `stackforge build` first")
     stacks = list(images)
     specs = [s for s in select_specs(catalog(), tier="gate") if args.with_compile or s.id != COMPILE_PROBE]
-    jobs = [ProbeJob(stack, target, spec) for stack in stacks for spec in specs]
+    jobs = [CellJob(stack, target, spec) for stack in stacks for spec in specs]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         records = run_probe_jobs(jobs, run_id="probe-overhead", host_gpus=detect_host_gpus(client), write=lambda r: None,

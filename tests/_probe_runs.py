@@ -11,7 +11,7 @@ from typing import Any
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes import jobs
+from stackforge.jobs import job_runner as jobs
 from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, probe_kind
 
 

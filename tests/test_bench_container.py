@@ -19,9 +19,9 @@ from stackforge.core.data import resolve_matrix_path
 from stackforge.core.records import Status
 from stackforge.edges import docker_engine, runner
 from stackforge.edges.gpus import HostGpus
+from stackforge.jobs import job_runner
+from stackforge.jobs.job_runner import ImageRef
 from stackforge.plan.planner import plan_file
-from stackforge.probes import jobs as job_runner
-from stackforge.probes.jobs import ImageRef
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

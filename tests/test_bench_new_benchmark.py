@@ -15,8 +15,8 @@ from stackforge.core.data import resolve_matrix_path
 from stackforge.core.errors import SpecError
 from stackforge.core.records import Status, Tier
 from stackforge.edges.gpus import HostGpus
+from stackforge.jobs import job_runner
 from stackforge.plan.planner import plan_file
-from stackforge.probes import jobs as job_runner
 from stackforge.report.diff import lower_is_better
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"

@@ -17,9 +17,9 @@ from stackforge.core.data import resolve_matrix_path
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, Status, Tier
 from stackforge.edges.gpus import HostGpus
+from stackforge.jobs import job_runner
+from stackforge.jobs.job_runner import ImageRef
 from stackforge.plan.planner import plan_file
-from stackforge.probes import jobs as job_runner
-from stackforge.probes.jobs import ImageRef
 
 NO_GPU = HostGpus(False, "nvidia-smi not found on the host")
 EIGHT_GPUS = HostGpus(True, "8 GPU(s)", ("NVIDIA RTX PRO 6000 Blackwell",) * 8, "580.65")

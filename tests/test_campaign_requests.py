@@ -15,8 +15,9 @@ from test_import_graph import PACKAGE_ROOT, import_graph
 from stackforge.bench.campaign import BenchRequest, run_bench_campaign
 from stackforge.bench.catalog import default_suites
 from stackforge.core.errors import RecordError, SpecError
+from stackforge.jobs.campaign import CampaignStarted
 from stackforge.plan.selection import StackSelection
-from stackforge.probes.campaign import CampaignStarted, ProbeRequest, run_probe_campaign
+from stackforge.probes.campaign import ProbeRequest, run_probe_campaign
 from stackforge.results.store import ResultsFolder, load_results, start_run
 
 STACK_ID = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"

@@ -23,8 +23,8 @@ from stackforge.bench.run import BenchOptions, unmet_precondition
 from stackforge.core.model import Interconnect, Stack, Target
 from stackforge.core.records import Status
 from stackforge.edges.gpus import GpuAssignment, HostGpu, HostGpus, assign_gpus, detect_host_gpus, host_facts
+from stackforge.jobs.job_runner import gpus_for
 from stackforge.probes.catalog import Preconditions, ProbeSpec
-from stackforge.probes.jobs import gpus_for
 
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
 RTX = Target(name="rtx-pro-6000-x8-pcie", gpu="NVIDIA RTX PRO 6000 Blackwell", arch="12.0", gpu_count=2,
@@ -131,7 +131,8 @@ def test_gpu_benches_follow_the_same_assignment(tmp_path, monkeypatch):
 def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, monkeypatch):
     """A runtime probe needing two GPUs, for a one-GPU target, is a skip with the reason before any
     process starts (the interpreter below does not exist); one the target meets is scheduled to run."""
-    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+    from stackforge.jobs.campaign import CellJob
+    from stackforge.probes.campaign import run_probe_jobs
     from stackforge.probes.execute import plan_probe_job
 
     fake_smi(tmp_path, monkeypatch, MIXED_SMI)
@@ -144,7 +145,7 @@ def test_probe_preconditions_are_consulted_where_jobs_are_scheduled(tmp_path, mo
     planned = plan_probe_job(_stack(), pair, single, host)
     assert planned.skip_reason == "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2"
     written = []
-    records = run_probe_jobs([ProbeJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
+    records = run_probe_jobs([CellJob(_stack(), single, pair)], run_id="t", host_gpus=host, write=written.append,
                              local_python="/nonexistent/python", scripts_dir=MISBEHAVE)
     assert [(r.outcome.status, r.outcome.reason, r.outcome.evidence) for r in records] == [
         (Status.SKIP, "target rtx-x1 has 1 GPU(s); t.runtime.pair needs 2", "rtx-x1: gpu_count=1")]
@@ -155,7 +156,8 @@ def test_jobs_that_get_gpus_never_share_a_card_and_gate_jobs_stay_parallel(tmp_p
     """Four jobs, four workers: the two runtime jobs for the same target get the same cards (4,5) and
     must run one after the other; the two gate jobs (no GPU) run beside them. A runtime job on the
     H100 cards (0-3) shares no card with them and may overlap."""
-    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+    from stackforge.jobs.campaign import CellJob
+    from stackforge.probes.campaign import run_probe_jobs
 
     fake_smi(tmp_path, monkeypatch, MIXED_SMI)
     host = detect_host_gpus(None)
@@ -165,9 +167,9 @@ def test_jobs_that_get_gpus_never_share_a_card_and_gate_jobs_stay_parallel(tmp_p
         return ProbeSpec(id=f"t.{name}", feature="p2p-access", tier=tier, script="gpu_window.py",
                          description=name, preconditions=needs, default_timeout_s=60)
 
-    jobs = [ProbeJob(_stack(), RTX, spec("run-a", "runtime")), ProbeJob(_stack(), RTX, spec("run-b", "runtime")),
-            ProbeJob(_stack(), RTX, spec("gate-a", "gate")), ProbeJob(_stack(), RTX, spec("gate-b", "gate")),
-            ProbeJob(_stack(), H100, spec("run-h100", "runtime"))]
+    jobs = [CellJob(_stack(), RTX, spec("run-a", "runtime")), CellJob(_stack(), RTX, spec("run-b", "runtime")),
+            CellJob(_stack(), RTX, spec("gate-a", "gate")), CellJob(_stack(), RTX, spec("gate-b", "gate")),
+            CellJob(_stack(), H100, spec("run-h100", "runtime"))]
     records = run_probe_jobs(jobs, run_id="t", host_gpus=host, write=lambda r: None, parallel=5,
                              local_python=sys.executable, scripts_dir=MISBEHAVE)
     windows = {r.probe: (r.outcome.metrics["started"], r.outcome.metrics["ended"], r.outcome.evidence)

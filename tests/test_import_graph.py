@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wheels", ("stackforge.wheels",)),
     ("compose", ("stackforge.compose",)),
     ("build", ("stackforge.build",)),
+    # one job runner and one campaign skeleton below the probes and the benchmarks
+    ("jobs", ("stackforge.jobs",)),
     ("probes", ("stackforge.probes",)),
     ("bench", ("stackforge.bench",)),
     ("results", ("stackforge.results",)),

@@ -20,9 +20,9 @@ from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges.gpus import HostGpus
 from stackforge.inimage import CONTAINER_DIR, HOST_DIR
+from stackforge.jobs.job_runner import Job, script_env
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 from stackforge.probes.execute import probe_kind
-from stackforge.probes.jobs import Job, script_env
 
 pytestmark = pytest.mark.fast
 

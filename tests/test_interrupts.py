@@ -47,8 +47,8 @@ from _session import session_labels
 from stackforge.core.errors import ContainerStoppedByEngine, Terminated
 from stackforge.core.records import ResultRecord
 from stackforge.edges import docker_engine, runner
+from stackforge.jobs.job_runner import STACK_ID_LABEL
 from stackforge.plan.planner import plan_file
-from stackforge.probes.campaign import STACK_ID_LABEL
 
 #: Its one stack is labelled onto the sleepy images below. Python 3.12 keeps that stack out of every
 #: shipped matrix (test_the_sleepy_stack_is_in_no_shipped_matrix): a sleepy image left by a killed test
@@ -405,7 +405,8 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
 
     from stackforge.core.model import Interconnect, Target
     from stackforge.edges.gpus import HostGpus
-    from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+    from stackforge.jobs.campaign import CellJob
+    from stackforge.probes.campaign import run_probe_jobs
     from stackforge.probes.catalog import ProbeSpec
 
     pid_file = tmp_path / "pid"
@@ -427,7 +428,7 @@ def test_a_signal_a_worker_thread_receives_still_stops_the_run(tmp_path):
     started = time.monotonic()
     with runner.signals_as_interrupts(), pytest.raises(Terminated):
         sender.start()
-        run_probe_jobs([ProbeJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
+        run_probe_jobs([CellJob(small_cell()[0], target, spec)], run_id="t", host_gpus=HostGpus(False, "none"),
                        write=written.append, local_python=sys.executable, scripts_dir=tmp_path, timeout_s=job_timeout_s)
     elapsed = time.monotonic() - started
     sender.join(timeout=5)

@@ -22,7 +22,8 @@ from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges.docker_engine import MANAGED_LABEL
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+from stackforge.jobs.campaign import CellJob
+from stackforge.probes.campaign import run_probe_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec, catalog
 from stackforge.probes.execute import ImageRef
 
@@ -66,8 +67,8 @@ def test_hang_crash_and_good_probes_in_real_containers(docker_client, base_image
 def test_suite_goes_on_after_a_hang_and_a_crash(docker_client, base_image):
     stack, _ = small_cell()
     image = ImageRef(ref=base_image, image_id=docker_client.images.get(base_image).id)
-    jobs = [ProbeJob(stack, RTX, spec("t.hang", "hang.py", timeout=3)), ProbeJob(stack, RTX, spec("t.segv", "segv.py")),
-            ProbeJob(stack, RTX, spec("t.ok", "ok.py"))]
+    jobs = [CellJob(stack, RTX, spec("t.hang", "hang.py", timeout=3)), CellJob(stack, RTX, spec("t.segv", "segv.py")),
+            CellJob(stack, RTX, spec("t.ok", "ok.py"))]
     written = []
     records = run_probe_jobs(jobs, run_id="test-suite", host_gpus=NO_GPU, write=written.append, client=docker_client,
                              parallel=2, images={stack.id: image}, scripts_dir=MISBEHAVE)

@@ -12,7 +12,8 @@ from stackforge.build.records import write_record as write_build_record
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+from stackforge.jobs.campaign import CellJob
+from stackforge.probes.campaign import run_probe_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 
 MISBEHAVE = Path(__file__).resolve().parent / "probes_misbehave"
@@ -29,12 +30,12 @@ def test_a_stack_the_build_records_did_not_build_is_a_skip_not_an_error(tmp_path
     builds = tmp_path / "builds"
     builds.mkdir()
     client = object()            # never asked: the build records answer first
-    (record,) = run_probe_jobs([ProbeJob(stack, RTX, GATE)], run_id="t", host_gpus=HostGpus(False, "none"),
+    (record,) = run_probe_jobs([CellJob(stack, RTX, GATE)], run_id="t", host_gpus=HostGpus(False, "none"),
                                write=lambda r: None, client=client, builds_dir=builds, scripts_dir=MISBEHAVE)
     assert (record.outcome.status, record.outcome.reason) == (Status.SKIP,
                                                               f"not built here (no build record for it in {builds})")
     write_build_record(builds, BuildRecord(stack_id=stack.id, stack=stack.to_json(), derived={},
                                            status=BuildStatus.FAILED, reason="base image needs a registry"))
-    (record,) = run_probe_jobs([ProbeJob(stack, RTX, GATE)], run_id="t2", host_gpus=HostGpus(False, "none"),
+    (record,) = run_probe_jobs([CellJob(stack, RTX, GATE)], run_id="t2", host_gpus=HostGpus(False, "none"),
                                write=lambda r: None, client=client, builds_dir=builds, scripts_dir=MISBEHAVE)
     assert record.outcome.reason == f"not built here (its build in {builds} failed: base image needs a registry)"

@@ -109,8 +109,8 @@ def test_a_script_may_say_undecided_and_the_runner_keeps_it():
     import sys
 
     from stackforge.core.records import Status
+    from stackforge.jobs.job_runner import outcome_from_ending
     from stackforge.probes.execute import probe_kind
-    from stackforge.probes.jobs import outcome_from_ending
 
     sys.path.insert(0, str(SCRIPTS_DIR))
     try:

@@ -17,7 +17,8 @@ from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Status
 from stackforge.edges import registry, runner
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes.campaign import ProbeJob, run_probe_jobs
+from stackforge.jobs.campaign import CellJob
+from stackforge.probes.campaign import run_probe_jobs
 from stackforge.probes.catalog import Preconditions, ProbeSpec
 
 pytestmark = [pytest.mark.docker]
@@ -49,7 +50,7 @@ def test_probe_by_digest_from_build_records(docker_client, base_image, local_reg
 
     ok = ProbeSpec(id="t.ok", feature="flashinfer-jit", tier="gate", script="ok.py", description="ok",
                    preconditions=Preconditions(), default_timeout_s=60, args=())
-    records = run_probe_jobs([ProbeJob(stack, TARGET, ok)], run_id="handoff", host_gpus=HostGpus(False, "none"),
+    records = run_probe_jobs([CellJob(stack, TARGET, ok)], run_id="handoff", host_gpus=HostGpus(False, "none"),
                              write=lambda r: None, client=docker_client, builds_dir=out, scripts_dir=MISBEHAVE)
     try:
         (record,) = records

@@ -1,8 +1,8 @@
-"""Bench glue: plan bench jobs and run their scripts through the job runner (:mod:`stackforge.probes.jobs`).
+"""Bench glue: plan bench jobs and run their scripts through the job runner (:mod:`stackforge.jobs.job_runner`).
 
-The pure half: :func:`plan_bench` (kept cells x benches -> :class:`~stackforge.probes.jobs.Job`,
+The pure half: :func:`plan_bench` (kept cells x benches -> :class:`~stackforge.jobs.job_runner.Job`,
 preconditions decided up front), :func:`script_args` (the spec's declared inputs), :func:`gate_on_probes`
-(``--from-probes``), and the bench :class:`~stackforge.probes.jobs.JobKind` (evidence, statuses, the
+(``--from-probes``), and the bench :class:`~stackforge.jobs.job_runner.JobKind` (evidence, statuses, the
 link peak added to all-reduce metrics). Running, outcomes, records, GPU assignment and the job loop
 are the runner's: :func:`run_bench_jobs` drives it one job at a time, since benchmarks sharing GPUs
 would measure each other.
@@ -22,9 +22,9 @@ from stackforge.bench.stats import efficiency, link_peak_for
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord, Status, decisive_record, undecided_text
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes import jobs as job_runner
-from stackforge.probes.campaign import plan_jobs
-from stackforge.probes.jobs import Job, JobKind, unmet_gpus
+from stackforge.jobs import job_runner
+from stackforge.jobs.campaign import plan_jobs
+from stackforge.jobs.job_runner import Job, JobKind, unmet_gpus
 
 #: Where the bench scripts and the model are mounted (the runner mounts the in-image package, with
 #: the shared probe helper ``_sfprobe.py``, for every script).

@@ -14,7 +14,7 @@ from stackforge.cli.options import refuse_together, refuse_unused, selection, sh
 from stackforge.core.records import ResultRecord
 
 if TYPE_CHECKING:
-    from stackforge.probes.campaign import CampaignStarted
+    from stackforge.jobs.campaign import CampaignStarted
 
 
 @click.command(name="bench")

@@ -20,7 +20,7 @@ from stackforge.cli.options import (
 from stackforge.core.records import ResultRecord
 
 if TYPE_CHECKING:
-    from stackforge.probes.campaign import CampaignStarted
+    from stackforge.jobs.campaign import CampaignStarted
 
 
 @click.command(name="probe")

@@ -4,7 +4,7 @@ The probe and bench scripts run INSIDE stack images, where stackforge is not ins
 is mounted read-only with the in-image package at ``/stackforge/inimage`` and imported there by file
 name (``import _sfshared``: the runner puts that folder on ``PYTHONPATH``). On the host the same file is
 imported as
-``stackforge.inimage._sfshared`` by :mod:`stackforge.probes.jobs`, :mod:`stackforge.build.verify`,
+``stackforge.inimage._sfshared`` by :mod:`stackforge.jobs.job_runner`, :mod:`stackforge.build.verify`,
 :mod:`stackforge.bench.metrics` and :mod:`stackforge.bench.stats`. It holds:
 
 * the result-line contract: :data:`RESULT_MARKER` and :func:`parse_result_line`;

@@ -15,29 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.core.errors import SpecError
-from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord, RunStore
 from stackforge.edges.gpus import HostGpus
 from stackforge.edges.index import IndexRequest
-from stackforge.plan.planner import Plan
+from stackforge.jobs import job_runner
+from stackforge.jobs.campaign import CampaignStarted, CellJob, plan_jobs, run_campaign
+from stackforge.jobs.job_runner import ImageRef
 from stackforge.plan.selection import StackSelection
-from stackforge.probes import jobs as job_runner
-from stackforge.probes.execute import SCRIPTS_DIR, ImageRef, plan_probe_job, probe_kind
-from stackforge.probes.jobs import STACK_ID_LABEL, stack_image
+from stackforge.probes.execute import SCRIPTS_DIR, plan_probe_job, probe_kind
 
-__all__ = ["STACK_ID_LABEL", "TIERS", "CampaignStarted", "IndexRequest", "ProbeJob", "ProbeRequest",
-           "plan_jobs", "run_probe_campaign", "run_probe_jobs", "select_specs", "stack_image"]
+__all__ = ["TIERS", "IndexRequest", "ProbeRequest", "run_probe_campaign", "run_probe_jobs", "select_specs"]
 
 TIERS = ("gate", "runtime", "all")
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeJob:
-    """One (stack, target) cell and one spec of a plan: what :func:`plan_jobs` gives probes and benches."""
-
-    stack: Stack
-    target: Target
-    spec: Any   # stackforge.probes.catalog.ProbeSpec or stackforge.bench.catalog.BenchSpec
 
 
 def select_specs(specs: Sequence[Any], *, tier: str, features: Sequence[str] = ()) -> tuple[Any, ...]:
@@ -52,20 +41,13 @@ def select_specs(specs: Sequence[Any], *, tier: str, features: Sequence[str] = (
                  and (not features or s.feature in features or s.id in features))
 
 
-def plan_jobs(plan: Plan, specs: Sequence[Any], stacks: Sequence[Stack] | None = None) -> tuple[ProbeJob, ...]:
-    """One job per kept (stack, target) cell and probe (pruned cells are not probed: rules said why)."""
-    wanted = None if stacks is None else {s.id for s in stacks}
-    return tuple(ProbeJob(c.stack, c.target, spec) for c in plan.cells
-                 if not c.pruned and (wanted is None or c.stack.id in wanted) for spec in specs)
-
-
-def run_probe_jobs(jobs: Sequence[ProbeJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
+def run_probe_jobs(jobs: Sequence[CellJob], *, run_id: str, host_gpus: HostGpus, write: Callable[[ResultRecord], Any],
                    client: Any | None = None, local_python: str | None = None, parallel: int = 2,
                    timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
                    images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
                    on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
     """Schedule the probe jobs (preconditions the host and target cannot meet become skips) and run
-    them ``parallel`` at a time through :func:`stackforge.probes.jobs.run_jobs`, writing each record."""
+    them ``parallel`` at a time through :func:`stackforge.jobs.job_runner.run_jobs`, writing each record."""
     scheduled = [plan_probe_job(job.stack, job.spec, job.target, host_gpus, timeout_s) for job in jobs]
     return job_runner.run_jobs(probe_kind(scripts_dir or SCRIPTS_DIR), scheduled, run_id=run_id,
                                host_gpus=host_gpus, write=write, client=client, local_python=local_python,
@@ -94,17 +76,6 @@ class ProbeRequest:
     index: IndexRequest = IndexRequest()
 
 
-@dataclass(frozen=True, slots=True)
-class CampaignStarted:
-    """What a campaign is about to run, told before its first record."""
-
-    stacks: int
-    jobs: int
-    run_dir: Path
-    #: the wheel tier's index locations, as words; None for probes that run
-    indexes: str | None = None
-
-
 def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Callable[[], Any],
                        on_start: Callable[[CampaignStarted], None] = lambda started: None,
                        on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
@@ -123,16 +94,16 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     stacks = selection.stacks(plan)
     jobs = plan_jobs(plan, select_specs(catalog(), tier=request.tier, features=request.features), stacks)
     client = None if request.local_python else connect()
-    run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
-    on_start(CampaignStarted(stacks=len(stacks), jobs=len(jobs), run_dir=run_dir))
     host_gpus = detect_host_gpus(client)
-    store.note_host(run_dir, host_facts(host_gpus))
-    records = run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=host_gpus,
-                             write=lambda record: store.write(run_dir, record), client=client,
-                             local_python=request.local_python, parallel=request.parallel, timeout_s=request.timeout_s,
-                             log_dir=run_dir / "logs", builds_dir=request.builds_dir, on_done=on_done)
-    store.finish(run_dir)
-    return records
+
+    def run(run_dir: Path, write: Callable[[ResultRecord], Any]) -> list[ResultRecord]:
+        return run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=host_gpus, write=write, client=client,
+                              local_python=request.local_python, parallel=request.parallel,
+                              timeout_s=request.timeout_s, log_dir=run_dir / "logs", builds_dir=request.builds_dir,
+                              on_done=on_done)
+
+    return run_campaign(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
+                        stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus), run=run, on_start=on_start)
 
 
 def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],
@@ -158,10 +129,10 @@ def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Cal
     indexes = configured_indexes(request.index)
     cache = WheelCache.open(indexes)
     listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
-    run_dir = store.start(matrix_source=str(selection.matrix_path), shard=selection.shard_text)
-    on_start(CampaignStarted(stacks=len(wanted), jobs=len(jobs), run_dir=run_dir, indexes=indexes.describe()))
-    records = run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
-                             host=socket.gethostname(), write=lambda record: store.write(run_dir, record),
-                             on_done=on_done)
-    store.finish(run_dir)
-    return records
+
+    def run(run_dir: Path, write: Callable[[ResultRecord], Any]) -> list[ResultRecord]:
+        return run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
+                              host=socket.gethostname(), write=write, on_done=on_done)
+
+    return run_campaign(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
+                        stacks=len(wanted), jobs=len(jobs), indexes=indexes.describe(), run=run, on_start=on_start)

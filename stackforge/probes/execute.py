@@ -1,6 +1,6 @@
 """Running probes: inside an image (Docker) or in the current Python environment (``--local``).
 
-The probe side of the job runner (:mod:`stackforge.probes.jobs`): the probe :class:`~stackforge.probes.jobs.JobKind`,
+The probe side of the job runner (:mod:`stackforge.jobs.job_runner`): the probe :class:`~stackforge.jobs.job_runner.JobKind`,
 a probe's arguments for a target, and the preconditions a probe is scheduled under. The probe
 scripts (``stackforge/probes/scripts``) are mounted read-only into the container at run time, never
 baked into images. Each runs in its own process with a hard timeout; a hang becomes ``timeout``, a
@@ -16,7 +16,7 @@ from typing import Any
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import Status
 from stackforge.edges.gpus import HostGpus
-from stackforge.probes.jobs import (
+from stackforge.jobs.job_runner import (
     ImageRef,
     Job,
     JobKind,

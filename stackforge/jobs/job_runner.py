@@ -7,11 +7,14 @@ differs between the two families of scripts: the record kind, where the scripts 
 much of their output is evidence, which statuses a script may report and how its metrics are
 finished (the bench adds the link peak).
 
-Pure: :func:`outcome_from_ending` (how the process ended -> :class:`~stackforge.core.records.Outcome`),
-:func:`outcome_from_payload` (a ``STACKFORGE_RESULT`` payload -> Outcome), :func:`make_record`,
-:func:`skip_record`, :func:`missing_image_record`, :func:`gpus_for`. The edge: :func:`run_job_locally`
-(through :mod:`stackforge.edges.runner`), :func:`run_job_in_container` (through
-:func:`stackforge.edges.docker_engine.run_container`) and the job loop :func:`run_jobs`.
+A job's process ends (:func:`end_locally` through :mod:`stackforge.edges.runner`, :func:`end_in_container`
+through :func:`stackforge.edges.docker_engine.run_container`: an :class:`Ending`, nothing judged) and
+:func:`judge` is the one place that turns the ending into its record; :func:`run_job_locally` and
+:func:`run_job_in_container` are the two joined, and :func:`run_jobs` the job loop.
+
+Pure: :func:`judge`, :func:`outcome_from_ending` (how the process ended ->
+:class:`~stackforge.core.records.Outcome`), :func:`outcome_from_payload` (a ``STACKFORGE_RESULT`` payload
+-> Outcome), :func:`make_record`, :func:`skip_record`, :func:`missing_image_record`, :func:`gpus_for`.
 
 Only the software under test decides a result: a job cut short by its run's interruption (the
 ``cancel`` flag) raises :class:`~stackforge.core.errors.Interrupted`, and one whose container the engine
@@ -333,6 +336,35 @@ def stack_image(client: Any, stack: Stack, builds_dir: Path | None = None) -> Im
 # ---------------------------------------------------------------------------------------------- running
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How one job's process ended, as the runner observed it (nothing judged yet)."""
+
+    exit_code: int | None
+    timed_out: bool
+    signal: int | None
+    output: str            # the tail of what it printed
+    duration_s: float
+    cancelled: bool        # the run's cancel flag stopped it
+    image: ImageRef | None
+    runner_kind: str       # local | docker
+
+
+def judge(kind: JobKind, job: Job, ending: Ending, *, run_id: str, host_gpus: HostGpus) -> ResultRecord:
+    """The one place a job's ending becomes its record.
+
+    Raises:
+        Interrupted: the run's interruption stopped the job (its ending is not the software's answer).
+    """
+    if ending.cancelled:
+        raise cut_short(kind, job)
+    outcome, facts = outcome_from_ending(kind, exit_code=ending.exit_code, timed_out=ending.timed_out,
+                                         signal=ending.signal, output=ending.output, duration_s=ending.duration_s,
+                                         timeout_s=job.timeout_s, target=job.target)
+    provenance = provenance_from_facts(facts, ending.image, host_gpus, ending.runner_kind)
+    return make_record(kind, job, outcome, provenance, run_id=run_id)
+
+
 def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus, python: str,
                     log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
     """Run one job in this machine's Python environment (``--local``), through :func:`runner.run`.
@@ -342,46 +374,54 @@ def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus
     """
     if job.skip_reason:
         return skip_record(kind, job, run_id=run_id, image=None, host_gpus=host_gpus, runner_kind="local")
+    ending = end_locally(kind, job, python=python, host_gpus=host_gpus, log_path=log_path, cancel=cancel)
+    return judge(kind, job, ending, run_id=run_id, host_gpus=host_gpus)
+
+
+def end_locally(kind: JobKind, job: Job, *, python: str, host_gpus: HostGpus, log_path: Path | None,
+                cancel: runner.CancelFlag | None) -> Ending:
+    """Start the job's script in ``python`` and wait for it to end (the edge of :func:`run_job_locally`)."""
     gpus = gpus_for(job.spec, job.target, host_gpus)
     # A job without a GPU on a bare-metal GPU box sees none either: CUDA_VISIBLE_DEVICES="" hides them.
     env = {**script_env(INIMAGE_HOST_DIR, os.environ.get("PYTHONPATH")), **gpus.environment(), **kind.env}
     result = runner.run(argv(job, python=python, scripts_root=str(kind.scripts_dir)), timeout=job.timeout_s,
                         env=env, log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
-    if result.cancelled:
-        raise cut_short(kind, job)
-    outcome, facts = outcome_from_ending(kind, exit_code=result.returncode, timed_out=result.timed_out,
-                                         signal=result.signal, output=result.output_tail,
-                                         duration_s=result.duration_s, timeout_s=job.timeout_s, target=job.target)
-    return make_record(kind, job, outcome, provenance_from_facts(facts, None, host_gpus, "local"), run_id=run_id)
+    return Ending(result.returncode, result.timed_out, result.signal, result.output_tail, result.duration_s,
+                  result.cancelled, None, "local")
 
 
 def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, run_id: str,
                          host_gpus: HostGpus, log_path: Path | None = None,
                          cancel: runner.CancelFlag | None = None) -> ResultRecord:
-    """Run one job in a fresh container of ``image`` (always removed afterwards), with the GPUs, host
-    IPC and the large /dev/shm NCCL needs when it gets GPUs.
+    """Run one job in a fresh container of ``image`` (always removed afterwards).
 
     Raises:
         Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
         ContainerStoppedByEngine / DockerUnavailableError: the engine stopped the container or went away.
     """
-    from stackforge.edges import docker_engine
-
     if job.skip_reason:
         return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus, runner_kind="docker")
+    ending = end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log_path,
+                              cancel=cancel)
+    return judge(kind, job, ending, run_id=run_id, host_gpus=host_gpus)
+
+
+def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, run_id: str, host_gpus: HostGpus,
+                     log_path: Path | None, cancel: runner.CancelFlag | None) -> Ending:
+    """Run the job's script in a fresh container of ``image``, with the GPUs, host IPC and the large
+    /dev/shm NCCL needs when it gets GPUs, and wait for it to end (the edge of :func:`run_job_in_container`)."""
+    from stackforge.edges import docker_engine
+
     docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
     run = docker_engine.run_container(
         client, image.image_id, argv(job, python="python3", scripts_root=kind.container_root),
-        timeout=job.timeout_s, mounts=kind.container_mounts(job), env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
+        timeout=job.timeout_s, mounts=kind.container_mounts(job),
+        env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
         labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
         ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
         log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
-    if run.cancelled:
-        raise cut_short(kind, job)
-    outcome, facts = outcome_from_ending(kind, exit_code=run.exit_code, timed_out=run.timed_out, signal=run.signal,
-                                         output=run.logs_tail, duration_s=run.duration_s, timeout_s=job.timeout_s,
-                                         target=job.target)
-    return make_record(kind, job, outcome, provenance_from_facts(facts, image, host_gpus, "docker"), run_id=run_id)
+    return Ending(run.exit_code, run.timed_out, run.signal, run.logs_tail, run.duration_s, run.cancelled, image,
+                  "docker")
 
 
 class GpuLocks:
@@ -457,19 +497,29 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
         with gpu_locks.holding(gpus_for(job.spec, job.target, host_gpus), cancel) as free:
             return run_one(job) if free else None
 
-    def run_one(job: Job) -> ResultRecord | None:
+    def unstarted(job: Job, image: ImageRef | None) -> ResultRecord | None:
+        """The record of a job that starts nothing: skipped where it was scheduled, or no image."""
+        if job.skip_reason:
+            return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus,
+                               runner_kind="local" if client is None else "docker")
+        if client is not None and image is None:
+            return missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus,
+                                        not_built=not_built.get(job.stack.id))
+        return None
+
+    def end(job: Job, image: ImageRef | None) -> Ending:
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
+        if client is None:
+            return end_locally(kind, job, python=local_python or "python3", host_gpus=host_gpus, log_path=log,
+                               cancel=cancel)
+        # ``image`` is set: unstarted() recorded the jobs of a stack without one
+        return end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log,
+                                cancel=cancel)
+
+    def run_one(job: Job) -> ResultRecord | None:
         image = found.get(job.stack.id)
         try:
-            if client is None:
-                record = run_job_locally(kind, job, run_id=run_id, host_gpus=host_gpus,
-                                         python=local_python or "python3", log_path=log, cancel=cancel)
-            elif image is None:
-                record = missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus,
-                                              not_built=not_built.get(job.stack.id))
-            else:
-                record = run_job_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus,
-                                              log_path=log, cancel=cancel)
+            record = unstarted(job, image) or judge(kind, job, end(job, image), run_id=run_id, host_gpus=host_gpus)
         except Interrupted:
             return None
         if cancel.is_set():

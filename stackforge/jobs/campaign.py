@@ -1,0 +1,64 @@
+"""A campaign: a plan's jobs recorded into one run of the results store.
+
+:func:`plan_jobs` gives one :class:`CellJob` per kept (stack, target) cell and spec, for probes and
+benchmarks alike; :func:`run_campaign` is the one skeleton every campaign (probe, bench, wheel tier)
+runs: open the run folder, say what is about to run, fill the run record by record, close it. A
+campaign that is interrupted leaves its run folder open with the records written so far (the results
+store reads an unfinished run as such).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stackforge.core.model import Stack, Target
+from stackforge.core.records import ResultRecord, RunStore
+from stackforge.plan.planner import Plan
+
+__all__ = ["CampaignStarted", "CellJob", "plan_jobs", "run_campaign"]
+
+
+@dataclass(frozen=True, slots=True)
+class CellJob:
+    """One (stack, target) cell of a plan and one spec, before it is scheduled (a probe's or a bench's)."""
+
+    stack: Stack
+    target: Target
+    spec: Any   # stackforge.probes.catalog.ProbeSpec or stackforge.bench.catalog.BenchSpec
+
+
+def plan_jobs(plan: Plan, specs: Sequence[Any], stacks: Sequence[Stack] | None = None) -> tuple[CellJob, ...]:
+    """One job per kept (stack, target) cell and spec (pruned cells are not run: rules said why)."""
+    wanted = None if stacks is None else {s.id for s in stacks}
+    return tuple(CellJob(c.stack, c.target, spec) for c in plan.cells
+                 if not c.pruned and (wanted is None or c.stack.id in wanted) for spec in specs)
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignStarted:
+    """What a campaign is about to run, told before its first record."""
+
+    stacks: int
+    jobs: int
+    run_dir: Path
+    #: the wheel tier's index locations, as words; None for scripts that run
+    indexes: str | None = None
+
+
+def run_campaign(store: RunStore, *, matrix_source: str, shard: str | None, stacks: int, jobs: int,
+                 run: Callable[[Path, Callable[[ResultRecord], Any]], list[ResultRecord]],
+                 host: dict[str, Any] | None = None, indexes: str | None = None,
+                 on_start: Callable[[CampaignStarted], None] = lambda started: None) -> list[ResultRecord]:
+    """One run of ``store``: opened (with the host's facts when scripts run on it), announced through
+    ``on_start``, filled by ``run(run_dir, write)`` (``write`` stores one record as it finishes), closed;
+    the records written."""
+    run_dir = store.start(matrix_source=matrix_source, shard=shard)
+    if host is not None:
+        store.note_host(run_dir, host)
+    on_start(CampaignStarted(stacks=stacks, jobs=jobs, run_dir=run_dir, indexes=indexes))
+    records = run(run_dir, lambda record: store.write(run_dir, record))
+    store.finish(run_dir)
+    return records
