@@ -6,7 +6,6 @@ Only parsing and dispatch live here: the loaders are :func:`stackforge.results.s
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import out_path_error, refuse_together
-from stackforge.core.errors import RecordError, SpecError, StackforgeError
+from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.records import ResultRecord
 from stackforge.plan.planner import Plan
@@ -172,7 +171,7 @@ def _plan(loaded: LoadedResults, *, plan_path: Path | None, matrix: str | None, 
     if no_plan:
         return Plan.empty()
     if plan_path is not None:
-        return read_plan(plan_path)
+        return Plan.read(plan_path)
     # The runs remember the matrix they were planned from; use it when it is here and unambiguous.
     run_matrices = sorted({i.matrix_source for i in loaded.runs if i.matrix_source})
     own = run_matrices[0] if len(run_matrices) == 1 and Path(run_matrices[0]).is_file() else None
@@ -197,13 +196,4 @@ def _plan_matrix(matrix: str | None, target: str | None) -> Plan:
                      user_compat=user_compat())
 
 
-def read_plan(path: Path) -> Plan:
-    """Read a plan JSON file; unreadable or malformed plans raise RecordError with the path."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordError("plan file does not exist", path=str(path),
-                          remedy="make one with `stackforge plan --json > plan.json`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError(f"cannot read plan JSON: {exc}", path=str(path)) from None
-    return Plan.from_json(data, path=str(path))
+

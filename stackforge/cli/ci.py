@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from stackforge.cli.options import check_out_path, out_path_error
-from stackforge.core.errors import SpecError
 from stackforge.core.fsio import atomic_write_text
 
 
@@ -87,11 +85,7 @@ def shards(plan_path: Path, shards: int, gpu_labels: tuple[str, ...]) -> None:
     from stackforge.ci.github import ci_matrix
     from stackforge.plan.planner import Plan
 
-    try:
-        plan = json.loads(plan_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{plan_path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    fan_out = ci_matrix(Plan.from_json(plan, path=str(plan_path)), shards, gpu_labels)
+    fan_out = ci_matrix(Plan.read(plan_path), shards, gpu_labels)
     for label in fan_out.unmatched_labels:
         # stderr: stdout goes into $GITHUB_OUTPUT. The runner turns this line into an annotation.
         click.echo(f"::warning::no target in the plan has arch {label}; its GPU runners get no jobs",

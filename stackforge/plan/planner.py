@@ -7,6 +7,7 @@ rules say about each feature; they are never mixed with measurements.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -173,6 +174,26 @@ class Plan:
                        targets=tuple(targets.values()), cells=cells)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RecordError(f"malformed plan: {type(exc).__name__}: {exc}", path=path) from None
+
+    @classmethod
+    def read(cls, path: Path) -> Plan:
+        """Read a plan file (``stackforge plan --json > plan.json``): the one plan reader of every command.
+
+        Raises:
+            RecordError: the file is missing, unreadable or not JSON (``not JSON`` with the line), or
+                :meth:`from_json` refuses it; always with ``path``.
+        """
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RecordError("plan file does not exist", path=str(path),
+                              remedy="make one with `stackforge plan --json > plan.json`") from None
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"cannot read plan JSON: not JSON ({exc.msg} at line {exc.lineno})",
+                              path=str(path)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecordError(f"cannot read plan JSON: {exc}", path=str(path)) from None
+        return cls.from_json(data, path=str(path))
 
 
 def _refuse_plan_without_driver_floor(data: Mapping[str, Any], path: str) -> None:
