@@ -28,7 +28,7 @@ def plan():
 
 
 def test_measured_pass_new_enough_driver_best_throughput(plan):
-    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10").picked()
     assert chosen.candidate.stack_id == CU131
     assert chosen.reference == DIGESTS[CU131] and chosen.candidate.pinned
     assert chosen.exit_code == EXIT_PICKED and chosen.warnings() == ()
@@ -40,14 +40,14 @@ def test_measured_pass_new_enough_driver_best_throughput(plan):
 
 def test_a_plan_read_from_its_json_is_picked_from():
     plan = Plan.from_json(plan_dict(), path="plan.json")
-    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10").picked()
     assert chosen.candidate.stack_id == CU131
 
 
 def test_old_driver_falls_back_to_gate_only_evidence(plan):
     # torch-kernels is a question the gate tier decides (the arch list names sm_120): a gate pass is a pass.
     arch_list = record(CU130, "torch-kernels", "pass", tier="gate", reason="torch arch list has sm_120")
-    chosen = pick([*seed_records(), arch_list], plan, TARGET, ["torch-kernels"], driver="585.1")
+    chosen = pick([*seed_records(), arch_list], plan, TARGET, ["torch-kernels"], driver="585.1").picked()
     assert chosen.candidate.stack_id == CU130
     assert chosen.exit_code == EXIT_GATE_ONLY == 5
     # A bare digest is completed with the image's repository: repo@sha256:...
@@ -60,7 +60,7 @@ def test_an_admitted_feature_is_never_taken_as_working(plan):
     # The gate of flashinfer-ar-fusion compiles nothing that runs: its pass only shows the code admits sm_120,
     # so on the driver that rules out the runtime-measured stack nothing qualifies, and pick says why.
     with pytest.raises(NothingQualifiesError) as info:
-        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="585.1")
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="585.1").picked()
     assert info.value.exit_code == 4
     cu130 = next(c for c in evaluate_candidates(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], "585.1")
                  if c.stack_id == CU130)
@@ -72,14 +72,14 @@ def test_an_admitted_feature_is_never_taken_as_working(plan):
 def test_driver_strings_compare_as_versions(plan):
     # "580.9" < "580.65.06" as versions, although "9" > "6" as text.
     with pytest.raises(NothingQualifiesError):
-        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="580.9")
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="580.9").picked()
     with pytest.raises(SpecError, match="not a version"):
-        pick(seed_records(), plan, TARGET, [], driver="latest")
+        pick(seed_records(), plan, TARGET, [], driver="latest").picked()
 
 
 def test_nothing_qualifies_names_the_closest_and_its_blockers(plan):
     with pytest.raises(NothingQualifiesError) as info:
-        pick(seed_records(), plan, TARGET, ["torch-symm-mem", "flashinfer-jit"], driver="595.10")
+        pick(seed_records(), plan, TARGET, ["torch-symm-mem", "flashinfer-jit"], driver="595.10").picked()
     error = info.value
     assert error.exit_code == 4
     text = error.one_line()
@@ -103,20 +103,20 @@ def test_pruned_predicted_and_untested_are_blockers(plan):
 def test_ties_go_to_the_newer_stack_and_optimize_newest():
     records = [record(CU128, "serve", "pass", tier="bench", metrics=serve_metrics(100.0)),
                record(CU131, "serve", "pass", tier="bench", metrics=serve_metrics(100.0))]
-    assert pick(records, Plan.empty(), TARGET, ["serve"]).candidate.stack_id == CU131
+    assert pick(records, Plan.empty(), TARGET, ["serve"]).picked().candidate.stack_id == CU131
     faster_old = [records[0], dataclasses.replace(records[1], outcome=dataclasses.replace(
         records[1].outcome, metrics=serve_metrics(50.0)))]
-    assert pick(faster_old, Plan.empty(), TARGET, ["serve"]).candidate.stack_id == CU128
-    assert pick(faster_old, Plan.empty(), TARGET, ["serve"], optimize="newest").candidate.stack_id == CU131
+    assert pick(faster_old, Plan.empty(), TARGET, ["serve"]).picked().candidate.stack_id == CU128
+    assert pick(faster_old, Plan.empty(), TARGET, ["serve"], optimize="newest").picked().candidate.stack_id == CU131
 
 
 def test_serving_throughput_outranks_bandwidth_then_gemm():
     records = [record(CU128, "allreduce", "pass", tier="bench", metrics={"busbw_gbps": {"median": 40.0}}),
                record(CU131, "gemm", "pass", tier="bench", metrics={"tflops": 900.0}),
                record(CU130, "serve", "pass", tier="bench", metrics=serve_metrics(10.0))]
-    chosen = pick(records, Plan.empty(), TARGET)
+    chosen = pick(records, Plan.empty(), TARGET).picked()
     assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU130, "output_throughput")
-    chosen = pick(records[:2], Plan.empty(), TARGET)
+    chosen = pick(records[:2], Plan.empty(), TARGET).picked()
     assert (chosen.candidate.stack_id, chosen.candidate.metric.name) == (CU128, "busbw")
 
 
@@ -127,26 +127,26 @@ def test_metrics_as_the_bench_scripts_write_them():
     gemm = {"device": "cuda", "best_tflops": {"bf16": 380.0, "fp8": 700.0}, "rows": [{"tflops": 1.0}]}
     records = [record(CU128, "allreduce", "pass", tier="bench", metrics=allreduce),
                record(CU131, "gemm", "pass", tier="bench", metrics=gemm)]
-    chosen = pick(records, Plan.empty(), TARGET)
+    chosen = pick(records, Plan.empty(), TARGET).picked()
     assert (chosen.candidate.stack_id, chosen.candidate.metric.value, chosen.candidate.metric.unit) == (
         CU128, 41.5, "GB/s")
-    gemm_only = pick(records[1:], Plan.empty(), TARGET).candidate.metric
+    gemm_only = pick(records[1:], Plan.empty(), TARGET).picked().candidate.metric
     assert (gemm_only.name, gemm_only.value, gemm_only.unit) == ("tflops", 700.0, "TFLOP/s")
     serve = record(CU130, "serve", "pass", tier="bench", metrics={"output_tok_s": 95.0, "ttft_ms": {"median": 80}})
-    assert pick([*records, serve], Plan.empty(), TARGET).candidate.stack_id == CU130
+    assert pick([*records, serve], Plan.empty(), TARGET).picked().candidate.stack_id == CU130
 
 
 def test_unpinned_images_and_mixed_images_warn():
     records = [record(CU128, "serve", "pass", tier="bench", digest="", created_at="2026-03-01T00:00:00+00:00"),
                record(CU128, "flashinfer-jit", "pass", digest="", image="stackforge/other:1",
                       created_at="2026-03-02T00:00:00+00:00")]
-    chosen = pick(records, Plan.empty(), TARGET, ["serve", "flashinfer-jit"])
+    chosen = pick(records, Plan.empty(), TARGET, ["serve", "flashinfer-jit"]).picked()
     assert chosen.reference == f"sha256:{'1' * 64}" and not chosen.candidate.pinned
     warnings = " ".join(chosen.warnings())
     assert "not pinned by digest" in warnings
     assert "2 different images" not in warnings                                   # same image id both times
     other = dataclasses.replace(records[1], provenance=dataclasses.replace(records[1].provenance, image_id="sha256:2"))
-    chosen = pick([records[0], other], Plan.empty(), TARGET, ["serve", "flashinfer-jit"])
+    chosen = pick([records[0], other], Plan.empty(), TARGET, ["serve", "flashinfer-jit"]).picked()
     warnings = " ".join(chosen.warnings())
     assert "2 different images" in warnings
 
@@ -157,12 +157,12 @@ def test_an_undecided_record_is_never_evidence_for_an_image():
     undecided = record(CU131, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server",
                        image="stackforge/elsewhere:9", digest="sha256:" + "e" * 64,
                        created_at="2026-03-09T00:00:00+00:00")                 # newer, another image
-    chosen = pick([passed, undecided], Plan.empty(), TARGET, ["serve"])
+    chosen = pick([passed, undecided], Plan.empty(), TARGET, ["serve"]).picked()
     assert chosen.reference == DIGESTS[CU131] and "different images" not in " ".join(chosen.warnings())
     # Only undecided records: the feature has no verdict (not ruled out) and there is no image to offer.
     only = record(CU130, "serve", "undecided", tier="gate", probe="gate.x", reason="needs a running server")
     with pytest.raises(NothingQualifiesError):
-        pick([only], Plan.empty(), TARGET, ["serve"])
+        pick([only], Plan.empty(), TARGET, ["serve"]).picked()
     candidate = evaluate_candidates([only], Plan.empty(), TARGET, ["serve"])[0]
     checks = {c.name: c for c in candidate.blockers}
     assert checks["serve"].line == "serve: no verdict, undecided by gate.x: needs a running server"
@@ -172,9 +172,9 @@ def test_an_undecided_record_is_never_evidence_for_an_image():
 
 def test_unknown_feature_and_optimize_are_spec_errors(plan):
     with pytest.raises(SpecError, match="unknown feature.*flashinfer-ar-fushion"):
-        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fushion"])
+        pick(seed_records(), plan, TARGET, ["flashinfer-ar-fushion"]).picked()
     with pytest.raises(SpecError, match="optimize"):
-        pick(seed_records(), plan, TARGET, [], optimize="cheapest")
+        pick(seed_records(), plan, TARGET, [], optimize="cheapest").picked()
 
 
 def test_a_feature_only_a_probe_decides_is_accepted_before_any_record_measures_it(plan):
@@ -183,9 +183,9 @@ def test_a_feature_only_a_probe_decides_is_accepted_before_any_record_measures_i
     candidates = evaluate_candidates(seed_records(), plan, TARGET, ["p2p-access"])
     assert candidates and all(not c.qualifies for c in candidates)
     with pytest.raises(NothingQualifiesError):
-        pick(seed_records(), plan, TARGET, ["p2p-access"])
+        pick(seed_records(), plan, TARGET, ["p2p-access"]).picked()
     with pytest.raises(SpecError, match="unknown feature.*p2p-acess; known: .*p2p-access"):
-        pick(seed_records(), plan, TARGET, ["p2p-acess"])
+        pick(seed_records(), plan, TARGET, ["p2p-acess"]).picked()
 
 
 def test_requires_driver_rules_are_honoured():
@@ -195,12 +195,12 @@ def test_requires_driver_rules_are_honoured():
                              "requires": {"driver": ">=600"}, "sources": []})
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old"):
         pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
-             ["flashinfer-jit"], driver="595.10")
+             ["flashinfer-jit"], driver="595.10").picked()
 
 
 def test_pick_json(plan):
     candidates = evaluate_candidates(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], "595.10")
-    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10")
+    chosen = pick(seed_records(), plan, TARGET, ["flashinfer-ar-fusion"], driver="595.10").picked()
     data = pick_to_json(chosen, candidates, TARGET, ["flashinfer-ar-fusion"], "595.10")
     assert (data["status"], data["exit_code"], data["image"]) == ("picked", 0, DIGESTS[CU131])
     assert data["candidates"][0]["stack_id"] == CU131 and data["candidates"][0]["qualifies"]
@@ -216,4 +216,4 @@ def test_the_driver_floor_is_the_plan_cells_not_recomputed_from_derived():
     cell["driver_floor"] = {"version": "600", "because": ["CUDA 13.x: driver >= 600 [>= 600]"]}
     with pytest.raises(NothingQualifiesError, match="driver 595.10 is too old: this stack needs >= 600"):
         pick([r for r in seed_records() if r.stack_id == CU131], Plan.from_json(data), TARGET,
-             ["flashinfer-jit"], driver="595.10")
+             ["flashinfer-jit"], driver="595.10").picked()

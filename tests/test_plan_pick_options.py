@@ -53,11 +53,11 @@ def test_pick_with_the_help_example_driver_does_not_block_cuda_13_1():
     # `pick --help` shows --driver 580.95.05: a 13.x driver, enough for every 13.1 stack.
     plan = Plan.from_json(plan_file(resolve_matrix_path(None), cuda="13.1").to_json())
     records = [record(WHEELS_131, "flashinfer-jit", "pass", digest="sha256:" + "d" * 64)]
-    chosen = pick(records, plan, TARGET, ["flashinfer-jit"], driver="580.95.05")
+    chosen = pick(records, plan, TARGET, ["flashinfer-jit"], driver="580.95.05").picked()
     assert chosen.candidate.stack_id == WHEELS_131
     assert any("driver 580.95.05 meets >= 580" in line for line in chosen.why())
     with pytest.raises(NothingQualifiesError, match="driver 575.51 is too old: this stack needs >= 580"):
-        pick(records, plan, TARGET, ["flashinfer-jit"], driver="575.51")
+        pick(records, plan, TARGET, ["flashinfer-jit"], driver="575.51").picked()
 
 
 def test_driver_floor_is_data_with_a_source():
@@ -103,7 +103,7 @@ def test_pick_respects_the_plan_it_is_given(workspace):
 
 def test_scope_without_plan_keeps_measured_stacks():
     from stackforge.report.pick import Scope
-    chosen = pick(seed_records(), Plan.empty(), TARGET, scope=Scope(plan_only=False))
+    chosen = pick(seed_records(), Plan.empty(), TARGET, scope=Scope(plan_only=False)).picked()
     assert chosen.candidate.stack_id == CU131
 
 

@@ -83,6 +83,24 @@ def test_best_stack_of_each_family_and_the_evidence_of_each_side():
     assert report.before.driver_floor.version == "570.26" and report.after.driver_floor.version == "590.44.01"
 
 
+def test_the_upgrade_is_read_off_one_matrix_built_once(monkeypatch):
+    """Both sides, pick's ranking of each CUDA family and the remaining dead ends come from one build of
+    the compatibility matrix (it was built three times: once here, twice through pick)."""
+    from stackforge.report import compat_matrix, pick, upgrade as upgrade_module
+
+    built = []
+
+    def counting(*args, **kwargs):
+        built.append(args[2])
+        return compat_matrix.build_matrix(*args, **kwargs)
+
+    monkeypatch.setattr(upgrade_module, "build_matrix", counting)
+    monkeypatch.setattr(pick, "build_matrix", counting)
+    report = upgrade(seed_records(), *by_cuda("12.8", "13.1"))
+    assert (report.before.stack_id, report.after.stack_id) == (CU128, CU131)
+    assert built == [TARGET]
+
+
 def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not_the_upgrades():
     plan = plan_dict()
     for cell in plan["cells"]:

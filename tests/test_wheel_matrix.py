@@ -133,7 +133,7 @@ def test_deadends_says_when_the_newest_release_read_still_blocks():
 def test_pick_never_takes_a_wheel_reading_that_admits_as_working():
     records = [*seed_records(), wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.AVAILABLE)]
     with pytest.raises(NothingQualifiesError):
-        pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",))
+        pick(records, Plan.from_json(plan_dict()), TARGET, require=("torch-symm-mem",)).picked()
     cu130 = next(c for c in evaluate_candidates(records, Plan.from_json(plan_dict()), TARGET, ("torch-symm-mem",))
                  if c.stack_id == CU130)
     blocker, = cu130.blockers

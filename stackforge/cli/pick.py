@@ -15,19 +15,7 @@ import click
 from stackforge.cli._evidence import evidence_options, load_evidence, say_currency, warn
 from stackforge.cli.options import cuda_option, only_option
 from stackforge.core.envelope import report_json_text
-from stackforge.core.errors import NothingQualifiesError
-from stackforge.report.pick import (
-    OPTIMIZE,
-    Candidate,
-    Scope,
-    choose,
-    closest_first,
-    evaluate_candidates,
-    explain_shortfall,
-    pick_to_json,
-    predictions_only_shortfall,
-    shortfall_remedy,
-)
+from stackforge.report.pick import OPTIMIZE, Scope, pick
 
 
 @click.command(name="pick")
@@ -61,53 +49,24 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
                              target=target, skip_bad=skip_bad)
     features = tuple(dict.fromkeys(f.strip() for item in require for f in item.split(",") if f.strip()))
     scope = Scope(cuda=cuda, only=only, plan_only=plan_path is not None or matrix is not None)
-    candidates = evaluate_candidates(evidence.records, evidence.plan, evidence.target, features, driver,
-                                     optimize, scope=scope)
-    chosen = choose(candidates, evidence.target, optimize)
+    answer = pick(evidence.records, evidence.plan, evidence.target, features, driver, optimize, scope=scope,
+                  predictions_only=evidence.predictions_only)
     if fmt == "json":
-        payload = pick_to_json(chosen, candidates, evidence.target, features, driver)
-        payload["predictions_only"] = evidence.predictions_only
+        payload = answer.to_json()
         payload["currency"] = evidence.currency.to_json() if evidence.currency else None
         click.echo(report_json_text(payload), nl=False)
-    if chosen is None:
+    if answer.chosen is None:
         if fmt == "text":
-            _explain(candidates, evidence.target, features, driver)
+            for line in answer.shortfall_lines():
+                click.echo(line, err=True)
             say_currency(evidence, results)
-        if evidence.predictions_only:   # no image from a prediction, ever: exit 4, never 0 or 5
-            raise predictions_only_shortfall(candidates, evidence.target)
-        raise NothingQualifiesError(_short(candidates, evidence.target, fmt),
-                                    remedy=shortfall_remedy(evidence.target))
+        raise answer.shortfall("listed above" if fmt == "text" else "see the JSON's candidates")
     if fmt == "text":
-        click.echo(chosen.reference)
-        for line in chosen.why():
+        click.echo(answer.chosen.reference)
+        for line in answer.chosen.why():
             click.echo(f"  {line}", err=True)
-        for message in chosen.warnings():
+        for message in answer.chosen.warnings():
             warn(message)
         say_currency(evidence, results)
-    if chosen.exit_code:
-        raise click.exceptions.Exit(chosen.exit_code)
-
-
-def _explain(candidates: tuple[Candidate, ...], target: str, features: tuple[str, ...],
-             driver: str | None) -> None:
-    """The closest stacks and every blocker, one per line, on stderr."""
-    ordered = closest_first(candidates)
-    if not ordered:
-        click.echo(explain_shortfall(candidates, target, features, driver), err=True)
-        return
-    click.echo(f"no image qualifies for {target}; closest first:", err=True)
-    for candidate in ordered[:3]:
-        image = f" ({candidate.image})" if candidate.image else ""
-        click.echo(f"  {candidate.stack_id}{image}: {len(candidate.blockers)} blocker(s)", err=True)
-        for check in candidate.blockers:
-            click.echo(f"    ✘ {check.line}", err=True)
-
-
-def _short(candidates: tuple[Candidate, ...], target: str, fmt: str) -> str:
-    ordered = closest_first(candidates)
-    if not ordered:
-        return f"no image qualifies for target {target}: no stack has results or plan entries for it"
-    closest = ordered[0]
-    where = "listed above" if fmt == "text" else "see the JSON's candidates"
-    return (f"no image qualifies for target {target}; closest is {closest.stack_id} with "
-            f"{len(closest.blockers)} blocker(s) ({where})")
+    if answer.chosen.exit_code:
+        raise click.exceptions.Exit(answer.chosen.exit_code)

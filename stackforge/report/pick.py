@@ -50,6 +50,7 @@ from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import (
     CellSource,
     CellStatus,
+    MatrixReport,
     Metric,
     ReportCell,
     ReportRow,
@@ -62,9 +63,9 @@ from stackforge.report.compat_matrix import (
     stack_order_key,
 )
 
-__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "Candidate", "Pick",
+__all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "Candidate", "Pick", "PickAnswer",
            "RequirementCheck", "Scope",
-           "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
+           "candidates_in", "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
            "predicted_to_qualify", "predictions_only_shortfall", "shortfall_remedy"]
 
 EXIT_PICKED = 0
@@ -197,34 +198,90 @@ class Pick:
         return self.candidate.warnings + extra
 
 
+@dataclass(frozen=True, slots=True)
+class PickAnswer:
+    """What ``stackforge pick`` answers: the pick (or None) among the candidates judged, and everything
+    its text, its JSON and its shortfall error are written from."""
+
+    target: str
+    require: tuple[str, ...]
+    driver: str | None
+    candidates: tuple[Candidate, ...]
+    chosen: Pick | None
+    predictions_only: bool = False
+
+    def picked(self) -> Pick:
+        """The pick. Raises :meth:`shortfall` when nothing qualifies."""
+        if self.chosen is None:
+            raise self.shortfall()
+        return self.chosen
+
+    def shortfall(self, where: str | None = None) -> NothingQualifiesError:
+        """The error for nothing qualifying (exit 4): with predictions only, the stacks to build and
+        probe; else the closest stack and, without ``where``, each of its blockers in the message
+        (with ``where``, the message says where they are listed instead). ``exc.shortfall`` holds the
+        candidates, closest first."""
+        if self.predictions_only:
+            error = predictions_only_shortfall(self.candidates, self.target)
+        elif where is None:
+            error = NothingQualifiesError(explain_shortfall(self.candidates, self.target, self.require, self.driver),
+                                          remedy=shortfall_remedy(self.target))
+        else:
+            error = NothingQualifiesError(_brief_shortfall(self.candidates, self.target, where),
+                                          remedy=shortfall_remedy(self.target))
+        error.shortfall = closest_first(self.candidates)  # type: ignore[attr-defined]
+        return error
+
+    def shortfall_lines(self) -> tuple[str, ...]:
+        """The closest stacks (three) and every blocker of each, one per line."""
+        ordered = closest_first(self.candidates)
+        if not ordered:
+            return (explain_shortfall(self.candidates, self.target, self.require, self.driver),)
+        lines = [f"no image qualifies for {self.target}; closest first:"]
+        for candidate in ordered[:3]:
+            image = f" ({candidate.image})" if candidate.image else ""
+            lines.append(f"  {candidate.stack_id}{image}: {len(candidate.blockers)} blocker(s)")
+            lines += [f"    ✘ {check.line}" for check in candidate.blockers]
+        return tuple(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """Versioned JSON for ``stackforge pick --format json`` (a pick, or the shortfall)."""
+        payload = pick_to_json(self.chosen, self.candidates, self.target, self.require, self.driver)
+        payload["predictions_only"] = self.predictions_only
+        return payload
+
+
 def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
          require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput", *,
-         scope: Scope | None = None) -> Pick:
-    """Pick the best image for ``target`` by evidence.
+         scope: Scope | None = None, predictions_only: bool = False) -> PickAnswer:
+    """Pick the best image for ``target`` by evidence: the one library entry of ``stackforge pick``.
 
     Args:
         records: measured results (any targets).
         plan: the plan (predictions, pruned stacks, driver floors); a plan file is read with
-            :meth:`stackforge.plan.planner.Plan.from_json`.
+            :meth:`stackforge.plan.planner.Plan.read`.
         target: target profile name.
         require: features that must work.
         driver: the host's driver version (``"580.95.05"``), or None to skip the driver check.
         optimize: ``"throughput"`` or ``"newest"``.
         scope: which stacks may be picked at all (toolkits, stack ids, the plan's stacks only).
+        predictions_only: there are no probe results at all (the shortfall then names stacks to probe).
 
     Raises:
-        NothingQualifiesError: no stack qualifies; the message names the closest stack and what blocks
-            it, and ``exc.shortfall`` holds the candidates (closest first).
         SpecError: an unknown feature, target, optimize value or a driver that is not a version.
     """
     candidates = evaluate_candidates(records, plan, target, require, driver, optimize, scope=scope)
     chosen = choose(candidates, target, optimize)
-    if chosen is None:
-        error = NothingQualifiesError(explain_shortfall(candidates, target, require, driver),
-                                      remedy=shortfall_remedy(target))
-        error.shortfall = closest_first(candidates)  # type: ignore[attr-defined]
-        raise error
-    return chosen
+    return PickAnswer(target, tuple(require), driver, candidates, chosen, predictions_only)
+
+
+def _brief_shortfall(candidates: Sequence[Candidate], target: str, where: str) -> str:
+    ordered = closest_first(candidates)
+    if not ordered:
+        return f"no image qualifies for target {target}: no stack has results or plan entries for it"
+    closest = ordered[0]
+    return (f"no image qualifies for target {target}; closest is {closest.stack_id} with "
+            f"{len(closest.blockers)} blocker(s) ({where})")
 
 
 def choose(candidates: Sequence[Candidate], target: str, optimize: str = "throughput") -> Pick | None:
@@ -245,10 +302,10 @@ def shortfall_remedy(target: str) -> str:
 def evaluate_candidates(records: Sequence[ResultRecord], plan: Plan, target: str,
                         require: Sequence[str] = (), driver: str | None = None,
                         optimize: str = "throughput", *, scope: Scope | None = None) -> tuple[Candidate, ...]:
-    """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements."""
+    """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements,
+    on the compatibility matrix built once for them."""
     if optimize not in OPTIMIZE:
         raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
-    host_driver = _driver_version(driver)
     report = build_matrix(records, plan, target)
     unmeasured = [f for f in require if f not in report.features]
     if unmeasured:
@@ -256,6 +313,14 @@ def evaluate_candidates(records: Sequence[ResultRecord], plan: Plan, target: str
         # still a feature (the same names `matrix --feature` and `list features` know), its cells unknown.
         check_features(unmeasured, report.features)
         report = build_matrix(records, plan, target, features=(*report.features, *unmeasured))
+    return candidates_in(report, target, require, driver, scope=scope)
+
+
+def candidates_in(report: MatrixReport, target: str, require: Sequence[str] = (), driver: str | None = None, *,
+                  scope: Scope | None = None) -> tuple[Candidate, ...]:
+    """The candidates of a matrix already built for ``target`` (its columns hold every required feature):
+    what ``upgrade`` ranks its CUDA families with, on the one matrix it reports from."""
+    host_driver = _driver_version(driver)
     target_min = report.target_info.get("min_driver")
     rows = (scope or Scope()).select(report.rows)
     return tuple(_candidate(row, target, tuple(require), driver, host_driver, target_min) for row in rows)

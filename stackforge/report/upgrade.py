@@ -59,8 +59,8 @@ from stackforge.report.deadends import DeadEnd, find_dead_ends
 from stackforge.report.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
 from stackforge.report.pick import (
     Candidate,
+    candidates_in,
     choose,
-    evaluate_candidates,
     predicted_to_qualify,
 )
 
@@ -274,7 +274,7 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
             or a CUDA family whose every stack the plan prunes.
     """
     report = build_matrix(records, plan, target, runs=runs)
-    candidates = {c.stack_id: c for c in evaluate_candidates(records, plan, target)}
+    candidates = {c.stack_id: c for c in candidates_in(report, target)}   # the one matrix, built once
     sides = []
     for role, choice in (("from", before), ("to", after)):
         row, why = _resolve(report, tuple(candidates.values()), choice, role, plan_only)
