@@ -11,7 +11,7 @@ from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, reco
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import build_matrix
-from stackforge.report.deadends import find_dead_ends, render_deadends
+from stackforge.report.deadends import find_dead_ends, write_deadends
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_a_stack_whose_code_only_admits_a_feature_unblocks_it_as_admitted_not_me
     dead = find_dead_ends(build_matrix(records, Plan.from_json(plan_dict()), TARGET))
     fusion = next(d for d in dead.dead_ends if d.feature == "flashinfer-ar-fusion")
     assert (fusion.unblocked_by.stack_id, fusion.unblocked_by.basis) == (CU130, "admitted")
-    text = render_deadends(dead, "md")
+    text = write_deadends(dead, "md")
     assert f"first unblocked by {CU130} (admitted by the code (gate), not measured working:" in text
     assert "- [ ] **flashinfer-ar-fusion**" in text          # the way out is not proven: the box stays open
 
@@ -60,7 +60,7 @@ def test_an_undecided_cell_is_not_dead_and_says_who_left_it_undecided():
     predicted = next(e for e in symm.dead_on if e.stack_id == CU130)       # the rule's prediction still shows
     assert (predicted.status, predicted.source) == ("unavailable", "predicted")
     assert predicted.undecided == "undecided by gate.sglang.symm-mem: needs a running server"
-    assert "🤷 undecided by gate.sglang.symm-mem: needs a running server" in render_deadends(dead, "md")
+    assert "🤷 undecided by gate.sglang.symm-mem: needs a running server" in write_deadends(dead, "md")
     tree = next(d for d in dead.dead_ends if d.feature == "nccl-graph-tree")
     assert [e.stack_id for e in tree.dead_on] == [CU131]                   # the measured fail, not the undecided
     assert find_dead_ends(build_matrix([undecided], Plan.empty(), TARGET)).dead_ends == ()
@@ -74,27 +74,27 @@ def test_custom_allreduce_passing_is_not_a_dead_end_and_pruned_stacks_are_listed
 
 
 def test_markdown_reads_like_the_seed_todo_list(dead):
-    text = render_deadends(dead, "md")
+    text = write_deadends(dead, "md")
     assert "- [x] **flashinfer-ar-fusion** — DEAD END on 1 of 3 stacks (JIT doesn't support SM120)" in text
     assert f"first unblocked by {CU131} (measured pass, runtime:" in text
     assert "no stack in this matrix unblocks it" in text
     assert f"⛔ `{PRUNED}`" in text
-    data = json.loads(render_deadends(dead, "json"))
+    data = json.loads(write_deadends(dead, "json"))
     assert data["schema"] == "stackforge.deadends" and len(data["dead_ends"]) == 4
-    assert re.search(r"torch-symm-mem +3/3 stacks  ", render_deadends(dead, "text"))
+    assert re.search(r"torch-symm-mem +3/3 stacks  ", write_deadends(dead, "text"))
     with pytest.raises(SpecError):
-        render_deadends(dead, "xml")
+        write_deadends(dead, "xml")
 
 
 def test_no_dead_ends():
     report = build_matrix([record(CU131, "serve", "pass", tier="bench")], Plan.empty(), TARGET)
     dead = find_dead_ends(report)
     assert dead.dead_ends == ()
-    assert "No dead ends" in render_deadends(dead, "md")
+    assert "No dead ends" in write_deadends(dead, "md")
 
 
 def test_open_dead_ends_are_unchecked_boxes_and_reasons_are_cut_only_on_one_screen_and_say_so(dead):
-    text = render_deadends(dead, "md")
+    text = write_deadends(dead, "md")
     # Measured to pass on a later stack: done. Nothing unblocks it, or only a prediction does: still open.
     assert "- [x] **flashinfer-ar-fusion**" in text
     assert "- [ ] **torch-symm-mem** — DEAD END on 3 of 3 stacks" in text
@@ -104,9 +104,9 @@ def test_open_dead_ends_are_unchecked_boxes_and_reasons_are_cut_only_on_one_scre
     report = find_dead_ends(build_matrix(records, Plan.empty(), TARGET))
     # The pull-request markdown and --evidence keep everything; the one-screen text cuts at a boundary and
     # states how much it left out.
-    for out in (render_deadends(report, "md"), render_deadends(report, "text", evidence=True)):
+    for out in (write_deadends(report, "md"), write_deadends(report, "text", evidence=True)):
         assert "END-OF-REASON" in out and "END-OF-EVIDENCE" in out
-    assert "<details><summary>evidence</summary>" in render_deadends(report, "md")
-    screen = render_deadends(report, "text")
+    assert "<details><summary>evidence</summary>" in write_deadends(report, "md")
+    screen = write_deadends(report, "text")
     assert "END-OF-REASON" not in screen and "chars)" in screen
     assert max(len(line) for line in screen.splitlines()) <= 200

@@ -14,15 +14,8 @@ from stackforge.core.records import Tier
 from stackforge.plan.features import ADMITS, DECIDES, load_feature_catalog
 from stackforge.plan.planner import Plan
 from stackforge.plan.rules import FEATURES, load_targets
-from stackforge.report.compat_matrix import (
-    CellJudge,
-    CellSource,
-    CellStatus,
-    build_matrix,
-    decide_cell,
-    render_matrix_csv,
-    render_matrix_json,
-)
+from stackforge.report.compat_matrix import CellJudge, CellSource, CellStatus, build_matrix, decide_cell
+from stackforge.report.compat_matrix_write import write_matrix_csv, write_matrix_json
 from stackforge.report.deadends import find_dead_ends
 from stackforge.report.upgrade import ChangeKind, StackChoice, build_upgrade, change_of, summary_line
 
@@ -75,8 +68,8 @@ def test_a_not_applicable_cell_keeps_its_records_and_is_no_dead_end_in_any_forma
     assert (cell.status, cell.source) == (CellStatus.NOT_APPLICABLE, CellSource.TARGET)
     assert cell.reason.startswith(f"n/a on {TARGET}: needs NVLink or an RDMA NIC") and cell.records
     assert not find_dead_ends(report).dead_ends
-    assert '"status": "n/a"' in render_matrix_json(report)
-    assert ",ep-a2a,n/a,target," in render_matrix_csv(report)
+    assert '"status": "n/a"' in write_matrix_json(report)
+    assert ",ep-a2a,n/a,target," in write_matrix_csv(report)
 
 
 def test_upgrade_counts_keep_admitted_apart_from_gained_and_leave_n_a_out():

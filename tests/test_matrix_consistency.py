@@ -21,14 +21,8 @@ from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import ResultRecord, Status
 from stackforge.plan.features import load_feature_catalog
 from stackforge.plan.planner import Plan
-from stackforge.report.compat_matrix import (
-    CellSource,
-    CellStatus,
-    build_matrix,
-    cell_judges,
-    decide_cell,
-    render_matrix_json,
-)
+from stackforge.report.compat_matrix import CellSource, CellStatus, build_matrix, cell_judges, decide_cell
+from stackforge.report.compat_matrix_write import write_matrix_json
 from stackforge.report.deadends import find_dead_ends
 from stackforge.report.pick import pick
 from stackforge.results.store import load_results, start_run, write_record
@@ -51,7 +45,7 @@ def assert_consistent(records: list[ResultRecord], plan: Plan, target: str) -> N
 def _matrix_reflects_records(report, records, plan) -> None:
     placed = [r for _, cell in report.cells() for r in cell.records]
     assert sorted(r.key for r in placed) == sorted(r.key for r in records)          # each record, exactly once
-    json_rows = {row["stack_id"]: row for row in json.loads(render_matrix_json(report))["rows"]}
+    json_rows = {row["stack_id"]: row for row in json.loads(write_matrix_json(report))["rows"]}
     judges = cell_judges(report.features, plan.target(report.target), load_feature_catalog())
     for row, cell in report.cells():
         mine = [r for r in records if r.stack_id == row.stack_id and r.feature == cell.feature]

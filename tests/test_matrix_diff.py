@@ -9,15 +9,16 @@ from matrix_fixtures import CU128, CU131, TARGET, plan_dict, record, seed_record
 
 from stackforge.core.errors import RecordError
 from stackforge.plan.planner import Plan
-from stackforge.report.compat_matrix import build_matrix, render_matrix_json
+from stackforge.report.compat_matrix import build_matrix
+from stackforge.report.compat_matrix_write import write_matrix_json
 from stackforge.report.diff import (
     MetricStats,
     diff_snapshots,
     load_snapshot,
     metric_stats,
-    render_diff,
     snapshot_from_matrix_json,
     snapshot_from_records,
+    write_diff,
 )
 from stackforge.results.store import start_run, write_record
 
@@ -102,8 +103,8 @@ def test_appearing_and_disappearing_cells_are_reported():
 
 def test_matrix_json_and_run_folders_diff_the_same(tmp_path):
     plan = Plan.from_json(plan_dict())
-    (tmp_path / "a.json").write_text(render_matrix_json(build_matrix(RUN_A, plan, TARGET)))
-    (tmp_path / "b.json").write_text(render_matrix_json(build_matrix(RUN_B, plan, TARGET)))
+    (tmp_path / "a.json").write_text(write_matrix_json(build_matrix(RUN_A, plan, TARGET)))
+    (tmp_path / "b.json").write_text(write_matrix_json(build_matrix(RUN_B, plan, TARGET)))
     from_json = diff_snapshots(load_snapshot(tmp_path / "a.json"), load_snapshot(tmp_path / "b.json"))
     for name, records in (("ra", RUN_A), ("rb", RUN_B)):
         run_dir = start_run(tmp_path / name, command=["t"], run_id=name)
@@ -116,10 +117,10 @@ def test_matrix_json_and_run_folders_diff_the_same(tmp_path):
 
 def test_renderings_and_bad_inputs(tmp_path):
     diff = diff_snapshots(snapshot_from_records(RUN_A, "a"), snapshot_from_records(RUN_B, "b"))
-    md = render_diff(diff, "md")
+    md = write_diff(diff, "md")
     assert "REGRESSION: `" + CU128 in md and "admitted (gate) → fail (gate)" in md
     assert "REGRESSION: `" + CU131 + "` · serve · output_throughput" in md and "(-12.5%)" in md
-    data = json.loads(render_diff(diff, "json"))
+    data = json.loads(write_diff(diff, "json"))
     assert data["noise_rule"] == {"k": 1.0, "relative_threshold": 0.02, "no_spread_relative_threshold": 0.1}
     assert data["regressions"] == 2
     with pytest.raises(RecordError, match="not a stackforge matrix JSON"):

@@ -18,7 +18,7 @@ from matrix_fixtures import CU128, CU130, CU131, PRUNED, TARGET, plan_dict, seed
 
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import build_matrix
-from stackforge.report.compat_matrix_html import render_matrix_html
+from stackforge.report.compat_matrix_html import write_matrix_html
 
 pytestmark = pytest.mark.browser
 
@@ -30,7 +30,7 @@ def page(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("html") / "matrix.html"
     report = build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET,
                         runs=("20260301T020000Z-aaaaaa",))
-    path.write_text(render_matrix_html(report), encoding="utf-8")
+    path.write_text(write_matrix_html(report), encoding="utf-8")
     return path
 
 

@@ -34,12 +34,10 @@ from stackforge.report.compat_matrix import (
     decide_cell,
     key_metric,
     metric_center,
-    render_matrix_csv,
-    render_matrix_json,
-    render_matrix_md,
 )
-from stackforge.report.compat_matrix_html import render_matrix_html
-from stackforge.report.formats import render_matrix
+from stackforge.report.compat_matrix_html import write_matrix_html
+from stackforge.report.compat_matrix_write import write_matrix_csv, write_matrix_json, write_matrix_md
+from stackforge.report.formats import write_matrix
 
 
 @pytest.fixture
@@ -118,20 +116,20 @@ def test_undecided_cells_render_with_who_and_why():
     report = build_matrix(records, plan, TARGET)
     cell = report.row(CU131).cell("nccl-graph-tree")
     assert cell.status is CellStatus.UNDECIDED
-    md = render_matrix_md(report)
+    md = write_matrix_md(report)
     assert "🤷 undecided" in md and "left undecided by their probes" in md
     assert "undecided by gate.x: needs a server" in md and "config namespace 'exec' not published" in md
     assert "undecided by gate.y: needs a server too" in md         # a predicted cell says it too
-    data = json.loads(render_matrix_json(report))
+    data = json.loads(write_matrix_json(report))
     assert "undecided" in data["legend"]
     cells = {(r["stack_id"], c["feature"]): c for r in data["rows"] for c in r["cells"]}
     assert cells[(CU131, "nccl-graph-tree")]["status"] == "undecided"
     assert cells[(CU130, "torch-symm-mem")]["status"] == "unavailable"
     assert cells[(CU130, "torch-symm-mem")]["undecided"] == "undecided by gate.y: needs a server too"
-    rows = list(csv.DictReader(io.StringIO(render_matrix_csv(report))))
+    rows = list(csv.DictReader(io.StringIO(write_matrix_csv(report))))
     assert next(r for r in rows if r["stack_id"] == CU131 and r["feature"] == "nccl-graph-tree")["undecided"] \
         == "undecided by gate.x: needs a server"
-    html = render_matrix_html(report)
+    html = write_matrix_html(report)
     assert 'data-status="undecided"' in html and "undecided by gate.y: needs a server too" in html
 
 
@@ -238,7 +236,7 @@ def test_the_real_plan_json_is_understood(tmp_path):
 
 
 def test_markdown_table_legend_and_footnotes(report):
-    text = render_matrix_md(report)
+    text = write_matrix_md(report)
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert len(table) == 2 + 4                                           # header, rule, 4 stacks
     assert all(line.count("|") == len(FEATURES) + 2 for line in table)   # no stray pipes break a row
@@ -264,17 +262,17 @@ def test_large_matrices_still_fit_a_pr_comment():
                       evidence="x" * 500)
                for i in range(60) for f in features for status, tier in (("pass", "gate"), ("fail", "runtime"))]
     report = build_matrix(records, Plan.empty(), TARGET)
-    text = render_matrix_md(report)
+    text = write_matrix_md(report)
     assert len(text) <= 60_000
     assert "shortened to fit a PR comment" in text
     assert text.count("\n| `cu13") == 60                                   # every stack is still a row
-    small = render_matrix_md(build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET))
+    small = write_matrix_md(build_matrix(seed_records(), Plan.from_json(plan_dict()), TARGET))
     assert "shortened" not in small
 
 
 def test_markdown_survives_hostile_evidence():
     evil = record(CU128, "serve", "fail", tier="bench", reason="a | b\nc", evidence="x`y`|z\n" * 200)
-    text = render_matrix_md(build_matrix([evil], Plan.empty(), TARGET))
+    text = write_matrix_md(build_matrix([evil], Plan.empty(), TARGET))
     row = next(line for line in text.splitlines() if line.startswith(f"| `{CU128}`"))
     assert row.count("|") - row.count("\\|") == 3
     note = next(line for line in text.splitlines() if line.startswith("[^1]:"))
@@ -285,7 +283,7 @@ def test_markdown_survives_hostile_evidence():
 
 
 def test_json_envelope(report):
-    data = json.loads(render_matrix_json(report))
+    data = json.loads(write_matrix_json(report))
     assert set(data) == {"schema", "schema_version", "matrix", "target", "runs", "predictions_only", "features",
                          "legend", "rows"}
     assert (data["schema"], data["schema_version"]) == (COMPAT_MATRIX_SCHEMA, 1)
@@ -301,7 +299,7 @@ def test_json_envelope(report):
 
 
 def test_csv_has_one_line_per_cell(report):
-    rows = list(csv.DictReader(io.StringIO(render_matrix_csv(report))))
+    rows = list(csv.DictReader(io.StringIO(write_matrix_csv(report))))
     assert len(rows) == 4 * len(FEATURES)
     serve = next(r for r in rows if r["stack_id"] == CU131 and r["feature"] == "serve")
     assert (serve["status"], serve["source"], serve["tier"], serve["metric_value"]) == ("pass", "measured",
@@ -313,7 +311,7 @@ def test_csv_has_one_line_per_cell(report):
 
 def test_unknown_format_is_a_spec_error(report):
     with pytest.raises(SpecError, match="unknown format 'pdf'"):
-        render_matrix(report, "pdf")
+        write_matrix(report, "pdf")
 
 
 # ---------------------------------------------------------------------------------------------- html
@@ -325,7 +323,7 @@ def test_html_is_self_contained_and_escapes_evidence():
     plan = plan_dict()
     for prediction in plan["cells"][0]["predictions"]:
         prediction["sources"] = [{"ref": "evil", "url": "javascript:alert(1)", "confidence": "x"}]
-    text = render_matrix_html(build_matrix(seed_records() + [hostile], Plan.from_json(plan), TARGET))
+    text = write_matrix_html(build_matrix(seed_records() + [hostile], Plan.from_json(plan), TARGET))
     assert text.startswith("<!DOCTYPE html>")
     assert "default-src 'none'" in text                                  # nothing may load from anywhere
     assert '<script>alert("x")</script>' not in text and "&lt;script&gt;alert(" in text
@@ -337,7 +335,7 @@ def test_html_is_self_contained_and_escapes_evidence():
 
 
 def test_html_cells_carry_status_evidence_and_sort_keys(report):
-    text = render_matrix_html(report)
+    text = write_matrix_html(report)
     cell = re.search(r'<td class="cell st-fail src-measured"[^>]*title="([^"]*)"', text)
     assert cell and "fail (runtime)" in cell.group(1)
     assert ('<details><summary><span class="glyph"><svg class="mark" width="12" height="12" viewBox="0 0 12 12" '
@@ -351,7 +349,7 @@ def test_html_cells_carry_status_evidence_and_sort_keys(report):
 def test_markdown_notes_carry_whole_reasons_and_evidence_within_budget():
     reason = "rendezvous refused: " + "SM120 is not in the arch table; " * 15 + "END-OF-REASON"
     evidence = "RuntimeError: " + "frame " * 120 + "END-OF-EVIDENCE"
-    text = render_matrix_md(build_matrix([record(CU131, "torch-symm-mem", "fail", reason=reason, evidence=evidence)],
+    text = write_matrix_md(build_matrix([record(CU131, "torch-symm-mem", "fail", reason=reason, evidence=evidence)],
                                   Plan.empty(), TARGET))
     assert "END-OF-REASON" in text and "END-OF-EVIDENCE" in text and "…" not in text
 
@@ -360,7 +358,7 @@ def test_html_shows_the_same_driver_floor_as_plan_and_pick():
     from stackforge.core.data import resolve_matrix_path
     from stackforge.plan.planner import Plan, plan_file
     plan = Plan.from_json(plan_file(resolve_matrix_path(None)).to_json())
-    html = render_matrix_html(build_matrix([], plan, TARGET))
+    html = write_matrix_html(build_matrix([], plan, TARGET))
     # CUDA 12.8 stack on the RTX PRO 6000 box: the target's own 570.26 lifts the 12.x floor of 525.
     assert "driver ≥ 570.26" in html and "driver ≥ 580" in html and "driver ≥ 525" not in html
 
@@ -374,5 +372,5 @@ def test_a_plan_made_here_and_one_read_from_its_json_give_the_same_report():
     read_back = Plan.from_json(json.loads(json.dumps(planned.to_json())), path="plan.json")
     for target in (t.name for t in planned.targets):
         here, there = build_matrix([], planned, target), build_matrix([], read_back, target)
-        assert render_matrix_json(here) == render_matrix_json(there)
-        assert render_matrix_md(here) == render_matrix_md(there)
+        assert write_matrix_json(here) == write_matrix_json(there)
+        assert write_matrix_md(here) == write_matrix_md(there)

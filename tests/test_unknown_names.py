@@ -14,7 +14,8 @@ from matrix_fixtures import CU128, TARGET, plan_dict, record
 
 from stackforge.cli import cli
 from stackforge.plan.planner import Plan
-from stackforge.report.compat_matrix import build_matrix, render_matrix_json
+from stackforge.report.compat_matrix import build_matrix
+from stackforge.report.compat_matrix_write import write_matrix_json
 from stackforge.results.store import finish_run, start_run, write_record
 
 TYPO = "rtx-pro-6000-x8-pice"
@@ -32,7 +33,7 @@ def runs(tmp_path, monkeypatch):
         for rec in records:
             write_record(run_dir, rec)
         finish_run(run_dir)
-        (tmp_path / f"{name}.json").write_text(render_matrix_json(build_matrix(records, plan, TARGET)))
+        (tmp_path / f"{name}.json").write_text(write_matrix_json(build_matrix(records, plan, TARGET)))
     return tmp_path
 
 

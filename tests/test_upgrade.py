@@ -27,7 +27,7 @@ from stackforge.cli import cli
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import CellStatus
-from stackforge.report.formats import render_upgrade
+from stackforge.report.formats import write_upgrade
 from stackforge.report.upgrade import (
     ChangeKind,
     StackChoice,
@@ -114,8 +114,8 @@ def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not
     change = {f.feature: f.change for f in other_flavour.features}
     assert change["flashinfer-jit"] == ChangeKind.FLAVOUR
     assert change["custom-allreduce"] == ChangeKind.UNCHANGED       # not an nvcc-only feature
-    assert "1 flavour" in render_upgrade(other_flavour, "md")
-    assert "flavour" not in render_upgrade(same_flavour, "md").split("\n")[2]
+    assert "1 flavour" in write_upgrade(other_flavour, "md")
+    assert "flavour" not in write_upgrade(same_flavour, "md").split("\n")[2]
 
 
 def test_the_shipped_rules_name_the_features_only_nvcc_decides():
@@ -170,16 +170,16 @@ def test_a_side_without_measurement_says_predicted_only_and_never_measured():
     assert report.before.stack_id == CU128 and not report.before.measured and report.after.measured
     assert "none of them was probed" in report.before.why
     assert all(not f.before.evidence.startswith("measured") for f in report.features)
-    md = render_upgrade(report, "md")
+    md = write_upgrade(report, "md")
     assert f"from `{CU128}` (predicted only)" in md and f"to `{CU131}` |" in md
-    assert json.loads(render_upgrade(report, "json"))["from"]["evidence"] == "predicted only"
-    assert "predicted only</span>" in render_upgrade(report, "html")
+    assert json.loads(write_upgrade(report, "json"))["from"]["evidence"] == "predicted only"
+    assert "predicted only</span>" in write_upgrade(report, "html")
 
 
 def test_no_records_at_all_is_predictions_only_on_both_sides():
     report = upgrade([], *by_cuda("12.8", "13.1"))
     assert report.predictions_only and not report.before.measured and not report.after.measured
-    assert render_upgrade(report, "md").count("(predicted only)") == 2
+    assert write_upgrade(report, "md").count("(predicted only)") == 2
     assert report.metrics == ()
 
 
@@ -194,7 +194,7 @@ def test_benchmark_deltas_with_their_spread_and_direction():
     assert deltas["output_throughput"].verdict == "within noise" and deltas["output_throughput"].higher_is_better
     assert (deltas["ttft_ms"].verdict, deltas["ttft_ms"].higher_is_better) == ("regression", False)
     assert deltas["ttft_ms"].delta == pytest.approx(15.0) and deltas["ttft_ms"].noise == pytest.approx(4.0)
-    md = render_upgrade(report, "md")
+    md = write_upgrade(report, "md")
     assert "| `serve-bench` · ttft_ms | 80 (78–82, n=5) | 95 (94–96, n=5) | +15 (+18.8%) | regression" in md
 
 
@@ -324,7 +324,7 @@ def test_a_built_image_never_probed_is_named_as_such(tmp_path):
     report = upgrade(records, *by_cuda("12.8", "13.1"), size_of=image_sizes_from_builds(tmp_path))
     assert report.before.image == "" and not report.before.measured
     assert ("| image | `stackforge/cu128:abc` (built, never probed on this target: no evidence it works) | "
-            in render_upgrade(report, "md"))
+            in write_upgrade(report, "md"))
     assert upgrade_to_json(report)["from"]["built_image"] == "stackforge/cu128:abc"
 
 

@@ -18,7 +18,7 @@ from matrix_fixtures import CU128, CU131, TARGET, plan_dict, seed_records
 
 from stackforge.plan.planner import Plan
 from stackforge.report.upgrade import StackChoice, build_upgrade
-from stackforge.report.upgrade_html import render_upgrade_html
+from stackforge.report.upgrade_html import write_upgrade_html
 
 pytestmark = pytest.mark.browser
 
@@ -32,7 +32,7 @@ def page(tmp_path_factory) -> Path:
     records = [r for r in seed_records() if r.stack_id != CU128]
     report = build_upgrade(records, Plan.from_json(plan_dict()), TARGET, StackChoice(cuda="12.8"),
                            StackChoice(cuda="13.1"), runs=("20260301T020000Z-aaaaaa",))
-    path.write_text(render_upgrade_html(report), encoding="utf-8")
+    path.write_text(write_upgrade_html(report), encoding="utf-8")
     return path
 
 

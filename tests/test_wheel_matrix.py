@@ -9,7 +9,7 @@ from stackforge.core.records import Tier
 from stackforge.core.wheel_readings import CodeSite, ReadContext, Reading, ReadingStatus, ReleaseFile
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import CellSource, CellStatus, build_matrix, cell_label
-from stackforge.report.deadends import find_dead_ends, render_deadends
+from stackforge.report.deadends import find_dead_ends, write_deadends
 from stackforge.report.pick import evaluate_candidates, pick
 from stackforge.wheels.tier import Measurement, wheel_record
 from tests.matrix_fixtures import CU130, CU131, TARGET, plan_dict, seed_records
@@ -37,8 +37,8 @@ def test_a_wheel_record_decides_a_cell_of_every_stack_pinning_its_release():
     assert (cell.status, cell.source) == (CellStatus.FAIL, CellSource.MEASURED)
     assert (cell.tier, cell.how) == (Tier.WHEEL, "wheel")
     assert "wheel" in cell_label(cell) and "world_size in (2, 4)" in cell.evidence
-    from stackforge.report.compat_matrix import render_matrix_md
-    assert "*wheel* = measured (wheel)" in render_matrix_md(report), "the legend explains the wheel label"
+    from stackforge.report.compat_matrix_write import write_matrix_md
+    assert "*wheel* = measured (wheel)" in write_matrix_md(report), "the legend explains the wheel label"
     predicted = report.row(CU131).cell("custom-allreduce").source is CellSource.PREDICTED
     assert predicted, "sglang 0.5.23 was not read"
     assert [row.stack_id for row in report.rows if row.stack_id.startswith("wheel-")] == [], \
@@ -110,7 +110,7 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     fusion = next(d for d in report.dead_ends if d.feature == "flashinfer-ar-fusion")
     (found,) = fusion.boundaries
     assert (found.dist, found.last_blocked, found.first_unblocked) == ("flashinfer-python", "0.6.16.post4", "0.6.17")
-    text = render_deadends(report, "md")
+    text = write_deadends(report, "md")
     assert ("first release whose code admits it: flashinfer-python 0.6.17 (measured (wheel): "
             "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10, 12]; 0.6.16.post4 blocks: "
             "flashinfer/jit/comm.py:10 supported_major_versions=[9, 10])") in text
@@ -119,14 +119,14 @@ def test_deadends_names_the_first_release_that_unblocks_from_measured_boundaries
     assert "rests on the rules only: no release is measured to unblock it" in tree
     # nccl-graph-tree is no wheel fact: `stackforge bisect nccl-graph-tree` would be exit 2.
     assert "stackforge bisect" not in tree and "no wheel reader reads it" in tree
-    json_text = render_deadends(report, "json")
+    json_text = write_deadends(report, "json")
     assert '"first_unblocked": "0.6.17"' in json_text
 
 
 def test_deadends_says_when_the_newest_release_read_still_blocks():
     report = find_dead_ends(matrix([wheel("sglang", "0.5.9", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "KeyError"),
                                     wheel("sglang", "0.5.12", "torch-symm-mem", ReadingStatus.UNAVAILABLE, "KeyError")]))
-    text = render_deadends(report, "text")
+    text = write_deadends(report, "text")
     assert "still blocked in the newest sglang release read, 0.5.12" in text
 
 

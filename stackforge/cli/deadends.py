@@ -15,7 +15,7 @@ from stackforge.cli._evidence import (
 )
 from stackforge.cli.options import out_file_option
 from stackforge.report.compat_matrix import build_matrix
-from stackforge.report.deadends import FORMATS, find_dead_ends, render_deadends
+from stackforge.report.deadends import FORMATS, find_dead_ends, write_deadends
 
 
 @click.command(name="deadends")
@@ -39,5 +39,5 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad, read_wheels=read_wheels)
     report = build_matrix(loaded.records, loaded.plan, loaded.target, runs=loaded.runs)
-    write_output(render_deadends(find_dead_ends(report), fmt, evidence=evidence), out)
+    write_output(write_deadends(find_dead_ends(report), fmt, evidence=evidence), out)
     say_currency(loaded, results)

@@ -10,8 +10,8 @@ from stackforge.cli._evidence import evidence_options, load_evidence, say_curren
 from stackforge.cli.options import out_file_option
 from stackforge.report.compat_matrix import FORMATS, build_matrix
 from stackforge.report.diff import FORMATS as DIFF_FORMATS
-from stackforge.report.diff import check_target, diff_snapshots, load_snapshot, render_diff
-from stackforge.report.formats import render_matrix
+from stackforge.report.diff import check_target, diff_snapshots, load_snapshot, write_diff
+from stackforge.report.formats import write_matrix
 
 
 @click.group(name="matrix", invoke_without_command=True)
@@ -41,7 +41,7 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad)
     report = build_matrix(loaded.records, loaded.plan, loaded.target, features=features, runs=loaded.runs)
-    write_output(render_matrix(report, fmt, evidence=evidence), out)
+    write_output(write_matrix(report, fmt, evidence=evidence), out)
     say_currency(loaded, results)
 
 
@@ -68,7 +68,7 @@ def diff_command(a: Path, b: Path, target: str | None, fmt: str, out: Path | Non
     after = load_snapshot(b, target=target, skip_bad=skip_bad, warn=warn)
     check_target(target, before, after)
     diff = diff_snapshots(before, after)
-    write_output(render_diff(diff, fmt), out)
+    write_output(write_diff(diff, fmt), out)
     failed = {"regression": bool(diff.regressions), "change": diff.changed, "never": False}[fail_on]
     if failed:
         raise click.exceptions.Exit(1)

@@ -19,7 +19,7 @@ from stackforge.cli.options import out_file_option
 from stackforge.core.errors import SpecError
 from stackforge.plan.planner import load_knowledge
 from stackforge.plan.rules import features_only_nvcc_decides
-from stackforge.report.formats import render_upgrade
+from stackforge.report.formats import write_upgrade
 from stackforge.report.upgrade import (
     FORMATS,
     StackChoice,
@@ -64,7 +64,7 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
                            size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
                            runs=loaded.runs, plan_only=plan_path is not None or matrix is not None,
                            nvcc_features=features_only_nvcc_decides(load_knowledge(user=user_compat()).rules))
-    write_output(render_upgrade(report, fmt, evidence=evidence), out)
+    write_output(write_upgrade(report, fmt, evidence=evidence), out)
     say_currency(loaded, results)
 
 

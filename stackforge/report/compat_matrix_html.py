@@ -34,7 +34,7 @@ from stackforge.report.compat_matrix import (
     target_text,
 )
 
-__all__ = ["css_name", "render_matrix_html", "row_filter_js"]
+__all__ = ["css_name", "write_matrix_html", "row_filter_js"]
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
 _RANK = {CellStatus.PASS: 0, CellStatus.ADMITTED: 1, CellStatus.REQUIRES: 2, CellStatus.HAZARD: 3,
@@ -236,7 +236,7 @@ def status_mark(status: str) -> str:
             f"<title>{escape(status)}</title>{shape}</svg>")
 
 
-def render_matrix_html(report: MatrixReport) -> str:
+def write_matrix_html(report: MatrixReport) -> str:
     """The whole report as one HTML document (UTF-8 text)."""
     title = f"stackforge matrix · {report.target}"
     return "\n".join([

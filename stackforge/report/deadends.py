@@ -38,7 +38,7 @@ from stackforge.report.compat_matrix import (
 )
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "ReleaseBoundary", "Unblock",
-           "find_dead_ends", "release_boundaries", "render_deadends"]
+           "find_dead_ends", "release_boundaries", "write_deadends"]
 
 DEADENDS_SCHEMA = "stackforge.deadends"
 DEADENDS_SCHEMA_VERSION = 1
@@ -213,7 +213,7 @@ def _first_line(record: ResultRecord) -> str:
 # ---------------------------------------------------------------------------------------------- rendering
 
 
-def render_deadends(report: DeadEndReport, fmt: str, *, evidence: bool = False) -> str:
+def write_deadends(report: DeadEndReport, fmt: str, *, evidence: bool = False) -> str:
     """Render as ``md`` (a todo list, evidence folded), ``text`` (one screen; ``evidence``: everything) or ``json``.
 
     Raises:

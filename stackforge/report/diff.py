@@ -47,7 +47,7 @@ from stackforge.results.store import LoadedResults, load_results
 
 __all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "WITHIN_NOISE", "CellState", "MatrixDiff",
            "MetricChange", "MetricStats", "Snapshot", "StatusChange", "check_target", "compare_metric",
-           "diff_snapshots", "load_snapshot", "lower_is_better", "metric_stats", "render_diff",
+           "diff_snapshots", "load_snapshot", "lower_is_better", "metric_stats", "write_diff",
            "snapshot_from_matrix_json", "snapshot_from_records"]
 
 NOISE_K = 1.0
@@ -407,7 +407,7 @@ def _status_of(state: CellState | None) -> str | None:
 # ---------------------------------------------------------------------------------------------- rendering
 
 
-def render_diff(diff: MatrixDiff, fmt: str) -> str:
+def write_diff(diff: MatrixDiff, fmt: str) -> str:
     """Render as ``md``, ``text`` or ``json``.
 
     Raises:

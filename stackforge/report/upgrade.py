@@ -610,7 +610,7 @@ def _delta_json(delta: MetricDelta) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- markdown
 
 
-def render_upgrade_md(report: UpgradeReport) -> str:
+def write_upgrade_md(report: UpgradeReport) -> str:
     """The upgrade as GitHub-flavoured markdown (a PR comment)."""
     old, new = report.before, report.after
     lines = [f"### stackforge upgrade · CUDA {_md(old.stack.get('cuda', '?'))} → {_md(new.stack.get('cuda', '?'))} "
@@ -711,7 +711,7 @@ def _md(text: Any) -> str:
 SCREEN = 200
 
 
-def render_upgrade_text(report: UpgradeReport) -> str:
+def write_upgrade_text(report: UpgradeReport) -> str:
     """One screen: the answer (the counts), the two stacks, then a line per feature that changed or stays
     dead (change, each side's status and evidence level, a brief reason, the probe or rule); the full
     evidence is in ``--format md`` / ``html`` / ``json`` and ``--evidence``."""

@@ -26,7 +26,7 @@ from stackforge.report.upgrade import (
     verdict_text,
 )
 
-__all__ = ["render_upgrade_html"]
+__all__ = ["write_upgrade_html"]
 
 _EXTRA_CSS = """
 .sides td, .sides th { max-width: 420px; overflow-wrap: anywhere; }
@@ -67,7 +67,7 @@ CHANGE_MARKS = {ChangeKind.GAINED: "pass", ChangeKind.ADMITTED: "admitted", Chan
                 ChangeKind.NOT_APPLICABLE: "n/a", ChangeKind.FLAVOUR: "requires"}
 
 
-def render_upgrade_html(report: UpgradeReport) -> str:
+def write_upgrade_html(report: UpgradeReport) -> str:
     """The whole upgrade report as one HTML document (UTF-8 text)."""
     old, new = report.before, report.after
     title = f"stackforge upgrade · {old.stack_id} → {new.stack_id} · {report.target}"
