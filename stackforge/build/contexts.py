@@ -7,7 +7,7 @@ read from the index, so the tags printed here are the tags a build with the same
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,41 @@ class ContextsRequest:
     dependency_layers: bool = True
     ca_bundle: Path | None = None
     locks: Mapping[str, StackLock] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    """One ``stackforge render``: the contexts to write, and whether each stack is locked first as
+    ``build`` locks it (``find_links``: a wheelhouse the resolver reads too)."""
+
+    contexts: ContextsRequest
+    lock: bool = True
+    find_links: Path | None = None
+
+
+def render_stacks(cells: Sequence[tuple[Stack, Any]], request: RenderRequest,
+                  tell: Callable[[str], None] = lambda line: None) -> Iterator[WrittenContext]:
+    """``stackforge render``'s one library entry: lock every stack as ``build --out OUT/..`` would have it
+    (recorded, or resolved and recorded: OUT/../locks/STACK/pylock.toml, so the tags are the build's),
+    telling one line per lock, then write each stack's context.
+
+    Raises:
+        ResolutionConflict / HostError: a stack's lock cannot be resolved (as in ``build``).
+    """
+    contexts = request.contexts
+    if request.lock:
+        from stackforge.build.locking import LockMode, lock_stacks
+        from stackforge.edges.resolver import ResolverIndexes
+
+        options = contexts.options
+        indexes = ResolverIndexes.of_images(options.index_url, options.extra_index_urls, request.find_links,
+                                            contexts.ca_bundle)
+        locks = lock_stacks(cells, LockMode.RESOLVE, out_dir=contexts.out_dir.resolve().parent, compose=options,
+                            indexes=indexes)
+        contexts = dataclasses.replace(contexts, locks={stack_id: done.lock for stack_id, done in locks.items()})
+        for done in locks.values():
+            tell(f"{done.lock.stack_id}: {done.line()}")
+    yield from compose_contexts(cells, contexts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from stackforge.cli.options import check_out_path, out_path_error
-from stackforge.core.fsio import atomic_write_text
 
 
 @click.group(name="ci")
@@ -43,34 +42,32 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
     """Generate a sharded nightly workflow: watch the index and verify the rules, build and gate on CPU
     runners, runtime probes and benchmarks on self-hosted GPU runners per arch, then merge, diff against
     the last run, and publish. An hourly schedule runs the watch alone."""
-    from stackforge.ci.github import WorkflowConfig, check_workflow_inputs, render_workflow
+    from stackforge.ci.github import WorkflowConfig, check_workflow_inputs, sync_workflow, write_workflow
 
     given = {"cron": cron, "watch_cron": watch_cron, "runner": runner, "install": install, "python": python}
     config = WorkflowConfig(matrix=matrix, gpu_labels=gpu_labels, registry=registry, shards=shards,
                             workflow_path=out if out != "-" else ".github/workflows/stackforge-nightly.yml",
                             **{key: value for key, value in given.items() if value is not None})
-    if out != "-" and not check:
-        check_out_path(Path(out))
-    for warning in check_workflow_inputs(config):
-        click.echo(f"stackforge: warning: {warning}", err=True)
-    text = render_workflow(config)
     if out == "-":
-        click.echo(text, nl=False)
-    elif check:
-        current = Path(out).read_text(encoding="utf-8") if Path(out).is_file() else None
-        if current != text:
-            click.echo(f"{out} is out of date; regenerate it with: {config.command_line()}", err=True)
-            sys.exit(1)
-        click.echo(f"{out} is up to date")
-    else:
-        try:
-            atomic_write_text(Path(out), text)
-        except OSError as exc:
-            raise out_path_error("--out", Path(out), exc) from None
-        click.echo(f"wrote {out}")
-        if gpu_labels:
-            click.echo("note: for actionlint, declare the self-hosted runner labels in "
-                       ".github/actionlint.yaml (self-hosted-runner: labels: [gpu, sm_*])", err=True)
+        for warning in check_workflow_inputs(config):
+            click.echo(f"stackforge: warning: {warning}", err=True)
+        click.echo(write_workflow(config), nl=False)
+        return
+    if not check:
+        check_out_path(Path(out))
+    try:
+        done = sync_workflow(config, Path(out), check=check)
+    except OSError as exc:
+        raise out_path_error("--out", Path(out), exc) from None
+    for warning in done.warnings:
+        click.echo(f"stackforge: warning: {warning}", err=True)
+    if done.state == "out-of-date":
+        click.echo(f"{out} is out of date; regenerate it with: {config.command_line()}", err=True)
+        sys.exit(1)
+    click.echo(f"{out} is up to date" if done.state == "up-to-date" else f"wrote {out}")
+    if done.state == "written" and gpu_labels:
+        click.echo("note: for actionlint, declare the self-hosted runner labels in "
+                   ".github/actionlint.yaml (self-hosted-runner: labels: [gpu, sm_*])", err=True)
 
 
 @command.command(name="shards")

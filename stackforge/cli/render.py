@@ -34,7 +34,7 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     Each stack's lock is resolved first, as `build` does, and kept beside the --out folder
     (OUT/../locks/STACK/pylock.toml: out/locks for the default out/contexts, where `build` looks).
     """
-    from stackforge.build.contexts import ContextsRequest, compose_contexts
+    from stackforge.build.contexts import ContextsRequest, RenderRequest, render_stacks
     from stackforge.compose.dockerfile import ComposeOptions
     from stackforge.plan.selection import cells_to_build
 
@@ -48,20 +48,9 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
     if not cells:
         click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
-    locks = {} if no_lock else _locks(cells, options, Path(out_dir), ca.path, find_links)
-    request = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path,
-                              locks={stack_id: outcome.lock for stack_id, outcome in locks.items()})
-    for outcome in locks.values():
-        click.echo(f"{outcome.lock.stack_id}: {outcome.line()}", err=True)
-    for written in compose_contexts(cells, request):
+    request = RenderRequest(ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers,
+                                            ca_bundle=ca.path), lock=not no_lock, find_links=find_links)
+    for written in render_stacks(cells, request, tell=lambda line: click.echo(line, err=True)):
         if written.warning:
             click.echo(f"stackforge: warning: {written.warning}", err=True)
         click.echo(f"{written.folder}  {written.tag}")
-
-
-def _locks(cells, options, out_dir: Path, ca_bundle: Path | None, find_links: Path | None):
-    """Each stack's lock as `build --out OUT/..` would have it (recorded, or resolved and recorded)."""
-    from stackforge.build.locking import LockMode, lock_stacks
-    from stackforge.edges.resolver import ResolverIndexes
-    indexes = ResolverIndexes.of_images(options.index_url, options.extra_index_urls, find_links, ca_bundle)
-    return lock_stacks(cells, LockMode.RESOLVE, out_dir=out_dir.resolve().parent, compose=options, indexes=indexes)

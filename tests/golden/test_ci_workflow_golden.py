@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from stackforge.ci.github import WorkflowConfig, render_workflow
+from stackforge.ci.github import WorkflowConfig, write_workflow
 
 GOLDEN = Path(__file__).resolve().parent / "workflows" / "stackforge-nightly.yml"
 
@@ -18,4 +18,4 @@ GOLDEN_CONFIG = WorkflowConfig(matrix="matrices/default.yaml", gpu_labels=("sm_1
 
 
 def test_nightly_workflow_matches_golden_file(check_golden: Callable[[Path, str], None]) -> None:
-    check_golden(GOLDEN, render_workflow(GOLDEN_CONFIG))
+    check_golden(GOLDEN, write_workflow(GOLDEN_CONFIG))
