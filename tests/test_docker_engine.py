@@ -181,7 +181,7 @@ def test_container_carries_labels_host_network_and_read_only_mounts(docker_clien
                                                                     tmp_path: Path) -> None:
     (tmp_path / "probe.txt").write_text("mounted\n")
     seen: list[dict[str, object]] = []
-    result_box: list[docker_engine.ContainerRun] = []
+    result_box: list[docker_engine.ContainerExit] = []
     script = 'cat /stackforge/probe.txt; touch /stackforge/new 2>&1 || true; sleep 4'
 
     def run() -> None:

@@ -201,17 +201,17 @@ def _build_one(run: _Run, stack: Stack, derived: Derived) -> BuildRecord:
     """One stack through every phase; never raises (the status says what happened)."""
     if run.cancel.requested:
         return _not_started(stack, derived)
-    job = _Job(run, stack, derived)
+    stack_build = _StackBuild(run, stack, derived)
     run.board.update(stack.id, phase="base")
     try:
-        record = job.execute()
+        record = stack_build.execute()
     except _Stop as stop:
-        record = job.record(stop.status, stop.reason)
+        record = stack_build.record(stop.status, stop.reason)
     except StackforgeError as exc:
-        record = job.record(BuildStatus.FAILED, exc.one_line())
+        record = stack_build.record(BuildStatus.FAILED, exc.one_line())
     except Exception as exc:  # noqa: BLE001 - one stack's bug must not take the others down
-        job.log(traceback.format_exc())
-        record = job.record(BuildStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+        stack_build.log(traceback.format_exc())
+        record = stack_build.record(BuildStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}")
     if record.status is not BuildStatus.SKIPPED:
         write_record(run.options.out_dir, record)
     run.board.update(stack.id, phase="", status=record.status.value, done=True)
@@ -219,7 +219,7 @@ def _build_one(run: _Run, stack: Stack, derived: Derived) -> BuildRecord:
 
 
 class _Stop(Exception):
-    """Ends a job early with a status (failed / interrupted / cached)."""
+    """Ends a stack's build early with a status (failed / interrupted / cached)."""
 
     def __init__(self, status: BuildStatus, reason: str) -> None:
         super().__init__(reason)
@@ -227,7 +227,7 @@ class _Stop(Exception):
         self.reason = reason
 
 
-class _Job:
+class _StackBuild:
     """The phases of one stack's build, and what they found so far."""
 
     def __init__(self, run: _Run, stack: Stack, derived: Derived) -> None:

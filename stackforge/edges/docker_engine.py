@@ -88,8 +88,8 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
-class ContainerRun:
-    """What happened when a container ran. Never an exception: the caller decides what it means.
+class ContainerExit:
+    """How a container ended (its exit). Never an exception: the caller decides what it means.
 
     Attributes:
         exit_code: the container's exit status (137 / 143 after a kill at the timeout).
@@ -230,7 +230,7 @@ def run_container(
     grace: float = runner.DEFAULT_KILL_GRACE_S,
     cancel: runner.CancelFlag | None = None,
     copy_binds: bool | None = None,
-) -> ContainerRun:
+) -> ContainerExit:
     """Create, start and wait for a container; stop it at the timeout; always remove it.
 
     Args:
@@ -249,7 +249,7 @@ def run_container(
         init: run an init process (tini) as PID 1, so signals reach the command, zombies are
             reaped, and a crash by signal N shows up as exit status 128+N.
         log_path: file that receives the container's output (appended, live).
-        tail_chars: how many characters of output to keep in :attr:`ContainerRun.logs_tail`.
+        tail_chars: how many characters of output to keep in :attr:`ContainerExit.logs_tail`.
         redact: secret strings replaced by ``***`` in the log and the tail.
         grace: seconds between SIGTERM and SIGKILL when stopping at the timeout.
         cancel: when this flag (e.g. a :class:`threading.Event`) becomes set by another thread, the
@@ -610,7 +610,7 @@ def _api_error(step: str, image: str, gpus: str | None, exc: docker.errors.APIEr
 
 def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner.OutputCapture,
                     log: Any, *, image: str, gpus: str | None, command: Sequence[str], timeout: float,
-                    grace: float, cancel: runner.CancelFlag | None) -> ContainerRun:
+                    grace: float, cancel: runner.CancelFlag | None) -> ContainerExit:
     started = time.monotonic()
     try:
         container.start()
@@ -637,7 +637,7 @@ def _start_and_wait(client: docker.DockerClient, container: Any, capture: runner
     if ending == "exited":
         # Whatever the exit code: a program may catch the engine's SIGTERM and exit 0 (the serve bench does).
         _refuse_engine_stop(client, container, state, image)
-    result = ContainerRun(exit_code=exit_code, timed_out=ending == "timeout",
+    result = ContainerExit(exit_code=exit_code, timed_out=ending == "timeout",
                           signal=signal_from_exit_code(exit_code), logs_tail=capture.tail(), duration_s=duration,
                           oom_killed=bool(state.get("OOMKilled", False)), cancelled=ending == "cancelled")
     runner.write_log(log, f"[stackforge] container {result.describe()} ({duration:.1f} s)\n")
