@@ -17,9 +17,9 @@ from matrix_fixtures import record
 
 from stackforge.ci.github import (
     ACTIONS,
-    CiMatrix,
+    CiFanOut,
     WorkflowConfig,
-    ci_matrix,
+    ci_fan_out,
     parse_header_command,
     write_workflow,
     workflow,
@@ -229,7 +229,7 @@ def test_plan_outputs_are_exactly_what_ci_shards_prints() -> None:
     """The workflow reads keys from `stackforge ci shards`; both sides must agree on their names."""
     data = _loaded(CONFIGS["custom-registry-two-gpus"])
     declared = data["jobs"]["plan"]["outputs"]
-    printed = {line.split("=", 1)[0] for line in CiMatrix(cpu=(), gpu=()).github_output().splitlines()}
+    printed = {line.split("=", 1)[0] for line in CiFanOut(cpu=(), gpu=()).github_output().splitlines()}
     from_shards = {k for k, v in declared.items() if "steps.shards.outputs." in v}
     assert from_shards == printed
     assert all(v == f"${{{{ steps.shards.outputs.{k} }}}}" for k, v in declared.items() if k in printed)
@@ -244,7 +244,7 @@ def test_ci_matrix_cpu_shards_cover_exactly_the_kept_stacks() -> None:
     ids = [f"cu131-torch2.14.{n}-fi0.7.2-sgl0.5.23-py312" for n in range(9)]
     cells = [(i, "t", "kept" if n % 3 else "pruned") for n, i in enumerate(ids)]
     plan = _plan(cells, {"t": "12.0"})
-    fan_out = ci_matrix(plan, 4)
+    fan_out = ci_fan_out(plan, 4)
     kept = [c.stack_id for c in plan.cells if not c.pruned]
     assert len(kept) == 6
     covered = [i for entry in fan_out.cpu for i in select(kept, Shard.parse(entry["shard"]), key=str)]
@@ -255,14 +255,14 @@ def test_ci_matrix_cpu_shards_cover_exactly_the_kept_stacks() -> None:
 def test_ci_matrix_gpu_entries_pair_labels_with_targets_of_that_arch() -> None:
     cells = [("a", "pro6000", "kept"), ("b", "pro6000", "pruned"), ("a", "h200", "kept"), ("b", "h200", "kept")]
     plan = _plan(cells, {"pro6000": "12.0", "h200": "9.0"})
-    fan_out = ci_matrix(plan, 1, ["sm_120", "sm_90", "sm_100"])
+    fan_out = ci_fan_out(plan, 1, ["sm_120", "sm_90", "sm_100"])
     assert fan_out.gpu == ({"label": "sm_120", "target": "pro6000", "shard": "1/1", "slug": "sm_120-pro6000-1-of-1"},
                            {"label": "sm_90", "target": "h200", "shard": "1/1", "slug": "sm_90-h200-1-of-1"})
     assert fan_out.unmatched_labels == ("sm_100",)
 
 
 def test_ci_matrix_with_nothing_kept_starts_no_jobs() -> None:
-    fan_out = ci_matrix(_plan([("a", "t", "pruned")], {"t": "12.0"}), 4, ["sm_120"])
+    fan_out = ci_fan_out(_plan([("a", "t", "pruned")], {"t": "12.0"}), 4, ["sm_120"])
     assert fan_out.cpu == () and fan_out.gpu == ()
     assert "has-stacks=false" in fan_out.github_output() and "has-gpu=false" in fan_out.github_output()
 

@@ -1,9 +1,10 @@
-"""Generate the nightly GitHub Actions workflow that runs a matrix, sharded, and publishes the matrix.
+"""Generate the nightly GitHub Actions workflow that runs a matrix file, sharded, and publishes the
+compatibility matrix.
 
 Pure: :func:`write_workflow` turns a :class:`WorkflowConfig` into YAML text, byte for byte the same
 for the same config (a golden test and the repository's own committed workflow depend on that).
-:func:`ci_matrix` turns a plan (``stackforge plan --json``) into the job matrices the workflow fans
-out over; the workflow's ``plan`` job calls it through ``stackforge ci shards``.
+:func:`ci_fan_out` turns a plan (``stackforge plan --json``) into the jobs the workflow fans out over
+(GitHub calls that list a job "matrix"; here it is the fan-out); the workflow's ``plan`` job calls it through ``stackforge ci shards``.
 
 The workflow, job by job::
 
@@ -608,7 +609,7 @@ _WorkflowDumper.add_representer(str, _represent_str)
 
 
 @dataclass(frozen=True, slots=True)
-class CiMatrix:
+class CiFanOut:
     """The fan-out of one nightly run, computed from the plan by the workflow's ``plan`` job.
 
     Attributes:
@@ -632,7 +633,7 @@ class CiMatrix:
         return "\n".join(lines) + "\n"
 
 
-def ci_matrix(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatrix:
+def ci_fan_out(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiFanOut:
     """Which shard jobs a plan needs: CPU shards over kept stacks, GPU shards per target arch.
 
     Args:
@@ -654,7 +655,7 @@ def ci_matrix(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiMatr
             ids = dict.fromkeys(c.stack_id for c in plan.cells_for_target(name) if not c.pruned)
             gpu += [{"label": label, "target": name, "shard": str(s), "slug": f"{label}-{name}-{s.slug}"}
                     for s in nonempty_shards(ids, shards)]
-    return CiMatrix(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched))
+    return CiFanOut(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched))
 
 
 @dataclass(frozen=True, slots=True)
@@ -683,5 +684,5 @@ def sync_workflow(config: WorkflowConfig, path: Path, *, check: bool = False) ->
     return WorkflowFile(path, "written", warnings)
 
 
-__all__ = ["ACTIONS", "CiMatrix", "WorkflowConfig", "WorkflowFile", "check_workflow_inputs", "ci_matrix",
+__all__ = ["ACTIONS", "CiFanOut", "WorkflowConfig", "WorkflowFile", "check_workflow_inputs", "ci_fan_out",
            "parse_header_command", "sync_workflow", "write_workflow", "workflow"]

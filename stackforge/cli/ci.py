@@ -79,10 +79,10 @@ def github(matrix: str, gpu_labels: tuple[str, ...], registry: str | None, shard
               help="GPU runner arch label (repeatable).")
 def shards(plan_path: Path, shards: int, gpu_labels: tuple[str, ...]) -> None:
     """Print the job matrices of a nightly run as key=value lines for $GITHUB_OUTPUT."""
-    from stackforge.ci.github import ci_matrix
+    from stackforge.ci.github import ci_fan_out
     from stackforge.plan.planner import Plan
 
-    fan_out = ci_matrix(Plan.read(plan_path), shards, gpu_labels)
+    fan_out = ci_fan_out(Plan.read(plan_path), shards, gpu_labels)
     for label in fan_out.unmatched_labels:
         # stderr: stdout goes into $GITHUB_OUTPUT. The runner turns this line into an annotation.
         click.echo(f"::warning::no target in the plan has arch {label}; its GPU runners get no jobs",
