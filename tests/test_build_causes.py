@@ -165,12 +165,12 @@ def test_an_unknown_failure_keeps_its_last_error_line():
 
 
 def _job(tmp_path: Path, retries: int = 0, requirements: RequirementsLookup | None = None):
-    from stackforge.build.scheduler import _Job, _Run
+    from stackforge.build.scheduler import _StackBuild, _Run
     stack, derived = small_cell()
     options = BuildOptions(out_dir=tmp_path, retries=retries, retry_backoff_s=0.0)
     run = _Run(client=None, options=options, builder="buildkit", named_contexts=True, asset_port=0, run_id="t",
                cancel=Cancel(), board=Board([stack.id]), resolver=None, requirements=requirements, redact=())
-    return _Job(run, stack, derived)
+    return _StackBuild(run, stack, derived)
 
 
 def test_a_failed_build_records_cause_evidence_and_remedy_in_one_line(tmp_path):
