@@ -1,4 +1,4 @@
-"""``stackforge compat verify`` logic with a fake evaluator: which releases are read, the verdicts, the
+"""``stackforge compat verify`` logic with a fake evaluator: which releases are read, the results, the
 measured bound of a wrong rule, the witness schema, and the CLI (exit 1 naming the rule and the bound)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from stackforge.core.errors import SpecError
 from stackforge.core.versions import parse_version
 from stackforge.core.wheel_readings import CodeSite, Reading, ReadingStatus
 from stackforge.plan.rules import load_rules, load_targets
-from stackforge.wheels.verify import WitnessVerdict, bound_points, render_text, verify_rules
+from stackforge.wheels.verify import WitnessResult, bound_points, write_verification_text, verify_rules
 
 SGLANG = ["0.5.12", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.16"]
 FLASHINFER = ["0.3.0", "0.3.1", "0.4.1", "0.5.0", "0.6.6", "0.6.7", "0.6.16.post4", "0.6.17", "0.7.0.post1",
@@ -89,11 +89,11 @@ def test_bound_points_are_the_releases_on_both_sides_of_each_bound():
 def test_a_right_bound_is_confirmed_from_the_releases_around_it(tmp_path):
     calls: list = []
     report = verify(rules_from(tmp_path, SYMM_RULE.format(bound=">=0.5.14")), calls)
-    (verdict,) = report.verdicts
-    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
-    assert {c.version for c in verdict.checks} == {"0.5.13.post1", "0.5.14", "0.5.16"}
+    (rule_check,) = report.rules
+    assert rule_check.result is WitnessResult.CONFIRMED, rule_check.why
+    assert {c.version for c in rule_check.checks} == {"0.5.13.post1", "0.5.14", "0.5.16"}
     # The rule's own targets: every sm_120 profile; the x8/x2/x1 PCIe ones share one context per size.
-    assert {t for c in verdict.checks for t in c.targets} == {"rtx-pro-6000-x8-pcie", "rtx-pro-6000-x2-pcie",
+    assert {t for c in rule_check.checks for t in c.targets} == {"rtx-pro-6000-x8-pcie", "rtx-pro-6000-x2-pcie",
                                                               "rtx-5090-x1"}
     assert all(ctx.arch == "12.0" for *_, ctx in calls)
     assert report.ok and report.witnessed == 1
@@ -102,18 +102,18 @@ def test_a_right_bound_is_confirmed_from_the_releases_around_it(tmp_path):
 @pytest.mark.parametrize("moved", [">=0.5.15", ">=0.5.13.post1"])
 def test_a_bound_moved_by_one_release_is_wrong_with_the_measured_bound(tmp_path, moved):
     report = verify(rules_from(tmp_path, SYMM_RULE.format(bound=moved)))
-    (verdict,) = report.verdicts
-    assert verdict.verdict is WitnessVerdict.WRONG
+    (rule_check,) = report.rules
+    assert rule_check.result is WitnessResult.WRONG
     assert not report.ok
-    assert {(m.before, m.after) for m in verdict.measured} == {("0.5.13.post1", "0.5.14")}
-    assert "measured bound sglang >=0.5.14" in verdict.measured[0].text
+    assert {(m.before, m.after) for m in rule_check.measured} == {("0.5.13.post1", "0.5.14")}
+    assert "measured bound sglang >=0.5.14" in rule_check.measured[0].text
 
 
 def test_an_upper_bound_moved_is_measured_too(tmp_path):
     body = SYMM_RULE.format(bound=">=0.5.12,<0.5.15").replace("inside: unavailable", "inside: available")
-    (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is WitnessVerdict.WRONG
-    assert [m.text.split(": ")[-1] for m in verdict.measured] == ["measured bound sglang <0.5.14"]
+    (rule_check,) = verify(rules_from(tmp_path, body)).rules
+    assert rule_check.result is WitnessResult.WRONG
+    assert [m.text.split(": ")[-1] for m in rule_check.measured] == ["measured bound sglang <0.5.14"]
 
 
 def test_stack_conditions_are_read_with_a_value_inside_them(tmp_path):
@@ -130,11 +130,11 @@ def test_stack_conditions_are_read_with_a_value_inside_them(tmp_path):
       witness: {dist: flashinfer-python, fact: flashinfer-jit, inside: unavailable}
     """
     calls: list = []
-    (verdict,) = verify(rules_from(tmp_path, body), calls).verdicts
-    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
+    (rule_check,) = verify(rules_from(tmp_path, body), calls).rules
+    assert rule_check.result is WitnessResult.CONFIRMED, rule_check.why
     assert {(ctx.cuda, ctx.nvcc) for *_, ctx in calls} == {("12.8", True)}
-    assert "cuda=12.8 (inside the rule's condition)" in verdict.contexts[0]
-    assert [c.version for c in verdict.checks if c.targets[0] == "rtx-pro-6000-x8-pcie"] == [
+    assert "cuda=12.8 (inside the rule's condition)" in rule_check.contexts[0]
+    assert [c.version for c in rule_check.checks if c.targets[0] == "rtx-pro-6000-x8-pcie"] == [
         "0.6.6", "0.6.7", "0.7.0.post1", "0.7.1"]
 
 
@@ -152,26 +152,26 @@ FUSION_RULE = """\
 
 def test_a_bound_in_sdist_only_releases_is_left_unread_and_the_other_checked(tmp_path):
     report = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.6.17")))
-    (verdict,) = report.verdicts
+    (rule_check,) = report.rules
     # The upper bound is read on both sides; the lower one only in sdists: half-witnessed, never confirmed.
-    assert verdict.verdict is WitnessVerdict.HALF_WITNESSED, verdict.why
-    assert "last release outside 0.3.0 undecided: sdist only" in verdict.why
-    assert "first release inside 0.3.1 undecided: sdist only" in verdict.why
-    assert report.count(WitnessVerdict.CONFIRMED) == 0 and report.ok
-    assert "0 confirmed, 1 half-witnessed, 0 wrong" in render_text(report)
-    assert "    half-witnessed: " in render_text(report)
-    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.4.1"))).verdicts
-    assert verdict.verdict is WitnessVerdict.UNWITNESSED and "sdist only" in verdict.why
+    assert rule_check.result is WitnessResult.HALF_WITNESSED, rule_check.why
+    assert "last release outside 0.3.0 undecided: sdist only" in rule_check.why
+    assert "first release inside 0.3.1 undecided: sdist only" in rule_check.why
+    assert report.count(WitnessResult.CONFIRMED) == 0 and report.ok
+    assert "0 confirmed, 1 half-witnessed, 0 wrong" in write_verification_text(report)
+    assert "    half-witnessed: " in write_verification_text(report)
+    (rule_check,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.1,<0.4.1"))).rules
+    assert rule_check.result is WitnessResult.UNWITNESSED and "sdist only" in rule_check.why
 
 
 def test_the_measured_bound_steps_over_sdist_only_releases(tmp_path):
-    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.0,<0.6.7"))).verdicts
-    assert verdict.verdict is WitnessVerdict.WRONG
-    assert [(m.before, m.after) for m in verdict.measured] == [("0.6.16.post4", "0.6.17")]
-    (verdict,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.6.6,<0.6.17"))).verdicts
+    (rule_check,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.3.0,<0.6.7"))).rules
+    assert rule_check.result is WitnessResult.WRONG
+    assert [(m.before, m.after) for m in rule_check.measured] == [("0.6.16.post4", "0.6.17")]
+    (rule_check,) = verify(rules_from(tmp_path, FUSION_RULE.format(bound=">=0.6.6,<0.6.17"))).rules
     # 0.5.0 reads unavailable too; below it only sdists: the reading is measured from 0.5.0 on.
-    assert verdict.verdict is WitnessVerdict.WRONG
-    assert "0.5.0 (unavailable) and 0.6.16.post4 (unavailable) both read unavailable" in verdict.measured[0].text
+    assert rule_check.result is WitnessResult.WRONG
+    assert "0.5.0 (unavailable) and 0.6.16.post4 (unavailable) both read unavailable" in rule_check.measured[0].text
 
 
 def test_rules_without_a_witness_or_with_an_undecided_reading_are_unwitnessed(tmp_path):
@@ -195,19 +195,19 @@ def test_rules_without_a_witness_or_with_an_undecided_reading_are_unwitnessed(tm
       witness: {dist: sglang, fact: ep-a2a, inside: absent, context: {arch: "9.0", gpu_count: 8, interconnect: nvswitch}}
     """
     report = verify(rules_from(tmp_path, body))
-    why = {v.rule_id: (v.verdict, v.why) for v in report.verdicts}
-    assert why["no-reader"] == (WitnessVerdict.UNWITNESSED, "torch wheel variants live on download.pytorch.org")
-    assert why["no-bound"][0] is WitnessVerdict.UNWITNESSED and "no version bound" in why["no-bound"][1]
-    assert why["undecided"][0] is WitnessVerdict.UNWITNESSED and "undecided at sglang" in why["undecided"][1]
+    why = {v.rule_id: (v.result, v.why) for v in report.rules}
+    assert why["no-reader"] == (WitnessResult.UNWITNESSED, "torch wheel variants live on download.pytorch.org")
+    assert why["no-bound"][0] is WitnessResult.UNWITNESSED and "no version bound" in why["no-bound"][1]
+    assert why["undecided"][0] is WitnessResult.UNWITNESSED and "undecided at sglang" in why["undecided"][1]
     assert report.witnessed == 0 and report.ok
 
 
 def test_a_rule_with_no_own_target_is_read_for_its_witness_context(tmp_path):
     body = SYMM_RULE.format(bound=">=0.5.14").replace('["12.0", "12.1"]', '["12.1"]').replace(
         "inside: unavailable}", 'inside: unavailable, context: {arch: "12.1", gpu_count: 2, interconnect: pcie}}')
-    (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is WitnessVerdict.CONFIRMED
-    assert verdict.checks[0].targets == ("arch 12.1 x2 pcie (witness context)",)
+    (rule_check,) = verify(rules_from(tmp_path, body)).rules
+    assert rule_check.result is WitnessResult.CONFIRMED
+    assert rule_check.checks[0].targets == ("arch 12.1 x2 pcie (witness context)",)
 
 
 @pytest.mark.parametrize(("witness", "message"), [
@@ -279,10 +279,10 @@ def test_a_witness_context_stands_in_for_the_targets_hardware(tmp_path):
       witness: {dist: sglang, fact: torch-symm-mem, inside: unavailable, context: {gpu_count: 6}}
     """
     calls: list = []
-    (verdict,) = verify(rules_from(tmp_path, body), calls).verdicts
-    assert verdict.verdict is WitnessVerdict.CONFIRMED, verdict.why
+    (rule_check,) = verify(rules_from(tmp_path, body), calls).rules
+    assert rule_check.result is WitnessResult.CONFIRMED, rule_check.why
     assert {ctx.gpu_count for *_, ctx in calls} == {6}
-    assert {t for c in verdict.checks for t in c.targets} == {
+    assert {t for c in rule_check.checks for t in c.targets} == {
         "rtx-pro-6000-x8-pcie as gpu_count=6", "rtx-pro-6000-x2-pcie as gpu_count=6", "rtx-5090-x1 as gpu_count=6"}
 
 
@@ -311,9 +311,9 @@ def test_every_shipped_witness_has_a_registered_reader():
 def test_a_witness_context_outside_the_rules_own_conditions_is_unwitnessed(tmp_path):
     body = SYMM_RULE.format(bound=">=0.5.14").replace(
         "inside: unavailable}", 'inside: unavailable, context: {arch: "9.0", gpu_count: 2, interconnect: pcie}}')
-    (verdict,) = verify(rules_from(tmp_path, body)).verdicts
-    assert verdict.verdict is WitnessVerdict.UNWITNESSED
-    assert verdict.why == "the witness context's arch is outside the rule's own conditions"
+    (rule_check,) = verify(rules_from(tmp_path, body)).rules
+    assert rule_check.result is WitnessResult.UNWITNESSED
+    assert rule_check.why == "the witness context's arch is outside the rule's own conditions"
 
 
 def test_the_text_says_which_stack_values_were_read(tmp_path, fake_wheels):
@@ -339,7 +339,7 @@ def test_the_text_says_which_stack_values_were_read(tmp_path, fake_wheels):
 def test_the_text_cites_an_absence_as_such_not_as_line_0(tmp_path, site, cited):
     """A reading decided on a file's absence (a line-0 site) prints "not in this release"; one on a
     name missing from a file that is there prints what it lacks; never ``path:0``."""
-    from stackforge.wheels.verify import render_text
+    from stackforge.wheels.verify import write_verification_text
 
     def evaluate(fact, dist, version, ctx):
         if version < "0.5.14":
@@ -347,7 +347,7 @@ def test_the_text_cites_an_absence_as_such_not_as_line_0(tmp_path, site, cited):
         return Reading(fact, ReadingStatus.UNAVAILABLE, "disabled", (CodeSite("sglang/b.py", 78, "TABLE.get(cap)"),))
 
     rules = rules_from(tmp_path, SYMM_RULE.format(bound=">=0.5.14"))
-    text = render_text(verify_rules(rules, load_targets(), evaluate=evaluate, list_releases=list_releases))
+    text = write_verification_text(verify_rules(rules, load_targets(), evaluate=evaluate, list_releases=list_releases))
     assert ":0 " not in text, text
     assert cited in text, text
     assert "sglang/b.py:78 disabled" in text

@@ -82,7 +82,7 @@ def _picks_never_take_a_dead_or_unmeasured_feature(report, records, plan, target
     requirements = [()] + [tuple(c) for n in (1, 2) for c in itertools.combinations(report.features, n)]
     for require, driver in itertools.product(requirements, (None, "999.1", "1.0")):
         try:
-            chosen = pick(records, plan, target, list(require), driver=driver)
+            chosen = pick(records, plan, target, list(require), driver=driver).picked()
         except NothingQualifiesError:
             assert not any(_qualifies_by_hand(report, row, require, driver) for row in report.rows), (require, driver)
             continue

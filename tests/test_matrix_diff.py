@@ -47,7 +47,7 @@ def test_exactly_one_status_flip_and_one_metric_beyond_noise():
         ((TARGET, CU128, "flashinfer-jit"), "admitted", "fail")]     # a gate pass of the JIT only admits
     assert [c.key for c in diff.metric_changes] == [(TARGET, CU131, "serve", "output_throughput")]
     change = diff.metric_changes[0]
-    assert change.verdict == "regression" and change.delta == pytest.approx(-14.0)
+    assert change.trend == "regression" and change.delta == pytest.approx(-14.0)
     assert change.noise == pytest.approx(1.7)                      # the wider of the two observed ranges
     assert (diff.metrics_compared, diff.within_noise) == (3, 2)
     assert len(diff.regressions) == 2
@@ -73,9 +73,9 @@ def test_lower_is_better_for_latencies():
     a = [bench(CU131, "ar", {"latency_us": summary(30.0, 29.5, 30.5)})]
     b = [bench(CU131, "ar", {"latency_us": summary(40.0, 39.5, 40.5)}, run_id="b")]
     change = diff_snapshots(snapshot_from_records(a, "a"), snapshot_from_records(b, "b")).metric_changes[0]
-    assert change.verdict == "regression"
+    assert change.trend == "regression"
     faster = diff_snapshots(snapshot_from_records(b, "b"), snapshot_from_records(a, "a")).metric_changes[0]
-    assert faster.verdict == "improvement"
+    assert faster.trend == "improvement"
 
 
 def test_nested_per_size_metrics_are_compared():

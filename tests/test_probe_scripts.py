@@ -51,6 +51,11 @@ def run_script(python: Path | str, script: str | Path, *args: str, env: dict[str
     return payload
 
 
+def pythonpath(root: Path) -> dict[str, str]:
+    """``PYTHONPATH`` with ``root`` first, keeping the in-image package (tests/conftest.py) the scripts import."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def nvcc_home() -> tuple[str, str] | None:
     """(CUDA home, release) of an nvcc on this machine, found the way the probes find one."""
     sys.path.insert(0, str(SCRIPTS))
@@ -472,7 +477,7 @@ def fake_sglang(root: Path, before_table: str) -> Path:
 def test_symm_mem_stopped_by_server_only_state_before_its_table_is_undecided_or_the_tables_no(
         torch_python, tmp_path):
     root = fake_sglang(tmp_path / "context-first", "get_exec()  # server-only state, ahead of the table")
-    env = {"PYTHONPATH": str(root)}
+    env = pythonpath(root)
     admitted = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8", "--interconnect",
                           "nvswitch", env=env)
     assert admitted["status"] == "undecided", admitted               # the table admits, but nothing before it ran
@@ -488,11 +493,11 @@ def test_symm_mem_stopped_by_server_only_state_before_its_table_is_undecided_or_
     assert "no world size 2 for capability 9 (sizes [4, 8])" in odd_size["reason"] and odd_size["status"] == "fail"
 
 
-def test_symm_mem_error_raised_by_the_communicator_itself_stays_its_verdict(torch_python, tmp_path):
+def test_symm_mem_error_raised_by_the_communicator_itself_stays_its_result(torch_python, tmp_path):
     # The same words raised by the communicator's own code (not runtime_context.py) are SGLang's answer.
     root = fake_sglang(tmp_path / "own-error", "raise ValueError(\"config namespace 'exec' not published\")")
     result = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8",
-                        env={"PYTHONPATH": str(root)})
+                        env=pythonpath(root))
     assert result["status"] == "fail", result
     assert "raises ValueError: config namespace 'exec' not published" in result["reason"]
 
@@ -505,7 +510,7 @@ def test_a_static_answer_says_static_even_when_its_evidence_names_no_reading(tor
     (root / "sglang" / "__init__.py").write_text("")
     (root / "sglang-0.0.1.dist-info").mkdir()
     (root / "sglang-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n")
-    env = {"PYTHONPATH": str(root)}
+    env = pythonpath(root)
     symm = run_script(torch_python, "sglang_symm_mem.py", "--arch", "9.0", "--gpus", "8", env=env)
     assert symm["status"] == "skip" and "no torch symmetric-memory communicator" in symm["reason"], symm
     assert symm["metrics"]["method"] == "static"
@@ -860,11 +865,11 @@ def test_sglang_custom_allreduce_jit_is_built_before_the_timed_phases():
 
 def test_ep_a2a_is_undecided_when_torch_fails_before_deepeps_round():
     sf, ep = script_module("_sfprobe"), ep_module()
-    hung = sf.ProbeVerdict("fail", "nccl all_to_all_single ...: rank 3 made no progress in phase 'dispatch' for 120 s "
+    hung = sf.ScriptResult("fail", "nccl all_to_all_single ...: rank 3 made no progress in phase 'dispatch' for 120 s "
                            "(hang); all ranks were killed", "log")
-    verdict = ep.torch_failed_first(hung)
-    assert verdict.status == "undecided" and verdict.evidence == "log"
-    assert verdict.reason.startswith("DeepEP's round was not reached: torch's all_to_all_single failed first (fail: ")
+    result = ep.torch_failed_first(hung)
+    assert result.status == "undecided" and result.evidence == "log"
+    assert result.reason.startswith("DeepEP's round was not reached: torch's all_to_all_single failed first (fail: ")
 
 
 @pytest.mark.parametrize("phase", ["dispatch", "combine"])
@@ -976,22 +981,22 @@ def test_ep_a2a_is_decided_by_deepep_torch_a2a_by_torch():
     built = [sf.RankEvent(rank, "deepep_buffer", "ok", data={"version": "1.2.1"}) for rank in (0, 1)]
     hung_in_deepep = sf.RanksOutcome((*core, *built), (-9, -9), (1, "deepep_round", 121.0))
     judged, stuck = ep.split_deepep(hung_in_deepep)
-    assert sf.ranks_verdict(judged, "x") is None
+    assert sf.ranks_result(judged, "x") is None
     metrics = ep.deepep_metrics(hung_in_deepep, "nccl", True, "distribution deep-ep", stuck)
     assert metrics["deepep"] == ("fail: hang: rank 1 made no progress in phase 'deepep_round' for 121 s; "
                                  "all ranks were killed")
     assert metrics["deepep_version"] == "1.2.1"
     metrics = {**metrics, "dispatch_rows_verified": 20}
-    torch_verdict = ep.decide("nccl", 2, "x", metrics, judged)        # torch-a2a: torch's all-to-all was fine
-    assert torch_verdict.status == "pass" and torch_verdict.reason.endswith("DeepEP: " + metrics["deepep"])
-    verdict = ep.sglang_backend_verdict(torch_verdict, metrics, 2)    # ep-a2a: what SGLang would run hung
-    assert verdict.status == "fail"
-    assert verdict.reason == ("SGLang --moe-a2a-backend deepep on 2 GPUs: DeepEP hang: rank 1 made no progress in "
-                              "phase 'deepep_round' for 121 s; all ranks were killed; torch all_to_all_single: pass")
+    torch_result = ep.decide("nccl", 2, "x", metrics, judged)      # torch-a2a: torch's all-to-all was fine
+    assert torch_result.status == "pass" and torch_result.reason.endswith("DeepEP: " + metrics["deepep"])
+    result = ep.sglang_backend_result(torch_result, metrics, 2)    # ep-a2a: what SGLang would run hung
+    assert result.status == "fail"
+    assert result.reason == ("SGLang --moe-a2a-backend deepep on 2 GPUs: DeepEP hang: rank 1 made no progress in "
+                             "phase 'deepep_round' for 121 s; all ranks were killed; torch all_to_all_single: pass")
     assert metrics["torch_all_to_all"].startswith("pass: x: 20 (token, expert) rows")
     hung_in_dispatch = sf.RanksOutcome(tuple(core[:1]), (-9, -9), (1, "dispatch", 121.0))
     judged, stuck = ep.split_deepep(hung_in_dispatch)
-    assert stuck == "" and sf.ranks_verdict(judged, "x").status == "fail"
+    assert stuck == "" and sf.ranks_result(judged, "x").status == "fail"
 
 
 @pytest.mark.parametrize("script,args", [
@@ -1084,7 +1089,7 @@ def test_nccl_refusal_is_read_from_the_nccl_log_and_from_torchs_error():
     assert nccl_graph.nccl_refusal("ncclInvalidUsage: Duplicate GPU detected") is None
 
 
-def test_nccl_global_tree_verdict_quotes_nccl_per_collective():
+def test_nccl_global_tree_result_quotes_nccl_per_collective():
     """Ranks that met the refusal in all_gather, reduce_scatter and broadcast (the error torch raises,
     as the rank harness reports it) and passed all_reduce: a fail with NCCL's words per collective."""
     nccl_graph = nccl_graph_module()
@@ -1098,17 +1103,17 @@ def test_nccl_global_tree_verdict_quotes_nccl_per_collective():
             events.append(sf.RankEvent(rank, name, "check-fail", sf.one_line(error.replace("AllGather", function))))
     outcome = sf.RanksOutcome(tuple(events), (0, 0), None, ())
     metrics: dict = {}
-    verdict = nccl_graph.global_verdict("nccl", "nccl all 4, 2 ranks, NCCL_ALGO=Tree", metrics, outcome)
-    assert verdict.status == "fail"
+    result = nccl_graph.global_result("nccl", "nccl all 4, 2 ranks, NCCL_ALGO=Tree", metrics, outcome)
+    assert result.status == "fail"
     assert metrics["collectives"] == {
         "all_reduce": "pass (graph_us 21.0)",
         **{name: f"NCCL: no algorithm/protocol available for function {function} with datatype ncclInt8. "
                  "NCCL_ALGO was set to Tree."
            for name, function in (("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter"),
                                   ("broadcast", "Broadcast"))}}
-    assert verdict.reason.startswith("nccl all 4, 2 ranks, NCCL_ALGO=Tree: 3 of 4 collectives failed: "
+    assert result.reason.startswith("nccl all 4, 2 ranks, NCCL_ALGO=Tree: 3 of 4 collectives failed: "
                                      "all_reduce: pass")
-    assert "broadcast: NCCL: no algorithm/protocol available for function Broadcast" in verdict.reason
+    assert "broadcast: NCCL: no algorithm/protocol available for function Broadcast" in result.reason
 
 
 def test_nccl_algo_the_image_sets_is_kept_when_it_is_the_variants_own():
@@ -1155,14 +1160,14 @@ def test_nccl_global_gloo_harness_runs_every_collective(torch_python):
 def test_ep_a2a_without_deepep_is_a_skip_that_names_torchs_result():
     ep = ep_module()
     sf = ep.sf
-    torch_verdict = sf.ProbeVerdict("pass", "x: 20 (token, expert) rows exact", "log")
+    torch_result = sf.ScriptResult("pass", "x: 20 (token, expert) rows exact", "log")
     absent = {"deepep": "absent: no deep_ep module and no deep-ep/sgl-deep-ep/sgl-deep-ep-v25 distribution"}
-    verdict = ep.sglang_backend_verdict(torch_verdict, absent, 4)
-    assert verdict.status == "skip"
-    assert verdict.reason.startswith("no all-to-all backend SGLang could use in this image (absent: no deep_ep")
-    assert "torch's all_to_all_single: pass, see torch-a2a" in verdict.reason
-    passed = ep.sglang_backend_verdict(torch_verdict, {"deepep": "pass", "deepep_round_us_max_rank": 812.5,
-                                                       "deepep_version": "1.2.1"}, 4)
+    result = ep.sglang_backend_result(torch_result, absent, 4)
+    assert result.status == "skip"
+    assert result.reason.startswith("no all-to-all backend SGLang could use in this image (absent: no deep_ep")
+    assert "torch's all_to_all_single: pass, see torch-a2a" in result.reason
+    passed = ep.sglang_backend_result(torch_result, {"deepep": "pass", "deepep_round_us_max_rank": 812.5,
+                                                      "deepep_version": "1.2.1"}, 4)
     assert passed.status == "pass" and "DeepEP's intranode dispatch/combine round matched (812.5 us" in passed.reason
 
 
@@ -1245,10 +1250,10 @@ def test_p2p_passes_only_when_every_copy_arrived():
     sf = p2p.sf
     events = (sf.RankEvent(0, "copy 0->1", "ok", data={"gbps": 51.2}), sf.RankEvent(0, "copy 1->0", "ok",
                                                                                        data={"gbps": 49.8}))
-    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], sf.RanksOutcome(events, (0,), None, ()))
-    assert verdict.status == "pass"
-    assert verdict.reason == ("all 2 ordered pairs of 2 GPUs report peer access and a 64 MiB copy over each arrived "
-                              "intact (49.8-51.2 GB/s)")
+    result = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], sf.RanksOutcome(events, (0,), None, ()))
+    assert result.status == "pass"
+    assert result.reason == ("all 2 ordered pairs of 2 GPUs report peer access and a 64 MiB copy over each arrived "
+                             "intact (49.8-51.2 GB/s)")
 
 
 def test_p2p_the_driver_says_yes_but_the_copy_hangs_or_lies():
@@ -1256,24 +1261,24 @@ def test_p2p_the_driver_says_yes_but_the_copy_hangs_or_lies():
     p2p = p2p_module()
     sf = p2p.sf
     hung = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "start"),), (-9,), (0, "copy 0->1", 61.0), ())
-    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], hung)
-    assert verdict.status == "fail"
-    assert verdict.reason.startswith("the driver admits peer access but 2 of 2 copies failed (0->1: hang: no "
+    result = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], hung)
+    assert result.status == "fail"
+    assert result.reason.startswith("the driver admits peer access but 2 of 2 copies failed (0->1: hang: no "
                                      "progress for 61 s; the copy was killed; 1->0: not reached")
     garbage = sf.RanksOutcome((sf.RankEvent(0, "copy 0->1", "check-fail",
                                             "AssertionError: 16777216 of 16777216 int32 values differ after the "
                                             "copy 0->1"), sf.RankEvent(0, "copy 1->0", "ok", data={"gbps": 40.0})),
                               (0,), None, ())
-    verdict = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], garbage)
-    assert verdict.status == "fail" and "1 of 2 copies failed (0->1: AssertionError: 16777216 of" in verdict.reason
-    assert verdict.metrics["copies"] == {"0->1": "AssertionError: 16777216 of 16777216 int32 values differ after "
-                                                 "the copy 0->1", "1->0": "ok 40.0 GB/s"}
+    result = p2p.decide(2, ALL_YES, [(0, 1), (1, 0)], garbage)
+    assert result.status == "fail" and "1 of 2 copies failed (0->1: AssertionError: 16777216 of" in result.reason
+    assert result.metrics["copies"] == {"0->1": "AssertionError: 16777216 of 16777216 int32 values differ after "
+                                                "the copy 0->1", "1->0": "ok 40.0 GB/s"}
 
 
 def test_p2p_pairs_the_driver_refuses_are_not_copied_and_fail():
     p2p = p2p_module()
-    verdict = p2p.decide(2, [[True, False], [False, True]], [], None)
-    assert verdict.status == "fail" and verdict.reason == "2 of 2 GPU pairs have no peer access (0->1, 1->0)"
+    result = p2p.decide(2, [[True, False], [False, True]], [], None)
+    assert result.status == "fail" and result.reason == "2 of 2 GPU pairs have no peer access (0->1, 1->0)"
 
 
 GRAPH_REPLAY = textwrap.dedent("""

@@ -191,8 +191,8 @@ def test_benchmark_deltas_with_their_spread_and_direction():
             **serve_metrics(101.0, spread=4.0), "ttft_ms": {"median": 95.0, "min": 94.0, "max": 96.0, "n": 5}})]
     report = upgrade(records, *by_cuda("12.8", "13.1"))
     deltas = {m.metric: m for m in report.metrics}
-    assert deltas["output_throughput"].verdict == "within noise" and deltas["output_throughput"].higher_is_better
-    assert (deltas["ttft_ms"].verdict, deltas["ttft_ms"].higher_is_better) == ("regression", False)
+    assert deltas["output_throughput"].trend == "within noise" and deltas["output_throughput"].higher_is_better
+    assert (deltas["ttft_ms"].trend, deltas["ttft_ms"].higher_is_better) == ("regression", False)
     assert deltas["ttft_ms"].delta == pytest.approx(15.0) and deltas["ttft_ms"].noise == pytest.approx(4.0)
     md = write_upgrade(report, "md")
     assert "| `serve-bench` · ttft_ms | 80 (78–82, n=5) | 95 (94–96, n=5) | +15 (+18.8%) | regression" in md

@@ -186,9 +186,9 @@ def test_a_rule_with_an_open_upper_bound_gets_a_diff_that_moves_it():
         status = ReadingStatus.AVAILABLE if version == "0.6.9" else ReadingStatus.UNAVAILABLE
         return Reading(fact, status, f"gate in {version}", (CodeSite("flashinfer/jit/comm.py", 190, "gate"),))
     knowledge = load_knowledge()
-    (verdict,) = verify_rules([rule], knowledge.targets, evaluate=evaluate,
-                              list_releases=lambda dist: ["0.6.6", "0.6.7", "0.6.8", "0.6.9"]).verdicts
-    patch = propose_patch(rule, verdict, "0.6.9", text)
+    (rule_check,) = verify_rules([rule], knowledge.targets, evaluate=evaluate,
+                                 list_releases=lambda dist: ["0.6.6", "0.6.7", "0.6.8", "0.6.9"]).rules
+    patch = propose_patch(rule, rule_check, "0.6.9", text)
     assert patch is not None and patch.summary.startswith("flashinfer >=0.6.7 -> >=0.6.7,<0.6.9")
     assert '-      flashinfer: ">=0.6.7"' in patch.diff and '+      flashinfer: ">=0.6.7,<0.6.9"' in patch.diff
     assert "+      - {ref: \"PyPI flashinfer-python==0.6.9 wheel: flashinfer/jit/comm.py:190" in patch.diff

@@ -42,7 +42,7 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
       stackforge compat verify --rule sglang-ar-fusion-rejects-sm12 --json
     """
     from stackforge.plan.planner import load_knowledge
-    from stackforge.wheels.verify import render_text, verify_rules
+    from stackforge.wheels.verify import write_verification_text, verify_rules
 
     knowledge = load_knowledge(user=user_compat())
     # Rules generated from SGLang's pins (tables.yaml) are data of another kind; only compat/rules here.
@@ -53,7 +53,7 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
     if as_json:
         click.echo(report_json_text({"schema": VERIFY_SCHEMA, **report.to_json()}), nl=False)
     else:
-        click.echo(render_text(report))
+        click.echo(write_verification_text(report))
     if not report.ok:
         raise click.exceptions.Exit(1)
 

@@ -30,7 +30,7 @@ class Status(str, Enum):
     SKIP = "skip"        # preconditions not met (no GPU, no nvcc...): not applicable, not a failure
     ERROR = "error"      # the probe itself broke (import error, bad output)
     # The probe ran but could not reach the decisive code path honestly (it needs a context the probe
-    # cannot provide, e.g. a running server's published config): kept with its evidence, never a verdict.
+    # cannot provide, e.g. a running server's published config): kept with its evidence, deciding nothing.
     UNDECIDED = "undecided"
     TIMEOUT = "timeout"  # killed at its hard timeout (assigned by the runner)
     CRASH = "crash"      # died by a signal (assigned by the runner)
@@ -164,7 +164,7 @@ class Prediction:
 # ---------------------------------------------------------------------------------------------- the deciding record
 
 #: Statuses that say nothing about the feature: the cell is decided by the other records.
-NO_VERDICT = frozenset({Status.SKIP, Status.UNDECIDED})
+UNINFORMATIVE = frozenset({Status.SKIP, Status.UNDECIDED})
 #: Within one level, the worst outcome decides.
 _SEVERITY = {Status.CRASH: 5, Status.TIMEOUT: 4, Status.FAIL: 3, Status.PASS: 2, Status.ERROR: 1}
 #: GPU tiers outrank gate, which outranks the wheel tier (code read, nothing run or imported).
@@ -180,7 +180,7 @@ def decisive_record(records: Sequence[ResultRecord]) -> ResultRecord | None:
     The matrix decides its measured cells with this, and ``bench --from-probes`` its gate, so the two
     never disagree on what the probes said.
     """
-    informative = [r for r in records if r.outcome.status not in NO_VERDICT]
+    informative = [r for r in records if r.outcome.status not in UNINFORMATIVE]
     if not informative:
         return None
     level = max(_LEVEL[r.tier] for r in informative)

@@ -199,7 +199,7 @@ def emit(status: str, reason: str, evidence: str = "",
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ProbeVerdict:
+class ScriptResult:
     """A decided result, before it is printed: scripts that must clean up (temporary workspaces)
     decide first, clean up, then emit."""
 
@@ -213,11 +213,11 @@ class ProbeVerdict:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
-def emit_verdict(verdict: ProbeVerdict, facts: Mapping[str, Any] | None = None,
-                 extra_metrics: Mapping[str, Any] | None = None) -> None:
-    """:func:`emit` a :class:`ProbeVerdict`, merging ``extra_metrics`` under its own metrics."""
-    metrics = {**dict(extra_metrics or {}), **dict(verdict.metrics)}
-    emit(verdict.status, verdict.reason, verdict.evidence, metrics, facts)
+def emit_result(result: ScriptResult, facts: Mapping[str, Any] | None = None,
+                extra_metrics: Mapping[str, Any] | None = None) -> None:
+    """:func:`emit` a :class:`ScriptResult`, merging ``extra_metrics`` under its own metrics."""
+    metrics = {**dict(extra_metrics or {}), **dict(result.metrics)}
+    emit(result.status, result.reason, result.evidence, metrics, facts)
 
 
 def run_main(main: Callable[[Sequence[str]], None], argv: Sequence[str] | None = None) -> None:
@@ -639,8 +639,8 @@ def failure_status(detail: str) -> str:
     return "error" if detail.split(":", 1)[0].strip() in PROBE_BUG_EXCEPTIONS else "fail"
 
 
-def ranks_verdict(outcome: RanksOutcome, what: str) -> ProbeVerdict | None:
-    """The verdict when the ranks did not all finish cleanly (hang, failure, crash), else None.
+def ranks_result(outcome: RanksOutcome, what: str) -> ScriptResult | None:
+    """The result when the ranks did not all finish cleanly (hang, failure, crash), else None.
 
     A hang is a measured outcome (NCCL hanging on a PCIe box is the finding), so it is a ``fail``
     with the phase it hung in; ``timeout`` is reserved for the runner killing the whole script.
@@ -648,20 +648,20 @@ def ranks_verdict(outcome: RanksOutcome, what: str) -> ProbeVerdict | None:
     log = outcome.log()
     if outcome.hung is not None:
         rank, phase, seconds = outcome.hung
-        return ProbeVerdict("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
+        return ScriptResult("fail", f"{what}: rank {rank} made no progress in phase '{phase}' for {seconds:.0f} s "
                             "(hang); all ranks were killed", log)
     failures = outcome.failures()
     if failures:
         first = failures[0]
         tb = first.data.get("traceback", "")
-        return ProbeVerdict(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
+        return ScriptResult(failure_status(first.detail), f"{what}: rank {first.rank} failed in phase "
                             f"'{first.phase}': {first.detail}", log + (f"\n{tb}" if tb else ""))
     crashed = outcome.crashed()
     if crashed:
         rank, code = crashed[0]
         last = [e.phase for e in outcome.events if e.rank == rank]
         where = last[-1] if last else "startup"
-        return ProbeVerdict("fail", f"{what}: rank {rank} died ({rank_signal_name(code)}) in phase '{where}'", log)
+        return ScriptResult("fail", f"{what}: rank {rank} died ({rank_signal_name(code)}) in phase '{where}'", log)
     return None
 
 

@@ -53,7 +53,7 @@ __all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "WITHIN_NOISE"
 NOISE_K = 1.0
 REL_THRESHOLD = 0.02
 NO_SPREAD_REL_THRESHOLD = 0.10
-#: The verdict of a metric change that stays within the runs' own noise.
+#: The trend of a metric change that stays within the runs' own noise.
 WITHIN_NOISE = "within noise"
 DIFF_SCHEMA = "stackforge.matrix-diff"
 DIFF_SCHEMA_VERSION = 1
@@ -142,7 +142,7 @@ class MetricChange:
     delta: float
     relative: float | None
     noise: float | None          # the spread the delta was compared with (None: unknown)
-    verdict: str                 # regression | improvement | within noise
+    trend: str                   # regression | improvement | within noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,7 @@ class MatrixDiff:
     def regressions(self) -> tuple[StatusChange | MetricChange, ...]:
         """Cells that stopped working, and metrics that got worse beyond noise."""
         return (tuple(c for c in self.status_changes if c.regression)
-                + tuple(c for c in self.metric_changes if c.verdict == "regression"))
+                + tuple(c for c in self.metric_changes if c.trend == "regression"))
 
 
 # ---------------------------------------------------------------------------------------------- snapshots
@@ -384,20 +384,20 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> MatrixDiff:
                            if _status_of(a.cells.get(key)) != _status_of(b.cells.get(key)))
     shared = sorted(set(a.metrics) & set(b.metrics))
     compared = (compare_metric(key, a.metrics[key], b.metrics[key]) for key in shared)
-    changes = [change for change in compared if change.verdict != WITHIN_NOISE]
+    changes = [change for change in compared if change.trend != WITHIN_NOISE]
     return MatrixDiff(a=a.label, b=b.label, status_changes=status_changes, metric_changes=tuple(changes),
                       metrics_compared=len(shared), within_noise=len(shared) - len(changes))
 
 
 def compare_metric(key: MetricKey, before: MetricStats, after: MetricStats) -> MetricChange:
-    """One metric from A to B: its delta, the noise it was compared with, and the verdict
+    """One metric from A to B: its delta, the noise it was compared with, and its trend
     (``regression``, ``improvement``, or :data:`WITHIN_NOISE` by the rule of the module docstring)."""
     significant, noise = _significant(before, after)
     delta = after.center - before.center
     worse = delta > 0 if lower_is_better(key[3]) else delta < 0
-    verdict = ("regression" if worse else "improvement") if significant else WITHIN_NOISE
+    trend = ("regression" if worse else "improvement") if significant else WITHIN_NOISE
     return MetricChange(key, before, after, delta, delta / before.center if before.center else None, noise,
-                        verdict)
+                        trend)
 
 
 def _status_of(state: CellState | None) -> str | None:
@@ -444,7 +444,7 @@ def _text(diff: MatrixDiff, *, markdown: bool) -> str:
             relative = f" ({change.relative:+.1%})" if change.relative is not None else ""
             noise = (f"noise ±{change.noise:.3g}" if change.noise is not None
                      else "noise unknown (single values)")
-            lines.append(f"{bullet}{change.verdict.upper()}: {code(stack)} · {probe} · {metric} on "
+            lines.append(f"{bullet}{change.trend.upper()}: {code(stack)} · {probe} · {metric} on "
                          f"{target}: {change.before.center:.4g} → {change.after.center:.4g}{relative}; "
                          f"{noise}")
     return "\n".join(lines) + "\n"
@@ -469,7 +469,7 @@ def _json(diff: MatrixDiff) -> dict[str, Any]:
             "metric_changes": [{"target": c.key[0], "stack_id": c.key[1], "probe": c.key[2],
                                 "metric": c.key[3], "before": stats(c.before), "after": stats(c.after),
                                 "delta": c.delta,
-                                "relative": c.relative, "noise": c.noise, "verdict": c.verdict}
+                                "relative": c.relative, "noise": c.noise, "verdict": c.trend}   # the key, kept: a file format
                                for c in diff.metric_changes],
             "metrics_compared": diff.metrics_compared, "within_noise": diff.within_noise,
             "regressions": len(diff.regressions)}

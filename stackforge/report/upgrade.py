@@ -213,7 +213,7 @@ class MetricDelta:
     delta: float
     relative: float | None
     noise: float | None
-    verdict: str                    # improvement | regression | within noise
+    trend: str                      # improvement | regression | within noise
     higher_is_better: bool
 
 
@@ -431,13 +431,13 @@ def _metric_deltas(before: ReportRow, after: ReportRow) -> tuple[MetricDelta, ..
         change = compare_metric(("", "", probe, metric), old[key], new[key])
         deltas.append(MetricDelta(probe=probe, metric=metric, before=change.before, after=change.after,
                                   delta=change.delta, relative=change.relative, noise=change.noise,
-                                  verdict=change.verdict, higher_is_better=not lower_is_better(metric)))
+                                  trend=change.trend, higher_is_better=not lower_is_better(metric)))
     return tuple(deltas)
 
 
 def _metrics(row: ReportRow) -> dict[tuple[str, str], MetricStats]:
     """Metrics of the row's passing benchmarks. Probes record numbers too (``max_abs_diff``, rows verified):
-    evidence of their verdict, not a performance to compare."""
+    evidence of their result, not a performance to compare."""
     passing = [r for r in row.records if r.outcome.status is Status.PASS and r.tier is Tier.BENCH]
     snapshot = snapshot_from_records(passing, row.stack_id)
     return {(probe, metric): stats for (_, _, probe, metric), stats in snapshot.metrics.items()}
@@ -536,7 +536,7 @@ _COUNT_WORDS = MappingProxyType({ChangeKind.GAINED: "gained (measured working or
 def summary_line(report: UpgradeReport) -> str:
     counts = ", ".join(f"{report.count(c)} {_COUNT_WORDS.get(c, c)}" for c in ChangeKind.ORDER
                        if c not in (ChangeKind.FLAVOUR, ChangeKind.NOT_APPLICABLE) or report.count(c))
-    moved = [m for m in report.metrics if m.verdict != "within noise"]
+    moved = [m for m in report.metrics if m.trend != "within noise"]
     bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
              else "no benchmark measured on both sides")
     text = (f"{counts} · driver floor {floor_change(report)} · image {size_change(report)} · {bench} · "
@@ -558,10 +558,10 @@ def delta_text(delta: MetricDelta) -> str:
     return f"{delta.delta:+.4g}{relative}"
 
 
-def verdict_text(delta: MetricDelta) -> str:
+def trend_text(delta: MetricDelta) -> str:
     better = "higher is better" if delta.higher_is_better else "lower is better"
     noise = f"noise {delta.noise:.3g}" if delta.noise is not None else "noise unknown: single values"
-    return f"{delta.verdict} ({noise}; {better})"
+    return f"{delta.trend} ({noise}; {better})"
 
 
 # ---------------------------------------------------------------------------------------------- json
@@ -603,7 +603,7 @@ def _delta_json(delta: MetricDelta) -> dict[str, Any]:
         return {"center": s.center, "low": s.low, "high": s.high, "spread": s.spread, "n": s.n}
 
     return {"probe": delta.probe, "metric": delta.metric, "from": stats(delta.before), "to": stats(delta.after),
-            "delta": delta.delta, "relative": delta.relative, "noise": delta.noise, "verdict": delta.verdict,
+            "delta": delta.delta, "relative": delta.relative, "noise": delta.noise, "verdict": delta.trend,
             "higher_is_better": delta.higher_is_better}
 
 
@@ -644,7 +644,7 @@ def write_upgrade_md(report: UpgradeReport) -> str:
     if report.metrics:
         lines += ["| probe · metric | from | to | delta | verdict |", "|---|---|---|---|---|"]
         lines += [f"| `{m.probe}` · {_md(m.metric)} | {stats_text(m.before)} | {stats_text(m.after)} | "
-                  f"{delta_text(m)} | {_md(verdict_text(m))} |" for m in report.metrics]
+                  f"{delta_text(m)} | {_md(trend_text(m))} |" for m in report.metrics]
     else:
         lines.append("None: no benchmark measured the same metric on both stacks.")
     lines += ["", "#### Dead ends that remain after the upgrade", ""]

@@ -23,7 +23,7 @@ from stackforge.report.upgrade import (
     image_text,
     stats_text,
     summary_line,
-    verdict_text,
+    trend_text,
 )
 
 __all__ = ["write_upgrade_html"]
@@ -187,10 +187,10 @@ def _benchmarks(metrics: tuple[MetricDelta, ...]) -> str:
     if not metrics:
         return ("<h2>Benchmarks measured on both sides</h2>"
                 "<p>None: no benchmark measured the same metric on both stacks.</p>")
-    rows = "".join(f'<tr class="v-{escape(m.verdict.replace(" ", "-"))}"><th scope="row"><code>{escape(m.probe)}'
+    rows = "".join(f'<tr class="v-{escape(m.trend.replace(" ", "-"))}"><th scope="row"><code>{escape(m.probe)}'
                    f"</code> · {escape(m.metric)}</th><td class=\"metric\">{escape(stats_text(m.before))}</td>"
                    f'<td class="metric">{escape(stats_text(m.after))}</td><td class="metric">{escape(delta_text(m))}'
-                   f"</td><td>{escape(verdict_text(m))}</td></tr>" for m in metrics)
+                   f"</td><td>{escape(trend_text(m))}</td></tr>" for m in metrics)
     return ('<h2>Benchmarks measured on both sides</h2><table id="benchmarks"><thead><tr><th>probe · metric</th>'
             "<th>from</th><th>to</th><th>delta</th><th>verdict</th></tr></thead><tbody>" + rows + "</tbody></table>")
 

@@ -3,7 +3,7 @@
 For each new release of a watched distribution (:data:`WATCHED`):
 
 * the wheel tier reads it and the release before it, for every fact a reader reads from that
-  distribution and every target (and stack context) of the matrix: a verdict that changed is reported
+  distribution and every target (and stack context) of the matrix: a reading that changed is reported
   with the code on both sides;
 * every rule of ``compat/rules`` whose version bound the release sits at is verified again
   (:func:`stackforge.wheels.verify.verify_rules`); a rule the release proves wrong comes with a
@@ -38,7 +38,7 @@ from stackforge.plan.user_compat import UserCompat
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.readings import WheelReadings
 from stackforge.wheels.tier import Measurement, context_for, load_readers, measure, target_context, target_named
-from stackforge.wheels.verify import RuleVerdict, touched_by_release, verify_rules
+from stackforge.wheels.verify import RuleCheck, touched_by_release, verify_rules
 from stackforge.watch.patches import ProposedPatch, propose_patch
 from stackforge.watch.state import SeenRelease, WatchState, read_state, state_lock, state_path, write_state
 
@@ -74,7 +74,7 @@ class WatchRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class VerdictComparison:
+class ReadingComparison:
     """One fact on one target (for the contexts named): its reading before and after a release."""
 
     fact: str
@@ -91,13 +91,13 @@ class VerdictComparison:
     def changed(self) -> bool:
         if self.before is None:
             return False
-        return _verdict(self.before) != _verdict(self.after) and ReadingStatus.UNDECIDED not in (
+        return _reading_key(self.before) != _reading_key(self.after) and ReadingStatus.UNDECIDED not in (
             self.before.reading.status, self.after.reading.status)
 
     @property
     def no_longer_decided(self) -> bool:
         """The reader decided the release before and cannot decide this one: the code moved under it (the
-        reader needs a look), which is news, never an unchanged verdict."""
+        reader needs a look), which is news, never an unchanged reading."""
         return (self.before is not None and self.before.reading.status is not ReadingStatus.UNDECIDED
                 and self.after.reading.status is ReadingStatus.UNDECIDED)
 
@@ -120,7 +120,7 @@ class VerdictComparison:
 class RuleRecheck:
     """A rule read again because a new release sits at its bound, and the patch when it no longer holds."""
 
-    verdict: RuleVerdict
+    check: RuleCheck
     patch: ProposedPatch | None = None
 
 
@@ -134,12 +134,12 @@ class NewRelease:
     previous: str | None                 # the release it is compared with (None: the first release)
     yanked: bool = False
     unread: str = ""                     # why it was not read ("" when it was)
-    comparisons: tuple[VerdictComparison, ...] = ()
+    comparisons: tuple[ReadingComparison, ...] = ()
     rules: tuple[RuleRecheck, ...] = ()
     pins: dict[str, str] | None = None   # an SGLang release compat/sglang_pins.yaml lacks: its pins, read now
 
     @property
-    def changed(self) -> tuple[VerdictComparison, ...]:
+    def changed(self) -> tuple[ReadingComparison, ...]:
         return tuple(c for c in self.comparisons if c.changed)
 
     @property
@@ -305,17 +305,17 @@ def _read_new_release(dist: str, release: Release, found: Sequence[Release],
 
     comparisons = []
     for target, by_ctx in contexts.items():
-        grouped: dict[tuple[Any, ...], VerdictComparison] = {}
+        grouped: dict[tuple[Any, ...], ReadingComparison] = {}
         for spec in specs:
             for ctx, name in by_ctx.items():
                 after = read(spec, release, ctx)
                 before = read(spec, previous, ctx) if previous else None
-                key = (spec.fact, _verdict(after), after.reading.summary,
-                       _verdict(before) if before else None, before.reading.summary if before else None)
+                key = (spec.fact, _reading_key(after), after.reading.summary,
+                       _reading_key(before) if before else None, before.reading.summary if before else None)
                 if key in grouped:
                     grouped[key] = replace(grouped[key], contexts=grouped[key].contexts + (name,))
                 else:
-                    grouped[key] = VerdictComparison(spec.fact, target, (name,), before, after)
+                    grouped[key] = ReadingComparison(spec.fact, target, (name,), before, after)
         comparisons += grouped.values()
     usable = [r for r in found if not r.yanked and r.parsed <= release.parsed]
     rules = _recheck_rules(dist, release.version, usable, knowledge, indexes, cache)
@@ -332,7 +332,7 @@ def _missing_pins(dist: str, release: Release, knowledge: Knowledge, indexes: In
     return pins.as_row() if pins is not None else None
 
 
-def _verdict(measurement: Measurement | None) -> tuple[str, str] | None:
+def _reading_key(measurement: Measurement | None) -> tuple[str, str] | None:
     if measurement is None:
         return None
     return (measurement.reading.status.value, measurement.reading.manner)
@@ -350,7 +350,7 @@ def _recheck_rules(dist: str, version: str, usable: Sequence[Release], knowledge
     report = verify_rules(rules, knowledge.targets, evaluate=readings.evaluate, list_releases=readings.list_releases)
     by_id = {rule.id: rule for rule in rules}
     return tuple(RuleRecheck(v, propose_patch(by_id[v.rule_id], v, version, _rule_file_text(by_id[v.rule_id])))
-                 for v in report.verdicts)
+                 for v in report.rules)
 
 
 def _rule_file_text(rule: Any) -> str:
@@ -372,4 +372,4 @@ def _lock_diff(request: WatchRequest, indexes: IndexConfig, on_progress: Callabl
     return update_lock(request.matrix_path, indexes=indexes, until=until, write=False)
 
 
-__all__ = ["WATCHED", "NewRelease", "RuleRecheck", "VerdictComparison", "WatchReport", "WatchRequest", "run_watch"]
+__all__ = ["WATCHED", "NewRelease", "ReadingComparison", "RuleRecheck", "WatchReport", "WatchRequest", "run_watch"]

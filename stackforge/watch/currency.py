@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from stackforge.core.records import ResultRecord
 from stackforge.watch.state import WatchState
 
-#: Distributions whose releases the reports' verdicts depend on, as the records name them.
+#: Distributions whose releases the reports' cells depend on, as the records name them.
 TRACKED = ("sglang", "flashinfer-python", "sglang-kernel", "sgl-kernel", "torch")
 #: Stack keys of a plan that name one of them.
 _STACK_KEYS = {"sglang": "sglang", "flashinfer": "flashinfer-python", "torch": "torch"}

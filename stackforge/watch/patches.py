@@ -1,6 +1,6 @@
 """A patch to ``compat/rules`` for a rule a new release proved wrong: the bound that now applies, its evidence.
 
-Pure: given the rule, its verdict from :func:`stackforge.wheels.verify.verify_rules` and the text of
+Pure: given the rule, its check by :func:`stackforge.wheels.verify.verify_rules` and the text of
 the rule's file, it returns a unified diff a person can review and apply (``git apply``), or, where the
 readings call for more than moving a bound (a refusal that comes back after a fix), the words of what
 the readings show and no diff. A patch is a proposal: it is printed in the watch report and never
@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 
 from stackforge.plan.rules import Rule
 from stackforge.wheels.bisect import site_text
-from stackforge.wheels.verify import BoundCheck, RuleVerdict, WitnessVerdict
+from stackforge.wheels.verify import BoundCheck, RuleCheck, WitnessResult
 
 PYPI_PROJECT = "https://pypi.org/project"
 
@@ -38,17 +38,17 @@ class ProposedPatch:
                 "diff": self.diff}
 
 
-def propose_patch(rule: Rule, verdict: RuleVerdict, version: str, rule_file_text: str) -> ProposedPatch | None:
+def propose_patch(rule: Rule, rule_check: RuleCheck, version: str, rule_file_text: str) -> ProposedPatch | None:
     """The patch for ``rule`` after release ``version`` read against it; ``None`` when the rule still holds."""
-    if verdict.verdict is not WitnessVerdict.WRONG or rule.witness is None:
+    if rule_check.result is not WitnessResult.WRONG or rule.witness is None:
         return None
     file = rule.origin.rpartition(":")[0] or rule.origin
     fact = rule.witness.version_fact
-    wrong = [c for c in verdict.checks if c.agrees is False]
+    wrong = [c for c in rule_check.checks if c.agrees is False]
     check = next((c for c in wrong if c.version == version), wrong[0] if wrong else None)
-    bound = next((m for m in verdict.measured if m.after), None)
+    bound = next((m for m in rule_check.measured if m.after), None)
     evidence = _evidence(check, rule.witness.dist)
-    measured = "; ".join(m.text for m in verdict.measured) or verdict.why
+    measured = "; ".join(m.text for m in rule_check.measured) or rule_check.why
     current = _condition_text(rule, fact)
     if check is None or bound is None or not check.inside or _has_upper_bound(rule, fact):
         return ProposedPatch(rule.id, file, f"{fact} {current}: {measured} (needs a hand edit: more than a bound "

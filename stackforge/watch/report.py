@@ -1,7 +1,7 @@
 """The watch report for a person (text), a pull request (markdown) and a program (json).
 
-The answer first: which releases are new and whether any verdict, rule or stack moved; then per
-release the verdicts that changed with the code on both sides, the rules read again (and the proposed
+The answer first: which releases are new and whether any reading, rule or stack moved; then per
+release the readings that changed with the code on both sides, the rules read again (and the proposed
 patches), the dead ends it unblocks, and the lock diff. Evidence is complete in json and markdown
 (markdown folds it under ``<details>``); the text shows one line per change and the patches.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from stackforge.core.wheel_readings import CodeSite
 from stackforge.wheels.bisect import site_text
 from stackforge.wheels.tier import Measurement
-from stackforge.watch.campaign import NewRelease, VerdictComparison, WatchReport
+from stackforge.watch.campaign import NewRelease, ReadingComparison, WatchReport
 
 WATCH_SCHEMA = "stackforge.watch/1"
 
@@ -57,12 +57,12 @@ def _release_json(release: NewRelease) -> dict[str, Any]:
             "no_longer_decided": [_comparison_json(c) for c in release.comparisons if c.no_longer_decided],
             "unblocks": [f"{c.feature} on {c.target}" for c in release.changed if c.unblocks],
             "blocks": [f"{c.feature} on {c.target}" for c in release.changed if c.blocks],
-            "rules": [{**r.verdict.to_json(), "patch": r.patch.to_json() if r.patch else None} for r in release.rules],
+            "rules": [{**r.check.to_json(), "patch": r.patch.to_json() if r.patch else None} for r in release.rules],
             "missing_pins": release.pins,
             "proposed_patches": [p.to_json() for p in release.patches]}
 
 
-def _comparison_json(comparison: VerdictComparison) -> dict[str, Any]:
+def _comparison_json(comparison: ReadingComparison) -> dict[str, Any]:
     return {"fact": comparison.fact, "feature": comparison.feature, "target": comparison.target,
             "contexts": list(comparison.contexts),
             "before": _measurement_json(comparison.before), "after": _measurement_json(comparison.after)}
@@ -98,8 +98,8 @@ def report_text(report: WatchReport) -> str:
                          f"({', '.join(sorted({c.fact for c in unchanged}))})")
         lines += [f"  {line}" for line in _consequences(release)]
         for recheck in release.rules:
-            verdict = recheck.verdict
-            lines.append(f"  rule {verdict.rule_id}: {verdict.verdict.value.upper()} ({verdict.bound}): {verdict.why}")
+            check = recheck.check
+            lines.append(f"  rule {check.rule_id}: {check.result.value.upper()} ({check.bound}): {check.why}")
             if recheck.patch is not None:
                 lines.append(f"    proposed: {recheck.patch.summary}")
                 lines += [f"    {line}" for line in recheck.patch.diff.splitlines()]
@@ -135,13 +135,13 @@ def _release_heading(release: NewRelease) -> str:
     return f"{release.dist} {release.version}{since}{uploaded}" + (" [yanked]" if release.yanked else "")
 
 
-def _change_line(comparison: VerdictComparison) -> str:
+def _change_line(comparison: ReadingComparison) -> str:
     before, after = comparison.before, comparison.after
-    return (f"{comparison.fact} on {comparison.target}: {_verdict_words(before)} -> {_verdict_words(after)} "
+    return (f"{comparison.fact} on {comparison.target}: {_reading_words(before)} -> {_reading_words(after)} "
             f"[{_first_site(after) or _first_site(before)}]")
 
 
-def _verdict_words(measurement: Measurement | None) -> str:
+def _reading_words(measurement: Measurement | None) -> str:
     if measurement is None:
         return "none"
     reading = measurement.reading
@@ -167,7 +167,7 @@ def report_markdown(report: WatchReport) -> str:
             continue
         if release.changed:
             lines += ["| fact | target | before | after |", "|---|---|---|---|"]
-            lines += [f"| `{c.fact}` | {c.target} | {_verdict_words(c.before)} | {_verdict_words(c.after)} |"
+            lines += [f"| `{c.fact}` | {c.target} | {_reading_words(c.before)} | {_reading_words(c.after)} |"
                       for c in release.changed]
             lines.append("")
             for c in release.changed:
@@ -185,8 +185,8 @@ def report_markdown(report: WatchReport) -> str:
             lines += [f"No verdict changed ({len(release.comparisons)} reading(s) compared).", ""]
         lines += [f"- {line}" for line in _consequences(release)]
         for recheck in release.rules:
-            v = recheck.verdict
-            lines.append(f"- rule `{v.rule_id}` ({v.bound}): **{v.verdict.value}**: {v.why}")
+            v = recheck.check
+            lines.append(f"- rule `{v.rule_id}` ({v.bound}): **{v.result.value}**: {v.why}")
             if recheck.patch is not None and recheck.patch.diff:
                 lines += ["", f"  Proposed: {recheck.patch.summary}", "", "```diff", recheck.patch.diff.rstrip(), "```"]
             elif recheck.patch is not None:

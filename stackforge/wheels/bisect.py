@@ -198,7 +198,7 @@ def headline(dist: str, change: Change[ReleaseReading]) -> str:
     return f"{dist} {side(change.before, before)} -> {side(change.after, after)}{skipped}"
 
 
-def render_search(search: Search[ReleaseReading], *, fact: str, dist: str, target: str, context: str) -> str:
+def write_search(search: Search[ReleaseReading], *, fact: str, dist: str, target: str, context: str) -> str:
     """The search as text: what was searched, each change with the evidence on both sides."""
     how = "every release read (--all)" if search.exhaustive else "binary search"
     span = f"{search.versions[0]} .. {search.versions[-1]}" if search.versions else "none"

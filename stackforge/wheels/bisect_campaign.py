@@ -20,7 +20,7 @@ from stackforge.core.wheel_readings import ReadContext
 from stackforge.edges.index import IndexRequest, configured_indexes
 from stackforge.plan.planner import load_knowledge
 from stackforge.plan.user_compat import UserCompat
-from stackforge.wheels.bisect import Point, render_search, search_json
+from stackforge.wheels.bisect import Point, write_search, search_json
 from stackforge.wheels.cache import WheelCache
 from stackforge.wheels.tier import (
     Measurement,
@@ -114,7 +114,7 @@ def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = Non
             continue
         searches.append(search_json(search, dist=spec.dist))
         measured += [point.result for point in search.points]
-        texts.append(render_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
+        texts.append(write_search(search, fact=spec.fact, dist=spec.dist, target=target.name, context=context))
     if not searches:
         raise SpecError("; ".join(missing))
     run_dir = _record(store, measured, target.name, ctx) if store is not None else None

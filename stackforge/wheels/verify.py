@@ -44,7 +44,7 @@ CONTEXT_CANDIDATES: dict[str, tuple[str, ...]] = {
 CONTEXT_FACTS = ("cuda", "nvcc", "torch_cuda", "python", "kernel_package")
 
 
-class WitnessVerdict(str, Enum):
+class WitnessResult(str, Enum):
     """What the wheels say about one rule."""
 
     CONFIRMED = "confirmed"              # every release read at the bounds decided, and agrees
@@ -88,11 +88,12 @@ class MeasuredBound:
 
 
 @dataclass(frozen=True, slots=True)
-class RuleVerdict:
-    """The verdict on one rule, with every release read and, when WRONG, the measured bounds."""
+class RuleCheck:
+    """One rule checked against the wheels: its result, every release read and, when WRONG, the measured
+    bounds (serialized with the result under the JSON key ``verdict``)."""
 
     rule_id: str
-    verdict: WitnessVerdict
+    result: WitnessResult
     why: str
     bound: str = ""                       # "sglang >=0.5.14"
     contexts: tuple[str, ...] = ()        # how each read context was chosen
@@ -102,7 +103,7 @@ class RuleVerdict:
 
     def to_json(self) -> dict[str, Any]:
         witness = self.witness
-        return {"rule": self.rule_id, "verdict": self.verdict.value, "why": self.why, "bound": self.bound,
+        return {"rule": self.rule_id, "verdict": self.result.value, "why": self.why, "bound": self.bound,
                 "witness": None if witness is None else {
                     "dist": witness.dist, "fact": witness.fact, "inside": [s.value for s in witness.inside],
                     "context": dict(witness.context)},
@@ -112,27 +113,27 @@ class RuleVerdict:
 
 @dataclass(frozen=True, slots=True)
 class RuleVerification:
-    """Every rule's verdict; ``witnessed`` counts the rules a reading decided (confirmed or wrong)."""
+    """Every rule's check; ``witnessed`` counts the rules a reading decided (confirmed or wrong)."""
 
-    verdicts: tuple[RuleVerdict, ...]
+    rules: tuple[RuleCheck, ...]
 
-    def count(self, verdict: WitnessVerdict) -> int:
-        return sum(1 for v in self.verdicts if v.verdict is verdict)
+    def count(self, result: WitnessResult) -> int:
+        return sum(1 for v in self.rules if v.result is result)
 
     @property
     def witnessed(self) -> int:
-        return (self.count(WitnessVerdict.CONFIRMED) + self.count(WitnessVerdict.HALF_WITNESSED)
-                + self.count(WitnessVerdict.WRONG))
+        return (self.count(WitnessResult.CONFIRMED) + self.count(WitnessResult.HALF_WITNESSED)
+                + self.count(WitnessResult.WRONG))
 
     @property
     def ok(self) -> bool:
-        return self.count(WitnessVerdict.WRONG) == 0
+        return self.count(WitnessResult.WRONG) == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"witnessed": self.witnessed, "total": len(self.verdicts),
-                "confirmed": self.count(WitnessVerdict.CONFIRMED),
-                "half_witnessed": self.count(WitnessVerdict.HALF_WITNESSED), "wrong": self.count(WitnessVerdict.WRONG),
-                "unwitnessed": self.count(WitnessVerdict.UNWITNESSED), "rules": [v.to_json() for v in self.verdicts]}
+        return {"witnessed": self.witnessed, "total": len(self.rules),
+                "confirmed": self.count(WitnessResult.CONFIRMED),
+                "half_witnessed": self.count(WitnessResult.HALF_WITNESSED), "wrong": self.count(WitnessResult.WRONG),
+                "unwitnessed": self.count(WitnessResult.UNWITNESSED), "rules": [v.to_json() for v in self.rules]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,25 +174,25 @@ def verify_rules(rules: Sequence[Rule], targets: Mapping[str, Target], *, evalua
 
 
 def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
-                releases_of: Callable[[str], tuple[str, ...]]) -> RuleVerdict:
-    """The verdict on one rule."""
+                releases_of: Callable[[str], tuple[str, ...]]) -> RuleCheck:
+    """The check of one rule."""
     witness = rule.witness
     if witness is None:
-        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, unwitnessed_reason(rule))
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, unwitnessed_reason(rule))
     contexts = rule_contexts(rule, witness, targets)
     if isinstance(contexts, str):
-        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, contexts, witness=witness)
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, contexts, witness=witness)
     conditions = tuple(c for c in rule.conditions if c.fact == witness.version_fact)
     all_releases = releases_of(witness.dist)
     window = tuple(v for v in all_releases if witness.over is None or witness.over.contains(v, prereleases=True))
     bound = _bound_text(witness, conditions)
     if not window:
-        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
-                           bound=bound, witness=witness)
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
+                         bound=bound, witness=witness)
     inside = tuple(all(c.holds(v) for c in conditions) for v in window)
     if not any(inside):
-        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"no {witness.dist} release inside {bound} "
-                           f"(releases {window[0]}..{window[-1]})", bound=bound, witness=witness)
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"no {witness.dist} release inside {bound} "
+                         f"(releases {window[0]}..{window[-1]})", bound=bound, witness=witness)
     points = bound_points(inside)
     checks = tuple(_check(reader, witness, window, index, role, inside[index], context)
                    for index, role in points for context in contexts)
@@ -201,23 +202,23 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
         measured = tuple(m for check in wrong for m in _measure(reader, witness, window, inside, check, contexts))
         why = "; ".join(f"{c.version} ({c.role}) reads {c.reading.status.value} for {','.join(c.targets)}"
                         for c in wrong)
-        return RuleVerdict(rule.id, WitnessVerdict.WRONG, why, bound=bound, contexts=notes, checks=checks,
-                           measured=_unique(measured), witness=witness)
+        return RuleCheck(rule.id, WitnessResult.WRONG, why, bound=bound, contexts=notes, checks=checks,
+                         measured=_unique(measured), witness=witness)
     undecided = [c for c in checks if c.agrees is None]
     undecided_note = (f"undecided at {witness.dist} {', '.join(dict.fromkeys(c.version for c in undecided))}: "
                       f"{undecided[0].reading.summary}" if undecided else "")
     agreed = sum(1 for c in checks if c.agrees)
     if not agreed:
-        return RuleVerdict(rule.id, WitnessVerdict.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
-                           checks=checks, witness=witness)
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"reader {undecided_note}", bound=bound, contexts=notes,
+                         checks=checks, witness=witness)
     if undecided:
         # One side of a bound read, the other not (an sdist-only release, a file the reader did not expect):
         # the bound is only half checked, and the report names the side.
         sides = "; ".join(dict.fromkeys(f"{c.role} {c.version} undecided: {c.reading.summary}" for c in undecided))
-        return RuleVerdict(rule.id, WitnessVerdict.HALF_WITNESSED, f"{agreed} reading(s) agree; {sides}",
-                           bound=bound, contexts=notes, checks=checks, witness=witness)
-    return RuleVerdict(rule.id, WitnessVerdict.CONFIRMED, f"{agreed} reading(s) agree", bound=bound, contexts=notes,
-                       checks=checks, witness=witness)
+        return RuleCheck(rule.id, WitnessResult.HALF_WITNESSED, f"{agreed} reading(s) agree; {sides}",
+                         bound=bound, contexts=notes, checks=checks, witness=witness)
+    return RuleCheck(rule.id, WitnessResult.CONFIRMED, f"{agreed} reading(s) agree", bound=bound, contexts=notes,
+                     checks=checks, witness=witness)
 
 
 def touched_by_release(rule: Rule, dist: str, version: str, versions: Sequence[str]) -> bool:
@@ -462,12 +463,12 @@ def _unique(measured: Sequence[MeasuredBound]) -> tuple[MeasuredBound, ...]:
 
 # --------------------------------------------------------------------------- text
 
-def render_text(report: RuleVerification) -> str:
+def write_verification_text(report: RuleVerification) -> str:
     """One line per rule; a WRONG rule also shows the releases that disagree and the measured bound."""
     lines: list[str] = []
-    for v in report.verdicts:
-        head = f"{v.verdict.value.upper():<14} {v.rule_id}"
-        if v.verdict is WitnessVerdict.UNWITNESSED:
+    for v in report.rules:
+        head = f"{v.result.value.upper():<14} {v.rule_id}"
+        if v.result is WitnessResult.UNWITNESSED:
             lines.append(f"{head}: {v.why}")
             continue
         witness = v.witness
@@ -475,7 +476,7 @@ def render_text(report: RuleVerification) -> str:
         shows = f" showing {witness.shows!r}" if witness.shows else ""
         lines.append(f"{head}: {v.bound}; {witness.fact} from {witness.dist} reads "
                      f"{'/'.join(s.value for s in witness.inside)}{shows} inside")
-        if v.verdict is WitnessVerdict.HALF_WITNESSED:
+        if v.result is WitnessResult.HALF_WITNESSED:
             lines.append(f"    half-witnessed: {v.why}")
         if v.contexts and v.contexts[0]:
             lines.append(f"    read with {v.contexts[0]}")
@@ -483,15 +484,15 @@ def render_text(report: RuleVerification) -> str:
             mark = {True: "ok", False: "WRONG", None: "??"}[check.agrees]
             site = check.reading.sites[0] if check.reading.sites else None
             where = f" {_cited(site)}" if site and _cited(site) not in check.reading.summary else ""
-            on = f" [{', '.join(targets)}]" if v.verdict is WitnessVerdict.WRONG else ""
+            on = f" [{', '.join(targets)}]" if v.result is WitnessResult.WRONG else ""
             lines.append(f"    {mark:<5} {check.version:<14} {check.role:<22} {check.reading.status.value:<11}"
                          f"{where} {check.reading.summary}{on}".rstrip())
         for m in v.measured:
             lines.append(f"    measured ({', '.join(m.targets)}): {m.text}")
-    lines.append(f"witnessed {report.witnessed} / {len(report.verdicts)} rules: "
-                 f"{report.count(WitnessVerdict.CONFIRMED)} confirmed, "
-                 f"{report.count(WitnessVerdict.HALF_WITNESSED)} half-witnessed, {report.count(WitnessVerdict.WRONG)} wrong, "
-                 f"{report.count(WitnessVerdict.UNWITNESSED)} unwitnessed")
+    lines.append(f"witnessed {report.witnessed} / {len(report.rules)} rules: "
+                 f"{report.count(WitnessResult.CONFIRMED)} confirmed, "
+                 f"{report.count(WitnessResult.HALF_WITNESSED)} half-witnessed, {report.count(WitnessResult.WRONG)} wrong, "
+                 f"{report.count(WitnessResult.UNWITNESSED)} unwitnessed")
     return "\n".join(lines)
 
 

@@ -52,9 +52,9 @@ def main(argv):
     started = time.monotonic()
     outcome = sf.run_ranks(worker, 2, {"mode": args.mode, "pidfile": args.pidfile, "phase_timeout": args.phase_timeout},
                            phase_timeout_s=args.phase_timeout)
-    verdict = sf.ranks_verdict(outcome, f"harness test ({args.mode})") or sf.ProbeVerdict("pass", "all ranks finished")
-    sf.emit_verdict(verdict, extra_metrics={"seconds": round(time.monotonic() - started, 1),
-                                            "exitcodes": list(outcome.exitcodes)})
+    result = sf.ranks_result(outcome, f"harness test ({args.mode})") or sf.ScriptResult("pass", "all ranks finished")
+    sf.emit_result(result, extra_metrics={"seconds": round(time.monotonic() - started, 1),
+                                           "exitcodes": list(outcome.exitcodes)})
 
 
 if __name__ == "__main__":

@@ -443,7 +443,7 @@ def rank_worker(rank: int, world_size: int, config: dict, reporter) -> None:
         if rank == 0:
             data.update(_rank_facts(torch, config))
     if unavailable:
-        # Every rank reaches the same verdict (same checks, same machine), so none waits on another.
+        # Every rank reaches the same decision (same checks, same machine), so none waits on another.
         reporter.send("init", "skip", unavailable)
         return
     clock = CollectiveClock(torch, on_gpu)

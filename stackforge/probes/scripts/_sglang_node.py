@@ -242,21 +242,21 @@ def constructor_line(exc: BaseException, path: str) -> int | None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Evaluated:
-    """A gate's verdict and the way it was reached: ``live`` (SGLang's code ran for the node) or
+    """A gate's result and the way it was reached: ``live`` (SGLang's code ran for the node) or
     ``static`` (its files were read with ``ast``)."""
 
-    verdict: sf.ProbeVerdict
+    result: sf.ScriptResult
     method: str
 
 
-LiveGate = Callable[[Any, Node], "sf.ProbeVerdict | str"]
-StaticGate = Callable[[Node, str], sf.ProbeVerdict]
+LiveGate = Callable[[Any, Node], "sf.ScriptResult | str"]
+StaticGate = Callable[[Node, str], sf.ScriptResult]
 
 
 def evaluate(live: LiveGate, static: StaticGate, torch: Any, node: Node) -> Evaluated:
     """Live when SGLang's module imports and its code gives an answer, static otherwise (told why)."""
     result = live(torch, node) if torch is not None else "torch is not importable"
-    if isinstance(result, sf.ProbeVerdict):
+    if isinstance(result, sf.ScriptResult):
         if result.status != "error":
             return Evaluated(result, "live")
         result = f"live evaluation failed: {result.reason}"
@@ -272,7 +272,7 @@ def run_gate(description: str, feature: str, decide: Callable[[Any, Node], Evalu
         sf.emit("skip", "SGLang is not installed in this image", facts=sf.collect_facts())
     torch, _ = sf.try_import("torch")
     decided = decide(torch, Node(args.arch, args.gpus, args.interconnect))
-    verdict = decided.verdict
-    metrics = {"sglang": version, "feature_status": {feature: verdict.status}, "method": decided.method}
-    sf.emit_verdict(sf.ProbeVerdict(verdict.status, f"SGLang {version}: {verdict.reason}", verdict.evidence,
-                                    verdict.metrics), sf.collect_facts(torch_module=torch), metrics)
+    result = decided.result
+    metrics = {"sglang": version, "feature_status": {feature: result.status}, "method": decided.method}
+    sf.emit_result(sf.ScriptResult(result.status, f"SGLang {version}: {result.reason}", result.evidence,
+                                   result.metrics), sf.collect_facts(torch_module=torch), metrics)

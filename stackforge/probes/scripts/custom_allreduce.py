@@ -221,10 +221,10 @@ def main(argv: Sequence[str]) -> None:
     what = (f"SGLang {version} custom all-reduce ({metrics['sglang_class'] or 'class not reached'}) "
             f"on {args.gpus} GPUs ({args.interconnect})")
     facts = {**facts, "p2p_matrix": metrics.pop("p2p_matrix", None)}
-    failed = sf.ranks_verdict(outcome, what)
+    failed = sf.ranks_result(outcome, what)
     if failed is not None:
-        sf.emit_verdict(failed, facts, metrics)
-    sf.emit_verdict(decide(what, metrics, outcome), facts, metrics)
+        sf.emit_result(failed, facts, metrics)
+    sf.emit_result(decide(what, metrics, outcome), facts, metrics)
 
 
 def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
@@ -252,25 +252,25 @@ def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
     return metrics
 
 
-def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ProbeVerdict:
+def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ScriptResult:
     log = outcome.log()
     if metrics["disabled"]:
-        return sf.ProbeVerdict("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
+        return sf.ScriptResult("fail", f"{what}: SGLang disabled it: {metrics['sglang_said'] or 'no reason logged'}",
                                log)
     broken = [e for e in outcome.events if e.state == "check-fail"]
     if broken:
         first = broken[0]
-        return sf.ProbeVerdict(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
+        return sf.ScriptResult(sf.failure_status(first.detail), f"{what}: rank {first.rank} {first.phase}: "
                                f"{first.detail}", log)
     used = [n for n in SIZES if f"custom_us_{n}" in metrics]
     if not used:
-        return sf.ProbeVerdict("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
+        return sf.ScriptResult("fail", f"{what}: enabled, but should_custom_ar declined every size tried", log)
     timing = "; ".join(f"{n * 2 // 1024} KiB: custom {metrics[f'custom_us_{n}']} us vs NCCL {metrics[f'nccl_us_{n}']} us"
                        for n in used)
     if "graph_us" not in metrics:
-        return sf.ProbeVerdict("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
+        return sf.ScriptResult("fail", f"{what}: matches NCCL eagerly ({timing}), but should_custom_ar declined the "
                                f"{GRAPH_NUMEL * 2 // 1024} KiB all-reduce to capture in a CUDA graph", log)
-    return sf.ProbeVerdict("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
+    return sf.ScriptResult("pass", f"{what}: matches NCCL eagerly and replayed from a CUDA graph "
                            f"({metrics['graph_us']} us); {timing}", log)
 
 

@@ -479,13 +479,13 @@ def main(argv: Sequence[str]) -> None:
     core, deepep_stuck = split_deepep(outcome)
     metrics = {**summarize(core, args.backend, args.gpus, shape),
                **deepep_metrics(outcome, args.backend, args.deepep, deepep_source, deepep_stuck)}
-    failed = sf.ranks_verdict(core, what)
+    failed = sf.ranks_result(core, what)
     if failed is not None:
-        sf.emit_verdict(torch_failed_first(failed) if by_sglang else failed, facts, metrics)
-    verdict = decide(args.backend, args.gpus, what, metrics, outcome)
+        sf.emit_result(torch_failed_first(failed) if by_sglang else failed, facts, metrics)
+    result = decide(args.backend, args.gpus, what, metrics, outcome)
     if args.decide_by == "sglang" and args.backend == "nccl":
-        verdict = sglang_backend_verdict(verdict, metrics, args.gpus)
-    sf.emit_verdict(verdict, facts, metrics)
+        result = sglang_backend_result(result, metrics, args.gpus)
+    sf.emit_result(result, facts, metrics)
 
 
 def deepep_absent_reason(wanted: bool, source: str) -> str:
@@ -496,10 +496,10 @@ def deepep_absent_reason(wanted: bool, source: str) -> str:
             "SGLang's --moe-a2a-backend deepep cannot run here; torch's all_to_all is torch-a2a's probe")
 
 
-def torch_failed_first(failed: sf.ProbeVerdict) -> sf.ProbeVerdict:
+def torch_failed_first(failed: sf.ScriptResult) -> sf.ScriptResult:
     """``ep-a2a`` when torch's all_to_all phases failed before DeepEP's round ran: undecided, never a fail
     of DeepEP; the failure itself is torch-a2a's verdict."""
-    return sf.ProbeVerdict("undecided", f"DeepEP's round was not reached: torch's all_to_all_single failed first "
+    return sf.ScriptResult("undecided", f"DeepEP's round was not reached: torch's all_to_all_single failed first "
                            f"({failed.status}: {failed.reason[:400]}); that is torch-a2a's verdict", failed.evidence)
 
 
@@ -572,42 +572,42 @@ def deepep_metrics(outcome: sf.RanksOutcome, backend: str, wanted: bool, source:
     return metrics
 
 
-def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ProbeVerdict:
+def decide(backend: str, gpus: int, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ScriptResult:
     log = outcome.log()
     needed = ("dispatch", "combine") + (("graph_replay",) if backend == "nccl" else ())
     missing = [p for p in needed if len(outcome.phase_events(p)) != gpus]
     if missing:
-        return sf.ProbeVerdict("fail", f"{what}: not every rank completed {', '.join(missing)}", log)
+        return sf.ScriptResult("fail", f"{what}: not every rank completed {', '.join(missing)}", log)
     deepep = f"; DeepEP: {metrics['deepep'][:300]}"
     rows = f"{metrics['dispatch_rows_verified']} (token, expert) rows"
     if backend == "gloo":
-        return sf.ProbeVerdict("pass", f"gloo harness: {gpus} ranks exchanged counts and {rows} with all_to_all_single "
+        return sf.ScriptResult("pass", f"gloo harness: {gpus} ranks exchanged counts and {rows} with all_to_all_single "
                                "(uneven splits); every row was exact at its receiver and back at its sender; "
                                "CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL",
                                log)
-    return sf.ProbeVerdict("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
+    return sf.ScriptResult("pass", f"{what}: {rows} exact after dispatch ({metrics.get('dispatch_us_max_rank')} us) and "
                            f"combine ({metrics.get('combine_us_max_rank')} us) and replayed from a CUDA graph "
                            f"({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}{deepep}", log)
 
 
-def sglang_backend_verdict(torch_verdict: sf.ProbeVerdict, metrics: dict[str, Any], gpus: int) -> sf.ProbeVerdict:
+def sglang_backend_result(torch_result: sf.ScriptResult, metrics: dict[str, Any], gpus: int) -> sf.ScriptResult:
     """``ep-a2a`` by the backend SGLang's ``--moe-a2a-backend`` would run: DeepEP's own result where
     the image has it, a skip where it has no all-to-all backend; torch's result stays a metric."""
-    metrics["torch_all_to_all"] = f"{torch_verdict.status}: {torch_verdict.reason[:300]}"
+    metrics["torch_all_to_all"] = f"{torch_result.status}: {torch_result.reason[:300]}"
     deepep = metrics.get("deepep", "")
     what = f"SGLang --moe-a2a-backend deepep on {gpus} GPUs"
     if deepep.startswith("absent"):
-        return sf.ProbeVerdict("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
+        return sf.ScriptResult("skip", f"no all-to-all backend SGLang could use in this image ({deepep}); SGLang's default "
                                "--moe-a2a-backend none runs no all-to-all (torch's all_to_all_single: "
-                               f"{torch_verdict.status}, see torch-a2a)", torch_verdict.evidence)
+                               f"{torch_result.status}, see torch-a2a)", torch_result.evidence)
     if deepep == "pass":
-        return sf.ProbeVerdict("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
+        return sf.ScriptResult("pass", f"{what}: DeepEP's intranode dispatch/combine round matched "
                                f"({metrics.get('deepep_round_us_max_rank')} us, DeepEP {metrics.get('deepep_version')}); "
-                               f"torch all_to_all_single: {torch_verdict.status}", torch_verdict.evidence)
+                               f"torch all_to_all_single: {torch_result.status}", torch_result.evidence)
     if deepep.startswith("fail"):
-        return sf.ProbeVerdict("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
-                               f"{torch_verdict.status}", torch_verdict.evidence)
-    return sf.ProbeVerdict("skip", f"{what}: DeepEP not run ({deepep})", torch_verdict.evidence)
+        return sf.ScriptResult("fail", f"{what}: DeepEP {deepep[len('fail: '):]}; torch all_to_all_single: "
+                               f"{torch_result.status}", torch_result.evidence)
+    return sf.ScriptResult("skip", f"{what}: DeepEP not run ({deepep})", torch_result.evidence)
 
 
 if __name__ == "__main__":

@@ -359,80 +359,80 @@ def resolution_evidence(res: ArchResolution) -> str:
 
 
 def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, ModuleGate],
-                     toolkit: Toolkit, compiled: dict[str, Any] | None) -> sf.ProbeVerdict:
+                     toolkit: Toolkit, compiled: dict[str, Any] | None) -> sf.ScriptResult:
     gate = gates["allreduce-fusion"]
     evidence = f"{gate.generator or 'gen_trtllm_comm_module'}: {gate.detail}\n{resolution_evidence(res)}"
     if res.error:
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
+        return sf.ScriptResult("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
                                f"image, so no module can be built: {res.error}", resolution_evidence(res))
     if gate.status == "absent":
-        return sf.ProbeVerdict("skip", f"FlashInfer {fi} has no allreduce-fusion JIT module: {gate.detail}", evidence)
+        return sf.ScriptResult("skip", f"FlashInfer {fi} has no allreduce-fusion JIT module: {gate.detail}", evidence)
     if gate.status == "rejected":
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} rejects {target.sm_name} for allreduce fusion: {gate.detail}",
+        return sf.ScriptResult("fail", f"FlashInfer {fi} rejects {target.sm_name} for allreduce fusion: {gate.detail}",
                                evidence)
     if gate.status == "error":
-        return sf.ProbeVerdict("error", f"FlashInfer {fi} {gate.generator} raised {gate.detail}", evidence)
+        return sf.ScriptResult("error", f"FlashInfer {fi} {gate.generator} raised {gate.detail}", evidence)
     if gate.status == "no-target":
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} builds allreduce fusion without code for {target.sm_name}: "
+        return sf.ScriptResult("fail", f"FlashInfer {fi} builds allreduce fusion without code for {target.sm_name}: "
                                f"{gate.detail}", evidence)
     if compiled is not None and compiled["status"] != "ok":
-        return compile_verdict(fi, "allreduce-fusion", target, compiled, evidence)
+        return compile_result(fi, "allreduce-fusion", target, compiled, evidence)
     how = "compiled (compile-only)" if compiled else "gate only, nothing compiled or run"
     if not toolkit.nvcc and not gate.aot:
         # The gate admits the arch, but FlashInfer would have to JIT the module and this image has no
         # compiler: a property of the image's flavour, not of FlashInfer, so no verdict on the feature.
-        return sf.ProbeVerdict("skip", sf.no_nvcc(
+        return sf.ScriptResult("skip", sf.no_nvcc(
             f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion ({gate.detail}), but this image "
             f"cannot build the module ({missing_nvcc(toolkit)}, no prebuilt trtllm_comm from the jit-cache)"),
             evidence)
     build = (f"nvcc {toolkit.cuda_version} at {toolkit.nvcc}" if toolkit.nvcc
              else "no nvcc, prebuilt module from the jit-cache")
-    return sf.ProbeVerdict("pass", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion "
+    return sf.ScriptResult("pass", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion "
                            f"({gate.detail}); {how}; {build}", evidence)
 
 
 def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, ModuleGate], toolkit: Toolkit,
-               compiled: dict[str, Any] | None, compile_name: str) -> sf.ProbeVerdict:
+               compiled: dict[str, Any] | None, compile_name: str) -> sf.ScriptResult:
     generic = [g for g in gates.values() if g.role == "jit"]
     admitted = [g for g in generic if g.status == "admitted"]
     evidence = "\n".join(f"{g.generator or g.name}: {g.status}: {g.detail}" for g in generic)
     evidence += "\n" + resolution_evidence(res)
     if res.error:
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
+        return sf.ScriptResult("fail", f"FlashInfer {fi} cannot resolve an nvcc target for {target.sm_name} in this "
                                f"image: {res.error}", evidence)
     if not admitted:
         if all(g.status == "absent" for g in generic):
-            return sf.ProbeVerdict("error", f"none of FlashInfer {fi}'s generic JIT generators were found", evidence)
+            return sf.ScriptResult("error", f"none of FlashInfer {fi}'s generic JIT generators were found", evidence)
         worst = next(g for g in generic if g.status != "absent")
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} JIT has no code for {target.sm_name}: {worst.detail}", evidence)
+        return sf.ScriptResult("fail", f"FlashInfer {fi} JIT has no code for {target.sm_name}: {worst.detail}", evidence)
     flags = admitted[0].detail
     if not toolkit.nvcc:
         if all(g.aot for g in admitted):
-            return sf.ProbeVerdict("pass", f"FlashInfer {fi} targets {flags}; no nvcc, but its modules are prebuilt "
+            return sf.ScriptResult("pass", f"FlashInfer {fi} targets {flags}; no nvcc, but its modules are prebuilt "
                                    "(AOT / jit-cache)", evidence)
-        return sf.ProbeVerdict("skip", sf.no_nvcc(
+        return sf.ScriptResult("skip", sf.no_nvcc(
             f"FlashInfer {fi} would JIT for {flags} but finds {missing_nvcc(toolkit)}: only prebuilt kernels "
             "can be used here"), evidence)
     if not toolkit.ninja:
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} JIT runs 'ninja' from PATH and there is none", evidence)
+        return sf.ScriptResult("fail", f"FlashInfer {fi} JIT runs 'ninja' from PATH and there is none", evidence)
     if compiled is None:
-        return sf.ProbeVerdict("pass", f"FlashInfer {fi} JIT gates admit {target.sm_name} ({flags}); nvcc "
+        return sf.ScriptResult("pass", f"FlashInfer {fi} JIT gates admit {target.sm_name} ({flags}); nvcc "
                                f"{toolkit.cuda_version} at {toolkit.nvcc}; not compiled (--compile not given)", evidence)
     if compiled["status"] != "ok":
-        return compile_verdict(fi, compile_name, target, compiled, evidence)
+        return compile_result(fi, compile_name, target, compiled, evidence)
     link = ("link ok" if compiled.get("link") == "ok"
             else f"link step failed here: {compiled.get('link_error', '')}")
-    return sf.ProbeVerdict("pass", f"FlashInfer {fi} JIT-compiled its {compile_name} module for {flags} with nvcc "
+    return sf.ScriptResult("pass", f"FlashInfer {fi} JIT-compiled its {compile_name} module for {flags} with nvcc "
                            f"{toolkit.cuda_version} in {compiled['seconds']} s (compile-only: no GPU to load or run it; "
                            f"{link})", evidence + "\n" + compiled["output"][-2500:])
 
 
-def compile_verdict(fi: str, name: str, target: sf.Arch, compiled: dict[str, Any], evidence: str) -> sf.ProbeVerdict:
+def compile_result(fi: str, name: str, target: sf.Arch, compiled: dict[str, Any], evidence: str) -> sf.ScriptResult:
     output = compiled.get("output", "")
     if compiled["status"] == "timeout":
-        return sf.ProbeVerdict("error", f"compiling FlashInfer {fi}'s {name} module did not finish within "
+        return sf.ScriptResult("error", f"compiling FlashInfer {fi}'s {name} module did not finish within "
                                f"{compiled.get('seconds')} s", evidence + "\n" + output[-2000:])
-    return sf.ProbeVerdict("fail", f"FlashInfer {fi}'s {name} module does not compile for {target.sm_name} "
+    return sf.ScriptResult("fail", f"FlashInfer {fi}'s {name} module does not compile for {target.sm_name} "
                            f"({compiled.get('stage')}): {first_error_line(output)}", evidence + "\n" + output[-3000:])
 
 
@@ -485,40 +485,40 @@ def main(argv: Sequence[str]) -> None:
     if fi is None:
         sf.emit("skip", "FlashInfer is not installed in this image", facts=sf.collect_facts())
     with fresh_workspace(args.workspace):
-        verdict, metrics, torch = probe(args, fi)
-    sf.emit_verdict(verdict, sf.collect_facts(torch_module=torch), metrics)
+        result, metrics, torch = probe(args, fi)
+    sf.emit_result(result, sf.collect_facts(torch_module=torch), metrics)
 
 
-def ar_fusion_gate(arch: sf.Arch, gpus: int, interconnect: str) -> sf.ProbeVerdict:
-    """The gate.flashinfer.ar-fusion verdict for a target, for a caller in this process (the SGLang
+def ar_fusion_gate(arch: sf.Arch, gpus: int, interconnect: str) -> sf.ScriptResult:
+    """The gate.flashinfer.ar-fusion result for a target, for a caller in this process (the SGLang
     allreduce-fusion probe asks it when SGLang turns the fusion on by itself)."""
     fi = installed_flashinfer()
     if fi is None:
-        return sf.ProbeVerdict("skip", "FlashInfer is not installed in this image")
+        return sf.ScriptResult("skip", "FlashInfer is not installed in this image")
     args = parse_args(["--arch", arch.dotted, "--gpus", str(gpus), "--interconnect", interconnect,
                        "--feature", "flashinfer-ar-fusion"])
     with fresh_workspace(""):
-        verdict, _, _ = probe(args, fi)
-    return verdict
+        result, _, _ = probe(args, fi)
+    return result
 
 
-def probe(args: Any, fi: str) -> tuple[sf.ProbeVerdict, dict[str, Any], Any]:
+def probe(args: Any, fi: str) -> tuple[sf.ScriptResult, dict[str, Any], Any]:
     """Everything after the workspace is set: import, resolve, gate, compile, decide."""
     torch, error = sf.try_import("torch")
     if torch is None:
-        return sf.ProbeVerdict("fail", f"torch does not import, so FlashInfer cannot: {error}", error), {}, None
+        return sf.ScriptResult("fail", f"torch does not import, so FlashInfer cannot: {error}", error), {}, None
     flashinfer, error = sf.try_import("flashinfer")
     if flashinfer is None:
-        return sf.ProbeVerdict("fail", f"FlashInfer {fi} fails to import: {error}", error), {}, torch
+        return sf.ScriptResult("fail", f"FlashInfer {fi} fails to import: {error}", error), {}, torch
     context_module, error = sf.try_import("flashinfer.compilation_context")
     if context_module is None:
-        return sf.ProbeVerdict("skip", f"FlashInfer {fi} predates FLASHINFER_CUDA_ARCH_LIST arch gates (< 0.3.1): it "
+        return sf.ScriptResult("skip", f"FlashInfer {fi} predates FLASHINFER_CUDA_ARCH_LIST arch gates (< 0.3.1): it "
                                "takes archs from torch.utils.cpp_extension and has no gate to evaluate without a GPU",
                                error), {}, torch
     core, error = sf.try_import("flashinfer.jit.core")
     cpp_ext, cpp_error = sf.try_import("flashinfer.jit.cpp_ext")
     if core is None or cpp_ext is None:
-        return sf.ProbeVerdict("error", f"FlashInfer {fi} JIT internals did not import: {error or cpp_error}",
+        return sf.ScriptResult("error", f"FlashInfer {fi} JIT internals did not import: {error or cpp_error}",
                                error or cpp_error), {}, torch
     target = args.arch
     res = resolve_archs(context_module.CompilationContext, torch, target, args.gpus, args.fi_arch_list)

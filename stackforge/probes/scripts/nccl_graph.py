@@ -270,15 +270,15 @@ def main(argv: Sequence[str]) -> None:
             + (" (set by the image)" if algo_source == "image" else ""))
     metrics = summarize(outcome, args.backend, algo_env, args.gpus)
     metrics["NCCL_ALGO_source"] = algo_source
-    failed = sf.ranks_verdict(outcome, what)
+    failed = sf.ranks_result(outcome, what)
     if failed is not None:
-        sf.emit_verdict(failed, facts, metrics)
+        sf.emit_result(failed, facts, metrics)
     if args.variant == "global":
-        sf.emit_verdict(global_verdict(args.backend, what, metrics, outcome), facts, metrics)
-    sf.emit_verdict(passed(args.backend, what, metrics, outcome.log()), facts, metrics)
+        sf.emit_result(global_result(args.backend, what, metrics, outcome), facts, metrics)
+    sf.emit_result(passed(args.backend, what, metrics, outcome.log()), facts, metrics)
 
 
-def global_verdict(backend: str, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ProbeVerdict:
+def global_result(backend: str, what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome) -> sf.ScriptResult:
     """The global variant: one entry per collective, NCCL's own words where it refused one."""
     results = collective_results(outcome)
     metrics["collectives"] = {name: text for name, (_, text) in results.items()}
@@ -287,11 +287,11 @@ def global_verdict(backend: str, what: str, metrics: dict[str, Any], outcome: sf
     broken = [name for name, (status, _) in results.items() if status not in ("pass", "skip")]
     if broken:
         status = "fail" if statuses & {"fail", "not reached"} else "error"
-        return sf.ProbeVerdict(status, f"{what}: {len(broken)} of {len(results)} collectives failed: {summary}",
+        return sf.ScriptResult(status, f"{what}: {len(broken)} of {len(results)} collectives failed: {summary}",
                                outcome.log())
     tail = ("CUDA-graph phases skipped (gloo has no CUDA graphs), so this says nothing about NCCL"
             if backend == "gloo" else "each exact eagerly and replayed from a CUDA graph")
-    return sf.ProbeVerdict("pass", f"{what}: {tail}; {summary}", outcome.log())
+    return sf.ScriptResult("pass", f"{what}: {tail}; {summary}", outcome.log())
 
 
 def collective_results(outcome: sf.RanksOutcome) -> dict[str, tuple[str, str]]:
@@ -326,12 +326,12 @@ def summarize(outcome: sf.RanksOutcome, backend: str, algo_env: str, gpus: int) 
     return metrics
 
 
-def passed(backend: str, what: str, metrics: dict[str, Any], log: str) -> sf.ProbeVerdict:
+def passed(backend: str, what: str, metrics: dict[str, Any], log: str) -> sf.ScriptResult:
     if backend == "gloo":
-        return sf.ProbeVerdict("pass", f"gloo harness: {metrics['ranks']} ranks rendezvoused and the eager all_reduce "
+        return sf.ScriptResult("pass", f"gloo harness: {metrics['ranks']} ranks rendezvoused and the eager all_reduce "
                                "was exact; CUDA-graph phases skipped (gloo has no CUDA graphs), so this says "
                                "nothing about NCCL", log)
-    return sf.ProbeVerdict("pass", f"{what}: exact eagerly ({metrics.get('eager_us_max_rank')} us) and replayed "
+    return sf.ScriptResult("pass", f"{what}: exact eagerly ({metrics.get('eager_us_max_rank')} us) and replayed "
                            f"from a CUDA graph ({metrics.get('graph_us_max_rank')} us), NCCL {metrics.get('nccl')}", log)
 
 

@@ -79,12 +79,12 @@ def main(argv: Sequence[str]) -> None:
     pairs = [(i, j) for i in range(n) for j in range(n) if i != j and matrix[i][j]]
     outcome = sf.run_ranks(copy_worker, 1, {"pairs": pairs, "numel": max(1, args.copy_bytes // 4)},
                            phase_timeout_s=args.phase_timeout) if pairs else None
-    sf.emit_verdict(decide(n, matrix, pairs, outcome), facts)
+    sf.emit_result(decide(n, matrix, pairs, outcome), facts)
 
 
 def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
-           outcome: sf.RanksOutcome | None) -> sf.ProbeVerdict:
-    """The driver's claim and the copies, as one verdict with both matrices."""
+           outcome: sf.RanksOutcome | None) -> sf.ScriptResult:
+    """The driver's claim and the copies, as one result with both matrices."""
     copies = copy_results(pairs, outcome)
     lines = ["    " + " ".join(f"{j:>3}" for j in range(n))]
     lines += [f"{i:>3} " + " ".join("  Y" if ok else "  N" for ok in row) for i, row in enumerate(matrix)]
@@ -96,18 +96,18 @@ def decide(n: int, matrix: list[list[bool]], pairs: list[tuple[int, int]],
     broken = {pair: text for pair, text in copies.items() if not text.startswith("ok")}
     metrics = {"gpus": n, "matrix": matrix, "pairs_without_access": len(missing),
                "copies": {f"{i}->{j}": text for (i, j), text in copies.items()}, "pairs_copy_failed": len(broken)}
-    verdict = None
+    failure = None
     if missing:
         shown = ", ".join(f"{i}->{j}" for i, j in missing[:16])
-        verdict = f"{len(missing)} of {n * (n - 1)} GPU pairs have no peer access ({shown})"
+        failure = f"{len(missing)} of {n * (n - 1)} GPU pairs have no peer access ({shown})"
     if broken:
         shown = "; ".join(f"{i}->{j}: {text}" for (i, j), text in list(broken.items())[:4])
-        verdict = (f"{verdict}; " if verdict else "") + (f"the driver admits peer access but {len(broken)} of "
+        failure = (f"{failure}; " if failure else "") + (f"the driver admits peer access but {len(broken)} of "
                                                          f"{len(pairs)} copies failed ({shown})")
-    if verdict:
-        return sf.ProbeVerdict("fail", verdict, evidence, metrics)
+    if failure:
+        return sf.ScriptResult("fail", failure, evidence, metrics)
     rates = [float(text.split()[1]) for text in copies.values()]
-    return sf.ProbeVerdict("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
+    return sf.ScriptResult("pass", f"all {n * (n - 1)} ordered pairs of {n} GPUs report peer access and a 64 MiB copy over "
                            f"each arrived intact ({min(rates):.1f}-{max(rates):.1f} GB/s)", evidence, metrics)
 
 

@@ -53,14 +53,14 @@ FUSION_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
 FLASHINFER_GATE_SCRIPT = "flashinfer_gates.py"
 
 
-def no_fusion_gate(looked_for: str, method: str) -> sf.ProbeVerdict:
+def no_fusion_gate(looked_for: str, method: str) -> sf.ScriptResult:
     """This SGLang has no arch gate of its own for FlashInfer allreduce fusion."""
-    return sf.ProbeVerdict("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
+    return sf.ScriptResult("skip", f"this SGLang has no FlashInfer allreduce-fusion arch gate of its own ({looked_for}; "
                            "SGLang has one from 0.5.14); FlashInfer's own gate (gate.flashinfer.ar-fusion) decides",
                            f"[{method}] looked for {FUSION_MODULE}.{FUSION_GATE}: {looked_for}")
 
 
-def live_ar_fusion(torch: Any, node: Node) -> sf.ProbeVerdict | str:
+def live_ar_fusion(torch: Any, node: Node) -> sf.ScriptResult | str:
     """Call SGLang's ``_resolve_backend("auto")`` with the platform answering for the node."""
     module, error = import_sglang(FUSION_MODULE)
     if module is None:
@@ -84,24 +84,24 @@ def live_ar_fusion(torch: Any, node: Node) -> sf.ProbeVerdict | str:
         except ValueError as exc:  # SGLang's own rejection, unless it is state only a server sets up
             context = server_context(exc)
             if context is not None:   # not the gate's answer: let the static reading decide
-                return sf.ProbeVerdict("error", f"{call} needs what only a running SGLang server provides: {context}", "")
-            return fusion_verdict(call, f"raised {sf.describe_exception(exc)}", node, f"live; torch CUDA {cuda}")
+                return sf.ScriptResult("error", f"{call} needs what only a running SGLang server provides: {context}", "")
+            return fusion_result(call, f"raised {sf.describe_exception(exc)}", node, f"live; torch CUDA {cuda}")
         except Exception as exc:  # noqa: BLE001 - not the gate: let the static reading decide
-            return sf.ProbeVerdict("error", f"{call} raised {sf.describe_exception(exc)}", "")
-    return fusion_verdict(call, f"returned {backend!r}", node, f"live; torch CUDA {cuda}")
+            return sf.ScriptResult("error", f"{call} raised {sf.describe_exception(exc)}", "")
+    return fusion_result(call, f"returned {backend!r}", node, f"live; torch CUDA {cuda}")
 
 
-def fusion_verdict(where: str, outcome: str, node: Node, method: str) -> sf.ProbeVerdict:
+def fusion_result(where: str, outcome: str, node: Node, method: str) -> sf.ScriptResult:
     evidence = f"[{method}] {where} for capability {node.arch.dotted}: {outcome}"
     if outcome.startswith("raised"):
-        return sf.ProbeVerdict("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
+        return sf.ScriptResult("fail", f"SGLang rejects FlashInfer allreduce fusion for capability {node.arch.dotted}: "
                                f"{outcome[7:]}", evidence)
-    return sf.ProbeVerdict("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
+    return sf.ScriptResult("pass", f"SGLang admits FlashInfer allreduce fusion for capability {node.arch.dotted} "
                            f"({outcome}); FlashInfer's own gate (gate.flashinfer.ar-fusion) still decides the kernel",
                            evidence)
 
 
-def static_ar_fusion(node: Node, import_error: str) -> sf.ProbeVerdict:
+def static_ar_fusion(node: Node, import_error: str) -> sf.ScriptResult:
     """Read ``_resolve_backend``'s arch check from SGLang's file and evaluate it for the node: decided by
     ``_sglang_source.FusionGate.decide``, as the wheel tier's reader decides it."""
     method = f"static: import failed ({import_error})"
@@ -109,17 +109,17 @@ def static_ar_fusion(node: Node, import_error: str) -> sf.ProbeVerdict:
     if isinstance(gate, GateUnread) and gate.absent:
         return no_fusion_gate(gate.why, method)
     if isinstance(gate, GateUnread):
-        return sf.ProbeVerdict("error", f"{gate.why} in {gate.path}", f"{method}; read {gate.path}, not run")
+        return sf.ScriptResult("error", f"{gate.why} in {gate.path}", f"{method}; read {gate.path}, not run")
     prefix = f"{method}; read {gate.path}, not run"
     test = ast.unparse(gate.test)
     try:
         rejected = gate.decide(node.arch.major) != ADMITTED
     except ValueError as exc:
-        return sf.ProbeVerdict("error", f"could not evaluate SGLang's check `{test}`: {exc}", prefix)
+        return sf.ScriptResult("error", f"could not evaluate SGLang's check `{test}`: {exc}", prefix)
     where = (f"{os.path.basename(gate.path)}:{gate.line} {FUSION_GATE}: `if {test}: raise {gate.message}` "
              "(flags read as capability majors; their CUDA-version part not evaluated)")
     outcome = f"raised {gate.message}" if rejected else "returned (the arch check passes)"
-    return fusion_verdict(where, outcome, node, prefix)
+    return fusion_result(where, outcome, node, prefix)
 
 
 def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
@@ -133,19 +133,19 @@ def evaluate_autoenable(torch: Any, node: Node) -> AutoEnable | str:
     return evaluate_server_args(torch, node, sites, path)
 
 
-def flashinfer_gate(node: Node) -> sf.ProbeVerdict:
+def flashinfer_gate(node: Node) -> sf.ScriptResult:
     """FlashInfer's own allreduce-fusion gate for the node, as the gate.flashinfer.ar-fusion probe
     decides it (``flashinfer_gates.py`` beside this script), reason and evidence bounded as that probe's
     result line bounds them."""
     try:
-        verdict = flashinfer_gates.ar_fusion_gate(node.arch, node.world_size, node.interconnect)
+        result = flashinfer_gates.ar_fusion_gate(node.arch, node.world_size, node.interconnect)
     except Exception as exc:  # noqa: BLE001 - FlashInfer's failure is this half's answer, not the probe's
-        return sf.ProbeVerdict("error", f"{FLASHINFER_GATE_SCRIPT} raised {sf.describe_exception(exc)}",
+        return sf.ScriptResult("error", f"{FLASHINFER_GATE_SCRIPT} raised {sf.describe_exception(exc)}",
                                sf.traceback_text(exc))
-    return sf.ProbeVerdict(verdict.status, sf.one_line(verdict.reason), sf.bound_text(verdict.evidence))
+    return sf.ScriptResult(result.status, sf.one_line(result.reason), sf.bound_text(result.evidence))
 
 
-def with_autoenable(base: sf.ProbeVerdict, auto: AutoEnable | str, node: Node) -> sf.ProbeVerdict:
+def with_autoenable(base: sf.ScriptResult, auto: AutoEnable | str, node: Node) -> sf.ScriptResult:
     """The fusion verdict once ServerArgs' own auto-enable is known: a hazard only when SGLang turns
     fusion on by itself for a multi-GPU target and FlashInfer's gate rejects the arch."""
     if isinstance(auto, str):
@@ -164,25 +164,25 @@ def with_autoenable(base: sf.ProbeVerdict, auto: AutoEnable | str, node: Node) -
     if node.world_size <= 1:
         # SGLang fuses only under tensor parallelism (communicator.py: `self._context.tp_size > 1`;
         # flashinfer_comm_fusion.py: `if world_size <= 1: return None, None`, 0.5.4.post3-0.5.7).
-        return sf.ProbeVerdict(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
+        return sf.ScriptResult(base.status, f"{base.reason}; {turned_on}, but it fuses only with more than one GPU",
                                evidence, metrics)
     fi = flashinfer_gate(node)
     metrics["flashinfer_gate"] = fi.status
     evidence += f"\nFlashInfer's gate ({FLASHINFER_GATE_SCRIPT}): {fi.status}: {fi.reason}\n{fi.evidence}"
     turned_on += f" with {node.world_size} GPUs on one node, without --enable-flashinfer-allreduce-fusion"
     if base.status == "fail":
-        return sf.ProbeVerdict("fail", f"{base.reason}; and {turned_on}", evidence, metrics)
+        return sf.ScriptResult("fail", f"{base.reason}; and {turned_on}", evidence, metrics)
     if fi.status == "fail":
-        return sf.ProbeVerdict("fail", f"{turned_on}, and {fi.reason}", evidence, metrics)
+        return sf.ScriptResult("fail", f"{turned_on}, and {fi.reason}", evidence, metrics)
     if fi.status == "pass":
-        return sf.ProbeVerdict("pass", f"{turned_on}; {fi.reason}", evidence, metrics)
-    return sf.ProbeVerdict(base.status, f"{base.reason}; {turned_on}; FlashInfer's gate: {fi.reason}", evidence, metrics)
+        return sf.ScriptResult("pass", f"{turned_on}; {fi.reason}", evidence, metrics)
+    return sf.ScriptResult(base.status, f"{base.reason}; {turned_on}; FlashInfer's gate: {fi.reason}", evidence, metrics)
 
 
 def decide(torch: Any, node: Node) -> Evaluated:
     """SGLang's arch gate (live or static), then what its own auto-enable and FlashInfer's gate add."""
     gate = evaluate(live_ar_fusion, static_ar_fusion, torch, node)
-    return Evaluated(with_autoenable(gate.verdict, evaluate_autoenable(torch, node), node), gate.method)
+    return Evaluated(with_autoenable(gate.result, evaluate_autoenable(torch, node), node), gate.method)
 
 
 def main(argv: Sequence[str]) -> None:

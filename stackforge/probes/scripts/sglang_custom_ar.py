@@ -38,7 +38,7 @@ CAR_MODULE = f"{COMM}.custom_all_reduce"
 CAR_UTILS = f"{COMM}.custom_all_reduce_utils"
 
 
-def live_custom_ar(torch: Any, node: Node) -> sf.ProbeVerdict | str:
+def live_custom_ar(torch: Any, node: Node) -> sf.ScriptResult | str:
     """Run ``CustomAllreduce.__init__`` for the node up to its P2P check."""
     module, error = import_sglang(CAR_MODULE)
     if module is None:
@@ -71,30 +71,30 @@ def live_custom_ar(torch: Any, node: Node) -> sf.ProbeVerdict | str:
         except Exception as exc:  # noqa: BLE001
             outcome = f"raised {sf.describe_exception(exc)}"
     sizes = getattr(communicator, "_SUPPORTED_WORLD_SIZES", None)
-    return car_verdict(f"{CAR_MODULE}.CustomAllreduce.__init__", outcome, logs, node, sizes, "live")
+    return car_result(f"{CAR_MODULE}.CustomAllreduce.__init__", outcome, logs, node, sizes, "live")
 
 
-def car_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, sizes: Any, method: str) -> sf.ProbeVerdict:
+def car_result(where: str, outcome: str, logs: Sequence[str], node: Node, sizes: Any, method: str) -> sf.ScriptResult:
     said = "; ".join(logs)
     evidence = (f"[{method}] {where} for {node.world_size} GPUs, interconnect {node.interconnect} "
                 f"(full NVLink: {node.full_nvlink}), _SUPPORTED_WORLD_SIZES={sizes}: {outcome}")
     evidence += f"\nSGLang logged: {said}" if said else ""
     if node.world_size <= 1:
-        return sf.ProbeVerdict("skip", "custom all-reduce does not apply to a single GPU", evidence)
+        return sf.ScriptResult("skip", "custom all-reduce does not apply to a single GPU", evidence)
     if outcome.startswith("reached"):
-        return sf.ProbeVerdict("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
+        return sf.ScriptResult("pass", f"SGLang keeps custom all-reduce for {node.world_size} GPUs over "
                                f"{node.interconnect}; its P2P check decides at run time", evidence)
     if outcome.startswith("raised"):
-        return sf.ProbeVerdict("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
-    return sf.ProbeVerdict("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
+        return sf.ScriptResult("error", f"SGLang's CustomAllreduce gate could not be evaluated: {outcome[7:]}", evidence)
+    return sf.ScriptResult("fail", f"SGLang disables custom all-reduce: {said or outcome}", evidence)
 
 
-def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
+def static_custom_ar(node: Node, import_error: str) -> sf.ScriptResult:
     """Evaluate the custom all-reduce gates from SGLang's files: decided by
     ``_sglang_source.CustomArGate.decide``, as the wheel tier's reader decides them."""
     gate = custom_ar_gate()
     if isinstance(gate, GateUnread):
-        return sf.ProbeVerdict("error", gate.why, import_error if gate.absent else
+        return sf.ScriptResult("error", gate.why, import_error if gate.absent else
                                f"static: import failed ({import_error}); read {gate.path}")
     prefix = f"static: import failed ({import_error}); read {', '.join(gate.paths)}"
     where = "CustomAllreduce.__init__"
@@ -102,15 +102,15 @@ def static_custom_ar(node: Node, import_error: str) -> sf.ProbeVerdict:
     fields = {"cls_name": "CustomAllreduce", "world_size": node.world_size, "supported_world_size": sizes}
     decision = gate.decide(node.world_size, node.full_nvlink)
     if decision == "one-gpu":
-        return car_verdict(where, "returned (single GPU)", [], node, sizes, prefix)
+        return car_result(where, "returned (single GPU)", [], node, sizes, prefix)
     if decision == "world-size":
         said = fill(gate.size_message, node.world_size, str(sizes), **fields)
-        return car_verdict(where, "returned with disabled=True", [said], node, sizes, prefix)
+        return car_result(where, "returned with disabled=True", [said], node, sizes, prefix)
     if decision == "pcie":
         said = fill(gate.pcie_message, **fields)
-        return car_verdict(f"{where} (line {gate.gate_line}: world_size > {gate.threshold} and not full_nvlink)",
-                           "returned with disabled=True", [said], node, sizes, prefix)
-    return car_verdict(where, "reached the P2P check", [], node, sizes, prefix)
+        return car_result(f"{where} (line {gate.gate_line}: world_size > {gate.threshold} and not full_nvlink)",
+                          "returned with disabled=True", [said], node, sizes, prefix)
+    return car_result(where, "reached the P2P check", [], node, sizes, prefix)
 
 
 #: SGLang's code alone decides this gate: the live run, else the static reading.

@@ -45,7 +45,7 @@ from _sglang_source import ADMITTED, SYMM_MODULES, SYMM_TABLES, GateUnread, Symm
 FEATURE = "torch-symm-mem"
 
 
-def live_symm_mem(torch: Any, node: Node) -> sf.ProbeVerdict | str:
+def live_symm_mem(torch: Any, node: Node) -> sf.ScriptResult | str:
     """Run the torch symmetric-memory communicator's constructor for the node; a verdict, or
     the import error text when the module cannot be imported."""
     errors = []
@@ -82,12 +82,12 @@ def live_symm_mem(torch: Any, node: Node) -> sf.ProbeVerdict | str:
         tables = "; ".join(f"{name} = {getattr(module, name)}" for name in SYMM_TABLES if hasattr(module, name))
         if context is not None:
             return symm_without_server(node, where, outcome, context, stopped_at, trace, logs, tables)
-        return symm_verdict(where, outcome, logs, node, f"live; {tables}" if tables else "live")
+        return symm_result(where, outcome, logs, node, f"live; {tables}" if tables else "live")
     return "; ".join(errors)
 
 
 def symm_without_server(node: Node, where: str, outcome: str, context: str, stopped_at: int | None, trace: str,
-                        logs: Sequence[str], tables: str) -> sf.ProbeVerdict:
+                        logs: Sequence[str], tables: str) -> sf.ScriptResult:
     """The live constructor stopped at state only a running server provides (not SGLang's verdict):
     the size table decides when it can, else the result is undecided."""
     gate = symm_mem_gate()
@@ -96,16 +96,16 @@ def symm_without_server(node: Node, where: str, outcome: str, context: str, stop
             f"{outcome}\nthe constructor needs what only a running SGLang server provides: {context}"
             + (f"\nSGLang logged: {said}" if said else "") + f"\n{trace}")
     if isinstance(gate, GateUnread):
-        return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
+        return sf.ScriptResult("undecided", f"SGLang's torch symmetric-memory constructor needs a running server "
                                f"({context}); the size table could not be read ({gate.why})", live)
     evidence = f"{live}\n[table] {gate_text(gate)}"
     decision = gate.decide(node.arch.major, node.world_size)
     if decision not in (ADMITTED, "lookup-unknown"):
-        return sf.ProbeVerdict("fail", f"SGLang's size table decides: {denial(gate, node, decision)} (measured: the "
+        return sf.ScriptResult("fail", f"SGLang's size table decides: {denial(gate, node, decision)} (measured: the "
                                f"table {gate.table_name} at {table_where(gate)} as looked up at {lookup_where(gate)}; "
                                "the constructor itself stopped at server-only state)", evidence)
     if decision == ADMITTED and stopped_at is not None and stopped_at > gate.checks_end:
-        return sf.ProbeVerdict("pass", f"SGLang's size table decides: {gate.table_name} "
+        return sf.ScriptResult("pass", f"SGLang's size table decides: {gate.table_name} "
                                f"({table_where(gate)}) admits capability {node.arch.major} with {node.world_size} "
                                f"GPUs, and the constructor passed its table checks ({checks_where(gate)}) live before "
                                f"it stopped at server-only state ({os.path.basename(gate.comm_path)}:{stopped_at}); "
@@ -114,23 +114,23 @@ def symm_without_server(node: Node, where: str, outcome: str, context: str, stop
     table_says = (f"its table admits capability {node.arch.major} with {node.world_size} GPUs" if decision == ADMITTED
                   else f"its table has no entry for capability {node.arch.major} and how the constructor looks it "
                        "up was not found")
-    return sf.ProbeVerdict("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
+    return sf.ScriptResult("undecided", f"SGLang's torch symmetric-memory constructor stopped at server-only state "
                            f"before its table checks ({context}); {table_says}, but what comes before the table was "
                            "not run", evidence)
 
 
-def symm_verdict(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.ProbeVerdict:
+def symm_result(where: str, outcome: str, logs: Sequence[str], node: Node, method: str) -> sf.ScriptResult:
     said = "; ".join(logs)
     evidence = f"[{method}] {where} for capability {node.arch.dotted}, world size {node.world_size}: {outcome}"
     evidence += f"\nSGLang logged: {said}" if said else ""
     if outcome.startswith("reached"):
-        return sf.ProbeVerdict("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
+        return sf.ScriptResult("pass", f"SGLang's torch symmetric-memory gate admits capability {node.arch.major} with "
                                f"{node.world_size} GPUs; it still needs multicast (handle.multicast_ptr != 0) at run "
                                "time, which PCIe GPUs usually lack (see the runtime probe)", evidence)
     if outcome.startswith("raised"):
-        return sf.ProbeVerdict("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
+        return sf.ScriptResult("fail", f"SGLang's torch symmetric-memory communicator raises {outcome[7:]} for "
                                f"capability {node.arch.major} (world size {node.world_size})", evidence)
-    return sf.ProbeVerdict("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
+    return sf.ScriptResult("fail", f"SGLang disables torch symmetric memory: {said or outcome}", evidence)
 
 
 def table_where(gate: SymmMemGate) -> str:
@@ -161,34 +161,34 @@ def denial(gate: SymmMemGate, node: Node, decision: str) -> str:
     return f"no entry for capability {major} (keys {sorted(gate.table)})"
 
 
-def static_symm_mem(node: Node, import_error: str) -> sf.ProbeVerdict:
+def static_symm_mem(node: Node, import_error: str) -> sf.ScriptResult:
     """Evaluate the symmetric-memory gate from SGLang's files: decided by
     ``_sglang_source.SymmMemGate.decide``, as the wheel tier's reader decides it."""
     gate = symm_mem_gate()
     if isinstance(gate, GateUnread):
         if gate.absent:
-            return sf.ProbeVerdict("skip", "this SGLang has no torch symmetric-memory communicator "
+            return sf.ScriptResult("skip", "this SGLang has no torch symmetric-memory communicator "
                                    "(--enable-torch-symm-mem appeared in 0.5.3)", f"import: {import_error}")
-        return sf.ProbeVerdict("error", f"{gate.why} ({gate.path})", import_error)
+        return sf.ScriptResult("error", f"{gate.why} ({gate.path})", import_error)
     where = f"{lookup_where(gate)} {gate.class_name}.__init__"
     method = (f"static: import of the communicator failed ({import_error}); read {gate.table_path} and "
               f"{gate.comm_path} instead: {gate.table_name} = {gate.table}")
     major, size = node.arch.major, node.world_size
     decision = gate.decide(major, size)
     if decision == "below-floor":
-        return symm_verdict(where, f"returned (capability {major} < {gate.floor})",
-                            [gate.said("capability", major)], node, method)
+        return symm_result(where, f"returned (capability {major} < {gate.floor})",
+                           [gate.said("capability", major)], node, method)
     if decision == "lookup-unknown":
-        return sf.ProbeVerdict("undecided", f"SGLang's size table {gate.table_name} ({table_where(gate)}) has no "
+        return sf.ScriptResult("undecided", f"SGLang's size table {gate.table_name} ({table_where(gate)}) has no "
                                f"entry for capability {major}, and how {gate.class_name}.__init__ looks it up was "
                                "not found in its file", f"[{method}] {gate_text(gate)}")
     if decision == "capability" and gate.style == "index":
-        return symm_verdict(where, f"raised KeyError: {major}", [], node, method)
+        return symm_result(where, f"raised KeyError: {major}", [], node, method)
     if decision == "capability":
-        return symm_verdict(where, "returned with disabled=True", [gate.said("capability", major)], node, method)
+        return symm_result(where, "returned with disabled=True", [gate.said("capability", major)], node, method)
     if decision == "world-size":
-        return symm_verdict(where, "returned with disabled=True", [gate.said("world size", size)], node, method)
-    return symm_verdict(where, "reached the symmetric-memory allocation", [], node, method)
+        return symm_result(where, "returned with disabled=True", [gate.said("world size", size)], node, method)
+    return symm_result(where, "reached the symmetric-memory allocation", [], node, method)
 
 
 #: SGLang's code alone decides this gate: the live run, else the static reading.

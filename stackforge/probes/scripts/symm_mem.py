@@ -165,13 +165,13 @@ def main(argv: Sequence[str]) -> None:
                "collective_timeout_s": args.phase_timeout * 3}
     outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout)
     what = f"torch symmetric memory on {args.gpus} GPUs"
-    failed = sf.ranks_verdict(outcome, what)
+    failed = sf.ranks_result(outcome, what)
     metrics = summarize(outcome)
     metrics["sglang_multimem_table"] = {str(k): list(v) for k, v in table.items()}
     metrics["sglang_multimem_table_source"] = table_source
     if failed is not None:
-        sf.emit_verdict(failed, facts, metrics)
-    sf.emit_verdict(decide(what, metrics, outcome, args.require_multicast), facts, metrics)
+        sf.emit_result(failed, facts, metrics)
+    sf.emit_result(decide(what, metrics, outcome, args.require_multicast), facts, metrics)
 
 
 def summarize(outcome: sf.RanksOutcome) -> dict[str, Any]:
@@ -198,26 +198,26 @@ def op_state(outcome: sf.RanksOutcome, phase: str) -> str:
     return "ok" if outcome.phase_events(phase) else "not run"
 
 
-def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require_multicast: bool) -> sf.ProbeVerdict:
+def decide(what: str, metrics: dict[str, Any], outcome: sf.RanksOutcome, require_multicast: bool) -> sf.ScriptResult:
     log = outcome.log()
     chosen = metrics["sglang_op"]
     summary = ", ".join(f"{op}={metrics[op]}" for op in (*OPS, GRAPH_PHASE))
     judged = (f"{what}, capability {metrics['capability']}: SGLang runs {chosen} here" if chosen
               else what)
     if require_multicast and not metrics["multicast"]:
-        return sf.ProbeVerdict("fail", f"{judged}, but the devices have no multicast (handle.multicast_ptr == 0); "
+        return sf.ScriptResult("fail", f"{judged}, but the devices have no multicast (handle.multicast_ptr == 0); "
                                f"SGLang's TorchSymmMemCommunicator disables itself without it ({summary})", log)
     if chosen is None or metrics[chosen] == "not run":
-        return sf.ProbeVerdict("error", f"{what}: the ranks never reached the op SGLang uses ({summary})", log)
+        return sf.ScriptResult("error", f"{what}: the ranks never reached the op SGLang uses ({summary})", log)
     if metrics[chosen] == "unsupported":
         first = outcome.phase_events(chosen, "skip")[0]
-        return sf.ProbeVerdict("fail", f"{judged}, which torch cannot run: {first.detail[len('unsupported: '):]}", log)
+        return sf.ScriptResult("fail", f"{judged}, which torch cannot run: {first.detail[len('unsupported: '):]}", log)
     broken = [e for e in outcome.events if e.state == "check-fail" and e.phase in (chosen, GRAPH_PHASE)]
     if broken:
         first = broken[0]
-        return sf.ProbeVerdict(sf.failure_status(first.detail), f"{judged}; rank {first.rank} {first.phase}: "
+        return sf.ScriptResult(sf.failure_status(first.detail), f"{judged}; rank {first.rank} {first.phase}: "
                                f"{first.detail} ({summary})", log)
-    return sf.ProbeVerdict("pass", f"{judged}: exact eagerly ({metrics[f'{chosen}_us_max_rank']} us) and replayed from a "
+    return sf.ScriptResult("pass", f"{judged}: exact eagerly ({metrics[f'{chosen}_us_max_rank']} us) and replayed from a "
                            f"CUDA graph ({metrics[f'{GRAPH_PHASE}_us_max_rank']} us); {summary}; "
                            f"multicast={'yes' if metrics['multicast'] else 'no'}", log)
 
