@@ -1,0 +1,154 @@
+"""What every report is built from: the measured records, the plan, the target and how current they are.
+
+:func:`load_evidence` is the one place ``matrix``, ``deadends``, ``pick`` and ``upgrade`` get their
+evidence: the records of a results folder (strictly, unless ``skip_bad``), the plan (a plan file, a matrix
+file planned here, the runs' own matrix, or none), the target, and the currency against the last watch.
+With ``read_wheels`` the matrix's pinned releases are read from their wheels first (the wheel tier, a new
+run in the results folder). Warnings and progress go through the callbacks; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stackforge.core.errors import SpecError, StackforgeError
+from stackforge.core.records import ResultRecord
+from stackforge.plan.planner import Plan
+from stackforge.report.compat_matrix import choose_target
+from stackforge.results.store import LoadedResults, describe_problems, holds_results, load_results
+from stackforge.watch.currency import Currency, currency
+from stackforge.watch.state import WatchState, read_state, state_path
+
+if TYPE_CHECKING:
+    from stackforge.plan.user_compat import UserCompat
+
+__all__ = ["Evidence", "EvidenceRequest", "load_evidence", "skip_or_refuse"]
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRequest:
+    """Where a report's evidence comes from (the CLI's ``--results``, ``--run``, ``--plan``, ``--matrix``,
+    ``--no-plan``, ``--target``, ``--skip-bad``, ``--read-wheels``, ``--compat``), already checked for
+    options that exclude each other."""
+
+    results: Path
+    runs: tuple[str, ...] = ()
+    plan_path: Path | None = None
+    matrix: str | None = None
+    no_plan: bool = False
+    target: str | None = None
+    skip_bad: bool = False
+    read_wheels: bool = False
+    user_compat: UserCompat | None = None
+    command: tuple[str, ...] = ()      # recorded with a wheel-tier run
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a report is built from."""
+
+    records: tuple[ResultRecord, ...]
+    plan: Plan
+    target: str
+    runs: tuple[str, ...]
+    #: no probe results at all: every cell is a prediction (reports and pick say so)
+    predictions_only: bool = False
+    #: how current the evidence is: the newest releases read, and newer ones the last watch saw
+    currency: Currency | None = None
+
+
+def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lambda message: None,
+                  tell: Callable[[str], None] = lambda line: None) -> Evidence:
+    """Load the records (strictly unless ``skip_bad``) and the plan, and settle the target.
+
+    Without any results (no folder, or no run in it) the plan alone is the evidence: predictions
+    are what a user wants first, before anything is built. ``--run`` and ``--no-plan`` still need
+    results, since there would be nothing to show.
+
+    Raises:
+        RecordError: unusable record files (all listed) without ``skip_bad``; a plan file that does not read.
+        SpecError: an unknown target, matrix or feature; a matrix that does not plan.
+    """
+    results = request.results
+    if request.read_wheels:
+        _read_wheels(request, tell)
+    predictions_only = not request.runs and not request.no_plan and not holds_results(results)
+    loaded = (LoadedResults(records=(), source=str(results)) if predictions_only
+              else load_results(results, runs=request.runs))
+    skip_or_refuse(loaded, request.skip_bad, warn)
+    plan = _plan(loaded, request, strict=predictions_only, warn=warn)
+    chosen = choose_target(loaded.records, plan, request.target)
+    if predictions_only:
+        warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
+             "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
+    runs = tuple(info.run_id for info in loaded.runs)
+    current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results, warn))
+    return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
+                    predictions_only=predictions_only, currency=current)
+
+
+def skip_or_refuse(loaded: LoadedResults, skip_bad: bool, warn: Callable[[str], None]) -> None:
+    """Refuse unusable files (listing all of them), or with ``skip_bad`` warn with their count and paths."""
+    if not loaded.problems:
+        return
+    if not skip_bad:
+        loaded.raise_for_problems()
+    warn(f"--skip-bad: ignoring {describe_problems(loaded.problems, loaded.source)}")
+
+
+def _read_wheels(request: EvidenceRequest, tell: Callable[[str], None]) -> None:
+    """The wheel tier for the matrix's kept stacks on the target, recorded as a new run of the results."""
+    from stackforge.edges.index import IndexRequest
+    from stackforge.plan.selection import StackSelection
+    from stackforge.probes.campaign import ProbeRequest, run_probe_campaign
+    from stackforge.results.store import ResultsFolder
+
+    tell(f"reading the pinned releases' wheels from the index into {request.results} (the wheel tier: their own "
+         "code, no image, no GPU)")
+    targets = (request.target,) if request.target else ()
+    probe = ProbeRequest(StackSelection(request.matrix, targets=targets, user_compat=request.user_compat),
+                         tier="wheel", index=IndexRequest())
+    records = run_probe_campaign(probe, store=ResultsFolder(request.results, command=request.command),
+                                 connect=lambda: None)
+    tell(f"read {len(records)} reading(s)")
+
+
+def _watch_state(results: Path, warn: Callable[[str], None]) -> WatchState | None:
+    """The last watch's state in the results folder; a corrupt one is warned about, not fatal to a report."""
+    if not results.is_dir():
+        return None
+    try:
+        return read_state(state_path(results))
+    except SpecError as exc:
+        warn(f"{exc.one_line()}; the report is not compared with the index")
+        return None
+
+
+def _plan(loaded: LoadedResults, request: EvidenceRequest, *, strict: bool, warn: Callable[[str], None]) -> Plan:
+    if request.no_plan:
+        return Plan.empty()
+    if request.plan_path is not None:
+        return Plan.read(request.plan_path)
+    # The runs remember the matrix they were planned from; use it when it is here and unambiguous.
+    run_matrices = sorted({i.matrix_source for i in loaded.runs if i.matrix_source})
+    own = run_matrices[0] if len(run_matrices) == 1 and Path(run_matrices[0]).is_file() else None
+    try:
+        return _plan_matrix(request.matrix or own, request.target, request.user_compat)
+    except StackforgeError as exc:
+        if request.matrix is not None or strict:
+            raise   # asked for explicitly, or the only evidence there is: its errors are the user's to see
+        warn(f"no predictions: planning the default matrix failed ({exc.one_line()}); showing measured "
+             "cells only (pass --plan or --matrix)")
+        return Plan.empty()
+
+
+def _plan_matrix(matrix: str | None, target: str | None, user_compat: UserCompat | None) -> Plan:
+    """Plan a matrix with the shipped knowledge (and a user compat directory on top)."""
+    from stackforge.core.data import resolve_matrix_path
+    from stackforge.plan.planner import plan_file
+
+    return plan_file(resolve_matrix_path(matrix), targets=(target,) if target else (), user_compat=user_compat)
+
