@@ -17,15 +17,8 @@ from stackforge.cli._evidence import (
 )
 from stackforge.cli.options import out_file_option
 from stackforge.core.errors import SpecError
-from stackforge.plan.planner import load_knowledge
-from stackforge.plan.rules import features_only_nvcc_decides
 from stackforge.report.formats import write_upgrade
-from stackforge.report.upgrade import (
-    FORMATS,
-    StackChoice,
-    build_upgrade,
-    image_sizes_from_builds,
-)
+from stackforge.report.upgrade import FORMATS, StackChoice, upgrade_between
 
 
 @click.command(name="upgrade")
@@ -60,10 +53,8 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
     before, after = _choices(stacks, from_cuda, to_cuda)
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad, read_wheels=read_wheels)
-    report = build_upgrade(loaded.records, loaded.plan, loaded.target, before, after,
-                           size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
-                           runs=loaded.runs, plan_only=plan_path is not None or matrix is not None,
-                           nvcc_features=features_only_nvcc_decides(load_knowledge(user=user_compat()).rules))
+    report = upgrade_between(loaded, before, after, builds_dir=builds_dir,
+                             plan_only=plan_path is not None or matrix is not None, user=user_compat())
     write_output(write_upgrade(report, fmt, evidence=evidence), out)
     say_currency(loaded, results)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -57,6 +57,7 @@ from stackforge.report.compat_matrix import (
 )
 from stackforge.report.deadends import DeadEnd, find_dead_ends
 from stackforge.report.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
+from stackforge.report.evidence import Evidence
 from stackforge.report.pick import (
     Candidate,
     candidates_in,
@@ -64,10 +65,13 @@ from stackforge.report.pick import (
     predicted_to_qualify,
 )
 
+if TYPE_CHECKING:
+    from stackforge.plan.user_compat import UserCompat
+
 __all__ = ["FORMATS", "UPGRADE_SCHEMA", "ChangeKind", "FeatureChange", "ImageSize", "MetricDelta",
            "RemainingDeadEnd",
            "Side", "SideCell", "StackChoice", "UpgradeReport", "build_upgrade", "change_of", "evidence_label",
-           "image_sizes_from_builds", "upgrade_to_json"]
+           "image_sizes_from_builds", "upgrade_between", "upgrade_to_json"]
 
 UPGRADE_SCHEMA = "stackforge.upgrade"
 UPGRADE_SCHEMA_VERSION = 1
@@ -294,6 +298,20 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
                          dead_ends=_remaining_dead_ends(report, new_row, features), matrix_name=report.matrix_name,
                          matrix_source=report.matrix_source, runs=tuple(runs),
                          predictions_only=report.predictions_only)
+
+
+def upgrade_between(evidence: Evidence, before: StackChoice, after: StackChoice, *, builds_dir: Path | None = None,
+                    plan_only: bool = False, user: UserCompat | None = None) -> UpgradeReport:
+    """``stackforge upgrade``'s one library entry: :func:`build_upgrade` on the loaded evidence, image sizes
+    from the build records of ``builds_dir`` (unknown without), and the features only nvcc decides from the
+    shipped rules (and ``user``'s)."""
+    from stackforge.plan.planner import load_knowledge
+    from stackforge.plan.rules import features_only_nvcc_decides
+
+    return build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
+                         size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
+                         runs=evidence.runs, plan_only=plan_only,
+                         nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules))
 
 
 def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: StackChoice, role: str,
