@@ -79,3 +79,17 @@ def test_the_cli_of_probe_bench_bisect_and_render_only_dispatches():
                     "stackforge.wheels.cache", "stackforge.wheels.bisect",
                     "stackforge.probes.execute", "stackforge.probes.catalog"}
         assert not workflow & graph[command], command
+
+
+def test_the_cli_of_the_reports_ci_and_render_calls_one_library_entry():
+    """The commands that held workflow call their library entry and nothing it is made of: pick calls
+    report.pick.pick, upgrade report.upgrade.upgrade_between, the reports' evidence
+    report.evidence.load_evidence, ci github ci.github.sync_workflow, render build.contexts.render_stacks."""
+    graph = import_graph(PACKAGE_ROOT, "stackforge")
+    # (Writing an --out file through core.fsio is the CLI's own output, not workflow.)
+    made_of = {"stackforge.report.compat_matrix", "stackforge.results.store", "stackforge.watch.currency",
+               "stackforge.watch.state", "stackforge.plan.rules", "stackforge.build.locking",
+               "stackforge.edges.resolver", "stackforge.probes.campaign", "stackforge.plan.selection"}
+    for command in ("stackforge.cli.pick", "stackforge.cli.upgrade", "stackforge.cli._evidence",
+                    "stackforge.cli.ci", "stackforge.cli.render"):
+        assert not made_of & graph[command], (command, made_of & graph[command])

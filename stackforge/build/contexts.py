@@ -16,6 +16,7 @@ from stackforge.build.requires import RequirementsLookup, declared_for, dropped_
 from stackforge.compose.dockerfile import INLINE_DEPS_SUFFIX, ComposeOptions, compose_stack, write_context
 from stackforge.compose.stack_lock import StackLock
 from stackforge.core.model import Stack
+from stackforge.plan.selection import StackSelection
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,23 +37,30 @@ class ContextsRequest:
 
 @dataclass(frozen=True, slots=True)
 class RenderRequest:
-    """One ``stackforge render``: the contexts to write, and whether each stack is locked first as
-    ``build`` locks it (``find_links``: a wheelhouse the resolver reads too)."""
+    """One ``stackforge render``: the stacks (the kept ones of ``selection``), the contexts to write, and
+    whether each stack is locked first as ``build`` locks it (``find_links``: a wheelhouse the resolver
+    reads too)."""
 
+    selection: StackSelection
     contexts: ContextsRequest
     lock: bool = True
     find_links: Path | None = None
 
 
-def render_stacks(cells: Sequence[tuple[Stack, Any]], request: RenderRequest,
-                  tell: Callable[[str], None] = lambda line: None) -> Iterator[WrittenContext]:
-    """``stackforge render``'s one library entry: lock every stack as ``build --out OUT/..`` would have it
-    (recorded, or resolved and recorded: OUT/../locks/STACK/pylock.toml, so the tags are the build's),
-    telling one line per lock, then write each stack's context.
+def render_stacks(request: RenderRequest, tell: Callable[[str], None] = lambda line: None) -> Iterator[WrittenContext]:
+    """``stackforge render``'s one library entry: plan the selection, lock every kept stack as
+    ``build --out OUT/..`` would have it (recorded, or resolved and recorded: OUT/../locks/STACK/pylock.toml,
+    so the tags are the build's), telling one line per lock, then write each stack's context.
 
     Raises:
+        SpecError: the selection keeps no stack at all.
         ResolutionConflict / HostError: a stack's lock cannot be resolved (as in ``build``).
     """
+    from stackforge.plan.selection import cells_to_build
+
+    cells = cells_to_build(request.selection)
+    if not cells:
+        tell(f"shard {request.selection.shard_text} holds none of the kept stacks: nothing to render")
     contexts = request.contexts
     if request.lock:
         from stackforge.build.locking import LockMode, lock_stacks

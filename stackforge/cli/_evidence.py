@@ -16,8 +16,7 @@ from stackforge.cli._compat import user_compat
 from stackforge.cli.options import out_path_error, refuse_together
 from stackforge.core.fsio import atomic_write_text
 from stackforge.report import evidence as report_evidence
-from stackforge.report.evidence import Evidence, EvidenceRequest, skip_or_refuse
-from stackforge.results.store import LoadedResults
+from stackforge.report.evidence import Evidence, EvidenceRequest
 
 F = Callable[..., object]
 
@@ -77,11 +76,6 @@ def say_currency(evidence: Evidence, results: Path) -> None:
     """After the answer, on stderr: how current it is (the newest releases read, newer ones on the index)."""
     if evidence.currency is not None:
         click.echo(evidence.currency.line(results), err=True)
-
-
-def check_problems(loaded: LoadedResults, skip_bad: bool) -> None:
-    """Refuse unusable files (listing all of them), or warn with their count and paths."""
-    skip_or_refuse(loaded, skip_bad, warn)
 
 
 def warn(message: str) -> None:

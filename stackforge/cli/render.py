@@ -36,7 +36,6 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     """
     from stackforge.build.contexts import ContextsRequest, RenderRequest, render_stacks
     from stackforge.compose.dockerfile import ComposeOptions
-    from stackforge.plan.selection import cells_to_build
 
     # The same CA default as `build`: a bundle adds its secret mount to the Dockerfile, so render and
     # build must agree on it for the tags to match.
@@ -45,12 +44,10 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     options = ComposeOptions(buildkit=builder == "buildkit", base_image=base_image, index_url=index_url,
                              extra_index_urls=tuple(extra_index_urls), wheelhouse=find_links is not None,
                              ca_bundle=ca.path is not None, no_deps=frozenset(no_deps))
-    cells = cells_to_build(selection(matrix, cuda, targets, only, shard))
-    if not cells:
-        click.echo(f"shard {shard} holds none of the kept stacks: nothing to render", err=True)
-    request = RenderRequest(ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers,
-                                            ca_bundle=ca.path), lock=not no_lock, find_links=find_links)
-    for written in render_stacks(cells, request, tell=lambda line: click.echo(line, err=True)):
+    contexts = ContextsRequest(options, out_dir=Path(out_dir), dependency_layers=dependency_layers, ca_bundle=ca.path)
+    request = RenderRequest(selection(matrix, cuda, targets, only, shard), contexts, lock=not no_lock,
+                            find_links=find_links)
+    for written in render_stacks(request, tell=lambda line: click.echo(line, err=True)):
         if written.warning:
             click.echo(f"stackforge: warning: {written.warning}", err=True)
         click.echo(f"{written.folder}  {written.tag}")

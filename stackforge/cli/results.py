@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from stackforge.cli._evidence import check_problems
+from stackforge.cli._evidence import warn
 from stackforge.cli.options import out_folder_checked
+from stackforge.report.evidence import skip_or_refuse
 from stackforge.results.store import load_results, merge_runs
 
 
@@ -35,7 +36,7 @@ def merge_command(sources: tuple[Path, ...], out: Path, run_id: str | None, skip
       stackforge results merge shards/*/ --out merged --run-id nightly-42
     """
     for source in sources:
-        check_problems(load_results(source), skip_bad=skip_bad)
+        skip_or_refuse(load_results(source), skip_bad, warn)
     run_dir = merge_runs(sources, out, command=("stackforge", *sys.argv[1:]), run_id=run_id,
                          skip_bad=skip_bad)
     click.echo(str(run_dir))
@@ -46,5 +47,5 @@ def merge_command(sources: tuple[Path, ...], out: Path, run_id: str | None, skip
 def check_command(path: Path) -> None:
     """Load every record under PATH and list every unusable file (exit 2 if there is one)."""
     loaded = load_results(path)
-    check_problems(loaded, skip_bad=False)
+    skip_or_refuse(loaded, False, warn)
     click.echo(f"{len(loaded.records)} records in {len(loaded.runs)} run(s), no problems")
