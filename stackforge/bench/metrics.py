@@ -13,7 +13,7 @@ nccl-tests' ``*GetBw`` functions. busbw is *not* comparable across algorithms (N
 the switch and can exceed the link speed), so the algorithm is always recorded beside it.
 
 The formulas themselves live in ``stackforge/inimage/_sfshared.py``, the one stdlib-only
-module that the in-image bench scripts import too (it is mounted beside them); this module is their
+module that the in-image bench scripts import too (from the mounted in-image package); this module is their
 name on the host.
 """
 

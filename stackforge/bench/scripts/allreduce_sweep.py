@@ -74,7 +74,7 @@ _TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 
 
 # The formulas (nccl-tests' algbw/busbw), statistics and json_safe are stackforge's own, from the
-# shared _sfshared.py mounted beside the scripts.
+# shared _sfshared.py of the mounted in-image package.
 shared = bench.shared
 
 

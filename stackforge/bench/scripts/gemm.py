@@ -60,8 +60,8 @@ _TOLERANCE = 3e-2
 _FP8_MIN_CAPABILITY = (8, 9)
 
 
-# TFLOP/s, statistics and json_safe are stackforge's own, from the shared _sfshared.py mounted
-# beside the scripts.
+# TFLOP/s, statistics and json_safe are stackforge's own, from the shared _sfshared.py of the mounted
+# in-image package.
 shared = bench.shared
 
 
