@@ -93,3 +93,22 @@ def test_the_cli_of_the_reports_ci_and_render_calls_one_library_entry():
     for command in ("stackforge.cli.pick", "stackforge.cli.upgrade", "stackforge.cli._evidence",
                     "stackforge.cli.ci", "stackforge.cli.render"):
         assert not made_of & graph[command], (command, made_of & graph[command])
+
+
+def test_a_campaign_run_is_closed_only_when_its_body_ends(tmp_path):
+    """campaign_run opens, notes the host, announces, hands out write, and closes; a body that raises
+    (Ctrl-C, an engine gone) leaves the run open with what it wrote, which the store reads as unfinished."""
+    from stackforge.jobs.campaign import campaign_run
+    from stackforge.results.store import ResultsFolder, read_run_info
+
+    store, told = ResultsFolder(tmp_path), []
+    with campaign_run(store, matrix_source="m.yaml", shard=None, stacks=1, jobs=0, host={"gpus": []},
+                      on_start=told.append) as (run_dir, write):
+        assert [started.run_dir for started in told] == [run_dir]
+        assert read_run_info(run_dir).finished_at is None
+    finished = run_dir
+    with pytest.raises(KeyboardInterrupt):
+        with campaign_run(store, matrix_source="m.yaml", shard=None, stacks=1, jobs=0) as (run_dir, write):
+            raise KeyboardInterrupt
+    assert read_run_info(finished).finished_at is not None
+    assert read_run_info(run_dir).finished_at is None

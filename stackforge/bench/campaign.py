@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from stackforge.bench.run import BenchOptions
 from stackforge.core.errors import SpecError
 from stackforge.core.records import ResultRecord, RunStore
-from stackforge.jobs.campaign import CampaignStarted, run_campaign
+from stackforge.jobs.campaign import CampaignStarted, campaign_run
 from stackforge.plan.selection import StackSelection
 
 
@@ -72,14 +72,12 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     jobs = plan_bench(plan, specs, options, host_gpus=host_gpus, local=local, stacks=stacks)
     if request.from_probes:
         jobs = _gate_on_probes(jobs, store)
-
-    def run(run_dir: Path, write: Callable[[ResultRecord], Any]) -> list[ResultRecord]:
+    with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
+                      stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus),
+                      on_start=on_start) as (run_dir, write):
         return run_bench_jobs(jobs, options, run_id=run_dir.name, host_gpus=host_gpus, write=write, client=client,
                               local_python=request.local_python, log_dir=run_dir / "logs",
                               builds_dir=request.builds_dir, on_done=on_done)
-
-    return run_campaign(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
-                        stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus), run=run, on_start=on_start)
 
 
 def _gate_on_probes(jobs, store: ResultsStore):

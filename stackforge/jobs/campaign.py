@@ -1,7 +1,7 @@
 """A campaign: a plan's jobs recorded into one run of the results store.
 
 :func:`plan_jobs` gives one :class:`CellJob` per kept (stack, target) cell and spec, for probes and
-benchmarks alike; :func:`run_campaign` is the one skeleton every campaign (probe, bench, wheel tier)
+benchmarks alike; :func:`campaign_run` is the one skeleton every campaign (probe, bench, wheel tier)
 runs: open the run folder, say what is about to run, fill the run record by record, close it. A
 campaign that is interrupted leaves its run folder open with the records written so far (the results
 store reads an unfinished run as such).
@@ -9,7 +9,8 @@ store reads an unfinished run as such).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from stackforge.core.model import Stack, Target
 from stackforge.core.records import ResultRecord, RunStore
 from stackforge.plan.planner import Plan
 
-__all__ = ["CampaignStarted", "CellJob", "plan_jobs", "run_campaign"]
+__all__ = ["CampaignStarted", "CellJob", "campaign_run", "plan_jobs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +49,22 @@ class CampaignStarted:
     indexes: str | None = None
 
 
-def run_campaign(store: RunStore, *, matrix_source: str, shard: str | None, stacks: int, jobs: int,
-                 run: Callable[[Path, Callable[[ResultRecord], Any]], list[ResultRecord]],
+@contextmanager
+def campaign_run(store: RunStore, *, matrix_source: str, shard: str | None, stacks: int, jobs: int,
                  host: dict[str, Any] | None = None, indexes: str | None = None,
-                 on_start: Callable[[CampaignStarted], None] = lambda started: None) -> list[ResultRecord]:
-    """One run of ``store``: opened (with the host's facts when scripts run on it), announced through
-    ``on_start``, filled by ``run(run_dir, write)`` (``write`` stores one record as it finishes), closed;
-    the records written."""
+                 on_start: Callable[[CampaignStarted], None] = lambda started: None
+                 ) -> Iterator[tuple[Path, Callable[[ResultRecord], Any]]]:
+    """One run of ``store``, the skeleton of every campaign: opened (with the host's facts when scripts
+    run on it) and announced through ``on_start``; the body gets ``(run_dir, write)``, ``write`` storing
+    one record as it finishes; closed when the body ends. A body that raises (an interruption, an engine
+    gone) leaves the run open with the records written so far: the results store reads it as unfinished.
+
+    Used as ``with campaign_run(...) as (run_dir, write): return run_jobs(..., write=write)``, so a
+    campaign reads top-down and nothing here calls back into the stage above.
+    """
     run_dir = store.start(matrix_source=matrix_source, shard=shard)
     if host is not None:
         store.note_host(run_dir, host)
     on_start(CampaignStarted(stacks=stacks, jobs=jobs, run_dir=run_dir, indexes=indexes))
-    records = run(run_dir, lambda record: store.write(run_dir, record))
+    yield run_dir, lambda record: store.write(run_dir, record)
     store.finish(run_dir)
-    return records

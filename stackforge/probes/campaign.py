@@ -19,7 +19,7 @@ from stackforge.core.records import ResultRecord, RunStore
 from stackforge.edges.gpus import HostGpus
 from stackforge.edges.index import IndexRequest
 from stackforge.jobs import job_runner
-from stackforge.jobs.campaign import CampaignStarted, CellJob, plan_jobs, run_campaign
+from stackforge.jobs.campaign import CampaignStarted, CellJob, campaign_run, plan_jobs
 from stackforge.jobs.job_runner import ImageRef
 from stackforge.plan.selection import StackSelection
 from stackforge.probes.execute import SCRIPTS_DIR, plan_probe_job, probe_kind
@@ -95,15 +95,13 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     jobs = plan_jobs(plan, select_specs(catalog(), tier=request.tier, features=request.features), stacks)
     client = None if request.local_python else connect()
     host_gpus = detect_host_gpus(client)
-
-    def run(run_dir: Path, write: Callable[[ResultRecord], Any]) -> list[ResultRecord]:
+    with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
+                      stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus),
+                      on_start=on_start) as (run_dir, write):
         return run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=host_gpus, write=write, client=client,
                               local_python=request.local_python, parallel=request.parallel,
                               timeout_s=request.timeout_s, log_dir=run_dir / "logs", builds_dir=request.builds_dir,
                               on_done=on_done)
-
-    return run_campaign(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
-                        stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus), run=run, on_start=on_start)
 
 
 def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],
@@ -129,10 +127,8 @@ def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Cal
     indexes = configured_indexes(request.index)
     cache = WheelCache.open(indexes)
     listed = list_releases(jobs, indexes=indexes, cache=cache)   # an index that does not answer: no run
-
-    def run(run_dir: Path, write: Callable[[ResultRecord], Any]) -> list[ResultRecord]:
+    with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
+                      stacks=len(wanted), jobs=len(jobs), indexes=indexes.describe(),
+                      on_start=on_start) as (run_dir, write):
         return run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
                               host=socket.gethostname(), write=write, on_done=on_done)
-
-    return run_campaign(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
-                        stacks=len(wanted), jobs=len(jobs), indexes=indexes.describe(), run=run, on_start=on_start)

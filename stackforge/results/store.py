@@ -193,7 +193,7 @@ def finish_run(run_dir: Path) -> RunInfo:
 class ResultsFolder:
     """A results root as a campaign uses it: one run folder per run, its records, and the runs before it.
 
-    Campaigns (:func:`stackforge.jobs.campaign.run_campaign` and those that use it) sit below this
+    Campaigns (:func:`stackforge.jobs.campaign.campaign_run` and those that use it) sit below this
     module and receive it as a value, so the store stays the one place that lays out result files.
     """
 
