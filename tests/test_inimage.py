@@ -82,3 +82,20 @@ def test_the_package_imports_the_standard_library_and_itself_only():
     for path in sorted(HOST_DIR.glob("_*.py")):
         foreign = _imported_roots(path) - set(sys.stdlib_module_names) - own - {"__future__"}
         assert not foreign, f"{path.name} imports {sorted(foreign)}"
+
+
+def test_captured_logs_keeps_each_message_once_and_restores_the_loggers():
+    """The one log collector of the gate probes (FlashInfer's and SGLang's gates log their answer)."""
+    import logging
+
+    import _sfprobe as sf
+
+    parent, child = logging.getLogger("sf-test-lib"), logging.getLogger("sf-test-lib.part")
+    parent.setLevel(logging.ERROR)
+    with sf.captured_logs("sf-test-lib", "sf-test-lib.part", level=logging.INFO) as messages:
+        child.info("turned on by itself")          # reaches the child's and the parent's handler
+        child.info("turned on by itself")
+        parent.debug("below the level")
+        parent.warning("disabled: %s", "PCIe")
+    assert messages == ["turned on by itself", "disabled: PCIe"]
+    assert parent.level == logging.ERROR and not parent.handlers and not child.handlers

@@ -28,6 +28,7 @@ import datetime
 import importlib
 import importlib.metadata
 import json
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -506,6 +507,41 @@ def gpu_facts(timeout_s: float = 30) -> dict[str, Any]:
     if details:
         facts["driver"] = details[0]["driver"]
     return facts
+
+
+class _LogCollector(logging.Handler):
+    """Keeps each message once (a record reaches both a child logger and its parent)."""
+
+    def __init__(self, level: int, messages: list[str]) -> None:
+        super().__init__(level=level)
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+
+@contextmanager
+def captured_logs(*names: str, level: int = logging.WARNING) -> Iterator[list[str]]:
+    """What the named loggers log at ``level`` and above while the block runs, each message once: how
+    gate code that logs rather than raises (FlashInfer's device detection, SGLang's disabled
+    communicators, ServerArgs saying what it turned on) gives its answer. A logger that would drop
+    ``level`` is lowered to it for the block."""
+    messages: list[str] = []
+    handler = _LogCollector(level, messages)
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.getEffectiveLevel() > level:
+            logger.setLevel(level)
+        logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        for logger, level_before in zip(loggers, saved):
+            logger.removeHandler(handler)
+            logger.setLevel(level_before)
 
 
 @contextmanager

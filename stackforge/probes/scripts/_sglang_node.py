@@ -32,7 +32,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 import _sfprobe as sf
@@ -105,29 +105,10 @@ class Node:
         return self.interconnect in ("nvlink", "nvswitch")
 
 
-@contextmanager
-def sglang_warnings(level: int = logging.WARNING) -> Iterator[list[str]]:
+def sglang_warnings(level: int = logging.WARNING) -> AbstractContextManager[list[str]]:
     """Collect what SGLang logs at ``level`` and above while a constructor runs (INFO is where
     ServerArgs says what it turned on by itself)."""
-    messages: list[str] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            text = record.getMessage()
-            if text not in messages:
-                messages.append(text)
-
-    handler = _Collect(level=level)
-    logger = logging.getLogger("sglang")
-    saved_level = logger.level
-    if logger.getEffectiveLevel() > level:
-        logger.setLevel(level)
-    logger.addHandler(handler)
-    try:
-        yield messages
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved_level)
+    return sf.captured_logs("sglang", level=level)
 
 
 def patch_if_present(stack: ExitStack, target: Any, name: str, value: Any) -> None:

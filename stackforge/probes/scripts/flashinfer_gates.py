@@ -30,7 +30,6 @@ the arch is FlashInfer's own answer and fails with or without nvcc.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import shutil
@@ -143,34 +142,12 @@ def format_archs(archs: Sequence[tuple[int, str]]) -> str:
 # Step 1: target archs through FlashInfer's CompilationContext
 # --------------------------------------------------------------------------------------------
 
-@contextmanager
-def captured_logs(*names: str) -> Iterator[list[str]]:
-    """Collect warnings FlashInfer logs (it logs, rather than raises, a failed device detection)."""
-    records: list[str] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            message = record.getMessage()
-            if message not in records:  # a record reaches both the child and the parent logger
-                records.append(message)
-
-    handler = _Collect(level=logging.WARNING)
-    loggers = [logging.getLogger(name) for name in names]
-    for logger in loggers:
-        logger.addHandler(handler)
-    try:
-        yield records
-    finally:
-        for logger in loggers:
-            logger.removeHandler(handler)
-
-
 def detect_like_device(context_class: Any, torch: Any, target: sf.Arch, gpus: int) -> ArchResolution:
     """Run FlashInfer's device auto-detection with torch reporting ``gpus`` devices of the target
     capability (the only GPU input FlashInfer's arch choice has)."""
     count = max(gpus, 1)
     capability = (target.major, target.minor)
-    with captured_logs("flashinfer", "flashinfer.compilation_context") as logs, \
+    with sf.captured_logs("flashinfer", "flashinfer.compilation_context") as logs, \
             sf.patched(torch.cuda, "device_count", lambda: count), \
             sf.patched(torch.cuda, "get_device_capability", lambda device=None: capability):
         try:
