@@ -365,6 +365,18 @@ def judge(kind: JobKind, job: Job, ending: Ending, *, run_id: str, host_gpus: Ho
     return make_record(kind, job, outcome, provenance, run_id=run_id)
 
 
+def unstarted_record(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus, image: ImageRef | None,
+                     in_image: bool, not_built: str | None = None) -> ResultRecord | None:
+    """The record of a job that starts nothing: skipped where it was scheduled, or (``in_image``) its
+    stack has no image; None for a job that runs."""
+    if job.skip_reason:
+        return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus,
+                           runner_kind="docker" if in_image else "local")
+    if in_image and image is None:
+        return missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus, not_built=not_built)
+    return None
+
+
 def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus, python: str,
                     log_path: Path | None = None, cancel: runner.CancelFlag | None = None) -> ResultRecord:
     """Run one job in this machine's Python environment (``--local``), through :func:`runner.run`.
@@ -372,10 +384,9 @@ def run_job_locally(kind: JobKind, job: Job, *, run_id: str, host_gpus: HostGpus
     Raises:
         Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
     """
-    if job.skip_reason:
-        return skip_record(kind, job, run_id=run_id, image=None, host_gpus=host_gpus, runner_kind="local")
-    ending = end_locally(kind, job, python=python, host_gpus=host_gpus, log_path=log_path, cancel=cancel)
-    return judge(kind, job, ending, run_id=run_id, host_gpus=host_gpus)
+    return unstarted_record(kind, job, run_id=run_id, host_gpus=host_gpus, image=None, in_image=False) or judge(
+        kind, job, end_locally(kind, job, python=python, host_gpus=host_gpus, log_path=log_path, cancel=cancel),
+        run_id=run_id, host_gpus=host_gpus)
 
 
 def end_locally(kind: JobKind, job: Job, *, python: str, host_gpus: HostGpus, log_path: Path | None,
@@ -399,11 +410,9 @@ def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, 
         Interrupted: ``cancel`` was set while the script ran (the run is being interrupted).
         ContainerStoppedByEngine / DockerUnavailableError: the engine stopped the container or went away.
     """
-    if job.skip_reason:
-        return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus, runner_kind="docker")
-    ending = end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log_path,
-                              cancel=cancel)
-    return judge(kind, job, ending, run_id=run_id, host_gpus=host_gpus)
+    return unstarted_record(kind, job, run_id=run_id, host_gpus=host_gpus, image=image, in_image=True) or judge(
+        kind, job, end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log_path,
+                                    cancel=cancel), run_id=run_id, host_gpus=host_gpus)
 
 
 def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, run_id: str, host_gpus: HostGpus,
@@ -497,29 +506,21 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
         with gpu_locks.holding(gpus_for(job.spec, job.target, host_gpus), cancel) as free:
             return run_one(job) if free else None
 
-    def unstarted(job: Job, image: ImageRef | None) -> ResultRecord | None:
-        """The record of a job that starts nothing: skipped where it was scheduled, or no image."""
-        if job.skip_reason:
-            return skip_record(kind, job, run_id=run_id, image=image, host_gpus=host_gpus,
-                               runner_kind="local" if client is None else "docker")
-        if client is not None and image is None:
-            return missing_image_record(kind, job, run_id=run_id, host_gpus=host_gpus,
-                                        not_built=not_built.get(job.stack.id))
-        return None
-
     def end(job: Job, image: ImageRef | None) -> Ending:
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
         if client is None:
             return end_locally(kind, job, python=local_python or "python3", host_gpus=host_gpus, log_path=log,
                                cancel=cancel)
-        # ``image`` is set: unstarted() recorded the jobs of a stack without one
+        # ``image`` is set: unstarted_record() recorded the jobs of a stack without one
         return end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log,
                                 cancel=cancel)
 
     def run_one(job: Job) -> ResultRecord | None:
         image = found.get(job.stack.id)
         try:
-            record = unstarted(job, image) or judge(kind, job, end(job, image), run_id=run_id, host_gpus=host_gpus)
+            record = (unstarted_record(kind, job, run_id=run_id, host_gpus=host_gpus, image=image,
+                                       in_image=client is not None, not_built=not_built.get(job.stack.id))
+                      or judge(kind, job, end(job, image), run_id=run_id, host_gpus=host_gpus))
         except Interrupted:
             return None
         if cancel.is_set():
