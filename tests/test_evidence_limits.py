@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from matrix_fixtures import CU128, CU131, TARGET, plan_dict, record
+from matrix_fixtures import CU128, CU131, TARGET, plan_dict, record, seed_records
 
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Tier
-from stackforge.plan.features import ADMITS, DECIDES, load_feature_catalog
+from stackforge.plan.features import ADMITS, BUILDS, DECIDES, load_feature_catalog
 from stackforge.plan.planner import Plan
 from stackforge.plan.rules import FEATURES, load_targets
 from stackforge.report.compat_matrix import CellJudge, CellSource, CellStatus, build_matrix, decide_cell
@@ -27,7 +27,7 @@ def test_every_feature_the_rules_speak_of_has_a_question_and_known_tiers():
     assert set(FEATURES) <= set(CATALOG.features)
     for spec in CATALOG.features.values():
         assert spec.question
-        assert all(conclusion in (DECIDES, ADMITS) for _, conclusion in spec.tiers)
+        assert all(conclusion in (DECIDES, BUILDS, ADMITS) for _, conclusion in spec.tiers)
 
 
 def test_a_reading_of_the_code_only_admits_and_a_refusal_stays_a_fail():
@@ -91,6 +91,65 @@ def test_upgrade_counts_keep_admitted_apart_from_gained_and_leave_n_a_out():
     assert "0 lost" in line and "n/a" in line
 
 
+def test_a_gate_that_built_the_module_is_built_and_one_that_built_nothing_is_admitted():
+    jit = CellJudge(CATALOG.spec("flashinfer-jit"))
+    built = decide_cell("flashinfer-jit", [record(CU131, "flashinfer-jit", "pass", tier="gate",
+                                                  metrics={"evidence_level": "built"})], judge=jit)
+    assert (built.status, built.source, built.tier) == (CellStatus.BUILT, CellSource.MEASURED, Tier.GATE)
+    assert "built for the target, nothing ran it" in built.reason and not built.dead
+    admitted = decide_cell("flashinfer-jit", [record(CU131, "flashinfer-jit", "pass", tier="gate",
+                                                     metrics={"evidence_level": "admitted"})], judge=jit)
+    assert admitted.status is CellStatus.ADMITTED
+    # A tier that only admits never builds, whatever its record claims.
+    nvfp4 = CellJudge(CATALOG.spec("nvfp4-gemm"))
+    claimed = decide_cell("nvfp4-gemm", [record(CU131, "nvfp4-gemm", "pass", tier="wheel",
+                                                metrics={"evidence_level": "built"})], judge=nvfp4)
+    assert claimed.status is CellStatus.ADMITTED
+    # A GPU run decides over the gate.
+    ran = decide_cell("flashinfer-jit", [record(CU131, "flashinfer-jit", "pass", tier="gate",
+                                                metrics={"evidence_level": "built"}),
+                                         record(CU131, "flashinfer-jit", "pass")], judge=jit)
+    assert ran.status is CellStatus.PASS
+
+
+def test_an_image_that_cannot_jit_fails_every_feature_whose_code_path_jit_builds():
+    cannot = record(CU128, "flashinfer-jit", "skip", tier="gate", probe="gate.flashinfer.jit",
+                    reason="no nvcc in this flavour: FlashInfer would JIT", metrics={"jit_possible": False})
+    records = [cannot, record(CU128, "pcie-allreduce", "pass", tier="wheel"),
+               record(CU128, "nvfp4-gemm", "pass", tier="wheel"),
+               record(CU131, "pcie-allreduce", "pass", tier="wheel"),
+               record(CU131, "flashinfer-jit", "pass", tier="gate", metrics={"evidence_level": "built"})]
+    report = build_matrix(records, Plan.from_json(plan_dict()), TARGET,
+                          features=("flashinfer-jit", "pcie-allreduce", "nvfp4-gemm"))
+    old = report.row(CU128)
+    for feature in ("flashinfer-jit", "pcie-allreduce"):
+        cell = old.cell(feature)
+        assert (cell.status, cell.source, cell.tier) == (CellStatus.FAIL, CellSource.MEASURED, Tier.GATE), feature
+        assert "cannot JIT-compile" in cell.reason and "gate.flashinfer.jit" in cell.reason
+        assert cell.decisive is not None and cell.decisive.outcome.status.value == "fail"
+    # A feature whose code path builds no FlashInfer module keeps what the code admits.
+    assert old.cell("nvfp4-gemm").status is CellStatus.ADMITTED
+    # The stored record is unchanged; the other stack, which can JIT, is not touched.
+    assert cannot.outcome.status.value == "skip"
+    assert report.row(CU131).cell("flashinfer-jit").status is CellStatus.BUILT
+    assert report.row(CU131).cell("pcie-allreduce").status is CellStatus.ADMITTED
+
+
+def test_upgrade_names_built_apart_and_never_calls_a_prediction_works():
+    assert change_of(CellStatus.FAIL, CellStatus.BUILT) == ChangeKind.BUILT
+    assert change_of(CellStatus.BUILT, CellStatus.FAIL) == ChangeKind.LOST
+    records = [record(CU128, "flashinfer-jit", "fail", tier="gate"),
+               record(CU131, "flashinfer-jit", "pass", tier="gate", metrics={"evidence_level": "built"})]
+    report = build_upgrade(records, Plan.from_json(plan_dict()), TARGET, StackChoice(CU128), StackChoice(CU131))
+    changes = {c.feature: c for c in report.features}
+    assert changes["flashinfer-jit"].change == ChangeKind.BUILT
+    assert "1 built (compiled and linked, needs a runtime probe)" in summary_line(report)
+    seed = build_upgrade(seed_records(), Plan.from_json(plan_dict()), TARGET, StackChoice(CU128), StackChoice(CU131))
+    hazard = next(c for c in seed.features if c.feature == "custom-allreduce")
+    assert (hazard.change, hazard.after.status, hazard.label()) == (
+        ChangeKind.UNCHANGED, "hazard", "＝ unchanged (predicted hazard)")
+
+
 def test_a_change_on_evidence_of_different_strength_says_so():
     records = [record(CU128, "custom-allreduce", "fail", tier="wheel"), record(CU131, "custom-allreduce", "pass")]
     report = build_upgrade(records, Plan.from_json(plan_dict()), TARGET, StackChoice(CU128), StackChoice(CU131))
@@ -103,7 +162,7 @@ def test_a_change_on_evidence_of_different_strength_says_so():
 def test_a_broken_feature_catalog_is_refused_with_its_line(tmp_path: Path):
     bad_tier = tmp_path / "knowledge.yaml"
     bad_tier.write_text("schema: 1\nfeatures:\n  x:\n    question: q\n    tiers: {wheel: proves}\n")
-    with pytest.raises(SpecError, match="tier wheel must be one of decides, admits"):
+    with pytest.raises(SpecError, match="tier wheel must be one of decides, builds, admits"):
         load_feature_catalog(bad_tier)
     bad_need = tmp_path / "needs.yaml"
     bad_need.write_text("schema: 1\nfeatures:\n  x:\n    question: q\n    needs: [{any: [warp], why: w}]\n")

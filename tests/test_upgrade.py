@@ -336,3 +336,21 @@ def test_the_committed_workspace_is_what_the_fixtures_write(tmp_path):
     assert written == committed
     changed = [str(p) for p in written if (tmp_path / p).read_bytes() != (UPGRADE_DATA / p).read_bytes()]
     assert not changed, f"regenerate with: python tests/upgrade_fixtures.py tests/data/upgrade ({changed})"
+
+
+def test_a_cuda_family_side_takes_the_stack_of_the_other_sides_flavour(tmp_path):
+    # The default matrix has a devel and a wheels CUDA 12.8 stack and one wheels CUDA 13.1 stack: FROM is the
+    # wheels one, so the report compares the upgrade, not two flavours, and says why it was taken.
+    result = CliRunner().invoke(cli, ["upgrade", "--from-cuda", "12.8", "--to-cuda", "13.1", "--target",
+                                      "rtx-pro-6000-x8-pcie", "--results", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["from"]["stack_id"] == "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py311-wheels-debian12"
+    assert doc["to"]["stack_id"] == "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
+    assert "taken of the other side's flavour (wheels)" in doc["from"]["why"]
+    # A stack named explicitly is taken as given, whatever its flavour.
+    named = CliRunner().invoke(cli, ["upgrade", "cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312", "--to-cuda", "13.1",
+                                     "--target", "rtx-pro-6000-x8-pcie", "--results", str(tmp_path), "--format",
+                                     "json"])
+    assert named.exit_code == 0, named.output
+    assert json.loads(named.stdout)["from"]["stack_id"].endswith("-py312")

@@ -179,7 +179,7 @@ def test_probe_tier_wheel_records_the_pinned_releases(tmp_path, monkeypatch):
     missing = records["wheel.sglang.torch-symm-mem"]
     assert missing.outcome.status is Status.ERROR and "sglang 0.5.23 is not on the configured indexes" in \
         missing.outcome.reason
-    assert "summary: 1 pass, 1 error" in result.output
+    assert "summary: 1 admitted, 1 error" in result.output   # a wheel reading only admits: never "pass"
     json.dumps(fusion.to_json())
     refused = CliRunner().invoke(cli, ["probe", "--tier", "wheel", "--matrix", str(matrix), "--local"])
     assert refused.exit_code == 2 and "--tier wheel and --local cannot be combined" in refused.stderr

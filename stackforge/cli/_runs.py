@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from stackforge.core.records import ResultRecord, Status
 
 
@@ -18,7 +20,12 @@ def connect_engine():
     return client
 
 
-def status_counts_line(records: list[ResultRecord]) -> str:
-    """``summary: 5 pass, 3 fail``: how many records ended in each status."""
-    counts = {s: sum(r.outcome.status is s for r in records) for s in Status}
-    return "summary: " + ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
+def status_counts_line(records: list[ResultRecord], word: Callable[[ResultRecord], str] | None = None) -> str:
+    """``summary: 5 pass, 3 fail``: how many records ended in each status (``word``: the status as the reports
+    call it, e.g. ``admitted`` for a pass that only shows the code admits the target)."""
+    word = word or (lambda record: record.outcome.status.value)
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[word(record)] = counts.get(word(record), 0) + 1
+    order = [Status.PASS.value, "built", "admitted", *(s.value for s in Status if s is not Status.PASS)]
+    return "summary: " + ", ".join(f"{counts[w]} {w}" for w in order if w in counts)

@@ -51,6 +51,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     (pip's configuration, or --index-url/--find-links), into the wheel cache, never installed:
     one record per (release x fact x target), tier wheel, with the code lines as evidence.
     """
+    from stackforge.plan.features import load_feature_catalog
     from stackforge.probes.campaign import IndexRequest, ProbeRequest, run_probe_campaign
     from stackforge.results.store import ResultsFolder
 
@@ -70,9 +71,10 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
                            timeout_s=timeout_s, local_python=(python or sys.executable) if local else None,
                            parallel=parallel, builds_dir=builds_dir,
                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
+    word = load_feature_catalog().calibrated_status
     records = run_probe_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
-                                 connect=connect_engine, on_start=_echo_start, on_done=_echo)
-    click.echo(status_counts_line(records))
+                                 connect=connect_engine, on_start=_echo_start, on_done=lambda r: _echo(r, word(r)))
+    click.echo(status_counts_line(records, word))
 
 
 def _echo_start(started: CampaignStarted) -> None:
@@ -83,6 +85,7 @@ def _echo_start(started: CampaignStarted) -> None:
         click.echo(f"probing {started.stacks} stack(s), {started.jobs} probe run(s) -> {started.run_dir}")
 
 
-def _echo(record: ResultRecord) -> None:
-    outcome = record.outcome
-    click.echo(f"  {outcome.status.value:<7} {record.stack_id}  {record.target}  {record.probe}: {outcome.reason}")
+def _echo(record: ResultRecord, status: str) -> None:
+    """One line per record, its status in the reports' words (``admitted`` / ``built``, never a bare ``pass``
+    for a tier that cannot decide the feature)."""
+    click.echo(f"  {status:<8} {record.stack_id}  {record.target}  {record.probe}: {record.outcome.reason}")

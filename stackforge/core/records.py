@@ -161,6 +161,27 @@ class Prediction:
                    unwitnessed=str(data.get("unwitnessed", "")))
 
 
+# ---------------------------------------------------------------------------------------------- evidence levels
+
+#: The metric in which a probe says how far its pass went: ``built`` (it compiled and linked the module the
+#: target uses, nothing loaded or run) or ``admitted`` (the code admits the target, nothing was built).
+EVIDENCE_LEVEL_METRIC = "evidence_level"
+BUILT = "built"
+#: The metric in which a gate probe says whether the image can JIT-compile what the target needs (False: no
+#: compiler and nothing prebuilt covers the modules).
+JIT_POSSIBLE_METRIC = "jit_possible"
+
+
+def says_built(record: ResultRecord) -> bool:
+    """A pass whose probe compiled and linked the module the target uses."""
+    return record.outcome.status is Status.PASS and record.outcome.metrics.get(EVIDENCE_LEVEL_METRIC) == BUILT
+
+
+def says_cannot_jit(record: ResultRecord) -> bool:
+    """A gate record that measured the image cannot JIT-compile (no compiler, nothing prebuilt)."""
+    return record.tier is Tier.GATE and record.outcome.metrics.get(JIT_POSSIBLE_METRIC) is False
+
+
 # ---------------------------------------------------------------------------------------------- the deciding record
 
 #: Statuses that say nothing about the feature: the cell is decided by the other records.

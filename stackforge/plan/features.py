@@ -4,9 +4,14 @@ conclude about it, and the hardware it cannot exist without.
 Two limits of evidence live here, as data, so that no report says more than its evidence shows:
 
 * **decidability**: a tier either *decides* a feature (its pass answers the question: the arch list names
-  sm_120, a kernel ran and its output was checked) or only shows that the code *admits* the target (a
-  reading of the code, a gate that compiles or runs nothing). A pass of an admitting tier makes the cell
-  ``admitted``, never ``pass``; a refusal is a ``fail`` in every tier.
+  sm_120, a kernel ran and its output was checked), *builds* it (its pass compiled and linked the module the
+  target uses, with nothing loaded or run: the cell is ``built`` when the record says it built, else
+  ``admitted``), or only shows that the code *admits* the target (a reading of the code, a gate that compiles
+  or runs nothing). A pass of an admitting tier makes the cell ``admitted``, never ``pass``; a refusal is a
+  ``fail`` in every tier.
+* **what the code path needs**: a feature whose serving code JIT-builds a FlashInfer module (``jit:
+  flashinfer``) fails on an image that measured it cannot JIT (no nvcc and nothing prebuilt covers the
+  modules), whatever a reading of the code admits.
 * **applicability**: a feature may need hardware the target lacks (NVLink, multicast, an RDMA NIC, several
   GPUs or nodes). On such a target the cell is ``n/a`` with the reason, and it counts nowhere.
 """
@@ -20,13 +25,18 @@ from pathlib import Path
 from stackforge.core.data import data_dir
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Target
-from stackforge.core.records import Tier
+from stackforge.core.records import BUILT, ResultRecord, Status, Tier, says_built
 from stackforge.core.yamlio import LineDict, check_keys, load_file, require_mapping
 
 #: What a pass of a tier concludes about a feature.
 DECIDES = "decides"
+BUILDS = "builds"
 ADMITS = "admits"
-CONCLUSIONS = (DECIDES, ADMITS)
+CONCLUSIONS = (DECIDES, BUILDS, ADMITS)
+#: The status word of a pass that only shows the code admits the target.
+ADMITTED_STATUS = "admitted"
+#: The compilers a feature's serving code path may need (``jit:``).
+JIT_KINDS = ("flashinfer",)
 #: What a benchmark concludes about a feature of the catalog: numbers, never a verdict on the capability
 #: (a two-shot symmetric-memory sweep passing on PCIe says nothing of torch-symm-mem as SGLang uses it).
 METRICS = "metrics"
@@ -63,6 +73,7 @@ class FeatureSpec:
     tiers: tuple[tuple[Tier, str], ...] = ()
     needs: tuple[HardwareNeed, ...] = ()
     rests_on: tuple[str, ...] = ()   # features whose failure on the same host in the same run is the host's
+    jit: str = ""                    # "flashinfer": its serving code path JIT-builds a FlashInfer module
 
     def conclusion(self, tier: Tier) -> str:
         """``decides``, ``admits`` or ``metrics``: what a pass of ``tier`` shows about this feature. A bench
@@ -76,7 +87,12 @@ class FeatureSpec:
         return self.conclusion(tier) != METRICS
 
     def only_admits(self, tier: Tier) -> bool:
-        return self.conclusion(tier) == ADMITS
+        """A pass of ``tier`` does not decide the feature: it admits the target, or at most built its module."""
+        return self.conclusion(tier) in (ADMITS, BUILDS)
+
+    def builds(self, tier: Tier) -> bool:
+        """A pass of ``tier`` that says it built the module (``evidence_level: built``) makes the cell ``built``."""
+        return self.conclusion(tier) == BUILDS
 
     def deciding_tiers(self) -> tuple[Tier, ...]:
         return tuple(tier for tier, conclusion in self.tiers if conclusion == DECIDES)
@@ -103,6 +119,15 @@ class FeatureCatalog:
     def questions(self) -> dict[str, str]:
         return {name: spec.question for name, spec in self.features.items()}
 
+    def calibrated_status(self, record: ResultRecord) -> str:
+        """The record's status in the words a report uses for it alone: a pass of a tier that only admits the
+        feature is ``admitted`` (or ``built`` when it built the module), never ``pass``."""
+        status = record.outcome.status
+        spec = self.spec(record.feature)
+        if status is not Status.PASS or not spec.only_admits(record.tier):
+            return status.value
+        return BUILT if spec.builds(record.tier) and says_built(record) else ADMITTED_STATUS
+
 
 def load_feature_catalog(path: Path | None = None) -> FeatureCatalog:
     """Read the ``features`` of ``compat/knowledge.yaml`` (the shipped one by default)."""
@@ -120,7 +145,7 @@ def load_feature_catalog(path: Path | None = None) -> FeatureCatalog:
 
 def _feature(name: str, entry: object, source: str) -> FeatureSpec:
     entry = require_mapping(entry, what=f"feature {name}", source=source)
-    check_keys(entry, allowed={"question", "tiers", "needs", "rests_on"}, what=f"feature {name}",
+    check_keys(entry, allowed={"question", "tiers", "needs", "rests_on", "jit"}, what=f"feature {name}",
                required={"question"})
     tiers = (require_mapping(entry["tiers"], what=f"feature {name}: tiers", source=source, line=entry.line_of("tiers"))
              if "tiers" in entry else LineDict())
@@ -139,8 +164,12 @@ def _feature(name: str, entry: object, source: str) -> FeatureSpec:
     if not isinstance(rests_on, list):
         raise SpecError(f"feature {name}: rests_on must be a list of features", source=source,
                         line=entry.line_of("rests_on"))
+    jit = str(entry.get("jit") or "")
+    if jit and jit not in JIT_KINDS:
+        raise SpecError(f"feature {name}: jit must be one of {', '.join(JIT_KINDS)}, got {jit!r}", source=source,
+                        line=entry.line_of("jit"))
     return FeatureSpec(name=name, question=" ".join(str(entry["question"]).split()), tiers=tuple(parsed),
-                       needs=needs, rests_on=tuple(str(f) for f in rests_on))
+                       needs=needs, rests_on=tuple(str(f) for f in rests_on), jit=jit)
 
 
 def _need(name: str, entry: object, source: str) -> HardwareNeed:

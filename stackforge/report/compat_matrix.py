@@ -22,9 +22,14 @@ the same function, :func:`decide_cell`):
    ``error``. A probe that broke (``error``) does not hide a pass, but any real failure does.
    What a tier can conclude comes from the feature catalog (``compat/knowledge.yaml``, through a
    :class:`CellJudge`): a pass of a tier that only shows the code *admits* the target (a code reading, a
-   gate that runs nothing) makes the cell ``admitted``, never ``pass``; a benchmark's record never decides
+   gate that runs nothing) makes the cell ``admitted``, never ``pass``; a pass of a tier that *builds* it and
+   whose record says it compiled and linked the module the target uses is ``built`` (stronger than
+   ``admitted``, weaker than a GPU ``pass``); a benchmark's record never decides
    a feature of the catalog (its numbers are metrics, kept in the cell); and a feature the target's
-   hardware cannot have is ``n/a`` with the reason, whatever its records say.
+   hardware cannot have is ``n/a`` with the reason, whatever its records say. A feature whose serving code
+   JIT-builds a FlashInfer module (``jit: flashinfer``) is ``fail`` on a stack whose image a gate probe
+   measured unable to JIT (no nvcc, nothing prebuilt), unless a GPU run decided it: what the code admits
+   cannot be built there.
 4. A measurement always wins over a prediction. When they disagree -- a measured pass where a
    rule predicted the feature unavailable -- the cell keeps both and is flagged "rule contradicted
    by measurement" (the rule needs fixing). A measured failure no rule predicted is marked
@@ -58,6 +63,8 @@ from stackforge.core.records import (
     Tier,
     Verdict,
     decisive_record,
+    says_built,
+    says_cannot_jit,
     undecided_text,
 )
 from stackforge.plan.derive import DriverFloor, cell_driver_floor
@@ -115,6 +122,8 @@ class CellStatus(str, Enum):
     # a tier that can only show the code admits the target passed it (a code reading, a gate that runs
     # nothing): whether the feature works needs a tier that decides it (compat/knowledge.yaml tiers)
     ADMITTED = "admitted"
+    # a tier that builds the feature's module compiled and linked it for the target (no GPU loaded or ran it)
+    BUILT = "built"
     FAIL = "fail"
     CRASH = "crash"
     TIMEOUT = "timeout"
@@ -133,7 +142,7 @@ class CellStatus(str, Enum):
 DEAD_STATUSES = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT})
 
 GLYPHS: dict[CellStatus, str] = {
-    CellStatus.PASS: "✅", CellStatus.ADMITTED: "☑️", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥",
+    CellStatus.PASS: "✅", CellStatus.BUILT: "🔨", CellStatus.ADMITTED: "☑️", CellStatus.FAIL: "❌", CellStatus.CRASH: "💥",
     CellStatus.TIMEOUT: "⏳", CellStatus.ERROR: "🐞", CellStatus.SKIP: "⏭️", CellStatus.UNDECIDED: "🤷",
     CellStatus.UNAVAILABLE: "🚫", CellStatus.HAZARD: "⚠️", CellStatus.REQUIRES: "🔧", CellStatus.PRUNED: "⛔",
     CellStatus.UNTESTED: "❔", CellStatus.NOT_APPLICABLE: "∅",
@@ -146,6 +155,8 @@ LEGEND: dict[str, str] = {
     "pass": "measured: works",
     "admitted": ("measured: the code admits the target (a code reading or a gate); whether it works needs a "
                  "runtime probe"),
+    "built": ("measured: the module the target uses compiled and linked in the image (no GPU loaded or ran "
+              "it); whether it runs needs a runtime probe"),
     "fail": "measured: does not work", "crash": "measured: died by a signal",
     "timeout": "measured: hung and was killed at its time limit",
     "error": "the probe itself broke (no verdict)",
@@ -342,7 +353,8 @@ def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
     for stack_id, stack in stacks.items():
         _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
     judges = cell_judges(columns, profile, catalog)
-    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, judges)
+    cannot_jit = cannot_jit_by_stack(imaged)
+    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, judges, cannot_jit)
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
     return MatrixReport(target=target, target_info=profile.to_json() if profile else {"name": target},
                         features=columns, rows=rows, matrix_name=plan.matrix.name,
@@ -416,7 +428,9 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
     if decisive is not None:
         cell = _measured_cell(feature, records, decisive, decisive.outcome.status, prediction, tuple(pruned_by))
         if cell.status is CellStatus.PASS and judge.spec.only_admits(decisive.tier):
-            cell = replace(cell, status=CellStatus.ADMITTED, reason=_admitted_reason(judge.spec, decisive))
+            built = judge.spec.builds(decisive.tier) and says_built(decisive)
+            cell = replace(cell, status=CellStatus.BUILT if built else CellStatus.ADMITTED,
+                           reason=_admitted_reason(judge.spec, decisive, built))
         return cell
     benched = tuple(r for r in records if not judge.spec.decided_by(r.tier))
     cell = _unmeasured_cell(feature, tuple(r for r in records if r not in benched), prediction, tuple(pruned_by))
@@ -433,11 +447,43 @@ def decide_cell(feature: str, records: Sequence[ResultRecord], prediction: Predi
     return cell
 
 
-def _admitted_reason(spec: FeatureSpec, decisive: ResultRecord) -> str:
+def _admitted_reason(spec: FeatureSpec, decisive: ResultRecord, built: bool = False) -> str:
     """The decisive record's reason, and what it cannot show: ``<reason> (the code admits the target; ...)``."""
     deciding = " or ".join(t.value for t in spec.deciding_tiers()) or Tier.RUNTIME.value
-    return (f"{decisive.outcome.reason} (the code admits the target; whether {spec.name} works is decided by "
-            f"a {deciding} probe)")
+    shown = "built for the target, nothing ran it" if built else "the code admits the target"
+    return f"{decisive.outcome.reason} ({shown}; whether {spec.name} works is decided by a {deciding} probe)"
+
+
+def cannot_jit_by_stack(records: Iterable[ResultRecord]) -> dict[str, ResultRecord]:
+    """stack id -> the first gate record that measured the stack's image cannot JIT-compile (no nvcc,
+    nothing prebuilt covers the modules)."""
+    found: dict[str, ResultRecord] = {}
+    for record in records:
+        if says_cannot_jit(record):
+            found.setdefault(record.stack_id, record)
+    return found
+
+
+def without_jit(cell: ReportCell, spec: FeatureSpec, cannot_jit: ResultRecord | None) -> ReportCell:
+    """A feature whose serving code JIT-builds a FlashInfer module, on an image measured unable to JIT: what
+    the code admits cannot be built there, so the cell is a gate ``fail`` citing that record. A cell a GPU
+    run decided, a dead cell and an ``n/a`` cell stay as they are."""
+    if cannot_jit is None or spec.jit != "flashinfer" or cell.status in DEAD_STATUSES:
+        return cell
+    if cell.status is CellStatus.NOT_APPLICABLE or (cell.tier is not None and cell.tier is not Tier.WHEEL
+                                                     and cell.tier is not Tier.GATE):
+        return cell
+    if cell.source is CellSource.PREDICTED and cell.status is CellStatus.UNAVAILABLE:
+        return cell
+    reason = (f"this image cannot JIT-compile the FlashInfer module {spec.name} builds at serving time "
+              f"({cannot_jit.probe}: {cannot_jit.outcome.reason})")
+    if cell.status in (CellStatus.ADMITTED, CellStatus.PASS) and cell.reason:
+        reason += f"; what the code admits: {one_line(cell.reason, 200)}"
+    judged = replace(cannot_jit, feature=spec.name,
+                     outcome=replace(cannot_jit.outcome, status=Status.FAIL, reason=reason))
+    records = tuple(r for r in cell.records if r is not cannot_jit) + (judged,)
+    return replace(cell, status=CellStatus.FAIL, source=CellSource.MEASURED, tier=Tier.GATE, reason=reason,
+                   evidence=cannot_jit.outcome.evidence, records=records, unpredicted=False, contradicted="")
 
 
 def _wheel_blind_passes(records: Sequence[ResultRecord], prediction: Prediction | None) -> tuple[ResultRecord, ...]:
@@ -516,12 +562,14 @@ def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell])
 
 
 def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
-         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], judges: Mapping[str, CellJudge]) -> ReportRow:
+         grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], judges: Mapping[str, CellJudge],
+         cannot_jit: Mapping[str, ResultRecord]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
     faults = {f: host_faults(grouped.get((stack_id, f), ())) for j in judges.values() for f in j.spec.rests_on}
-    cells = tuple(decide_cell(f, blame_host(grouped.get((stack_id, f), ()), judge.spec, faults), predictions.get(f),
-                              pruned_by, judge=judge)
+    cannot_jit = None if pruned_by else cannot_jit.get(stack_id)
+    cells = tuple(without_jit(decide_cell(f, blame_host(grouped.get((stack_id, f), ()), judge.spec, faults),
+                                          predictions.get(f), pruned_by, judge=judge), judge.spec, cannot_jit)
                   for f, judge in judges.items())
     status = plan_cell.status if plan_cell else "unplanned"
     return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,

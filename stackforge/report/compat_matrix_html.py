@@ -37,10 +37,10 @@ from stackforge.report.compat_matrix import (
 __all__ = ["css_name", "write_matrix_html", "row_filter_js"]
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
-_RANK = {CellStatus.PASS: 0, CellStatus.ADMITTED: 1, CellStatus.REQUIRES: 2, CellStatus.HAZARD: 3,
-         CellStatus.SKIP: 4, CellStatus.UNDECIDED: 5, CellStatus.UNTESTED: 6, CellStatus.NOT_APPLICABLE: 7,
-         CellStatus.ERROR: 8, CellStatus.UNAVAILABLE: 9, CellStatus.FAIL: 10, CellStatus.TIMEOUT: 11,
-         CellStatus.CRASH: 12, CellStatus.PRUNED: 13}
+_RANK = {CellStatus.PASS: 0, CellStatus.BUILT: 1, CellStatus.ADMITTED: 2, CellStatus.REQUIRES: 3,
+         CellStatus.HAZARD: 4, CellStatus.SKIP: 5, CellStatus.UNDECIDED: 6, CellStatus.UNTESTED: 7,
+         CellStatus.NOT_APPLICABLE: 8, CellStatus.ERROR: 9, CellStatus.UNAVAILABLE: 10, CellStatus.FAIL: 11,
+         CellStatus.TIMEOUT: 12, CellStatus.CRASH: 13, CellStatus.PRUNED: 14}
 
 def css_name(status: str) -> str:
     """A status or change as a CSS class name part (``n/a`` -> ``na``: a slash would need escaping in selectors)."""
@@ -83,7 +83,7 @@ summary::-webkit-details-marker { display: none; }
 .ev { font-size: 12px; margin-top: 4px; white-space: normal; }
 .ev pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 4px; margin: 3px 0;
           max-height: 220px; overflow: auto; font-size: 11.5px; }
-.st-pass { background: #e8f6ec; } .st-admitted { background: #f1f8f3; }
+.st-pass { background: #e8f6ec; } .st-built { background: #ecf7ef; } .st-admitted { background: #f1f8f3; }
 .st-na { background: #fafafa; color: #999; } .st-fail, .st-crash, .st-timeout { background: #fdecec; }
 .st-unavailable { background: #fbeff2; } .st-hazard, .st-requires { background: #fff8e5; }
 .st-error { background: #f3eefc; } .st-skip, .st-untested, .st-undecided { background: #f6f8fa; color: var(--muted); }
@@ -202,6 +202,8 @@ _JS = """
 _SHAPES = {
     "pass": '<circle cx="6" cy="6" r="5" fill="#1a7f37"/>',
     "admitted": '<circle cx="6" cy="6" r="4" fill="none" stroke="#1a7f37" stroke-width="2"/>',
+    "built": '<circle cx="6" cy="6" r="4" fill="none" stroke="#1a7f37" stroke-width="2"/>'
+             '<circle cx="6" cy="6" r="1.8" fill="#1a7f37"/>',
     "fail": '<path d="M2 2L10 10M10 2L2 10" stroke="#cf222e" stroke-width="2.4"/>',
     "crash": '<path d="M6 0L7.5 4.5L12 6L7.5 7.5L6 12L4.5 7.5L0 6L4.5 4.5Z" fill="#cf222e"/>',
     "timeout": '<path d="M2 1H10L2 11H10Z" fill="none" stroke="#bc4c00" stroke-width="1.6"/>',

@@ -73,7 +73,7 @@ class Unblock:
     """The first stack (version order) where a dead feature works, and on what basis."""
 
     stack_id: str
-    basis: str                     # measured | admitted (the code admits it, nothing ran) | predicted
+    basis: str                     # measured | built (compiled and linked, nothing ran) | admitted | predicted
     tier: str | None
     detail: str
 
@@ -155,9 +155,10 @@ def _dead_stack(row: ReportRow, cell: ReportCell) -> DeadStack:
 
 
 def _unblock(rows: tuple[ReportRow, ...], feature: str) -> Unblock | None:
-    """First measured pass in version order; else the first stack whose code admits it; else the first kept
-    stack no rule blocks."""
-    for status, basis in ((CellStatus.PASS, "measured"), (CellStatus.ADMITTED, "admitted")):
+    """First measured pass in version order; else the first stack that built it; else the first whose code admits
+    it; else the first kept stack no rule blocks."""
+    for status, basis in ((CellStatus.PASS, "measured"), (CellStatus.BUILT, "built"),
+                          (CellStatus.ADMITTED, "admitted")):
         for row in rows:
             cell = row.cell(feature)
             if cell.source is CellSource.MEASURED and cell.status is status:
@@ -241,6 +242,8 @@ def _unblock_text(unblock: Unblock | None) -> str:
         return "no stack in this matrix unblocks it"
     if unblock.basis == "measured":
         how = "measured (wheel) pass" if unblock.tier == "wheel" else f"measured pass, {unblock.tier}"
+    elif unblock.basis == "built":
+        how = f"built for the target ({unblock.tier}), not run on a GPU"
     elif unblock.basis == "admitted":
         how = f"admitted by the code ({unblock.tier}), not measured working"
     else:
@@ -251,7 +254,7 @@ def _unblock_text(unblock: Unblock | None) -> str:
 def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
     """The release boundaries, or a line saying when only a rule speaks for the way out."""
     if not dead.boundaries:
-        if dead.unblocked_by is None or dead.unblocked_by.basis in ("measured", "admitted"):
+        if dead.unblocked_by is None or dead.unblocked_by.basis in ("measured", "built", "admitted"):
             return []
         from stackforge.wheels.readers import READERS
         from stackforge.wheels.tier import specs_deciding

@@ -74,8 +74,9 @@ _PARAMETER_SUFFIXES = ("_bytes", "_size")
 # A passing cell that turns into one of these is a regression. ``undecided`` (and ``skip``,
 # ``untested``) is no verdict at all: the change is listed, but nothing measured a breakage.
 _BROKEN = frozenset({"fail", "crash", "timeout", "error", "unavailable", "pruned"})
-#: A cell that worked, measured (``pass``) or as far as the code shows (``admitted``).
-_WORKED = frozenset({"pass", "admitted"})
+#: A cell that worked, measured (``pass``), built for the target (``built``) or as far as the code shows
+#: (``admitted``).
+_WORKED = frozenset({"pass", "built", "admitted"})
 
 CellKey = tuple[str, str, str]            # target, stack_id, feature
 MetricKey = tuple[str, str, str, str]     # target, stack_id, probe, metric (dotted when nested)

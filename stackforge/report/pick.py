@@ -443,10 +443,10 @@ def _feature_check(cell: ReportCell) -> RequirementCheck:
             line += " — note: contradicts a rule's prediction"
         return RequirementCheck(cell.feature, True, line, gate_only=gate_only,
                                 wheel_only=decisive.tier is Tier.WHEEL)
-    # Admitted is no "works": the code admits the target, and only a tier that decides the feature can say
-    # more; like an untested cell, it waits for a probe.
+    # Admitted and built are no "works": the code admits the target, or its module compiled and linked, and only
+    # a tier that decides the feature can say more; like an untested cell, it waits for a probe.
     unmeasured = (cell.source is not CellSource.MEASURED and cell.status in _NOT_RULED_OUT
-                  or cell.status is CellStatus.ADMITTED)
+                  or cell.status in (CellStatus.ADMITTED, CellStatus.BUILT))
     return RequirementCheck(cell.feature, False, _blocked_line(cell), unmeasured=unmeasured)
 
 
@@ -455,8 +455,10 @@ def _blocked_line(cell: ReportCell) -> str:
     if cell.status is CellStatus.NOT_APPLICABLE:
         return f"{cell.feature}: {one_line(cell.reason, 240)}"
     if cell.source is CellSource.MEASURED and decisive is not None:
-        admitted = cell.status is CellStatus.ADMITTED
-        said = "admitted by the code only, not measured working" if admitted else cell.status.value
+        admitted = cell.status in (CellStatus.ADMITTED, CellStatus.BUILT)
+        said = {CellStatus.ADMITTED: "admitted by the code only, not measured working",
+                CellStatus.BUILT: "built for the target (compiled and linked), not run on a GPU"}.get(
+                    cell.status, cell.status.value)
         line = (f"{cell.feature}: {said} ({decisive.tier.value} probe {decisive.probe}: "
                 f"{one_line(cell.reason, 200 if admitted else 160)})")
         return line + (f" — evidence: {one_line(cell.evidence, 160)}" if cell.evidence else "")

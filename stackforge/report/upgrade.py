@@ -6,12 +6,15 @@ upgrade report can never disagree with ``matrix``, ``deadends`` or ``pick``:
 * each feature's cell on both sides, decided by :func:`stackforge.report.compat_matrix.decide_cell` (its ranking of
   evidence tiers included), labelled with its evidence: ``measured (<tier>)`` or ``predicted by rule
   <id>``. A prediction is never called measured;
-* the change of a feature: *gained* (dead before, works after), *admitted* (dead before, the code admits
-  it after: not counted as gained), *lost* (works or admitted before, dead after), *unchanged* (the same on
+* the change of a feature: *gained* (dead before, works after), *built* (dead before; after, the module the
+  target uses compiled and linked, nothing ran it: not counted as gained), *admitted* (dead before, the code
+  admits it after: not counted as gained), *lost* (works, built or admitted before, dead after), *unchanged* (the same on
   both sides), *undecided* (a side has no verdict: untested, skipped, or the probe broke), *n/a* (the
   target's hardware cannot have it: counted nowhere). Works = ``pass``, or predicted ``hazard`` /
-  ``requires``; dead = measured ``fail`` / ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned
-  stack. A gained, admitted or lost change whose sides rest on evidence of different strength says so;
+  ``requires`` (a rule's word, which the report calls predicted, never "works"); dead = measured ``fail`` /
+  ``crash`` / ``timeout``, predicted ``unavailable``, or a pruned stack. A gained, built, admitted or lost change
+  whose sides rest on evidence of different strength says so; a change the images' flavours explain (one has
+  nvcc, the other not, for a feature only nvcc or a JIT build decides) is *flavour*, not the upgrade's;
 * the driver floor of each side as ``plan`` and ``pick`` state it (:func:`stackforge.report.compat_matrix.row_driver_floor`);
 * the image ``pick`` would hand out for each side, and its size from the build record (else "unknown");
 * benchmark deltas for every metric both sides' benchmarks measured with the same probe, judged against
@@ -79,7 +82,7 @@ FORMATS = ("text", "md", "json", "html")
 
 WORKS = frozenset({CellStatus.PASS, CellStatus.HAZARD, CellStatus.REQUIRES})
 #: Not dead as far as the code shows, but nothing that decides the feature ran (compat/knowledge.yaml tiers).
-ADMITS = frozenset({CellStatus.ADMITTED})
+ADMITS = frozenset({CellStatus.ADMITTED, CellStatus.BUILT})
 DEAD = frozenset({CellStatus.FAIL, CellStatus.CRASH, CellStatus.TIMEOUT, CellStatus.UNAVAILABLE, CellStatus.PRUNED})
 #: How a side with no measurement at all is labelled (its column header says so).
 PREDICTED_ONLY = "predicted only"
@@ -89,25 +92,28 @@ class ChangeKind:
     """What an upgrade does to a feature (the order is the report's)."""
 
     GAINED = "gained"
+    BUILT = "built"
     ADMITTED = "admitted"
     LOST = "lost"
     UNCHANGED = "unchanged"
     UNDECIDED = "undecided"
     NOT_APPLICABLE = "n/a"
     FLAVOUR = "flavour"
-    ORDER = (GAINED, ADMITTED, LOST, UNCHANGED, UNDECIDED, NOT_APPLICABLE, FLAVOUR)
-    GLYPHS = MappingProxyType({GAINED: "➕", ADMITTED: "☑️", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔",
+    ORDER = (GAINED, BUILT, ADMITTED, LOST, UNCHANGED, UNDECIDED, NOT_APPLICABLE, FLAVOUR)
+    GLYPHS = MappingProxyType({GAINED: "➕", BUILT: "🔨", ADMITTED: "☑️", LOST: "➖", UNCHANGED: "＝", UNDECIDED: "❔",
                                NOT_APPLICABLE: "∅", FLAVOUR: "🧰"})
     MEANING = MappingProxyType({GAINED: "dead before, works after (measured working, or a rule's word)",
+                                BUILT: "dead before; after, the module the target uses compiled and linked in the "
+                                       "image, and whether it runs needs a runtime probe (not counted as gained)",
                                 ADMITTED: "dead before; after, the code admits the target, and whether it works "
                                           "needs a runtime probe (not counted as gained)",
-                                LOST: "works (or the code admitted it) before, dead after",
+                                LOST: "works (or it built, or the code admitted it) before, dead after",
                                 UNCHANGED: "the same verdict on both sides",
                                 UNDECIDED: "a side has no verdict (untested, skipped, or the probe broke)",
                                 NOT_APPLICABLE: "the target's hardware cannot have it on either side (counted "
                                                 "nowhere)",
-                                FLAVOUR: "differs because one image has nvcc and the other not (its flavour), "
-                                         "not because of the upgrade"})
+                                FLAVOUR: "differs because one image has nvcc (can JIT) and the other not (its "
+                                         "flavour), not because of the upgrade"})
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -186,24 +192,42 @@ class FeatureChange:
 
     @property
     def mixed_evidence(self) -> str:
-        """For a gained, admitted or lost feature whose two sides rest on evidence of different strength
+        """For a gained, built, admitted or lost feature whose two sides rest on evidence of different strength
         (a rule against a measurement, one tier against another): ``from <evidence>, to <evidence>``."""
-        if self.change not in (ChangeKind.GAINED, ChangeKind.ADMITTED, ChangeKind.LOST):
+        if self.change not in (ChangeKind.GAINED, ChangeKind.BUILT, ChangeKind.ADMITTED, ChangeKind.LOST):
             return ""
         if self.before.level == self.after.level:
             return ""
         return f"evidence of different strength: from {self.before.level}, to {self.after.level}"
 
     def label(self) -> str:
-        """``➕ gained``; an unchanged feature says whether it works on both sides, is dead on both, or is
-        only admitted by the code; a change on evidence of different strength says so."""
+        """``➕ gained``; an unchanged feature says whether it works on both sides (measured), is only predicted
+        to (a rule's word is never "works"), built, only admitted by the code, or dead; a change on evidence of
+        different strength says so."""
         text = f"{ChangeKind.GLYPHS[self.change]} {self.change}"
         if self.change == ChangeKind.UNCHANGED:
-            after = CellStatus(self.after.status)
-            text += " (works)" if after in WORKS else " (admitted by the code)" if after in ADMITS else " (dead)"
+            text += f" ({unchanged_word(self.after)})"
+        elif self.change == ChangeKind.GAINED and self.after.rule:
+            text += " (a rule's prediction, not measured)"
         if self.mixed_evidence:
             text += f" ({self.mixed_evidence})"
         return text
+
+
+def unchanged_word(cell: SideCell) -> str:
+    """What an unchanged feature is on both sides, in words no stronger than the evidence."""
+    status = CellStatus(cell.status)
+    if status is CellStatus.PASS:
+        return "works"
+    if status is CellStatus.BUILT:
+        return "built, not run"
+    if status is CellStatus.ADMITTED:
+        return "admitted by the code"
+    if status in WORKS:     # hazard / requires: a rule's word
+        return f"predicted {status.value}"
+    if cell.rule or status is CellStatus.PRUNED:
+        return f"predicted {status.value}"
+    return "dead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,12 +303,18 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
     """
     report = build_matrix(records, plan, target, runs=runs)
     candidates = {c.stack_id: c for c in candidates_in(report, target)}   # the one matrix, built once
-    sides = []
-    for role, choice in (("from", before), ("to", after)):
-        row, why = _resolve(report, tuple(candidates.values()), choice, role, plan_only)
-        size = size_of(row.stack_id) if size_of is not None else None
-        sides.append(_side(role, row, why, candidates.get(row.stack_id), report, size))
-    old, new = sides
+    # A side named as a CUDA family takes its stack of the other side's flavour when the family has one, so that
+    # the report compares the upgrade, not two flavours: the named stack (or TO) is resolved first.
+    pool = tuple(candidates.values())
+    if before.stack_id is not None and after.stack_id is None:
+        old_row, old_why = _resolve(report, pool, before, "from", plan_only)
+        new_row, new_why = _resolve(report, pool, after, "to", plan_only, flavour=_flavour(old_row))
+    else:
+        new_row, new_why = _resolve(report, pool, after, "to", plan_only)
+        old_row, old_why = _resolve(report, pool, before, "from", plan_only, flavour=_flavour(new_row))
+    old, new = (_side(role, row, why, candidates.get(row.stack_id), report,
+                      size_of(row.stack_id) if size_of is not None else None)
+                for role, row, why in (("from", old_row, old_why), ("to", new_row, new_why)))
     if old.stack_id == new.stack_id:
         raise SpecError(f"FROM and TO are the same stack ({old.stack_id}): an upgrade needs two stacks",
                         remedy="name two different stack ids or CUDA versions")
@@ -305,17 +335,23 @@ def upgrade_between(evidence: Evidence, before: StackChoice, after: StackChoice,
     """``stackforge upgrade``'s one library entry: :func:`build_upgrade` on the loaded evidence, image sizes
     from the build records of ``builds_dir`` (unknown without), and the features only nvcc decides from the
     shipped rules (and ``user``'s)."""
+    from stackforge.plan.features import load_feature_catalog
     from stackforge.plan.planner import load_knowledge
     from stackforge.plan.rules import features_only_nvcc_decides
 
+    jit_features = frozenset(name for name, spec in load_feature_catalog().features.items() if spec.jit)
     return build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
                          size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
                          runs=evidence.runs, plan_only=plan_only,
-                         nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules))
+                         nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules) | jit_features)
+
+
+def _flavour(row: ReportRow) -> str:
+    return str(row.stack.get("flavour") or "devel")
 
 
 def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: StackChoice, role: str,
-             plan_only: bool) -> tuple[ReportRow, str]:
+             plan_only: bool, flavour: str = "") -> tuple[ReportRow, str]:
     option = "FROM" if role == "from" else "TO"
     if choice.stack_id is not None:
         known = [r.stack_id for r in report.rows]
@@ -324,12 +360,13 @@ def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: St
                             f"known: {', '.join(known) or '(none)'}",
                             remedy="copy an id from `stackforge matrix` or `stackforge plan`")
         return report.row(choice.stack_id), f"given as {option}"
-    return _best_of_family(report, candidates, str(choice.cuda), role, plan_only)
+    return _best_of_family(report, candidates, str(choice.cuda), role, plan_only, flavour)
 
 
 def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cuda: str, role: str,
-                    plan_only: bool) -> tuple[ReportRow, str]:
-    """``pick``'s choice among the stacks of CUDA ``cuda``; else the newest kept one, never probed."""
+                    plan_only: bool, flavour: str = "") -> tuple[ReportRow, str]:
+    """``pick``'s choice among the stacks of CUDA ``cuda`` (of ``flavour`` when the family has a stack of it that
+    the plan keeps); else the newest kept one, never probed."""
     option = f"--{role}-cuda"
     wanted = _loose(validate_version(cuda, what=option))
     family = [r for r in report.rows if _loose(str(r.stack.get("cuda"))) == wanted]
@@ -340,7 +377,22 @@ def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cud
         raise SpecError(f"no stack with CUDA {cuda} for {option} on target {report.target}; the stacks have "
                         f"CUDA {', '.join(have) or '(none)'}: {', '.join(r.stack_id for r in report.rows) or '(none)'}",
                         remedy=f"pass a CUDA version those stacks have to {option}, or name stack ids")
-    ids = {r.stack_id for r in family}
+    kept = [r for r in family if r.plan_status != "pruned"]
+    same = [r for r in kept if _flavour(r) == flavour]
+    note, chosen_from = "", family
+    if flavour and same and len(same) < len(kept):
+        chosen_from, note = same, f"; taken of the other side's flavour ({flavour}), so the flavours do not differ"
+    elif flavour and not same:
+        note = f"; no kept CUDA {cuda} stack has the other side's flavour ({flavour})"
+    chosen_row, why = _best_in(report, candidates, chosen_from, family, cuda, role)
+    return chosen_row, why + note
+
+
+def _best_in(report: MatrixReport, candidates: tuple[Candidate, ...], chosen_from: Sequence[ReportRow],
+             family: Sequence[ReportRow], cuda: str, role: str) -> tuple[ReportRow, str]:
+    """pick's choice among ``chosen_from`` (part of CUDA ``cuda``'s ``family``, which the reason counts)."""
+    option = f"--{role}-cuda"
+    ids = {r.stack_id for r in chosen_from}
     mine = tuple(c for c in candidates if c.stack_id in ids)
     chosen = choose(mine, report.target)
     if chosen is not None:
@@ -414,6 +466,8 @@ def change_of(before: CellStatus, after: CellStatus) -> str:
         return ChangeKind.NOT_APPLICABLE
     if before in DEAD and after in WORKS:
         return ChangeKind.GAINED
+    if before in DEAD and after is CellStatus.BUILT:
+        return ChangeKind.BUILT
     if before in DEAD and after in ADMITS:
         return ChangeKind.ADMITTED
     if before in WORKS | ADMITS and after in DEAD:
@@ -429,8 +483,9 @@ def _has_nvcc(row: ReportRow) -> bool | None:
 
 
 def _flavour_change(change: FeatureChange) -> FeatureChange:
-    """A gained or lost nvcc-only feature, relabelled: the images differ in flavour there."""
-    if change.change not in (ChangeKind.GAINED, ChangeKind.LOST):
+    """A gained, built, admitted or lost feature only nvcc or a JIT build decides, relabelled: the images differ
+    in flavour there."""
+    if change.change not in (ChangeKind.GAINED, ChangeKind.BUILT, ChangeKind.ADMITTED, ChangeKind.LOST):
         return change
     return dataclasses.replace(change, change=ChangeKind.FLAVOUR)
 
@@ -487,6 +542,9 @@ def _unblock_text(dead: DeadEnd, report: MatrixReport, after: ReportRow) -> str:
     differs = f" ({', '.join(moves)})" if moves else ""
     if unblock.basis == "measured":
         return f"measured to pass ({unblock.tier}) on {unblock.stack_id}{differs}: {unblock.detail}"
+    if unblock.basis == "built":
+        return (f"built for the target ({unblock.tier}) on {unblock.stack_id}{differs}, not run on a GPU: "
+                f"{unblock.detail}")
     if unblock.basis == "admitted":
         return (f"the code admits it ({unblock.tier}) on {unblock.stack_id}{differs}, not measured working: "
                 f"{unblock.detail}")
@@ -548,12 +606,13 @@ def floor_change(report: UpgradeReport) -> str:
 
 #: How the headline names each count: "gained" alone never covers what only the code admits.
 _COUNT_WORDS = MappingProxyType({ChangeKind.GAINED: "gained (measured working or a rule's word)",
+                                 ChangeKind.BUILT: "built (compiled and linked, needs a runtime probe)",
                                  ChangeKind.ADMITTED: "admitted by the code (needs a runtime probe)"})
 
 
 def summary_line(report: UpgradeReport) -> str:
     counts = ", ".join(f"{report.count(c)} {_COUNT_WORDS.get(c, c)}" for c in ChangeKind.ORDER
-                       if c not in (ChangeKind.FLAVOUR, ChangeKind.NOT_APPLICABLE) or report.count(c))
+                       if c not in (ChangeKind.BUILT, ChangeKind.FLAVOUR, ChangeKind.NOT_APPLICABLE) or report.count(c))
     moved = [m for m in report.metrics if m.trend != "within noise"]
     bench = (f"{len(report.metrics)} shared benchmark metric(s), {len(moved)} beyond noise" if report.metrics
              else "no benchmark measured on both sides")

@@ -34,7 +34,7 @@ _EXTRA_CSS = """
 .sides code { word-break: break-all; }
 .change { white-space: nowrap; font-weight: 600; }
 .ch-gained { background: #e8f6ec; } .ch-lost { background: #fdecec; }
-.ch-undecided, .ch-na { background: #f6f8fa; color: var(--muted); } .ch-admitted { background: #f1f8f3; }
+.ch-undecided, .ch-na { background: #f6f8fa; color: var(--muted); } .ch-admitted, .ch-built { background: #f1f8f3; }
 .only { color: #9a6700; font-weight: 600; }
 h2 { font-size: 16px; margin: 22px 0 8px; }
 ul.dead li { margin: 4px 0; }
@@ -62,8 +62,8 @@ _JS = """
 """
 
 #: The mark each change kind is drawn with (inline SVG, no emoji font needed): the status it ends in.
-CHANGE_MARKS = {ChangeKind.GAINED: "pass", ChangeKind.ADMITTED: "admitted", ChangeKind.LOST: "fail",
-                ChangeKind.UNCHANGED: "untested", ChangeKind.UNDECIDED: "undecided",
+CHANGE_MARKS = {ChangeKind.GAINED: "pass", ChangeKind.BUILT: "built", ChangeKind.ADMITTED: "admitted",
+                ChangeKind.LOST: "fail", ChangeKind.UNCHANGED: "untested", ChangeKind.UNDECIDED: "undecided",
                 ChangeKind.NOT_APPLICABLE: "n/a", ChangeKind.FLAVOUR: "requires"}
 
 
