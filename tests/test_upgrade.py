@@ -106,13 +106,21 @@ def test_an_nvcc_only_feature_gained_between_flavours_is_the_flavours_change_not
     for cell in plan["cells"]:
         if cell["stack_id"] == CU128:
             cell["derived"]["has_nvcc"] = False       # the FROM image is a flavour without nvcc
-    same_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), nvcc_features=frozenset({"flashinfer-jit"}))
-    other_flavour = upgrade(seed_records(), *by_cuda("12.8", "13.1"), plan=plan,
+    # The FROM image's gate measured it cannot JIT (no nvcc, nothing prebuilt): its dead end is its flavour's.
+    records = [r for r in seed_records() if (r.stack_id, r.feature) != (CU128, "flashinfer-jit")]
+    records.append(record(CU128, "flashinfer-jit", "fail", tier="gate", probe="gate.flashinfer.jit",
+                          reason="no nvcc in this flavour: FlashInfer would JIT for 12.0a",
+                          metrics={"jit_possible": False}))
+    same_flavour = upgrade(records, *by_cuda("12.8", "13.1"), nvcc_features=frozenset({"flashinfer-jit"}))
+    other_flavour = upgrade(records, *by_cuda("12.8", "13.1"), plan=plan,
                             nvcc_features=frozenset({"flashinfer-jit"}))
     change = {f.feature: f.change for f in same_flavour.features}
     assert change["flashinfer-jit"] == ChangeKind.GAINED
     change = {f.feature: f.change for f in other_flavour.features}
     assert change["flashinfer-jit"] == ChangeKind.FLAVOUR
+    # FlashInfer's own arch gate refusing sm_120 is the stack's, whatever the flavours: the upgrade gains it.
+    refused = upgrade(seed_records(), *by_cuda("12.8", "13.1"), plan=plan, nvcc_features=frozenset({"flashinfer-jit"}))
+    assert {f.feature: f.change for f in refused.features}["flashinfer-jit"] == ChangeKind.GAINED
     assert change["custom-allreduce"] == ChangeKind.UNCHANGED       # not an nvcc-only feature
     assert "1 flavour" in write_upgrade(other_flavour, "md")
     assert "flavour" not in write_upgrade(same_flavour, "md").split("\n")[2]

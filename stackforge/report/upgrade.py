@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from stackforge.core.errors import SpecError
-from stackforge.core.records import ResultRecord, Status, Tier
+from stackforge.core.records import ResultRecord, Status, Tier, says_cannot_jit
 from stackforge.core.textfit import brief
 from stackforge.core.versions import validate_version
 from stackforge.plan.derive import DriverFloor
@@ -295,7 +295,8 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
         plan_only: only the plan's stacks may be taken for a CUDA family (as ``pick --plan``).
         nvcc_features: features that only an image with nvcc has
             (:func:`stackforge.plan.rules.features_only_nvcc_decides`): when one side's image has nvcc and
-            the other's not, their change is the flavour's, not the upgrade's.
+            the other's not, a change whose dead side such a rule predicts, or whose dead side a gate measured
+            unable to JIT, is the flavour's, not the upgrade's.
 
     Raises:
         SpecError: an unknown stack id or CUDA family (naming the known ones), both sides the same stack,
@@ -319,9 +320,9 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
         raise SpecError(f"FROM and TO are the same stack ({old.stack_id}): an upgrade needs two stacks",
                         remedy="name two different stack ids or CUDA versions")
     old_row, new_row = report.row(old.stack_id), report.row(new.stack_id)
-    features = tuple(_feature_change(f, old_row.cell(f), new_row.cell(f)) for f in report.features)
-    if _has_nvcc(old_row) != _has_nvcc(new_row):
-        features = tuple(_flavour_change(c) if c.feature in nvcc_features else c for c in features)
+    flavours_differ = _has_nvcc(old_row) != _has_nvcc(new_row)
+    features = tuple(_feature_change(f, old_row.cell(f), new_row.cell(f), flavours_differ, nvcc_features)
+                     for f in report.features)
     ordered = tuple(sorted(features, key=lambda c: ChangeKind.ORDER.index(c.change)))
     return UpgradeReport(target=target, target_label=target_text(report), before=old, after=new,
                          features=ordered, metrics=_metric_deltas(old_row, new_row),
@@ -335,15 +336,13 @@ def upgrade_between(evidence: Evidence, before: StackChoice, after: StackChoice,
     """``stackforge upgrade``'s one library entry: :func:`build_upgrade` on the loaded evidence, image sizes
     from the build records of ``builds_dir`` (unknown without), and the features only nvcc decides from the
     shipped rules (and ``user``'s)."""
-    from stackforge.plan.features import load_feature_catalog
     from stackforge.plan.planner import load_knowledge
     from stackforge.plan.rules import features_only_nvcc_decides
 
-    jit_features = frozenset(name for name, spec in load_feature_catalog().features.items() if spec.jit)
     return build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
                          size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
                          runs=evidence.runs, plan_only=plan_only,
-                         nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules) | jit_features)
+                         nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules))
 
 
 def _flavour(row: ReportRow) -> str:
@@ -482,17 +481,25 @@ def _has_nvcc(row: ReportRow) -> bool | None:
     return (row.derived or {}).get("has_nvcc")
 
 
-def _flavour_change(change: FeatureChange) -> FeatureChange:
-    """A gained, built, admitted or lost feature only nvcc or a JIT build decides, relabelled: the images differ
-    in flavour there."""
-    if change.change not in (ChangeKind.GAINED, ChangeKind.BUILT, ChangeKind.ADMITTED, ChangeKind.LOST):
-        return change
-    return dataclasses.replace(change, change=ChangeKind.FLAVOUR)
+def _dead_for_the_flavour(cell: ReportCell, nvcc_features: frozenset[str]) -> bool:
+    """Dead because its image has no nvcc: a rule that speaks of nvcc alone predicts it, or a gate measured the
+    image cannot JIT what the feature builds."""
+    if cell.source is CellSource.PREDICTED:
+        return cell.status is CellStatus.UNAVAILABLE and cell.feature in nvcc_features
+    decisive = cell.decisive
+    return cell.dead and decisive is not None and says_cannot_jit(decisive)
 
 
-def _feature_change(feature: str, before: ReportCell, after: ReportCell) -> FeatureChange:
-    return FeatureChange(feature=feature, change=change_of(before.status, after.status),
-                         before=_side_cell(before), after=_side_cell(after))
+def _feature_change(feature: str, before: ReportCell, after: ReportCell, flavours_differ: bool,
+                    nvcc_features: frozenset[str]) -> FeatureChange:
+    """The change of one feature; a gained, built, admitted or lost one whose dead side is dead for its image's
+    flavour (no nvcc) while the other image has nvcc is the flavour's, not the upgrade's."""
+    change = change_of(before.status, after.status)
+    if flavours_differ and change in (ChangeKind.GAINED, ChangeKind.BUILT, ChangeKind.ADMITTED, ChangeKind.LOST):
+        dead = before if change != ChangeKind.LOST else after
+        if _dead_for_the_flavour(dead, nvcc_features):
+            change = ChangeKind.FLAVOUR
+    return FeatureChange(feature=feature, change=change, before=_side_cell(before), after=_side_cell(after))
 
 
 def _metric_deltas(before: ReportRow, after: ReportRow) -> tuple[MetricDelta, ...]:
