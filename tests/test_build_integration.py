@@ -139,6 +139,7 @@ def test_buildkit_builds_and_records_what_is_inside(buildkit_built, docker_clien
     checks = {c["name"]: c for c in record.verify["checks"]}
     assert record.verify["status"] == "pass", record.verify
     assert checks["nvcc"]["status"] == "pass" and checks["nvcc"]["actual"].startswith("release 13.0")
+    assert checks["jit-link"]["status"] == "pass", checks["jit-link"]   # the lib64 layout and libcuda link stub
     assert checks["torch-variant"]["actual"] == "cpu, cuda None"
     assert "--no-deps" in checks["pip-check"]["actual"]
     # The honest base substitution.

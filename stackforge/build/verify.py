@@ -8,6 +8,10 @@ record keeps what is measured here. A container idles in the image (started thro
 * python, torch (base version, wheel variant, ``torch.version.cuda``), FlashInfer (+ addons), the
   kernel package and SGLang: installed versions equal the stack's pins;
 * nvcc present on devel and CUDA 13.x wheels images (its version reported), absent-by-design otherwise;
+* where there is nvcc, a JIT link as FlashInfer's builder makes it (:func:`jit_link_check`): a CUDA shared
+  object calling the runtime and the driver API links, its libcudart resolves inside the image and its
+  libcuda.so.1 is left to the driver (never the link stub); without nvcc the check says the image
+  cannot JIT-compile;
 * ``pip check`` clean (lines about packages installed with ``--no-deps`` are excused, and shown);
 * the labels the Dockerfile set, plus content hash and freeze, are on the image;
 * ``/opt/stackforge/freeze.txt`` still equals ``pip freeze --all`` (nothing drifted after the freeze);
@@ -139,7 +143,7 @@ def verify_image(client: docker.DockerClient, image: str, stack: Stack, derived:
         facts = _facts(host, stack, derived)
         freeze_check, freeze = _freeze_check(host)
         checks = [*_version_checks(stack, derived, facts), _nvcc_check(host, stack, derived),
-                  _pip_check(host, stack, derived, no_deps), freeze_check]
+                  jit_link_check(host, derived), _pip_check(host, stack, derived, no_deps), freeze_check]
     nvcc = next((c.actual for c in checks if c.name == "nvcc" and c.status is Status.PASS), None)
     return ImageVerification(image=image, checks=tuple(checks), installed=dict(facts.get("packages", {})),
                              torch=dict(facts.get("torch", {})), nvcc=nvcc, freeze=freeze,
@@ -253,6 +257,86 @@ def _nvcc_check(host: Any, stack: Stack, derived: Derived) -> ImageCheck:
     status = Status.PASS if release == minor_of(stack.cuda) else Status.FAIL
     return ImageCheck("nvcc", status, f"release {minor_of(stack.cuda)}", f"release {release}, {found.group(2)}",
                       evidence=output.splitlines()[-1] if output else "")
+
+
+# The JIT link, run in the image with its own environment. The toolkit is where FlashInfer looks (CUDA_HOME,
+# CUDA_PATH, else nvcc's folder, else /usr/local/cuda) and the link flags are exactly its own
+# (flashinfer-python 0.7.2 wheel: flashinfer/jit/cpp_ext.py:48-64 get_cuda_path, 273-279 ldflags); nvcc links,
+# as FlashInfer's nvcc_link rule does (cpp_ext.py:338), so nvcc's default link flags apply as well. The object
+# calls one runtime-API and one driver-API function: both libraries must really be linked.
+JIT_LINK_SCRIPT = r"""
+cuda_home=${CUDA_HOME:-${CUDA_PATH:-}}
+if [ -z "$cuda_home" ]; then
+    if nvcc_path=$(command -v nvcc); then cuda_home=${nvcc_path%/bin/nvcc}; else cuda_home=/usr/local/cuda; fi
+fi
+work=$(mktemp -d) && cd "$work" || exit 1
+trap 'rm -rf "$work"' EXIT
+cat > jit.cu <<'SOURCE'
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+extern "C" int stackforge_jit_link(void) {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cuDriverGetVersion(&driver);
+    return runtime + driver;
+}
+SOURCE
+echo "CUDA_HOME $cuda_home"
+if ! "$cuda_home/bin/nvcc" -shared -Xcompiler -fPIC jit.cu -o jit.so \
+        -L"$cuda_home/lib64" -L"$cuda_home/lib64/stubs" -lcudart -lcuda > link.log 2>&1; then
+    echo "LINK FAILED"
+    cat link.log
+    exit 1
+fi
+readelf -d jit.so | sed -n 's/.*(NEEDED).*\[\(.*\)\]/NEEDED \1/p'
+ldd jit.so | sed -n 's/^[[:space:]]*\([^ ]*\) => \(.*\)$/LDD \1 \2/p'
+for lib in $(ldd jit.so | awk '$1 ~ /^libcud/ && $3 ~ /^\// {print $3}'); do echo "REAL $lib $(readlink -f "$lib")"; done
+"""
+JIT_LINK_EXPECTED = "-lcudart -lcuda link; libcudart in the image, libcuda.so.1 left to the driver"
+# The linker's own words, quoted when the link fails.
+_LINKER_WORDS = re.compile(r"cannot find -l\S+|undefined reference to [^\n]+|[^\n]*error[^\n]*", re.IGNORECASE)
+
+
+def jit_link_check(host: Any, derived: Derived) -> ImageCheck:
+    """Link a CUDA shared object in the image as a JIT builder does (``host``: a testinfra host)."""
+    if not derived.has_nvcc:
+        return ImageCheck("jit-link", Status.SKIP, "none (no nvcc)", "no nvcc: this image cannot JIT-compile",
+                          evidence="the stack's toolkit has no nvcc (io.stackforge.jit=unavailable:no-nvcc)")
+    result = _run(host, "sh -c %s", JIT_LINK_SCRIPT)
+    return judge_jit_link(result.rc, result.stdout + result.stderr)
+
+
+def judge_jit_link(rc: int, output: str) -> ImageCheck:
+    """The ``jit-link`` check from what :data:`JIT_LINK_SCRIPT` printed (pure)."""
+    lines = output.splitlines()
+    evidence = output.strip()[-1500:]
+    if "LINK FAILED" in lines:
+        words = list(dict.fromkeys(match.group(0).strip().rstrip(":") for match in _LINKER_WORDS.finditer(output)))
+        return ImageCheck("jit-link", Status.FAIL, JIT_LINK_EXPECTED,
+                          "link failed: " + ("; ".join(words[:4]) or f"nvcc exit status {rc}"), evidence)
+    needed = [line.split(" ", 1)[1] for line in lines if line.startswith("NEEDED ")]
+    resolved = {parts[1]: parts[2].split(" (0x", 1)[0]
+                for parts in (line.split(" ", 2) for line in lines if line.startswith("LDD ")) if len(parts) == 3}
+    real = {parts[1]: parts[2] for parts in (line.split(" ", 2) for line in lines if line.startswith("REAL "))
+            if len(parts) == 3}
+    if rc != 0 or not needed:
+        return ImageCheck("jit-link", Status.FAIL, JIT_LINK_EXPECTED, f"no linked object to read (exit status {rc})",
+                          evidence)
+    cudart = next((name for name in needed if name.startswith("libcudart.so.")), None)
+    if cudart is None or "libcuda.so.1" not in needed:
+        return ImageCheck("jit-link", Status.FAIL, JIT_LINK_EXPECTED,
+                          f"jit.so needs {', '.join(needed)}, not libcudart.so.N and libcuda.so.1", evidence)
+    cudart_path = resolved.get(cudart, "not found")
+    if not cudart_path.startswith("/"):
+        return ImageCheck("jit-link", Status.FAIL, JIT_LINK_EXPECTED, f"{cudart} => {cudart_path}", evidence)
+    driver = resolved.get("libcuda.so.1", "not found")
+    if "/stubs/" in driver or "/stubs/" in real.get(driver, ""):
+        return ImageCheck("jit-link", Status.FAIL, JIT_LINK_EXPECTED,
+                          f"libcuda.so.1 => {driver}: the link stub would shadow the driver", evidence)
+    driver_text = "not found (left to the driver)" if driver == "not found" else f"{driver} (a libcuda in the image)"
+    return ImageCheck("jit-link", Status.PASS, JIT_LINK_EXPECTED,
+                      f"linked; {cudart} => {real.get(cudart_path, cudart_path)}; libcuda.so.1 => {driver_text}",
+                      evidence)
 
 
 def _pip_check(host: Any, stack: Stack, derived: Derived, no_deps: frozenset[str]) -> ImageCheck:

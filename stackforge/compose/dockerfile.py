@@ -39,10 +39,17 @@ from stackforge.plan.derive import Derived
 #: Schema of the ``io.stackforge.*`` label set (bump when keys change meaning).
 LABEL_SCHEMA = "1"
 LABEL_PREFIX = "io.stackforge"
+#: ``io.stackforge.jit``: can the image JIT-compile and link CUDA modules (FlashInfer's, SGLang's)? Only where it
+#: has nvcc; what is verified in the built image is the build record's ``jit-link`` check.
+JIT_AVAILABLE = "available"
+JIT_UNAVAILABLE = "unavailable:no-nvcc"
 # A wheels-flavour toolkit lives in its own prefix, outside the Python environment: torch pins its own
 # CUDA runtime (cu130 torch: nvidia-cuda-runtime 13.0.x) and CCCL refuses an nvcc whose minor version
 # differs from the cudart headers, so the toolkit keeps the runtime headers of its own release.
 TOOLKIT_PREFIX = "/opt/cuda-wheels"
+#: The context script that gives a wheels toolkit with nvcc the layout JIT builders link against (lib64 with
+#: development links, a link-time libcuda stub): dockerfiles/context/, shipped in the build context.
+JIT_LAYOUT_SCRIPT = "cuda-jit-layout.sh"
 #: Port of stackforge's asset server on 127.0.0.1 (classic builds: wheelhouse and CA bundle; BuildKit
 #: without named build contexts: the wheelhouse).
 #: Fixed, because the URL is part of the RUN text and so of the classic builder's cache key.
@@ -243,7 +250,8 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         "no_deps": sorted(options.no_deps),
         "toolkit_wheels": toolkit, "toolkit_has_nvcc": bool(toolkit) and derived.has_nvcc,
         "cuda_home": _wheels_cuda_home(stack), "toolkit_prefix": TOOLKIT_PREFIX,
-        "venv_cuda_include": _venv_cuda_include(stack),
+        "venv_cuda_include": _venv_cuda_dir(stack, "include"), "venv_cuda_lib": _venv_cuda_dir(stack, "lib"),
+        "jit_layout_script": JIT_LAYOUT_SCRIPT,
         "torch_variant": derived.torch_variant, "torch_source": torch_source,
         "torch_source_label": derived.torch_index_url if torch_source == "index" else torch_source,
         "torch_requirement": named["torch"][0],
@@ -260,7 +268,8 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
                      require_hashes=options.lock is not None and not options.lock.unhashed,
                      lock_file=lambda layer: f"/opt/stackforge/lock/{layer}.txt" if f"lock/{layer}.txt" in lock_files
                      else None)
-    files = {**_dependency_files(stack, derived, options), **lock_files}
+    files = {**_dependency_files(stack, derived, options), **lock_files,
+             **_context_scripts(variables["toolkit_has_nvcc"])}
     variables["dependency_files"] = files
     for layer in ("flashinfer", "sglang"):
         variables[f"{layer}_deps_file"] = DEPENDENCY_FILES[layer] if DEPENDENCY_FILES[layer] in files else None
@@ -354,10 +363,18 @@ def _wheels_cuda_home(stack: Stack) -> str:
     return f"{TOOLKIT_PREFIX}/nvidia/cu{parse_version(stack.cuda).major}"
 
 
-def _venv_cuda_include(stack: Stack) -> str:
-    """Headers of the CUDA libraries torch brought into the venv (cuBLAS, cuRAND...), which FlashInfer's
-    JIT sources include; the toolkit prefix links to them."""
-    return f"/opt/venv/lib/python{stack.python}/site-packages/nvidia/cu{parse_version(stack.cuda).major}/include"
+def _venv_cuda_dir(stack: Stack, folder: str) -> str:
+    """``include`` / ``lib`` of the CUDA libraries torch brought into the venv (cuBLAS, cuRAND...): FlashInfer's
+    JIT sources include their headers and its modules may link them; the toolkit prefix links to both."""
+    return f"/opt/venv/lib/python{stack.python}/site-packages/nvidia/cu{parse_version(stack.cuda).major}/{folder}"
+
+
+def _context_scripts(toolkit_has_nvcc: bool) -> dict[str, str]:
+    """Shell scripts a layer runs, shipped in the context from ``dockerfiles/context/`` (their text is part
+    of the content hash, so an edited script is a new image)."""
+    if not toolkit_has_nvcc:
+        return {}
+    return {JIT_LAYOUT_SCRIPT: (data_dir("dockerfiles") / "context" / JIT_LAYOUT_SCRIPT).read_text(encoding="utf-8")}
 
 
 def _flashinfer(stack: Stack, derived: Derived) -> tuple[list[str], list[str], str | None]:
@@ -536,6 +553,7 @@ def _labels(stack: Stack, derived: Derived, options: ComposeOptions, v: Mapping[
         f"{p}.base.image": v["base_image"],
         f"{p}.base.requested": derived.base_image,
         f"{p}.has-nvcc": _bool(derived.has_nvcc),
+        f"{p}.jit": JIT_AVAILABLE if derived.has_nvcc else JIT_UNAVAILABLE,
         f"{p}.runtime-only": _bool(runtime_only),
         f"{p}.toolkit-wheels": ",".join(v["toolkit_wheels"]) or "none",
         f"{p}.no-deps": ",".join(sorted(options.no_deps)) or "none",

@@ -66,6 +66,7 @@ LABEL io.stackforge.base.image="nvidia/cuda:13.1.0-devel-ubuntu24.04" \
       io.stackforge.flashinfer.addons="none" \
       io.stackforge.flavour="devel" \
       io.stackforge.has-nvcc="true" \
+      io.stackforge.jit="available" \
       io.stackforge.kernel.package="sglang-kernel" \
       io.stackforge.kernel.version="0.4.10" \
       io.stackforge.no-deps="none" \

@@ -69,6 +69,7 @@ LABEL io.stackforge.base.image="nvidia/cuda:12.8.1-runtime-ubuntu24.04" \
       io.stackforge.flashinfer.addons="none" \
       io.stackforge.flavour="runtime" \
       io.stackforge.has-nvcc="false" \
+      io.stackforge.jit="unavailable:no-nvcc" \
       io.stackforge.kernel.package="sgl-kernel" \
       io.stackforge.kernel.version="0.3.21" \
       io.stackforge.no-deps="none" \

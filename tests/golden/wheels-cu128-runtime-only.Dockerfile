@@ -37,7 +37,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
         "nvidia-cuda-cccl-cu12==12.8.90" \
         "nvidia-cuda-nvcc-cu12==12.8.93" \
         "nvidia-cuda-runtime-cu12==12.8.90"
-# CUDA 12.8 wheels carry ptxas but no nvcc: this image is runtime-only (see its labels).
+# CUDA 12.8 wheels carry ptxas but no nvcc: this image is runtime-only and cannot JIT-compile
+# (see its labels: io.stackforge.jit).
 
 # ---- FlashInfer 0.6.3
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -68,6 +69,7 @@ LABEL io.stackforge.base.image="python:3.11-slim-bookworm" \
       io.stackforge.flashinfer.addons="none" \
       io.stackforge.flavour="wheels" \
       io.stackforge.has-nvcc="false" \
+      io.stackforge.jit="unavailable:no-nvcc" \
       io.stackforge.kernel.package="sgl-kernel" \
       io.stackforge.kernel.version="0.3.21" \
       io.stackforge.no-deps="none" \

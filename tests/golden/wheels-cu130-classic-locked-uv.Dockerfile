@@ -55,10 +55,18 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
         -r /opt/stackforge/lock/toolkit.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && for header in /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*; do \
+        [ -e "$header" ] || continue; \
         [ -e "/opt/cuda-wheels/nvidia/cu13/include/${header##*/}" ] || ln -s "$header" "/opt/cuda-wheels/nvidia/cu13/include/"; \
     done \
  && test -x "/opt/cuda-wheels/nvidia/cu13/bin/nvcc" \
  && "/opt/cuda-wheels/nvidia/cu13/bin/nvcc" --version
+
+# JIT builders link with -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda; the wheels have only
+# lib/libcudart.so.13 and no libcuda stub. The script (its header says why) links lib64 to the toolkit's
+# and torch's CUDA libraries, makes a link-time-only libcuda stub from the toolkit's cuda.h, and registers
+# lib64, never the stub, with the loader: on a GPU host the driver's libcuda.so.1 is the one that runs.
+COPY cuda-jit-layout.sh /opt/stackforge/cuda-jit-layout.sh
+RUN bash /opt/stackforge/cuda-jit-layout.sh /opt/cuda-wheels/nvidia/cu13 /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib
 
 # FlashInfer finds nvcc through CUDA_HOME (default /usr/local/cuda, absent here).
 ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
@@ -105,6 +113,7 @@ LABEL io.stackforge.base.image="python:3.11-slim-bookworm" \
       io.stackforge.flavour="wheels" \
       io.stackforge.has-nvcc="true" \
       io.stackforge.installer="uv" \
+      io.stackforge.jit="available" \
       io.stackforge.kernel.package="none" \
       io.stackforge.kernel.version="none" \
       io.stackforge.lock.packages="11" \
