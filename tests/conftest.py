@@ -47,7 +47,7 @@ HEAVY_FIXTURES = frozenset({"docker_client", "base_image", "cuda_torch_python", 
 #: or run real servers and process groups against their timeouts (seconds each, by design).
 HEAVY_MODULES = frozenset({"test_probe_scripts", "test_probes_catalog", "test_sglang_custom_ar_dispatch",
                            "test_bench_serve", "test_bench_allreduce", "test_bench_gemm", "test_runner",
-                           "test_shell_scripts", "test_flashinfer_run_checks"})
+                           "test_shell_scripts", "test_flashinfer_run_checks", "test_wheel_abi"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -130,5 +130,7 @@ def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_i
                find_links: Path | None):
     from stackforge.edges.index import IndexRequest, configured_indexes
     from stackforge.plan.preflight import run_preflight
+    from stackforge.wheels.abi import check_stacks
     indexes = configured_indexes(IndexRequest(index_url, tuple(extra_index_urls), find_links))
-    return run_preflight(plan, cache_dir=cache_dir, indexes=indexes)
+    return run_preflight(plan, cache_dir=cache_dir, indexes=indexes,
+                         abi=lambda cells: check_stacks(cells, indexes=indexes).warnings())

@@ -13,6 +13,7 @@ from stackforge.cli._evidence import (
     load_evidence,
     read_wheels_option,
     say_currency,
+    warn,
     write_output,
 )
 from stackforge.cli.options import out_file_option
@@ -53,6 +54,8 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
     before, after = _choices(stacks, from_cuda, to_cuda)
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad, read_wheels=read_wheels)
+    for line in loaded.abi_warnings:   # before the answer: an extension that would not import
+        warn(line)
     report = upgrade_between(loaded, before, after, builds_dir=builds_dir,
                              plan_only=plan_path is not None or matrix is not None, user=user_compat())
     write_output(write_upgrade(report, fmt, evidence=evidence), out)

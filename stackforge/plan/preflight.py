@@ -14,6 +14,7 @@ seconds of retries per package during the build.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -28,12 +29,19 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
+from stackforge.core.model import Stack
 from stackforge.core.versions import compact
 
 # The index client is shared with the wheel tier; its names stay importable from here.
 from stackforge.edges.index import IndexConfig, IndexSource, index_config, new_session, project_files
 from stackforge.edges.pip_config import PYPI_SIMPLE, redact_urls, without_credentials
+from stackforge.plan.derive import Derived
 from stackforge.plan.planner import Plan, PlanCell
+
+#: Reads the kept stacks' compiled extensions against their torch (the ABI reading,
+#: :func:`stackforge.wheels.abi.check_stacks`, handed in by the CLI: that layer sits above this one)
+#: and returns its warning lines; none when every extension matches.
+AbiCheck = Callable[[Sequence[tuple[Stack, Derived]]], Sequence[str]]
 
 __all__ = ["Availability", "IndexConfig", "PackageCheck", "PreflightReport", "IndexSource", "Wanted", "check_package",
            "classify_files", "find_package", "index_config", "run_preflight", "wanted_packages"]
@@ -64,6 +72,9 @@ class PackageCheck:
 class PreflightReport:
     checks: tuple[PackageCheck, ...]
     indexes: IndexConfig = IndexConfig()
+    #: the ABI reading's warnings (an extension needing symbols its torch does not export, a reading
+    #: skipped); warnings only: they never fail the preflight
+    abi_warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -71,7 +82,7 @@ class PreflightReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "indexes": self.indexes.to_json(),
-                "checks": [c.to_json() for c in self.checks]}
+                "checks": [c.to_json() for c in self.checks], "abi_warnings": list(self.abi_warnings)}
 
     def render(self) -> str:
         lines = ["", f"PREFLIGHT (package indexes: {self.indexes.describe()})"]
@@ -81,6 +92,7 @@ class PreflightReport:
         unreachable = sorted({c.index for c in self.checks if c.status is Availability.UNREACHABLE})
         for index in unreachable:
             lines.append(f"  note: {index} could not be reached from here; builds that need it will fail or crawl")
+        lines += [f"  warning: {line}" for line in self.abi_warnings]
         if not self.ok:
             counts = {status: sum(c.status is status for c in self.checks)
                       for status in (Availability.MISSING, Availability.UNREACHABLE)}
@@ -112,8 +124,9 @@ def wanted_packages(cell: PlanCell) -> tuple[Wanted, ...]:
 
 
 def run_preflight(plan: Plan, *, cache_dir: str | None = None, session: requests.Session | None = None,
-                  indexes: IndexConfig | None = None) -> PreflightReport:
-    """Check every kept stack's pinned packages against the indexes pip would ask."""
+                  indexes: IndexConfig | None = None, abi: AbiCheck | None = None) -> PreflightReport:
+    """Check every kept stack's pinned packages against the indexes pip would ask; with ``abi``, also
+    read each kept stack's compiled extensions against its torch (warnings only)."""
     indexes = indexes or IndexConfig()
     cache = Path(cache_dir or Path.home() / ".cache" / "stackforge" / "preflight")
     session = session or new_session(indexes)
@@ -124,7 +137,8 @@ def run_preflight(plan: Plan, *, cache_dir: str | None = None, session: requests
         for wanted in wanted_packages(cell):
             status, detail, where = find_package(wanted, python, session=session, cache=cache, indexes=indexes)
             checks.append(PackageCheck(stack_id, wanted.package, wanted.version, where, status, detail))
-    return PreflightReport(tuple(checks), indexes)
+    abi_warnings = tuple(abi([(cell.stack, cell.derived) for cell in seen_cells.values()])) if abi else ()
+    return PreflightReport(tuple(checks), indexes, abi_warnings)
 
 
 def check_package(wanted: Wanted, python: str, *, session: requests.Session, cache: Path) -> tuple[Availability, str]:
