@@ -58,6 +58,9 @@ class Evidence:
     predictions_only: bool = False
     #: how current the evidence is: the newest releases read, and newer ones the last watch saw
     currency: Currency | None = None
+    #: with ``read_wheels``: the ABI reading's warning lines (an extension of a kept stack needing torch
+    #: symbols its torch does not export, a reading skipped); () when every extension matches
+    abi_warnings: tuple[str, ...] = ()
 
 
 def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lambda message: None,
@@ -79,6 +82,8 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     loaded = (LoadedResults(records=(), source=str(results)) if predictions_only
               else load_results(results, runs=request.runs))
     skip_or_refuse(loaded, request.skip_bad, warn)
+    if loaded.shadowed:
+        warn(loaded.shadowed_note())
     plan = _plan(loaded, request, strict=predictions_only, warn=warn)
     chosen = choose_target(loaded.records, plan, request.target)
     if predictions_only:
@@ -86,8 +91,9 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
              "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
     runs = tuple(info.run_id for info in loaded.runs)
     current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results, warn))
+    abi = _read_abi(plan, tell) if request.read_wheels else ()
     return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
-                    predictions_only=predictions_only, currency=current)
+                    predictions_only=predictions_only, currency=current, abi_warnings=abi)
 
 
 def skip_or_refuse(loaded: LoadedResults, skip_bad: bool, warn: Callable[[str], None]) -> None:
@@ -114,6 +120,17 @@ def _read_wheels(request: EvidenceRequest, tell: Callable[[str], None]) -> None:
     records = run_probe_campaign(probe, store=ResultsFolder(request.results, command=request.command),
                                  connect=lambda: None)
     tell(f"read {len(records)} reading(s)")
+
+
+def _read_abi(plan: Plan, tell: Callable[[str], None]) -> tuple[str, ...]:
+    """The ABI reading of the plan's kept stacks (:func:`stackforge.wheels.abi.check_stacks`): never fails
+    the command (what it could not read is one of its warning lines)."""
+    from stackforge.edges.index import configured_indexes
+    from stackforge.wheels.abi import check_stacks
+
+    cells = [(stack, plan.cells_for(stack)[0].derived) for stack in plan.kept_stacks()]
+    tell(f"reading the compiled extensions of {len(cells)} stack(s) against their torch (ABI, by range requests)")
+    return check_stacks(cells, indexes=configured_indexes()).warnings()
 
 
 def _watch_state(results: Path, warn: Callable[[str], None]) -> WatchState | None:

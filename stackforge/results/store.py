@@ -15,9 +15,15 @@ Guarantees:
 * Loading never drops anything silently: every corrupt, partial, misplaced or newer-schema file is
   collected as a :class:`~stackforge.core.errors.RecordError` naming its path; the caller decides whether
   that is fatal (the default) or a warning (``--skip-bad``).
-* Merging is a pure function of the records: by key ``(stack_id, target, probe)``, the newest
-  ``created_at`` wins, then the larger ``run_id``, then the larger canonical JSON text. That total
-  order makes the merge idempotent and independent of the order of its inputs.
+* Merging is a pure function of the records: by key ``(stack_id, target, probe)``, evidence ranks before
+  time: a record that measured something (``pass``, ``fail``, ``crash``, ``timeout``: the software under
+  test decided) outranks any record that measured nothing (``skip`` "not built here", ``error`` "no image",
+  ``undecided``), however much newer; then the newest ``created_at`` wins, then the larger ``run_id``, then
+  the larger canonical JSON text. That total order makes the merge idempotent and independent of the order
+  of its inputs. A newer record that measured nothing and lost to an older measurement is kept apart
+  (:attr:`LoadedResults.shadowed`), so the reports can say "last run: not built here".
+* A record dated after this machine's clock (beyond :data:`FUTURE_TOLERANCE`) is refused when loaded, like a
+  corrupt file: it would win every later merge.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,11 +42,12 @@ from stackforge import __version__
 from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 from stackforge.core.fsio import atomic_write_text
-from stackforge.core.records import ResultRecord, new_run_id, utc_now
+from stackforge.core.records import ResultRecord, Status, new_run_id, utc_now
 
 __all__ = [
     "HOST_FILE", "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
-    "finish_run", "holds_results", "load_results", "merge_records", "merge_runs",
+    "FUTURE_TOLERANCE", "MEASURED_STATUSES", "finish_run", "holds_results", "load_results", "merge_records",
+    "merge_runs", "merge_with_shadowed",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -53,6 +60,10 @@ RUN_SCHEMA_VERSION = 1
 # Ids become folder and file names: keep them to one safe path component.
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,159}")
 _OLDEST = datetime.min.replace(tzinfo=timezone.utc)
+#: Statuses of a record in which the software under test decided something: they outrank the others in a merge.
+MEASURED_STATUSES = frozenset({Status.PASS, Status.FAIL, Status.CRASH, Status.TIMEOUT})
+#: How far after this machine's clock a record may be dated (clock skew between CI machines) before it is refused.
+FUTURE_TOLERANCE = timedelta(hours=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +125,25 @@ class LoadedResults:
         records: valid records, merged by key across the loaded runs, sorted by key.
         runs: metadata of the runs that were loaded (sorted by run id).
         problems: one RecordError per file that could not be used; never silently empty.
+        shadowed: newer records that measured nothing (skip, error, undecided) and lost the merge to an
+            older measurement of the same key: what the last run said, for a note.
     """
 
     records: tuple[ResultRecord, ...]
     runs: tuple[RunInfo, ...] = ()
     problems: tuple[RecordError, ...] = ()
     source: str = ""
+    shadowed: tuple[ResultRecord, ...] = ()
+
+    def shadowed_note(self, examples: int = 3) -> str:
+        """One line on the measurements kept over newer runs that measured nothing ("" when there are none)."""
+        if not self.shadowed:
+            return ""
+        shown = "; ".join(f"{r.stack_id} {r.probe}: last run {r.outcome.status.value} ({r.outcome.reason[:80]})"
+                          for r in self.shadowed[:examples])
+        more = f"; and {len(self.shadowed) - examples} more" if len(self.shadowed) > examples else ""
+        return (f"kept {len(self.shadowed)} measured record(s) over newer runs that measured nothing (a run that "
+                f"finds no image or skips never hides evidence): {shown}{more}")
 
     def raise_for_problems(self) -> None:
         """Raise one RecordError listing every problem, if there is any."""
@@ -260,8 +284,9 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
         infos.extend([info] if info else [])
         groups.append(records)
         problems.extend(run_problems)
-    return LoadedResults(records=merge_records(*groups), runs=tuple(sorted(infos, key=lambda i: i.run_id)),
-                         problems=tuple(problems), source=str(path))
+    winners, shadowed = merge_with_shadowed(*groups)
+    return LoadedResults(records=winners, runs=tuple(sorted(infos, key=lambda i: i.run_id)),
+                         problems=tuple(problems), source=str(path), shadowed=shadowed)
 
 
 def holds_results(path: Path) -> bool:
@@ -284,17 +309,29 @@ def result_schema() -> dict[str, Any]:
 def merge_records(*groups: Iterable[ResultRecord]) -> tuple[ResultRecord, ...]:
     """Merge record collections by key; for each key the record with the highest precedence wins.
 
-    Precedence: newer ``created_at``, then larger ``run_id``, then larger canonical JSON text (a
-    total order, so ``merge(a, b) == merge(b, a)`` and ``merge(a, a) == merge(a)``).
-    Returns the winners sorted by key.
+    Precedence: a measurement (:data:`MEASURED_STATUSES`) before a record that measured nothing, then newer
+    ``created_at``, then larger ``run_id``, then larger canonical JSON text (a total order, so
+    ``merge(a, b) == merge(b, a)`` and ``merge(a, a) == merge(a)``). Returns the winners sorted by key.
     """
+    return merge_with_shadowed(*groups)[0]
+
+
+def merge_with_shadowed(*groups: Iterable[ResultRecord]) -> tuple[tuple[ResultRecord, ...], tuple[ResultRecord, ...]]:
+    """:func:`merge_records`, and for each key whose winner is an older measurement, the newest record that
+    measured nothing after it (what the last run said)."""
     winners: dict[tuple[str, str, str], ResultRecord] = {}
+    latest: dict[tuple[str, str, str], ResultRecord] = {}
     for group in groups:
         for record in group:
             held = winners.get(record.key)
             if held is None or _precedence(record) > _precedence(held):
                 winners[record.key] = record
-    return tuple(winners[key] for key in sorted(winners))
+            newest = latest.get(record.key)
+            if newest is None or _by_time(record) > _by_time(newest):
+                latest[record.key] = record
+    shadowed = tuple(latest[key] for key in sorted(winners)
+                     if latest[key] is not winners[key] and _by_time(latest[key]) > _by_time(winners[key]))
+    return tuple(winners[key] for key in sorted(winners)), shadowed
 
 
 def merge_runs(run_dirs: Sequence[Path], results_root: Path, *, command: Sequence[str] = (),
@@ -353,11 +390,19 @@ def _load_run(run_dir: Path) -> tuple[RunInfo | None, list[ResultRecord], list[R
     except RecordError as exc:
         problems.append(exc)
     records = []
+    latest_allowed = datetime.now(timezone.utc) + FUTURE_TOLERANCE
     for path in _record_files(run_dir):
         try:
-            records.append(_load_record(run_dir, path))
+            record = _load_record(run_dir, path)
         except RecordError as exc:
             problems.append(exc)
+            continue
+        if _parse_time(record.created_at) > latest_allowed:
+            problems.append(RecordError(f"record is dated {record.created_at}, after this machine's clock "
+                                        f"({utc_now()}): a record from the future would win every later merge",
+                                        path=str(path)))
+            continue
+        records.append(record)
     return info, records, problems
 
 
@@ -412,7 +457,11 @@ def _select_runs(root: Path, wanted: Sequence[str]) -> list[Path]:
     return [path for path in chosen if path is not None]
 
 
-def _precedence(record: ResultRecord) -> tuple[datetime, str, str, str]:
+def _precedence(record: ResultRecord) -> tuple[bool, datetime, str, str, str]:
+    return (record.outcome.status in MEASURED_STATUSES, *_by_time(record))
+
+
+def _by_time(record: ResultRecord) -> tuple[datetime, str, str, str]:
     return (_parse_time(record.created_at), record.created_at, record.run_id, record.dumps())
 
 
