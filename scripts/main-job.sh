@@ -22,8 +22,12 @@
 #   pick        the best image with its evidence level (out/pick.txt)
 #   confirm     what the images and probes changed against the first answer (out/first-answer.json)
 #
-# Ends with where each file is and how long each stage took (also in out/main-job.tsv: stage,
-# seconds, status, note). Exits non-zero as soon as a stage fails (the summary is still printed).
+# Before anything it checks the disk (stackforge/doctor/disk_budget.py holds the need, measured in
+# docs/measurements.md; STACKFORGE_DISK_NEED_GB=N replaces it) and refuses in one line when the disk
+# cannot hold the job. Ends with where each file is, how long each stage took (also in out/main-job.tsv:
+# stage, seconds, status, note), how much the engine's own usage grew (docker system df) and the commands
+# that remove what it built. Exits non-zero as soon as a stage fails (the summary is still printed). No
+# line it prints itself is over 200 characters (MAX_LINE): longer ones are wrapped.
 #
 # For a Debian bookworm machine (root or passwordless sudo; no GPU, no container registry needed).
 # Extra arguments go to both `stackforge build` calls, e.g.  scripts/main-job.sh -j 2 --resume
@@ -43,10 +47,39 @@ readonly PROBE_INPUTS="$OUT/probe-inputs.txt"
 # What the picked image must have: torch kernels for the target's arch (without them nothing runs);
 # pick's exit status then says how that was decided: 0 measured on the GPU, 5 by a gate probe only.
 readonly REQUIRE="torch-kernels"
+readonly BUDGET=(python3 -m stackforge.doctor.disk_budget)   # the disk need, in one place
+readonly MAX_LINE=200
+# The "current as of: ..." line every report command prints on stderr: kept here, printed once at the end.
+readonly CURRENCY="$OUT/currency.txt"
 
-say() { printf 'main-job: %s\n' "$*"; }
+# wrap: each line over MAX_LINE characters folded at a space where there is one (continuations indented).
+wrap() {
+  awk -v max="$MAX_LINE" '{
+    rest = $0; lead = ""
+    while (length(lead rest) > max) {
+      room = max - length(lead); cut = room
+      for (i = room; i > room / 2; i--) if (substr(rest, i, 1) == " ") { cut = i; break }
+      print lead substr(rest, 1, cut); rest = substr(rest, cut + 1); lead = "    "
+    }
+    print lead rest
+  }'
+}
+say() { printf 'main-job: %s\n' "$*" | wrap; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
-docker_bytes() { df -B1 --output=used "$(docker info --format '{{.DockerRootDir}}')" | tail -1; }
+# The engine's own usage (images, containers, volumes, build cache: docker system df), not the filesystem's.
+engine_bytes() { "${BUDGET[@]}" engine-bytes 2>/dev/null || true; }
+gb() { awk -v b="$1" 'BEGIN { printf "%.1f GB", b / 1e9 }'; }
+
+# sf ARGS: stackforge, its "current as of" line kept for the end instead of printed by every command.
+sf() {
+  { "$SF" "$@" 2>&1 1>&3 3>&- | keep_currency | wrap >&2; } 3>&1
+}
+keep_currency() {
+  local line
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    if [[ "$line" == "current as of: "* ]]; then printf '%s\n' "$line" >"$CURRENCY"; else printf '%s\n' "$line"; fi
+  done
+}
 
 STAGE_NAMES=()
 STAGE_SECONDS=()
@@ -54,7 +87,7 @@ STAGE_STATUS=()
 STAGE_NOTES=()
 FILES=()
 JOB_STARTED=$(date +%s)
-DISK_BEFORE=""
+ENGINE_BEFORE=""
 
 # stage NAME WHAT COMMAND...: run one stage under errexit and record its seconds; when it fails, the
 # EXIT trap records it as failed (CURRENT_STAGE) and the job ends with its exit status. A stage may add
@@ -86,19 +119,38 @@ summary() {
   say "stages (seconds):"
   for i in "${!STAGE_NAMES[@]}"; do
     printf '  %-11s %6s s  %-10s %s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}" "${STAGE_STATUS[$i]}" \
-      "${STAGE_NOTES[$i]}"
+      "${STAGE_NOTES[$i]}" | wrap
     printf '%s\t%s\t%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}" "${STAGE_STATUS[$i]}" "${STAGE_NOTES[$i]}" \
       >>"$STAGES_TSV"
   done
   printf '  %-11s %6s s\n' "total" "$(( $(date +%s) - JOB_STARTED ))"
   printf 'total\t%s\t%s\t\n' "$(( $(date +%s) - JOB_STARTED ))" "$([[ $status -eq 0 ]] && echo ok || echo "failed ($status)")" \
     >>"$STAGES_TSV"
-  if [[ -n "$DISK_BEFORE" ]] && docker info >/dev/null 2>&1; then
-    say "disk used by the engine grew by $(( ($(docker_bytes) - DISK_BEFORE) / 1024 / 1024 )) MiB"
+  if [[ -f "$CURRENCY" ]]; then say "$(cat "$CURRENCY")"; fi
+  local after; after=$(engine_bytes)
+  if [[ -n "$ENGINE_BEFORE" && -n "$after" ]]; then
+    say "the engine's own usage (docker system df: images, containers, volumes, build cache) went from" \
+        "$(gb "$ENGINE_BEFORE") to $(gb "$after") during the builds"
   fi
   say "files (in $PWD):"
-  for i in "${FILES[@]}" "$STAGES_TSV"; do printf '  %s\n' "$i"; done
+  for i in "${FILES[@]}" "$STAGES_TSV"; do printf '  %s\n' "$i" | wrap; done
+  say_removal
   exit "$status"
+}
+
+# say_removal: the commands that remove what this job built (its stacks' images, by label) and the
+# BuildKit cache; the base image is small and every build uses it.
+say_removal() {
+  local id refs=()
+  [[ ${#BUILT_IDS[@]} -gt 0 ]] || return 0
+  for id in "${BUILT_IDS[@]}"; do
+    while read -r ref; do [[ -n "$ref" ]] && refs+=("$ref"); done \
+      < <(docker image ls --filter "label=io.stackforge.stack.id=$id" --format '{{.Repository}}:{{.Tag}}' 2>/dev/null || true)
+  done
+  [[ ${#refs[@]} -gt 0 ]] || return 0
+  say "to remove the ${#refs[@]} image(s) this job built, and then the engine's BuildKit cache:"
+  for id in "${refs[@]}"; do printf '  docker image rm %s\n' "$id" | wrap; done
+  printf '  docker buildx prune --force\n'
 }
 trap summary EXIT
 # A signal ends the job with its own status (130 Ctrl-C, 143 TERM, 129 HUP), so the summary marks the stage
@@ -230,31 +282,32 @@ newest_run() {
 }
 
 write_matrix() {
-  "$SF" matrix --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --format html --out "$OUT/matrix.html"
+  sf matrix --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --format html --out "$OUT/matrix.html"
   FILES+=("$OUT/matrix.html")
 }
 
 # The reports go to files in full (md, html) and to the terminal one screen each (--format text).
 print_deadends() {
   local args=(--results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET")
-  "$SF" deadends "${args[@]}" --format md --out "$OUT/deadends.md"
-  "$SF" deadends "${args[@]}"
+  sf deadends "${args[@]}" --format md --out "$OUT/deadends.md"
+  sf deadends "${args[@]}" | wrap
   FILES+=("$OUT/deadends.md")
 }
 
 print_upgrade() {
   local args=(--from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" "${REPORT_RUNS[@]}"
               --builds "$OUT")
-  "$SF" upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
-  "$SF" upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
-  "$SF" upgrade "${args[@]}"
-  FILES+=("$OUT/upgrade.md" "$OUT/upgrade.html")
+  sf upgrade "${args[@]}" --format md --out "$OUT/upgrade.md"
+  sf upgrade "${args[@]}" --format html --out "$OUT/upgrade.html"
+  sf upgrade "${args[@]}" --format json --out "$OUT/upgrade.json"   # which stacks it picked (confirm reads it)
+  sf upgrade "${args[@]}" | wrap
+  FILES+=("$OUT/upgrade.md" "$OUT/upgrade.html" "$OUT/upgrade.json")
 }
 
 pick_image() {
   local status=0
-  "$SF" pick --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
-  cat "$OUT/pick.txt"
+  sf pick --results "$RESULTS" "${REPORT_RUNS[@]}" --target "$TARGET" --require "$REQUIRE" >"$OUT/pick.txt" || status=$?
+  wrap <"$OUT/pick.txt"
   FILES+=("$OUT/pick.txt")
   case "$status" in
     0) say "evidence: $REQUIRE measured by a runtime probe on a GPU of the target" ;;
@@ -266,12 +319,13 @@ pick_image() {
 # first_answer: the upgrade report from the wheels alone (seconds), printed before any image work.
 first_answer() {
   mkdir -p "$OUT"
-  "$SF" upgrade --from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" \
+  sf upgrade --from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" \
     --read-wheels --format json --out "$FIRST_ANSWER"
-  "$VENV/bin/python" - "$FIRST_ANSWER" <<'PY'
+  "$VENV/bin/python" - "$FIRST_ANSWER" <<'PY' | wrap
 import json, sys
 report = json.load(open(sys.argv[1]))
 s = report["summary"]
+print(f"main-job: first answer compares {report['from']['stack_id']} -> {report['to']['stack_id']}")
 print(f"main-job: first answer (the releases' code, read from their wheels; no image yet): {s['gained']} gained, "
       f"{s['admitted']} admitted by the code, {s['lost']} lost, {s['unchanged']} unchanged, {s['undecided']} undecided, "
       f"{s['n/a']} n/a; driver floor {s['driver_floor']}; {len(report['dead_ends_after'])} dead end(s) remain")
@@ -283,15 +337,27 @@ PY
   FILES+=("$FIRST_ANSWER  (the first answer, from the wheels)")
 }
 
-# confirm: what the images and probes changed against the first answer, feature by feature.
+# confirm: what the images and probes changed against the first answer, feature by feature, for the
+# same FROM and TO stacks as the first answer (named by id: --from-cuda / --to-cuda pick the best stack
+# of each family from what was measured, which may be another stack than the one the wheels answered for).
 confirm() {
-  local final="$OUT/upgrade.json"
-  "$SF" upgrade --from-cuda "$FROM_CUDA" --to-cuda "$TO_CUDA" --target "$TARGET" --results "$RESULTS" \
-    "${REPORT_RUNS[@]}" --builds "$OUT" --format json --out "$final"
-  FILES+=("$final")
-  "$VENV/bin/python" - "$FIRST_ANSWER" "$final" <<'PY'
+  local final="$OUT/confirm.json" from to
+  read -r from to < <("$VENV/bin/python" -c '
 import json, sys
-first, final = (json.load(open(path)) for path in sys.argv[1:3])
+report = json.load(open(sys.argv[1]))
+print(report["from"]["stack_id"], report["to"]["stack_id"])' "$FIRST_ANSWER")
+  sf upgrade "$from" "$to" --target "$TARGET" --results "$RESULTS" "${REPORT_RUNS[@]}" --builds "$OUT" \
+    --format json --out "$final"
+  FILES+=("$final  (the first answer's stacks, with the images' evidence)")
+  "$VENV/bin/python" - "$FIRST_ANSWER" "$final" "$OUT/upgrade.json" <<'PY' | wrap
+import json, sys
+first, final, report = (json.load(open(path)) for path in sys.argv[1:4])
+pair = lambda r: (r["from"]["stack_id"], r["to"]["stack_id"])
+print(f"main-job: compared, as the first answer: {pair(first)[0]} -> {pair(first)[1]}")
+if pair(report) != pair(first):
+    side = "from" if pair(report)[0] != pair(first)[0] else "to"
+    print(f"main-job: the upgrade report above compared {pair(report)[0]} -> {pair(report)[1]} instead: with the images' "
+          f"evidence --{side}-cuda took {report[side]['stack_id']} ({report[side].get('why') or 'no reason recorded'})")
 before = {f["feature"]: f for f in first["features"]}
 moved = [(f, before.get(f["feature"])) for f in final["features"]
          if before.get(f["feature"]) is None or (before[f["feature"]]["change"], before[f["feature"]]["to"]["status"])
@@ -312,19 +378,29 @@ install() {
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check .
   say "$("$SF" --version | head -n 1) installed in $VENV"
 }
+# The disk first: a job that fills it fails in its second build, twenty minutes in.
+budget_status=0
+"${BUDGET[@]}" check main-job | sed 's/^/main-job: /' | wrap || budget_status=${PIPESTATUS[0]}
+case "$budget_status" in
+  0) ;;
+  3) trap - EXIT; exit 1 ;;   # it printed the commands that free what stackforge holds, then the refusal
+  *) trap - EXIT; say "error: the disk check (${BUDGET[*]} check main-job) could not run (status $budget_status)"; exit 1 ;;
+esac
+mkdir -p "$OUT"
+rm -f "$CURRENCY"
 stage install "pip install . into $VENV" install
 stage answer "the upgrade report from the wheels (upgrade --read-wheels), before any image" first_answer
 stage engine "Docker engine and buildx (scripts/setup-engine.sh)" as_root scripts/setup-engine.sh
 # The base image stackforge falls back to when no registry answers: Debian from Debian's packages.
 stage base "stackforge bootstrap-base (Debian base image for registry-free builds)" as_root "$SF" bootstrap-base
-DISK_BEFORE=$(docker_bytes)
+ENGINE_BEFORE=$(engine_bytes)
 mkdir -p "$OUT"
 stage "build-$TO_CUDA" "stackforge build --cuda $TO_CUDA" build_headline "$@"
 stage "build-$FROM_CUDA" "the CUDA $FROM_CUDA stacks this machine can build" build_family "$FROM_CUDA" "$@"
 FILES+=("$OUT/builds/  (build records)" "$OUT/logs/  (build logs)")
 say "images of the stacks built here:"
 docker image ls --filter label=io.stackforge.stack.id --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' \
-  | grep -F -f <(printf '%s\n' "${BUILT_IDS[@]}") || say "  (none)"
+  | grep -F -f <(printf '%s\n' "${BUILT_IDS[@]}") | wrap || say "  (none)"
 stage probe "gate probes for $TARGET" probe_gate
 stage wheel "wheel tier for $TARGET (the releases' code, from the index)" probe_wheels
 stage matrix "stackforge matrix --format html" write_matrix

@@ -11,6 +11,11 @@
 # reachable), run from anywhere as root (or with passwordless sudo):  scripts/test.sh
 # Extra arguments go to pytest, e.g.  scripts/test.sh -m "not slow"
 # The whole job must fit in 90 minutes on 2 cores; the tests get STACKFORGE_CI_TEST_TIMEOUT (80m).
+# Before anything it checks the disk (stackforge/doctor/disk_budget.py holds the need, measured in
+# docs/measurements.md; STACKFORGE_DISK_NEED_GB=N replaces it) and refuses in one line when the disk
+# cannot hold the run; at its end (pass or fail) it prunes the engine's BuildKit cache to the budget's
+# cap. When a step fails, the last line names it and the steps that did not run; the exit status is the
+# failed step's (pytest's own when the tests fail).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,8 +27,11 @@ readonly TORCH_VERSION="2.13.0+cpu"
 readonly TORCH_VENV="$CACHE/test-torch-venv"
 readonly SKIP_REPORT="$CACHE/skips.tsv"
 readonly WHEEL_CACHE="$CACHE/wheels"   # compat verify's wheels, kept between runs (content-addressed)
+readonly PYTEST_LOG="$CACHE/pytest.log"
+readonly BUDGET=(python3 -m stackforge.doctor.disk_budget)   # the disk need and caps, in one place
 
 say() { printf 'ci: %s\n' "$*"; }
+# die: the run ends here; the EXIT trap then names the steps that did not run.
 die() { printf 'ci: error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 seconds_since() { echo $(( $(date +%s) - $1 )); }
@@ -32,6 +40,18 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 \
     || { as_root apt-get update -qq >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; } \
     || die "apt-get install $* failed"
+}
+
+step_disk() {
+  # Refuse before anything is installed or built: a run that fills the disk fails 100 tests with
+  # "No space left on device" after twenty minutes.
+  local status=0
+  "${BUDGET[@]}" check test 2>&1 | sed 's/^/ci: /' || status=${PIPESTATUS[0]}
+  case "$status" in
+    0) ;;
+    3) exit 1 ;;   # it printed the commands that free what stackforge holds, then the refusal (the last line)
+    *) die "the disk check (${BUDGET[*]} check test) could not run (status $status)" ;;
+  esac
 }
 
 step_engine() {
@@ -121,17 +141,27 @@ step_tests() {
   local started; started=$(date +%s)
   local status=0
   rm -f "$SKIP_REPORT"
-  # The tests' conftest prints the skips by reason at the end and writes them to the report.
+  # The tests' conftest prints the skips by reason at the end and writes them to the report. pytest's
+  # output also goes to a log: its closing line is repeated on the last line when it fails.
   STACKFORGE_SKIP_REPORT="$PWD/$SKIP_REPORT" \
-    timeout --signal=TERM --kill-after=60 "$TEST_TIMEOUT" "$VENV/bin/python" -m pytest -q "$@" || status=$?
+    timeout --signal=TERM --kill-after=60 "$TEST_TIMEOUT" "$VENV/bin/python" -m pytest -q "$@" 2>&1 \
+    | tee "$PYTEST_LOG" || status=${PIPESTATUS[0]}
   say "tests: pytest exited with status $status after $(seconds_since "$started") s"
+  local closing full
+  # pytest's closing line: "1 failed, 1867 passed, 96 errors in 1423.12s (0:23:43)".
+  closing=$(grep -E ' in [0-9.]+s( \([0-9:]+\))?( =+)?$' "$PYTEST_LOG" | tail -n 1 | sed 's/^=* *//; s/ *=*$//' || true)
+  full=$(grep -c 'No space left on device' "$PYTEST_LOG" || true)
+  if [[ "$full" -gt 0 ]]; then
+    say "tests: $full line(s) of pytest's output say 'No space left on device': ${BUDGET[*]} check test"
+  fi
   case "$status" in
     0) ;;
     5) die "pytest collected no tests (exit status 5): a CI run that tests nothing is a failure" ;;
-    124) die "pytest ran past $TEST_TIMEOUT and was stopped" ;;
-    *) exit "$status" ;;
+    124) die "pytest ran past $TEST_TIMEOUT and was stopped (pytest: ${closing:-no closing line})" ;;
+    # pytest's own status is the run's (the EXIT trap's last line says it too).
+    *) printf 'ci: error: pytest exited with status %s (pytest: %s)\n' "$status" "${closing:-no closing line}" >&2
+       exit "$status" ;;
   esac
-  check_skips
 }
 
 check_skips() {
@@ -165,19 +195,61 @@ step_compat_verify() {
   esac
 }
 
+prune_buildkit() {
+  # The tests build real images: their layers stay in the engine's BuildKit cache (11.7 GB after one
+  # run). Keep at most the budget's cap of it (least recently used pruned first; what a running build
+  # uses is never pruned). buildx 0.13 (scripts/setup-engine.sh) has --keep-storage, not --max-used-space.
+  local keep before after
+  keep=$("${BUDGET[@]}" buildkit-keep 2>/dev/null) || return 0
+  docker buildx version >/dev/null 2>&1 || return 0
+  before=$(docker buildx du 2>/dev/null | sed -n 's/^Total:[[:space:]]*//p' || true)
+  if docker buildx prune --force --keep-storage "$keep" >/dev/null 2>&1; then
+    after=$(docker buildx du 2>/dev/null | sed -n 's/^Total:[[:space:]]*//p' || true)
+    say "BuildKit cache: ${before:-?} -> ${after:-?} (docker buildx prune --force --keep-storage $keep)"
+  else
+    say "BuildKit cache: not pruned (docker buildx prune --force --keep-storage $keep failed)"
+  fi
+}
+
+# The steps in order; STEP is the one running, so the EXIT trap can name it and the ones after it.
+STEPS=(disk engine browser registry venv torch_venv base_image readme_install tests skip_check compat_verify)
+STEP=""
+STARTED=$(date +%s)
+
+finish() {
+  local status=$?
+  trap - EXIT
+  # Refused by the disk check: nothing ran, and the refusal is the last line. Passed: main said so.
+  if [[ "$status" -ne 0 && -n "$STEP" && "$STEP" != "disk" ]]; then
+    prune_buildkit
+    local after="" name seen=""
+    for name in "${STEPS[@]}"; do
+      if [[ -n "$seen" ]]; then after+="${after:+, }${name//_/ }"; fi
+      if [[ "$name" == "$STEP" ]]; then seen=1; fi
+    done
+    printf 'ci: FAILED at step %s (status %s) after %s s; not run: %s\n' "${STEP//_/ }" "$status" \
+      "$(seconds_since "$STARTED")" "${after:-nothing (it was the last step)}" >&2
+  fi
+  exit "$status"
+}
+
 main() {
-  local started; started=$(date +%s)
   mkdir -p "$CACHE"
-  step_engine
-  step_browser
-  step_registry
-  step_venv
-  step_torch_venv
-  step_base_image
-  step_readme_install
-  step_tests "$@"
-  step_compat_verify
-  say "passed in $(seconds_since "$started") s"
+  trap finish EXIT
+  STEP=disk; step_disk
+  STEP=engine; step_engine
+  STEP=browser; step_browser
+  STEP=registry; step_registry
+  STEP=venv; step_venv
+  STEP=torch_venv; step_torch_venv
+  STEP=base_image; step_base_image
+  STEP=readme_install; step_readme_install
+  STEP=tests; step_tests "$@"
+  STEP=skip_check; check_skips
+  STEP=compat_verify; step_compat_verify
+  STEP=""
+  prune_buildkit
+  say "passed in $(seconds_since "$STARTED") s"
 }
 
 main "$@"

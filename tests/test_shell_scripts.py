@@ -118,6 +118,10 @@ printf '%s\n' "$*" >>"$FAKE_LOG"
 command="$1"
 out=""; prev=""
 for arg in "$@"; do [[ "$prev" == "--out" ]] && out="$arg"; prev="$arg"; done
+# Every report command says how current it is on stderr (a long line, as the real one can be).
+case "$command" in matrix|deadends|upgrade|pick)
+  echo "current as of: flashinfer-python 0.7.2 (2026-12-01T00:00Z), sglang 0.5.23 (2026-12-01T00:00Z) [results read]; $(printf 'x%.0s' {1..150})" >&2 ;;
+esac
 case "$command" in
   --version) echo "stackforge 0.0-fake" ;;
   bootstrap-base) ;;
@@ -148,8 +152,13 @@ JSON
   upgrade)
     if [[ "$*" == *"--format json"* ]]; then
       status=fail; [[ "$*" == *"--read-wheels"* ]] || status=pass
+      # The wheels alone rank the devel stack first; from the measured images --from-cuda picks the wheels one.
+      from=cu128-wheels; to=cu131-wheels
+      [[ "$*" == *"--read-wheels"* ]] && from=cu128-devel
+      [[ "$2" != --* ]] && from="$2" && to="$3"
       cat >"$out" <<JSON
-{"summary": {"gained": 0, "admitted": 1, "lost": 0, "unchanged": 2, "undecided": 1, "n/a": 0,
+{"from": {"stack_id": "$from", "why": "best CUDA 12.8 stack by pick's ranking (probed)"}, "to": {"stack_id": "$to"},
+ "summary": {"gained": 0, "admitted": 1, "lost": 0, "unchanged": 2, "undecided": 1, "n/a": 0,
              "driver_floor": "raised from >= 570.26 to >= 580"},
  "features": [{"feature": "nvfp4-gemm", "change": "admitted",
                "to": {"status": "admitted", "evidence": "measured (wheel)", "reason": "gate admits 12"}},
@@ -172,7 +181,15 @@ FAKE_DOCKER = r"""#!/usr/bin/env bash
 case "$1 $2" in
   "info --format") echo "$FAKE_ROOT" ;;
   "image inspect"|"manifest inspect") exit 1 ;;
-  "image ls") echo "sha256:${FAKE_IMAGE_ID:-1111}" ;;
+  "image ls")
+    if [[ "$*" == *"{{.Repository}}:{{.Tag}}"* && "$*" == *"label=io.stackforge.stack.id="* ]]; then
+      all="$*"; id="${all##*label=io.stackforge.stack.id=}"; echo "stackforge/${id%% *}:fake"
+    else
+      echo "sha256:${FAKE_IMAGE_ID:-1111}"
+    fi ;;
+  "system df")   # the engine's usage grows by 2.5 GB with each call
+    n=$(cat "$FAKE_ROOT/df-calls" 2>/dev/null || echo 0); echo $((n + 1)) >"$FAKE_ROOT/df-calls"
+    printf 'Images\t%s.5GB\nContainers\t0B\nLocal Volumes\t0B\nBuild Cache\t%s.0GB\n' "$((n * 2))" "$n" ;;
   *) echo "fake docker: unexpected $*" >&2; exit 99 ;;
 esac
 """
@@ -183,6 +200,7 @@ def _fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "checkout"
     (root / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "main-job.sh", root / "scripts" / "main-job.sh")
+    (root / "stackforge").symlink_to(REPO / "stackforge")      # the disk budget: python3 -m stackforge.doctor...
     executables = {
         root / "scripts" / "setup-engine.sh": "#!/usr/bin/env bash\necho engine ready\n",
         root / ".venv" / "bin" / "stackforge": FAKE_STACKFORGE,
@@ -200,7 +218,7 @@ def _fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 def _fake_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"),
-            "FAKE_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+            "FAKE_ROOT": str(tmp_path), "HOME": str(tmp_path), "STACKFORGE_DISK_NEED_GB": "1"}
 
 
 def _main_job(tmp_path: Path, **extra_env: str) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
@@ -251,9 +269,44 @@ def test_main_job_builds_what_it_can_skips_the_registry_stack_and_answers(tmp_pa
     assert dict((s[0], s[3]) for s in stages)["build-12.8"].endswith("; skipped, no registry: cu128-devel")
     assert f"main-job: files (in {root}):" in done.stdout
     for path in ("out/matrix.html", "out/deadends.md", "out/upgrade.md", "out/pick.txt", "out/first-answer.json",
-                 "results/20261201T000000Z-fake/", "results/20261201T000000Z-wheel/"):
+                 "out/confirm.json", "results/20261201T000000Z-fake/", "results/20261201T000000Z-wheel/"):
         assert f"  {path}" in done.stdout, path
         assert (root / path).exists(), path
+
+
+def test_main_job_confirms_the_first_answer_s_stacks_and_ends_with_how_to_remove_them(tmp_path):
+    done, _, calls = _main_job(tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    # The first answer's stacks, by id, not --from-cuda's pick from the measured images.
+    assert "main-job: first answer compares cu128-devel -> cu131-wheels" in done.stdout
+    confirm = [c for c in calls if c.startswith("upgrade cu128-devel cu131-wheels ")]
+    assert len(confirm) == 1 and "--format json --out out/confirm.json" in confirm[0], calls
+    assert "main-job: compared, as the first answer: cu128-devel -> cu131-wheels" in done.stdout
+    assert ("main-job: the upgrade report above compared cu128-wheels -> cu131-wheels instead: with the images' "
+            "evidence --from-cuda took cu128-wheels (best CUDA 12.8 stack by pick's ranking (probed))") in done.stdout
+    # Printed once, though every report command says it.
+    assert output.count("current as of: ") == 1, output
+    assert len([c for c in calls if c.split()[0] in ("matrix", "deadends", "upgrade", "pick")]) > 5
+    # The engine's own usage (docker system df), and how to remove what the job built.
+    assert ("the engine's own usage (docker system df: images, containers, volumes, build cache) went from "
+            "3.5 GB to 6.5 GB during the builds") in done.stdout
+    tail = done.stdout.splitlines()[-4:]
+    assert tail == ["main-job: to remove the 2 image(s) this job built, and then the engine's BuildKit cache:",
+                    "  docker image rm stackforge/cu131-wheels:fake", "  docker image rm stackforge/cu128-wheels:fake",
+                    "  docker buildx prune --force"], tail
+    # No line is over 200 characters (the long "current as of" line is wrapped).
+    long = [line for line in output.splitlines() if len(line) > 200]
+    assert not long, long
+
+
+def test_main_job_refuses_in_one_line_when_the_disk_cannot_hold_it(tmp_path):
+    done, _, calls = _main_job(tmp_path, STACKFORGE_DISK_NEED_GB="100000")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("main-job: not enough disk: scripts/main-job.sh needs 100000.0 GB free on "), last
+    assert "(STACKFORGE_DISK_NEED_GB=100000); stackforge holds there: " in last
+    assert calls == [] and "stages (seconds)" not in done.stdout       # nothing ran, no summary
 
 
 def test_main_job_stops_at_a_failed_stage_and_still_prints_the_summary(tmp_path):
@@ -321,3 +374,91 @@ def test_main_job_reuses_gate_results_only_for_the_same_images_and_probe_code(tm
     # Asked to: probed again, although nothing changed.
     forced, calls = rerun(FAKE_IMAGE_ID="2222", MAIN_JOB_PROBE="always")
     assert any(c.startswith("probe --tier gate") for c in calls), forced.stdout
+
+
+# ------------------------------------------------------------------------------------------ test.sh
+# The test command's frame (the disk check first, the BuildKit cache pruned at the end, the last line
+# naming what did not run) with stand-ins for the machine setup, the venv and pytest.
+
+FAKE_TEST_PYTHON = r"""#!/usr/bin/env bash
+# Stand-in for the test venv's python: pip installs nothing; pytest fails as a full disk made it fail.
+case "$1 $2" in
+  "-m pip"|"-c "*) exit 0 ;;
+  "-m pytest") echo "FE."; echo "E   OSError: [Errno 28] No space left on device"
+               echo "1 failed, 1 passed, 1 error in 0.12s"; exit 1 ;;
+esac
+[[ "$1" == "--version" ]] && echo "Python 3.11.2"
+exit 0
+"""
+
+FAKE_TEST_DOCKER = r"""#!/usr/bin/env bash
+printf '%s\n' "$*" >>"$FAKE_LOG"
+case "$1 $2" in
+  "buildx version") echo "github.com/docker/buildx 0.13.1" ;;
+  "buildx du") echo "Total:	11.7GB" ;;
+  "buildx prune") ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def _fake_test_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
+    (root / "stackforge").symlink_to(REPO / "stackforge")
+    log = tmp_path / "calls.log"
+    executables = {
+        root / "scripts" / "setup-engine.sh": f"#!/usr/bin/env bash\necho setup-engine >>{log}\n",
+        root / "scripts" / "readme-install-check.sh": f"#!/usr/bin/env bash\necho readme-install >>{log}\n",
+        root / ".venv" / "bin" / "python": FAKE_TEST_PYTHON,
+        root / ".venv" / "bin" / "stackforge": f"#!/usr/bin/env bash\necho stackforge $* >>{log}\n",
+        tmp_path / "bin" / "docker": FAKE_TEST_DOCKER,
+        tmp_path / "bin" / "chromium": "#!/bin/sh\n",
+        tmp_path / "bin" / "docker-registry": "#!/bin/sh\n",
+    }
+    for path, text in executables.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "FAKE_LOG": str(log), "HOME": str(tmp_path),
+           "STACKFORGE_TEST_TORCH_PYTHON": str(root / ".venv" / "bin" / "python"), "STACKFORGE_DISK_NEED_GB": "1",
+           "SF_PROBE_VENVS": str(tmp_path / "venvs")}
+    return root, env
+
+
+def _test_sh(tmp_path: Path, **extra_env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    if os.geteuid() != 0:
+        pytest.skip("test.sh runs its setup as root (or with sudo); this test runs it as root only")
+    root, env = _fake_test_checkout(tmp_path)
+    done = subprocess.run(["bash", str(root / "scripts" / "test.sh")], capture_output=True, text=True, timeout=120,
+                          check=False, env={**env, **extra_env}, cwd=tmp_path)
+    log = tmp_path / "calls.log"
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_test_command_refuses_in_one_line_before_anything_when_the_disk_is_short(tmp_path):
+    done, calls = _test_sh(tmp_path, STACKFORGE_DISK_NEED_GB="100000")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("ci: not enough disk: scripts/test.sh needs 100000.0 GB free on "), last
+    assert "(STACKFORGE_DISK_NEED_GB=100000); stackforge holds there: " in last
+    # The check asked the engine what it holds; no engine was set up, nothing installed, nothing pruned.
+    assert [c for c in calls if not c.startswith(("info ", "image ls", "image inspect", "buildx du", "system df"))] \
+        == [], calls
+
+
+def test_a_failed_pytest_names_the_steps_that_did_not_run_and_the_cache_is_pruned(tmp_path):
+    done, calls = _test_sh(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    err = done.stderr.splitlines()
+    assert err[-1].startswith("ci: FAILED at step tests (status 1) after "), err
+    assert err[-1].endswith("; not run: skip check, compat verify"), err
+    assert err[-2] == "ci: error: pytest exited with status 1 (pytest: 1 failed, 1 passed, 1 error in 0.12s)", err
+    assert "1 failed, 1 passed, 1 error in 0.12s" in done.stdout          # pytest's own output, as it printed it
+    assert ("ci: tests: 1 line(s) of pytest's output say 'No space left on device': "
+            "python3 -m stackforge.doctor.disk_budget check test") in done.stdout
+    steps = [c for c in calls if c in ("setup-engine", "stackforge bootstrap-base", "readme-install")]
+    assert steps == ["setup-engine", "stackforge bootstrap-base", "readme-install"], calls
+    assert "buildx prune --force --keep-storage 8gb" in calls
+    assert "ci: BuildKit cache: 11.7GB -> 11.7GB (docker buildx prune --force --keep-storage 8gb)" in done.stdout

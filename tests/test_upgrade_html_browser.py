@@ -85,3 +85,53 @@ def test_marks_need_no_emoji_font_and_the_page_fits_1280_pixels(page, tmp_path):
     assert not EMOJI.findall(dom), sorted(set(EMOJI.findall(dom)))
     assert '<svg class="mark"' in dom
     assert laid_out_width(dom) <= 1280
+
+
+#: Appended to a copy of the page (its CSP allows inline scripts): every cell of the features table whose
+#: laid-out text reaches past the cell's own box, i.e. over the next column.
+OVERFLOW_CHECK = """<script>
+(function () {
+  var over = [];
+  document.querySelectorAll('#features tbody tr').forEach(function (row) {
+    Array.prototype.forEach.call(row.children, function (cell, column) {
+      var box = cell.getBoundingClientRect(), range = document.createRange();
+      range.selectNodeContents(cell);
+      var text = range.getBoundingClientRect();
+      if (text.width && (text.right > box.right + 1 || text.left < box.left - 1)) {
+        over.push(row.querySelector('code').textContent + ' column ' + column + ': text to ' + Math.round(text.right)
+                  + ' px, cell to ' + Math.round(box.right) + ' px');
+      }
+    });
+  });
+  document.body.setAttribute('data-overflow', over.join('; ') || 'none');
+})();
+</script>"""
+
+
+def test_long_change_text_stays_in_its_column_at_1280_pixels(tmp_path):
+    """An admitted feature whose two sides rest on evidence of different strength says so in its change
+    text ("admitted (evidence of different strength: from ..., to ...)"): it wraps inside its column."""
+    import dataclasses
+
+    from stackforge.report.upgrade import ChangeKind, FeatureChange, SideCell
+
+    require_chromium()
+    records = [r for r in seed_records() if r.stack_id != CU128]
+    report = build_upgrade(records, Plan.from_json(plan_dict()), TARGET, StackChoice(cuda="12.8"),
+                           StackChoice(cuda="13.1"), runs=("20260301T020000Z-aaaaaa",))
+    rule = "fi-nvfp4-gemm-sm120-runtime-failure-reported-for-flashinfer-0.6.3"
+    long = FeatureChange("nvfp4-gemm", ChangeKind.ADMITTED,
+                         SideCell("unavailable", f"predicted by rule {rule}", "a run-time failure reported", "",
+                                  rule=rule, level=f"predicted by rule {rule}"),
+                         SideCell("admitted", "measured (wheel)", "mm_fp4 admits capability 120 in four backends", "",
+                                  level="measured (wheel)"))
+    assert len(long.label()) > 150, long.label()          # the text that ran over the next column
+    page = tmp_path / "upgrade-long.html"
+    html_text = write_upgrade_html(dataclasses.replace(report, features=(long, *report.features)))
+    page.write_text(html_text.replace("</body>", OVERFLOW_CHECK + "</body>"), encoding="utf-8")
+    dom = dump_dom(tmp_path, page.as_uri(), width=1280)
+    overflow = re.search(r'data-overflow="([^"]*)"', dom)
+    assert overflow, "the check script did not run"
+    assert html.unescape(overflow.group(1)) == "none"
+    assert "nvfp4-gemm" in visible_features(dom)
+    assert laid_out_width(dom) <= 1280

@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from stackforge.core.model import Target
+from stackforge.doctor.disk_budget import NEEDS, DiskBudget, free_lines, gb_text, need_bytes_by_filesystem
 from stackforge.edges.gpus import HostGpus, assign_gpus
 from stackforge.edges.pip_config import redact_urls, without_credentials
 
@@ -113,6 +114,7 @@ class HostFacts:
     indexes: tuple[IndexFacts, ...] = ()
     registry: RegistryFacts | None = None
     ca: CaFacts = field(default_factory=CaFacts)
+    budget: DiskBudget | None = None           # None: not gathered (no check line)
 
 
 # --------------------------------------------------------------------------- the report
@@ -164,7 +166,7 @@ class DoctorReport:
 def build_report(facts: HostFacts, targets: dict[str, Target]) -> DoctorReport:
     """Judge the gathered facts (pure)."""
     checks = [engine_check(facts.engine), buildx_check(facts.buildx),
-              *(disk_check(d) for d in facts.disks), gpu_check(facts.gpus),
+              *(disk_check(d) for d in facts.disks), *budget_checks(facts.budget), gpu_check(facts.gpus),
               targets_check(facts.gpus, targets, facts.machine),
               *(index_check(i) for i in facts.indexes), registry_check(facts.registry), ca_check(facts.ca)]
     return DoctorReport(tuple(checks))
@@ -209,6 +211,35 @@ def disk_check(disk: DiskFacts) -> HostCheck:
         return HostCheck(name, CheckStatus.WARN, f"{text}: under {floor} GiB ({why})", facts,
                          hint="free space (docker image prune removes only unused images)")
     return HostCheck(name, CheckStatus.OK, text, facts)
+
+
+def budget_checks(budget: DiskBudget | None) -> tuple[HostCheck, ...]:
+    """The ``disk budget`` line: free space against what scripts/test.sh and scripts/main-job.sh need
+    (the figures of :data:`stackforge.doctor.disk_budget.NEEDS`, which both scripts check before they
+    start), and what stackforge itself holds with the command that frees each."""
+    if budget is None:
+        return ()
+    needs, short = [], []
+    for need in NEEDS.values():
+        for fs, wanted in need_bytes_by_filesystem(budget, need):
+            enough = fs.free_bytes >= wanted
+            needs.append(f"{need.command} needs {gb_text(wanted)} on {fs.mount} ({'enough' if enough else 'short'})")
+            if not enough:
+                short.append(need.command)
+    free = ", ".join(f"{gb_text(fs.free_bytes)} free on {fs.mount}" for fs in budget.filesystems)
+    held = ", ".join(f"{h.what} {gb_text(h.size_bytes)}" for h in budget.holdings)
+    facts = {"filesystems": [{"mount": fs.mount, "free_bytes": fs.free_bytes, "roles": list(fs.roles)}
+                             for fs in budget.filesystems],
+             "engine_root": budget.engine_root, "engine_root_note": budget.engine_note or None,
+             "needs_gb": {n.command: {"engine": n.engine_gb, "scratch": n.scratch_gb, "basis": n.basis}
+                          for n in NEEDS.values()},
+             "override_gb": budget.override_gb,
+             "held": [{"what": h.what, "path": h.path, "bytes": h.size_bytes, "free_command": h.free_command,
+                       "detail": h.detail} for h in budget.holdings]}
+    summary = f"{free}; {'; '.join(needs)}; stackforge holds: {held}"
+    hint = "; ".join(line.strip() for line in free_lines(budget))
+    status = CheckStatus.WARN if short else CheckStatus.OK
+    return (HostCheck("disk budget", status, summary, facts, hint=hint if short or hint else ""),)
 
 
 def gpu_check(gpus: HostGpus) -> HostCheck:

@@ -21,6 +21,7 @@ import docker
 import requests
 
 from stackforge.core.errors import StackforgeError
+from stackforge.doctor import disk_budget
 from stackforge.doctor.checks import (
     BuildxFacts,
     CaFacts,
@@ -51,6 +52,7 @@ def gather(*, index_url: str | None = None, registry: str | None = None, ca_bund
         buildx = pool.submit(buildx_facts)
         pip = pool.submit(read_pip_config, timeout=TOOL_TIMEOUT_S)
         registry_future = pool.submit(registry_facts, registry) if registry else None
+        budget = pool.submit(disk_budget.gather, cwd or Path.cwd(), environ)
         config = runner.result_of(pip)
         ca = pip_ca(ca_bundle, config, environ)
         indexes = pool.submit(index_facts, pip_indexes(index_url, config, environ), ca)
@@ -58,7 +60,8 @@ def gather(*, index_url: str | None = None, registry: str | None = None, ca_bund
         disks = (engine_disk(engine), disk_facts("working directory", cwd or Path.cwd()))
         registry_found = runner.result_of(registry_future) if registry_future else None
         return HostFacts(engine=engine, buildx=runner.result_of(buildx), disks=disks, gpus=gpus,
-                         machine=platform.machine(), indexes=runner.result_of(indexes), registry=registry_found, ca=ca)
+                         machine=platform.machine(), indexes=runner.result_of(indexes), registry=registry_found, ca=ca,
+                         budget=runner.result_of(budget))
 
 
 # --------------------------------------------------------------------------- engine, buildx, GPUs, disk

@@ -32,7 +32,10 @@ _EXTRA_CSS = """
 .sides td, .sides th { max-width: 420px; overflow-wrap: anywhere; }
 #features td { max-width: 380px; overflow-wrap: anywhere; }
 .sides code { word-break: break-all; }
-.change { white-space: nowrap; font-weight: 600; }
+/* A change text can be long ("admitted (evidence of different strength: from predicted by rule ..., to ...)"):
+   it wraps inside its column, as do the cells' evidence labels (the matrix page keeps those on one line). */
+.change { font-weight: 600; min-width: 200px; }
+#features td.cell summary { white-space: normal; }
 .ch-gained { background: #e8f6ec; } .ch-lost { background: #fdecec; }
 .ch-undecided, .ch-na { background: #f6f8fa; color: var(--muted); } .ch-admitted, .ch-built { background: #f1f8f3; }
 .only { color: #9a6700; font-weight: 600; }
