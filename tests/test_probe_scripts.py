@@ -45,7 +45,7 @@ def run_script(python: Path | str, script: str | Path, *args: str, env: dict[str
     assert last.startswith("STACKFORGE_RESULT "), f"last line is not a result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     payload = json.loads(last[len("STACKFORGE_RESULT "):])
     assert set(payload) == {"status", "reason", "evidence", "metrics", "facts"}
-    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided")
+    assert payload["status"] in ("pass", "fail", "skip", "error", "undecided", "timeout")
     assert "\n" not in payload["reason"]
     assert proc.returncode == 0
     return payload
@@ -284,6 +284,7 @@ def test_fi063_ar_fusion_admits_sm90(fi063_python):
     result = run_script(fi063_python, "flashinfer_gates.py", "--arch", "9.0", "--gpus", "8",
                         "--feature", "flashinfer-ar-fusion", env={"CUDA_HOME": home})
     assert result["status"] == "pass", result
+    assert result["metrics"]["evidence_level"] == "admitted"   # gate only: nothing built without --build
     assert "compute_90a,code=sm_90a" in result["reason"]
 
 
@@ -308,7 +309,7 @@ def test_fi072_cpu_torch_without_nvcc_cannot_resolve_the_arch(fi072_python):
     assert result["metrics"]["target_archs"] == ""
 
 
-def test_fi072_runtime_flavour_resolves_from_torch_but_skips_without_nvcc(cuda_torch_python):
+def test_fi072_runtime_flavour_resolves_from_torch_but_cannot_jit_without_nvcc(cuda_torch_python):
     """CUDA torch, no nvcc: FlashInfer takes the CUDA version from torch.version.cuda, so its gate
     admits sm_120 (12.0f), but nothing can be compiled in such an image."""
     result = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
@@ -316,39 +317,88 @@ def test_fi072_runtime_flavour_resolves_from_torch_but_skips_without_nvcc(cuda_t
     assert result["metrics"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0f"
     assert result["metrics"]["fi_cuda_version"] == result["facts"]["torch_cuda"]
     assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
-    # The missing compiler is the image's flavour, not FlashInfer: a skip that says so, not a fail.
-    assert result["status"] == "skip"
+    # The image cannot build the module: a fail a CPU can see, worded as the flavour's, marked jit_possible False.
+    assert result["status"] == "fail" and result["metrics"]["jit_possible"] is False
     assert result["reason"].startswith("no nvcc in this flavour: ")
     assert "cannot build the module (no nvcc at /nonexistent/bin/nvcc" in result["reason"]
     jit = run_script(cuda_torch_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
                      "--feature", "flashinfer-jit", env={"CUDA_HOME": "/nonexistent"})
-    assert jit["status"] == "skip"
+    assert jit["status"] == "fail"
+    assert jit["metrics"]["jit_possible"] is False
     assert jit["reason"].startswith("no nvcc in this flavour: ")
     assert "finds no nvcc at /nonexistent/bin/nvcc" in jit["reason"]
 
 
-def test_fi072_explicit_arch_list_admits_but_no_nvcc_is_a_skip(fi072_python):
+def test_fi072_explicit_arch_list_admits_but_no_nvcc_cannot_build_it(fi072_python):
     result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
                         "--feature", "flashinfer-ar-fusion", "--fi-arch-list", "12.0a",
                         env={"CUDA_HOME": "/nonexistent"})
-    assert result["status"] == "skip"
+    assert result["status"] == "fail"
+    assert result["metrics"]["jit_possible"] is False
     assert result["metrics"]["modules"]["allreduce-fusion"] == "admitted"
     assert "compute_120a,code=sm_120a" in result["evidence"]
     assert result["reason"].startswith("no nvcc in this flavour: ")
     assert "cannot build the module (no nvcc" in result["reason"]
 
 
-def test_fi072_jit_compiles_a_module_for_sm120(fi072_python):
-    """A real FlashInfer JIT compile (its own ninja file, nvcc for compute_120f), compile-only."""
+def cuda_home_view(root: Path, home: str) -> Path:
+    """A CUDA home of links to ``home``'s folders but an empty ``lib64``: the toolkit of an image
+    whose libraries are not where FlashInfer's link line looks (-L$CUDA_HOME/lib64, lib64/stubs)."""
+    view = root / "cuda"
+    (view / "lib64" / "stubs").mkdir(parents=True)
+    for entry in Path(home).iterdir():
+        if entry.name != "lib64":
+            (view / entry.name).symlink_to(entry)
+    return view
+
+
+def add_link_libraries(view: Path, home: str, tmp: Path) -> None:
+    """Give the view what FlashInfer links against: the toolkit's libcudart.so and a libcuda.so link
+    stub (the toolkit's own stub where it ships one; this machine's toolkit has none, so one is built:
+    a link stub only has to exist for ``-lcuda``, the driver provides the real one at load time)."""
+    (view / "lib64" / "libcudart.so").symlink_to(Path(home) / "lib64" / "libcudart.so")
+    stub = Path(home) / "lib64" / "stubs" / "libcuda.so"
+    if stub.exists():
+        (view / "lib64" / "stubs" / "libcuda.so").symlink_to(stub)
+        return
+    (tmp / "stub.c").write_text("")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(view / "lib64" / "stubs" / "libcuda.so"), str(tmp / "stub.c")],
+                   check=True)
+
+
+def test_fi072_jit_builds_and_links_for_sm120_and_reuses_its_build_cache(fi072_python, tmp_path):
+    """A real FlashInfer JIT build (its own ninja file, nvcc for compute_120f, the link): first where the
+    link cannot find libcudart (a fail in the linker's words, as the same image would fail on a GPU
+    host), then with the libraries there (built), then again over the kept workspace (ninja: nothing to
+    do, the .so is there: built, from the build cache of the run that built it). The page module: this
+    machine's toolkit has no cuRAND / cuBLAS headers, which norm and sampling include."""
     home, _ = needs_nvcc("12.9")
-    result = run_script(fi072_python, "flashinfer_gates.py", "--arch", "12.0", "--gpus", "8",
-                        "--feature", "flashinfer-jit", "--compile", "--compile-module", "page",
-                        env={"CUDA_HOME": home, "MAX_JOBS": "2"}, timeout=600)
-    assert result["status"] == "pass", result
-    assert "JIT-compiled its page module" in result["reason"]
-    assert "compile-only" in result["reason"]
-    assert result["metrics"]["compile"]["status"] == "ok"
-    assert "-gencode=arch=compute_120f,code=sm_120f" in result["evidence"]
+    view = cuda_home_view(tmp_path, home)
+    argv = ("--arch", "12.0", "--gpus", "8", "--feature", "flashinfer-jit", "--build", "--build-modules", "page",
+            "--workspace", str(tmp_path / "ws"))
+    env = {"CUDA_HOME": str(view), "MAX_JOBS": "2"}
+    unlinked = run_script(fi072_python, "flashinfer_gates.py", *argv, "--cache-label", "r1", env=env, timeout=600)
+    assert unlinked["status"] == "fail", unlinked
+    assert unlinked["reason"].startswith("FlashInfer 0.7.2's page module does not link for sm_120 (link): ")
+    assert "cannot find -lcudart" in unlinked["reason"]
+    assert unlinked["metrics"]["builds"]["page"]["stage"] == "link"
+    assert "evidence_level" not in unlinked["metrics"]
+
+    add_link_libraries(view, home, tmp_path)
+    linked = run_script(fi072_python, "flashinfer_gates.py", *argv, "--cache-label", "r2", env=env, timeout=600)
+    assert linked["status"] == "pass", linked
+    assert linked["metrics"]["evidence_level"] == "built"
+    assert "built (compiled and linked) its page module for -gencode=arch=compute_120f,code=sm_120f" in linked["reason"]
+    assert "nothing was loaded or run (no GPU)" in linked["reason"] and "build cache" not in linked["reason"]
+    assert f"-L{view}/lib64/stubs -lcudart -lcuda -o " in linked["evidence"]
+    library = Path(linked["metrics"]["builds"]["page"]["library"])
+    assert library.is_file() and library.read_bytes()[:4] == b"\x7fELF"
+
+    warm = run_script(fi072_python, "flashinfer_gates.py", *argv, "--cache-label", "r3", env=env, timeout=600)
+    assert warm["status"] == "pass", warm
+    assert warm["metrics"]["builds"]["page"]["cached"] is True
+    assert "(from the build cache of run r2, " in warm["reason"]
+    assert warm["metrics"]["builds"]["page"]["seconds"] < 30
 
 
 # --------------------------------------------------------------------------------------------- SGLang

@@ -43,6 +43,12 @@ from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
 from stackforge.inimage._sfshared import json_safe, parse_result_line
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
+#: Kept JIT build caches (FlashInfer's workspace of the gate probe), one folder per (image, target) under
+#: ``~/.cache/stackforge/jit`` unless this variable names another root: a rerun over the same image finds
+#: its modules built and ninja proves them up to date in seconds; a rebuilt image (new id) starts cold.
+JIT_CACHE_ENV = "STACKFORGE_JIT_CACHE"
+#: Where a job's kept JIT workspace is mounted (its ninja files hold absolute paths: always the same one).
+JIT_CACHE_CONTAINER_DIR = "/stackforge/jit-cache"
 #: Every script runs with these (no stale bytecode in a read-only mount; output as it happens).
 SCRIPT_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -143,6 +149,31 @@ class JobKind:
         own = self.mounts(job) if self.mounts is not None else [
             docker_engine.Bind(self.scripts_dir, self.container_root, copy_to_remote=True)]
         return [*own, docker_engine.Bind(INIMAGE_HOST_DIR, INIMAGE_CONTAINER_DIR, copy_to_remote=True)]
+
+
+def jit_cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """``$STACKFORGE_JIT_CACHE``, else ``~/.cache/stackforge/jit``."""
+    configured = (os.environ if env is None else env).get(JIT_CACHE_ENV)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "stackforge" / "jit"
+
+
+def jit_cache_dir(image: ImageRef, target: Target, root: Path | None = None) -> Path:
+    """The kept JIT workspace of one (image, target): keyed by the image id (content, not tag)."""
+    return (root or jit_cache_root()) / image.image_id.replace(":", "-") / target.name
+
+
+def jit_cache_mount(job: Job, image: ImageRef, run_id: str, *, shares_host_files: bool,
+                    root: Path | None = None) -> tuple[list[Any], list[str]]:
+    """(mounts, script arguments) that give a spec keeping a JIT build cache (``jit_cache``) its
+    per-(image, target) workspace, labelled with the run that fills it; nothing for other specs, or for
+    an engine on another machine (a bind would name a folder over there)."""
+    if not getattr(job.spec, "jit_cache", False) or not shares_host_files:
+        return [], []
+    from stackforge.edges import docker_engine
+    folder = jit_cache_dir(image, job.target, root)
+    folder.mkdir(parents=True, exist_ok=True)
+    return ([docker_engine.Bind(folder, JIT_CACHE_CONTAINER_DIR, read_only=False)],
+            ["--workspace", JIT_CACHE_CONTAINER_DIR, "--cache-label", run_id])
 
 
 def argv(job: Job, *, python: str, scripts_root: str) -> list[str]:
@@ -422,9 +453,11 @@ def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, r
     from stackforge.edges import docker_engine
 
     docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
+    cache_mounts, cache_args = jit_cache_mount(
+        job, image, run_id, shares_host_files=docker_engine.engine_shares_host_files(docker_engine.engine_url()))
     run = docker_engine.run_container(
-        client, image.image_id, argv(job, python="python3", scripts_root=kind.container_root),
-        timeout=job.timeout_s, mounts=kind.container_mounts(job),
+        client, image.image_id, [*argv(job, python="python3", scripts_root=kind.container_root), *cache_args],
+        timeout=job.timeout_s, mounts=[*kind.container_mounts(job), *cache_mounts],
         env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
         labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
         ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,

@@ -15,14 +15,27 @@ Runs FlashInfer's own code, no GPU needed:
    per-module arch gates (``get_nvcc_flags_list(supported_major_versions=[9, 10])`` raises
    ``RuntimeError: No supported CUDA architectures found for major versions [9, 10].``). Each
    generator that exists in this version is called; one that does not exist is reported absent.
-3. With ``--compile`` (and an nvcc where FlashInfer looks for it), one small module is really
-   JIT-compiled for the arch through FlashInfer's generated ninja file, with a timeout. That is
-   compile-only: without a GPU nothing is loaded or run, and the link step is reported apart.
+3. With ``--build`` (and an nvcc where FlashInfer looks for it), the modules a serving run on the
+   target JIT-builds first (``BUILD_MODULES``: norm, sampling and a decode-attention variant for
+   ``flashinfer-jit``; the trtllm allreduce-fusion module for ``flashinfer-ar-fusion``) are compiled
+   AND linked for the arch through FlashInfer's generated ninja file, within ``--build-timeout`` in
+   all. A compile or link failure is ``fail`` in the compiler's / linker's words (a link that cannot
+   find ``-lcudart`` fails the same way on a GPU host); a build past its limit is ``timeout``; every
+   module built is a ``pass`` with ``metrics["evidence_level"] = "built"``. Nothing is loaded or run
+   (no GPU): that is the runtime probe's. A pass that built nothing (gate only, or prebuilt modules)
+   records ``"admitted"``.
+4. ``--workspace DIR`` keeps FlashInfer's JIT workspace (the job runner mounts one per image and
+   target, :func:`stackforge.jobs.job_runner.jit_cache_mount`): on a rerun ninja itself proves the
+   objects and the .so up to date ("ninja: no work to do.") and the .so must be there; the reason then
+   says "(from the build cache of <run, time>)", read from the stamp the building run left beside it.
 
 An image without nvcc (the runtime flavour, CUDA 12.x toolkit wheels) cannot JIT anything: where the
-gates admit the arch and nothing prebuilt covers it, the verdict is a skip, "no nvcc in this flavour",
-not a fail, because the missing compiler is the image's flavour, not FlashInfer. A gate that rejects
-the arch is FlashInfer's own answer and fails with or without nvcc.
+gates admit the arch and nothing prebuilt covers it, the feature cannot work in this image, a failure a CPU
+can see, so the verdict is ``fail``, worded "no nvcc in this flavour: ..." (the missing compiler is the
+image's flavour, not FlashInfer's code), with ``jit_possible: false`` in its metrics: the reports fail every
+feature whose serving code JIT-builds a FlashInfer module on such an image, and the upgrade report counts the
+change as the flavour's. A gate that rejects the arch is FlashInfer's own answer and fails with or without
+nvcc.
 
 ``--feature`` picks which feature this invocation decides; both appear in the metrics.
 """
@@ -30,11 +43,13 @@ the arch is FlashInfer's own answer and fails with or without nvcc.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +59,13 @@ import _sfprobe as sf
 FEATURES = ("flashinfer-jit", "flashinfer-ar-fusion")
 GATE_TEXT = "No supported CUDA architectures found"
 GENCODE = re.compile(r"code=(sm|compute)_(\d+)([af]?)")
+#: What each feature builds with --build: the modules a serving run on the target JIT-builds first
+#: (RMSNorm, the sampler, a decode-attention variant; the trtllm allreduce-fusion module).
+BUILD_MODULES = {"flashinfer-jit": ("norm", "sampling", "attention-decode"),
+                 "flashinfer-ar-fusion": ("allreduce-fusion",)}
+NINJA_NOOP = "ninja: no work to do."
+#: Beside a module this probe built in a kept workspace: who built it (run label, UTC time).
+BUILD_STAMP = ".stackforge-built.json"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,6 +112,41 @@ class Toolkit:
     version_error: str
     nvcc: str  # the nvcc FlashInfer's ninja file will call, "" if none is there
     ninja: str  # FlashInfer runs "ninja" from PATH
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModuleBuild:
+    """One module built through FlashInfer's generated ninja file: compiled, then linked."""
+
+    name: str
+    status: str  # built | compile-failed | link-failed | timeout | error (the ninja file was not written)
+    stage: str   # write_ninja | compile | link | check (the linked .so is there)
+    seconds: float
+    output: str  # ninja -v's output: the commands and the compiler's / linker's words
+    library: str = ""
+    library_bytes: int = 0
+    link_command: str = ""
+    built_by: str = ""  # set when ninja found it up to date in a kept workspace: who built it there
+
+    def metrics(self) -> dict[str, Any]:
+        return {"status": self.status, "stage": self.stage, "seconds": self.seconds, "library": self.library,
+                "cached": bool(self.built_by)}
+
+    def evidence_line(self) -> str:
+        if self.status != "built":
+            return f"{self.name}: {self.status} at {self.stage} after {self.seconds} s"
+        cached = f", up to date in the build cache of {self.built_by}" if self.built_by else ""
+        return (f"{self.name}: built in {self.seconds} s{cached}: {self.library} ({self.library_bytes} bytes)"
+                f"\n  link: {self.link_command or NINJA_NOOP}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Builds:
+    """The chosen modules of one feature: those built (in order, up to the first that did not build)
+    and those left out, with why (absent in this version, prebuilt)."""
+
+    modules: tuple[ModuleBuild, ...]
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 def module_probes(target: sf.Arch) -> tuple[ModuleProbe, ...]:
@@ -286,32 +343,79 @@ def missing_nvcc(toolkit: Toolkit) -> str:
 
 
 def compile_targets(ninja_text: str) -> tuple[list[str], list[str]]:
-    """(object targets, default targets) of a FlashInfer build.ninja."""
+    """(object targets, default targets) of a FlashInfer build.ninja; the defaults are the linked .so."""
     objects = re.findall(r"^build (\S+): (?:cuda_compile|compile)\S*\s", ninja_text, re.MULTILINE)
     defaults = re.findall(r"^default (.+)$", ninja_text, re.MULTILINE)
     return objects, [t for line in defaults for t in line.split()]
 
 
-def compile_module(spec: Any, toolkit: Toolkit, timeout_s: float) -> dict[str, Any]:
-    """Compile the module's objects via FlashInfer's own ninja file; then try the link."""
+def ninja_did_nothing(output: str) -> bool:
+    """ninja's own words for a build whose outputs are all newer than their inputs and commands."""
+    return NINJA_NOOP in output
+
+
+def read_stamp(build_dir: str) -> str:
+    """Who built the module kept in ``build_dir`` (a warm workspace), "" when no probe stamped it."""
+    try:
+        with open(os.path.join(build_dir, BUILD_STAMP), encoding="utf-8") as handle:
+            return str(json.load(handle).get("built_by", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def write_stamp(build_dir: str, label: str) -> None:
+    """Mark a module this probe built, so a rerun over a kept workspace can say where it came from."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    built_by = f"run {label}, {when}" if label else when
+    try:
+        with open(os.path.join(build_dir, BUILD_STAMP), "w", encoding="utf-8") as handle:
+            json.dump({"built_by": built_by}, handle)
+    except OSError:
+        pass  # the stamp only words a later reason; the build itself is proven by ninja and the .so
+
+
+def link_command(output: str) -> str:
+    """The link command ninja ran (``-v``): the line that writes the .so."""
+    lines = [line for line in output.splitlines() if ".so" in line and " -o " in line]
+    return re.sub(r"^\[\d+/\d+\]\s*", "", lines[-1].strip())[:600] if lines else ""
+
+
+def build_module(name: str, spec: Any, toolkit: Toolkit, timeout_s: float, label: str) -> ModuleBuild:
+    """Compile, then link, the module through FlashInfer's own generated ninja file, within ``timeout_s``
+    in all; the .so every ``default`` target names must exist afterwards. Over a kept workspace ninja
+    may have nothing to do: the outputs are proven up to date by ninja itself, and the .so is there."""
+    if timeout_s <= 0:
+        return ModuleBuild(name, "timeout", "compile", 0.0, "no time left in the build budget for this module")
     try:
         spec.write_ninja()
         ninja_path, build_dir = str(spec.ninja_path), str(spec.build_dir)
         with open(ninja_path, encoding="utf-8") as handle:
-            objects, defaults = compile_targets(handle.read())
-    except Exception as exc:  # noqa: BLE001
-        return {"status": "fail", "stage": "write_ninja", "output": sf.describe_exception(exc)}
+            objects, libraries = compile_targets(handle.read())
+    except Exception as exc:  # noqa: BLE001 - FlashInfer's own words
+        return ModuleBuild(name, "error", "write_ninja", 0.0, sf.describe_exception(exc))
+    kept = bool(libraries) and all(os.path.isfile(path) for path in libraries)
     base = [toolkit.ninja, "-v", "-f", ninja_path, "-C", build_dir]
-    result = sf.run_command(base + objects, timeout_s)
-    outcome: dict[str, Any] = {"stage": "compile", "seconds": round(result.seconds, 1),
-                               "objects": len(objects), "output": result.output}
-    if result.timed_out:
-        return {**outcome, "status": "timeout"}
-    if not result.ok:
-        return {**outcome, "status": "fail"}
-    link = sf.run_command(base + defaults, min(timeout_s, 300))
-    link_line = first_error_line(link.output) if not link.ok else ""
-    return {**outcome, "status": "ok", "link": "ok" if link.ok else "failed", "link_error": link_line}
+    compiled = sf.run_command(base + objects, timeout_s)
+    if compiled.timed_out or not compiled.ok:
+        status = "timeout" if compiled.timed_out else "compile-failed"
+        return ModuleBuild(name, status, "compile", round(compiled.seconds, 1), compiled.output)
+    linked = sf.run_command(base + libraries, timeout_s - compiled.seconds)
+    seconds = round(compiled.seconds + linked.seconds, 1)
+    output = compiled.output + "\n" + linked.output
+    if linked.timed_out or not linked.ok:
+        return ModuleBuild(name, "timeout" if linked.timed_out else "link-failed", "link", seconds, output)
+    missing = [path for path in libraries if not os.path.isfile(path)]
+    if missing or not libraries:
+        why = f"ninja succeeded but {', '.join(missing)} is missing" if missing else "build.ninja names no library"
+        return ModuleBuild(name, "link-failed", "check", seconds, output + "\n" + why)
+    cached = kept and ninja_did_nothing(compiled.output) and ninja_did_nothing(linked.output)
+    if cached:
+        built_by = read_stamp(build_dir) or "an earlier run"
+    else:
+        built_by = ""
+        write_stamp(build_dir, label)
+    return ModuleBuild(name, "built", "link", seconds, output, libraries[0], os.path.getsize(libraries[0]),
+                       link_command(linked.output), built_by)
 
 
 def first_error_line(output: str) -> str:
@@ -319,11 +423,12 @@ def first_error_line(output: str) -> str:
     libraries before generic ``error:`` lines; never the ``collect2``/``ninja`` summaries."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     telling = [line for line in lines if not line.startswith(("FAILED:", "ninja:", "collect2:"))]
-    for pattern in (r"fatal error|cannot find|undefined reference|No such file", r"\berror\b"):
+    for pattern in (r"fatal error|cannot find|undefined reference|No such file|not found", r"\berror\b"):
         for line in telling:
             if re.search(pattern, line, re.IGNORECASE):
                 return line[:300]
-    return lines[-1][:300] if lines else ""
+    last = telling or lines
+    return last[-1][:300] if last else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,8 +440,78 @@ def resolution_evidence(res: ArchResolution) -> str:
     return f"target archs: {archs} via {res.detail}" + (f"\nFlashInfer error: {res.error}" if res.error else "")
 
 
+#: What a pass reached (``metrics["evidence_level"]``): ``built`` compiled and linked the modules for the
+#: arch; ``admitted`` means FlashInfer's gates admit it and nothing was built here. Neither loaded or ran
+#: anything: that is the runtime tier's.
+ADMITTED = {"evidence_level": "admitted"}
+BUILT = {"evidence_level": "built"}
+#: A no-nvcc fail: this image cannot JIT what the target needs (the reports fail every feature whose serving
+#: code JIT-builds a FlashInfer module on it, and call an upgrade change it explains the flavour's).
+NO_JIT = {"jit_possible": False}
+
+
+def chosen_gate_verdict(fi: str, target: sf.Arch, gates: dict[str, ModuleGate], chosen: Sequence[str],
+                        evidence: str) -> sf.ScriptResult | None:
+    """A module the target would JIT whose own gate refuses it decides before anything is built."""
+    for name in chosen:
+        gate = gates.get(name)
+        if gate is None:
+            return sf.ScriptResult("error", f"unknown module {name!r}; known: {', '.join(gates)}", evidence)
+        if gate.status in ("rejected", "no-target"):
+            return sf.ScriptResult("fail", f"FlashInfer {fi} gives its {name} module no code for {target.sm_name}: "
+                                   f"{gate.detail}", evidence)
+        if gate.status == "error":
+            return sf.ScriptResult("error", f"FlashInfer {fi} {gate.generator} raised {gate.detail}", evidence)
+    return None
+
+
+def build_verdict(fi: str, what: str, target: sf.Arch, flags: str, toolkit: Toolkit, builds: Builds,
+                  evidence: str) -> sf.ScriptResult:
+    """The result once the builds ran: the first one that did not build decides; else a pass at the
+    ``built`` level, or ``admitted`` where every chosen module was prebuilt or absent."""
+    evidence = "\n".join([evidence, *(b.evidence_line() for b in builds.modules),
+                          *(f"{name}: not built: {why}" for name, why in builds.left_out)])
+    broken = next((b for b in builds.modules if b.status != "built"), None)
+    if broken is not None:
+        evidence += "\n" + broken.output[-3000:]
+        if broken.status == "timeout":
+            return sf.ScriptResult("timeout", f"building FlashInfer {fi}'s {broken.name} module for {flags} did not "
+                                   f"finish within its time limit ({broken.seconds} s spent, stage {broken.stage})",
+                                   evidence, NO_LEVEL)
+        if broken.status == "error":
+            return sf.ScriptResult("error", f"FlashInfer {fi} could not write the ninja file of its {broken.name} "
+                                   f"module: {first_error_line(broken.output)}", evidence, NO_LEVEL)
+        stage = "does not link" if broken.stage in ("link", "check") else "does not compile"
+        return sf.ScriptResult("fail", f"FlashInfer {fi}'s {broken.name} module {stage} for {target.sm_name} "
+                               f"({broken.stage}): {first_error_line(broken.output)}", evidence, NO_LEVEL)
+    left = "; ".join(f"{name} not built: {why}" for name, why in builds.left_out)
+    if not builds.modules:
+        return sf.ScriptResult("pass", f"FlashInfer {fi} admits {target.sm_name} for {what} ({flags}); nothing to "
+                               f"build here ({left})", evidence, ADMITTED)
+    names = ", ".join(b.name for b in builds.modules)
+    seconds = round(sum(b.seconds for b in builds.modules), 1)
+    reason = (f"FlashInfer {fi} built (compiled and linked) its {names} module{'s' if len(builds.modules) > 1 else ''} "
+              f"for {flags} with nvcc {toolkit.cuda_version} in {seconds} s{cache_words(builds.modules)}; nothing was "
+              "loaded or run (no GPU)" + (f"; {left}" if left else ""))
+    return sf.ScriptResult("pass", reason, evidence, BUILT)
+
+
+#: A result that is not a pass reached no evidence level worth recording.
+NO_LEVEL: dict[str, Any] = {}
+
+
+def cache_words(builds: Sequence[ModuleBuild]) -> str:
+    """`` (from the build cache of ...)`` for modules ninja found up to date in a kept workspace."""
+    cached = [b for b in builds if b.built_by]
+    if not cached:
+        return ""
+    sources = sorted({b.built_by for b in cached})
+    names = "" if len(cached) == len(builds) else " ".join(b.name for b in cached) + " "
+    return f" ({names}from the build cache of {'; '.join(sources)})"
+
+
 def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, ModuleGate],
-                     toolkit: Toolkit, compiled: dict[str, Any] | None) -> sf.ScriptResult:
+                     toolkit: Toolkit, builds: Builds | None) -> sf.ScriptResult:
     gate = gates["allreduce-fusion"]
     evidence = f"{gate.generator or 'gen_trtllm_comm_module'}: {gate.detail}\n{resolution_evidence(res)}"
     if res.error:
@@ -352,24 +527,23 @@ def decide_ar_fusion(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[
     if gate.status == "no-target":
         return sf.ScriptResult("fail", f"FlashInfer {fi} builds allreduce fusion without code for {target.sm_name}: "
                                f"{gate.detail}", evidence)
-    if compiled is not None and compiled["status"] != "ok":
-        return compile_result(fi, "allreduce-fusion", target, compiled, evidence)
-    how = "compiled (compile-only)" if compiled else "gate only, nothing compiled or run"
     if not toolkit.nvcc and not gate.aot:
         # The gate admits the arch, but FlashInfer would have to JIT the module and this image has no
-        # compiler: a property of the image's flavour, not of FlashInfer, so no verdict on the feature.
-        return sf.ScriptResult("skip", sf.no_nvcc(
+        # compiler: the feature cannot work in this image (its flavour's doing, said in the words and metrics).
+        return sf.ScriptResult("fail", sf.no_nvcc(
             f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion ({gate.detail}), but this image "
             f"cannot build the module ({missing_nvcc(toolkit)}, no prebuilt trtllm_comm from the jit-cache)"),
-            evidence)
+            evidence, NO_JIT)
+    if builds is not None:
+        return build_verdict(fi, "allreduce fusion", target, gate.detail, toolkit, builds, evidence)
     build = (f"nvcc {toolkit.cuda_version} at {toolkit.nvcc}" if toolkit.nvcc
              else "no nvcc, prebuilt module from the jit-cache")
     return sf.ScriptResult("pass", f"FlashInfer {fi} admits {target.sm_name} for allreduce fusion "
-                           f"({gate.detail}); {how}; {build}", evidence)
+                           f"({gate.detail}); gate only, nothing built or run; {build}", evidence, ADMITTED)
 
 
 def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, ModuleGate], toolkit: Toolkit,
-               compiled: dict[str, Any] | None, compile_name: str) -> sf.ScriptResult:
+               builds: Builds | None, chosen: Sequence[str] = ()) -> sf.ScriptResult:
     generic = [g for g in gates.values() if g.role == "jit"]
     admitted = [g for g in generic if g.status == "admitted"]
     evidence = "\n".join(f"{g.generator or g.name}: {g.status}: {g.detail}" for g in generic)
@@ -386,31 +560,20 @@ def decide_jit(fi: str, target: sf.Arch, res: ArchResolution, gates: dict[str, M
     if not toolkit.nvcc:
         if all(g.aot for g in admitted):
             return sf.ScriptResult("pass", f"FlashInfer {fi} targets {flags}; no nvcc, but its modules are prebuilt "
-                                   "(AOT / jit-cache)", evidence)
-        return sf.ScriptResult("skip", sf.no_nvcc(
-            f"FlashInfer {fi} would JIT for {flags} but finds {missing_nvcc(toolkit)}: only prebuilt kernels "
-            "can be used here"), evidence)
+                                   "(AOT / jit-cache); nothing built or run here", evidence, ADMITTED)
+        return sf.ScriptResult("fail", sf.no_nvcc(
+            f"FlashInfer {fi} would JIT for {flags} but finds {missing_nvcc(toolkit)}, and nothing prebuilt "
+            "covers its modules: this image cannot JIT-compile them"), evidence, NO_JIT)
     if not toolkit.ninja:
         return sf.ScriptResult("fail", f"FlashInfer {fi} JIT runs 'ninja' from PATH and there is none", evidence)
-    if compiled is None:
+    refused = chosen_gate_verdict(fi, target, gates, chosen, evidence)
+    if refused is not None:
+        return refused
+    if builds is None:
         return sf.ScriptResult("pass", f"FlashInfer {fi} JIT gates admit {target.sm_name} ({flags}); nvcc "
-                               f"{toolkit.cuda_version} at {toolkit.nvcc}; not compiled (--compile not given)", evidence)
-    if compiled["status"] != "ok":
-        return compile_result(fi, compile_name, target, compiled, evidence)
-    link = ("link ok" if compiled.get("link") == "ok"
-            else f"link step failed here: {compiled.get('link_error', '')}")
-    return sf.ScriptResult("pass", f"FlashInfer {fi} JIT-compiled its {compile_name} module for {flags} with nvcc "
-                           f"{toolkit.cuda_version} in {compiled['seconds']} s (compile-only: no GPU to load or run it; "
-                           f"{link})", evidence + "\n" + compiled["output"][-2500:])
-
-
-def compile_result(fi: str, name: str, target: sf.Arch, compiled: dict[str, Any], evidence: str) -> sf.ScriptResult:
-    output = compiled.get("output", "")
-    if compiled["status"] == "timeout":
-        return sf.ScriptResult("error", f"compiling FlashInfer {fi}'s {name} module did not finish within "
-                               f"{compiled.get('seconds')} s", evidence + "\n" + output[-2000:])
-    return sf.ScriptResult("fail", f"FlashInfer {fi}'s {name} module does not compile for {target.sm_name} "
-                           f"({compiled.get('stage')}): {first_error_line(output)}", evidence + "\n" + output[-3000:])
+                               f"{toolkit.cuda_version} at {toolkit.nvcc}; nothing built (--build not given)",
+                               evidence, ADMITTED)
+    return build_verdict(fi, "JIT", target, flags, toolkit, builds, evidence)
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,15 +584,26 @@ def parse_args(argv: Sequence[str]) -> Any:
     parser = sf.common_parser(__doc__.splitlines()[0])
     parser.add_argument("--feature", choices=FEATURES, default="flashinfer-ar-fusion",
                         help="which feature this invocation decides")
-    parser.add_argument("--compile", action="store_true", help="really JIT-compile one module (needs nvcc)")
-    parser.add_argument("--compile-module", default="",
-                        help="module to compile (default: norm for flashinfer-jit, "
-                        "allreduce-fusion for flashinfer-ar-fusion)")
-    parser.add_argument("--compile-timeout", type=float, default=900.0)
+    parser.add_argument("--build", "--compile", dest="build", action="store_true",
+                        help="really build (compile and link) the feature's modules (needs nvcc)")
+    parser.add_argument("--build-modules", "--compile-module", dest="build_modules", default="",
+                        help="comma-separated modules to build (default: "
+                        + "; ".join(f"{f}: {','.join(m)}" for f, m in BUILD_MODULES.items()) + ")")
+    parser.add_argument("--build-timeout", "--compile-timeout", dest="build_timeout", type=float, default=900.0,
+                        help="seconds for all the builds together; a build past it is a timeout")
     parser.add_argument("--fi-arch-list", default="",
                         help="use this FLASHINFER_CUDA_ARCH_LIST instead of FlashInfer's own choice")
-    parser.add_argument("--workspace", default="", help="FlashInfer JIT workspace (default: a fresh temp dir)")
+    parser.add_argument("--workspace", default="",
+                        help="FlashInfer JIT workspace, kept afterwards (a build cache); default: a fresh temp dir")
+    parser.add_argument("--cache-label", default="",
+                        help="who fills a kept --workspace (the runner's run id), quoted by a later warm rerun")
     return parser.parse_args(argv)
+
+
+def chosen_modules(args: Any) -> tuple[str, ...]:
+    if args.build_modules:
+        return tuple(name.strip() for name in args.build_modules.split(",") if name.strip())
+    return BUILD_MODULES[args.feature]
 
 
 def installed_flashinfer() -> str | None:
@@ -438,11 +612,13 @@ def installed_flashinfer() -> str | None:
 
 @contextmanager
 def fresh_workspace(chosen: str) -> Iterator[None]:
-    """FlashInfer's JIT workspace is ``chosen`` or a fresh temporary directory (removed afterwards): a stale
-    JIT cache from an earlier image must not decide the result. The environment variables the probe sets
+    """FlashInfer's JIT workspace is ``chosen`` (a kept build cache: ninja decides what is up to date in
+    it) or a fresh temporary directory (removed afterwards). The environment variables the probe sets
     are restored afterwards, for a caller in the same process."""
     saved = {name: os.environ.get(name) for name in ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST")}
     workspace = chosen or tempfile.mkdtemp(prefix="sf-flashinfer-")
+    if chosen:
+        os.makedirs(chosen, exist_ok=True)
     os.environ["FLASHINFER_WORKSPACE_BASE"] = workspace
     try:
         yield
@@ -468,7 +644,7 @@ def main(argv: Sequence[str]) -> None:
 
 def ar_fusion_gate(arch: sf.Arch, gpus: int, interconnect: str) -> sf.ScriptResult:
     """The gate.flashinfer.ar-fusion result for a target, for a caller in this process (the SGLang
-    allreduce-fusion probe asks it when SGLang turns the fusion on by itself)."""
+    allreduce-fusion probe asks it when SGLang turns the fusion on by itself); gate only, nothing built."""
     fi = installed_flashinfer()
     if fi is None:
         return sf.ScriptResult("skip", "FlashInfer is not installed in this image")
@@ -480,7 +656,7 @@ def ar_fusion_gate(arch: sf.Arch, gpus: int, interconnect: str) -> sf.ScriptResu
 
 
 def probe(args: Any, fi: str) -> tuple[sf.ScriptResult, dict[str, Any], Any]:
-    """Everything after the workspace is set: import, resolve, gate, compile, decide."""
+    """Everything after the workspace is set: import, resolve, gate, build, decide."""
     torch, error = sf.try_import("torch")
     if torch is None:
         return sf.ScriptResult("fail", f"torch does not import, so FlashInfer cannot: {error}", error), {}, None
@@ -518,30 +694,42 @@ def probe(args: Any, fi: str) -> tuple[sf.ScriptResult, dict[str, Any], Any]:
     metrics["modules"] = {name: gate.status for name, gate in gates.items()}
     metrics["module_details"] = {name: gate.detail[:400] for name, gate in gates.items()}
     metrics["module_aot"] = {name: gate.aot for name, gate in gates.items() if gate.aot is not None}
-    compile_name = args.compile_module or ("norm" if args.feature == "flashinfer-jit" else "allreduce-fusion")
-    compiled = maybe_compile(args, compile_name, gates, specs, toolkit)
-    if compiled is not None:
-        metrics["compile"] = {k: v for k, v in compiled.items() if k != "output"}
-    jit = decide_jit(fi, target, res, gates, toolkit, compiled if compile_name != "allreduce-fusion" else None,
-                     compile_name)
+    chosen = chosen_modules(args)
+    builds = maybe_build(args, chosen, gates, specs, toolkit)
+    if builds is not None:
+        metrics["builds"] = {b.name: b.metrics() for b in builds.modules}
+    jit = decide_jit(fi, target, res, gates, toolkit, builds if args.feature == "flashinfer-jit" else None,
+                     chosen if args.build and args.feature == "flashinfer-jit" else ())
     fusion = decide_ar_fusion(fi, target, res, gates, toolkit,
-                              compiled if compile_name == "allreduce-fusion" else None)
+                              builds if args.feature == "flashinfer-ar-fusion" else None)
     metrics["feature_status"] = {"flashinfer-jit": jit.status, "flashinfer-ar-fusion": fusion.status}
     return (jit if args.feature == "flashinfer-jit" else fusion), metrics, torch
 
 
-def maybe_compile(args: Any, name: str, gates: dict[str, ModuleGate], specs: dict[str, Any],
-                  toolkit: Toolkit) -> dict[str, Any] | None:
-    """Compile the chosen module when asked and possible; None when not attempted."""
-    if not args.compile or not toolkit.nvcc or not toolkit.ninja:
+def maybe_build(args: Any, chosen: Sequence[str], gates: dict[str, ModuleGate], specs: dict[str, Any],
+                toolkit: Toolkit) -> Builds | None:
+    """Build the chosen modules the gates admit and nothing prebuilt covers, one after another within
+    the build budget; None when not asked, no toolchain, or a chosen gate already decided (rejected,
+    unknown): the decision then needs no build."""
+    if not args.build or not toolkit.nvcc or not toolkit.ninja:
         return None
-    gate = gates.get(name)
-    if gate is None:
-        return {"status": "fail", "stage": "select", "output": f"unknown module {name!r}; "
-                f"known: {', '.join(gates)}"}
-    if gate.status != "admitted" or specs.get(name) is None:
-        return None  # the gate already decided; there is nothing to compile
-    return compile_module(specs[name], toolkit, args.compile_timeout)
+    if any(gates.get(name) is None or gates[name].status in ("rejected", "no-target", "error") for name in chosen):
+        return None
+    deadline = time.monotonic() + args.build_timeout
+    built: list[ModuleBuild] = []
+    left_out: list[tuple[str, str]] = []
+    for name in chosen:
+        gate, spec = gates[name], specs.get(name)
+        if gate.status == "absent" or spec is None:
+            left_out.append((name, gate.detail or "no module spec"))
+        elif gate.aot:
+            left_out.append((name, "prebuilt (AOT / jit-cache), FlashInfer loads it without a build"))
+        else:
+            result = build_module(name, spec, toolkit, deadline - time.monotonic(), args.cache_label)
+            built.append(result)
+            if result.status != "built":
+                break  # the first module that does not build decides; the rest would only cost time
+    return Builds(tuple(built), tuple(left_out))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Runtime probe ``flashinfer-jit``: FlashInfer JIT-compiles its kernels for the visible GPU and runs them.
 
-The gate probe (``flashinfer_gates.py``) asks FlashInfer's own arch gates and compiles one module
-without a GPU; this one does what a server does at its first request, on one GPU of the target
-arch: FlashInfer builds (or loads) the module for the device it sees and the kernel runs. Each
-kernel's result is checked against a plain torch computation of the same thing.
+The gate probe (``flashinfer_gates.py``) asks FlashInfer's own arch gates and builds (compiles and
+links) its modules without a GPU, loading nothing; this one does what a server does at its first
+request, on one GPU of the target arch: FlashInfer builds (or loads) the module for the device it sees
+and the kernel runs. Each kernel's result is checked against a plain torch computation of the same thing.
 
 FlashInfer's JIT cache lives under ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer``; the probe
 points it at a fresh temporary folder, so a module built here is a real compile on this image, not

@@ -1,0 +1,255 @@
+"""The FlashInfer gate probe's build step (``flashinfer_gates.py --build``) and its decisions.
+
+The decisions are pure functions of the gates, the toolkit and the builds, tested with values of the
+script's own dataclasses. :func:`build_module` is tested with real ninja files run by the real ``ninja``
+and ``cc`` (a compile past its limit, a link that cannot find a library, a link that succeeds and a
+warm rerun ninja finds up to date), standing in for FlashInfer's generated one; the runs against real
+FlashInfer releases and nvcc are in tests/test_probe_scripts.py (heavy).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from stackforge.core.model import Interconnect, Target
+from stackforge.core.records import Status
+from stackforge.jobs.job_runner import (
+    JIT_CACHE_CONTAINER_DIR,
+    ImageRef,
+    Job,
+    jit_cache_dir,
+    jit_cache_mount,
+    outcome_from_payload,
+)
+from stackforge.probes.catalog import catalog
+from stackforge.probes.execute import probe_kind
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "stackforge" / "probes" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+try:
+    import _sfprobe as sf
+    import flashinfer_gates as fg
+finally:
+    sys.path.remove(str(SCRIPTS))
+
+SM120 = sf.parse_arch("12.0")
+FLAGS = "-gencode=arch=compute_120f,code=sm_120f"
+RES = fg.ArchResolution("device auto-detection", "12.0f", ((12, "0f"),), "", "FlashInfer's device auto-detection")
+NVCC = fg.Toolkit("/usr/local/cuda", "13.0", "", "/usr/local/cuda/bin/nvcc", "/usr/bin/ninja")
+NO_NVCC = fg.Toolkit("/nonexistent", "12.9", "", "", "/usr/bin/ninja")
+LINKER_WORDS = "/usr/bin/ld: cannot find -lcudart: No such file or directory"
+
+
+def gates(status: str = "admitted", aot: bool | None = False) -> dict[str, fg.ModuleGate]:
+    names = {"norm": "jit", "sampling": "jit", "page": "jit", "attention-decode": "jit",
+             "allreduce-fusion": "ar-fusion"}
+    return {name: fg.ModuleGate(name, role, status, f"gen_{name}", FLAGS if status == "admitted" else "x",
+                                (FLAGS,), "global", aot) for name, role in names.items()}
+
+
+def built(name: str, seconds: float = 30.0, built_by: str = "") -> fg.ModuleBuild:
+    return fg.ModuleBuild(name, "built", "link", seconds, "[1/1] c++ a.o -shared -lcudart -o x.so",
+                          f"/ws/{name}/{name}.so", 1000, f"c++ a.o -shared -lcudart -o /ws/{name}/{name}.so", built_by)
+
+
+def jit(builds: fg.Builds | None, toolkit: fg.Toolkit = NVCC, gate_map=None, chosen=("norm", "sampling",
+                                                                                    "attention-decode")):
+    return fg.decide_jit("0.7.2", SM120, RES, gate_map or gates(), toolkit, builds, chosen)
+
+
+# --------------------------------------------------------------------------------------------- decisions
+
+def test_every_chosen_module_built_is_a_pass_at_the_built_level():
+    result = jit(fg.Builds((built("norm", 30.2), built("sampling", 40.0), built("attention-decode", 200.0))))
+    assert result.status == "pass"
+    assert result.metrics == {"evidence_level": "built"}
+    assert result.reason == (f"FlashInfer 0.7.2 built (compiled and linked) its norm, sampling, attention-decode "
+                             f"modules for {FLAGS} with nvcc 13.0 in 270.2 s; nothing was loaded or run (no GPU)")
+    assert "link: c++ a.o -shared -lcudart -o /ws/norm/norm.so" in result.evidence
+
+
+def test_a_link_failure_is_a_fail_in_the_linkers_words():
+    broken = fg.ModuleBuild("sampling", "link-failed", "link", 41.0, f"[1/1] c++ ...\nFAILED: x.so\n{LINKER_WORDS}\n"
+                            "collect2: error: ld returned 1 exit status\nninja: build stopped: subcommand failed.")
+    result = jit(fg.Builds((built("norm"), broken)))
+    assert result.status == "fail"
+    assert result.reason == f"FlashInfer 0.7.2's sampling module does not link for sm_120 (link): {LINKER_WORDS}"
+    assert "evidence_level" not in result.metrics
+    assert LINKER_WORDS in result.evidence
+
+
+def test_a_compile_failure_is_a_fail_in_the_compilers_words():
+    words = "norm.cuh:20:10: fatal error: curand.h: No such file or directory"
+    result = jit(fg.Builds((fg.ModuleBuild("norm", "compile-failed", "compile", 15.0, f"FAILED: n.o\n{words}\n"),)))
+    assert result.status == "fail"
+    assert result.reason == f"FlashInfer 0.7.2's norm module does not compile for sm_120 (compile): {words}"
+
+
+def test_a_build_past_its_limit_is_a_timeout_never_a_fail():
+    result = jit(fg.Builds((built("norm"), fg.ModuleBuild("attention-decode", "timeout", "compile", 900.0, "[1/2]"))))
+    assert result.status == "timeout"
+    assert "attention-decode module" in result.reason and "did not finish within its time limit" in result.reason
+    sf.result_line(result.status, result.reason)   # a status the result line may carry
+
+
+def test_a_probe_script_may_report_its_own_timeout_but_no_crash():
+    kind = probe_kind()
+    assert outcome_from_payload(kind, {"status": "timeout", "reason": "build"}).status is Status.TIMEOUT
+    assert outcome_from_payload(kind, {"status": "crash", "reason": "x"}).status is Status.ERROR
+
+
+def test_modules_ninja_found_up_to_date_say_whose_cache_they_came_from():
+    stamp = "run r1, 2026-12-01T10:00:00Z"
+    warm = jit(fg.Builds((built("norm", 0.1, stamp), built("sampling", 0.1, stamp))))
+    assert warm.status == "pass" and warm.metrics == {"evidence_level": "built"}
+    assert f"in 0.2 s (from the build cache of {stamp}); nothing was loaded or run" in warm.reason
+    mixed = jit(fg.Builds((built("norm", 0.1, stamp), built("sampling", 40.0))))
+    assert f"(norm from the build cache of {stamp})" in mixed.reason
+
+
+def test_prebuilt_modules_without_nvcc_are_admitted_not_built():
+    result = jit(None, NO_NVCC, gates(aot=True))
+    assert result.status == "pass"
+    assert result.metrics == {"evidence_level": "admitted"}
+    assert "nothing built or run here" in result.reason
+
+
+def test_prebuilt_modules_with_nvcc_build_nothing_and_are_admitted():
+    result = jit(fg.Builds((), (("norm", "prebuilt (AOT / jit-cache)"),)))
+    assert (result.status, result.metrics) == ("pass", {"evidence_level": "admitted"})
+    assert "nothing to build here (norm not built: prebuilt" in result.reason
+
+
+def test_no_nvcc_and_nothing_prebuilt_is_a_fail_that_says_the_image_cannot_jit():
+    result = jit(None, NO_NVCC)
+    assert result.status == "fail"
+    assert result.reason.startswith("no nvcc in this flavour: ")
+    assert "this image cannot JIT-compile them" in result.reason
+    assert result.metrics == {"jit_possible": False}
+    fusion = fg.decide_ar_fusion("0.7.2", SM120, RES, gates(), NO_NVCC, None)
+    assert (fusion.status, fusion.metrics) == ("fail", {"jit_possible": False})
+
+
+def test_a_chosen_module_the_gate_refuses_fails_before_any_build():
+    gate_map = {**gates(), "sampling": fg.ModuleGate("sampling", "jit", "rejected", "gen_sampling_module",
+                                                     "RuntimeError: No supported CUDA architectures found")}
+    result = jit(None, gate_map=gate_map)
+    assert result.status == "fail"
+    assert "sampling module no code for sm_120: RuntimeError: No supported CUDA" in result.reason
+
+
+def test_ar_fusion_built_and_link_failed():
+    done = fg.decide_ar_fusion("0.7.2", SM120, RES, gates(), NVCC, fg.Builds((built("allreduce-fusion", 300.0),)))
+    assert (done.status, done.metrics) == ("pass", {"evidence_level": "built"})
+    assert "built (compiled and linked) its allreduce-fusion module" in done.reason
+    broken = fg.ModuleBuild("allreduce-fusion", "link-failed", "link", 300.0, LINKER_WORDS)
+    failed = fg.decide_ar_fusion("0.7.2", SM120, RES, gates(), NVCC, fg.Builds((broken,)))
+    assert failed.status == "fail" and failed.reason.endswith(LINKER_WORDS)
+    gate_only = fg.decide_ar_fusion("0.7.2", SM120, RES, gates(), NVCC, None)
+    assert (gate_only.status, gate_only.metrics) == ("pass", {"evidence_level": "admitted"})
+
+
+def test_first_error_line_prefers_the_missing_tool_to_ninjas_summary():
+    output = "[1/2] nvcc ...\nsh: 1: cicc: not found\nninja: build stopped: subcommand failed."
+    assert fg.first_error_line(output) == "sh: 1: cicc: not found"
+
+
+def test_flashinfer_probes_build_and_keep_a_jit_cache():
+    for spec in (s for s in catalog() if s.id.startswith("gate.flashinfer.")):
+        assert "--build" in spec.args and spec.jit_cache
+        budget = float(spec.args[spec.args.index("--build-timeout") + 1])
+        assert spec.default_timeout_s > budget   # the script's own timeout comes first, with its evidence
+
+
+# --------------------------------------------------------------------------------------------- build_module
+
+class NinjaSpec:
+    """What build_module reads of a FlashInfer JitSpec, around a ninja file of our own."""
+
+    def __init__(self, root: Path, compile_command: str, link_flags: str = "") -> None:
+        self.build_dir = root / "mod"
+        self.ninja_path = self.build_dir / "build.ninja"
+        self.text = (f"rule compile\n  command = {compile_command}\nrule link\n  command = cc -shared $in "
+                     f"{link_flags} -o $out\nbuild {self.build_dir}/a.o: compile {root}/a.c\n"
+                     f"build {self.build_dir}/mod.so: link {self.build_dir}/a.o\ndefault {self.build_dir}/mod.so\n")
+        (root / "a.c").write_text("int sf_probe_answer(void) { return 42; }\n")
+
+    def write_ninja(self) -> None:
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        self.ninja_path.write_text(self.text)
+
+
+@pytest.fixture()
+def toolchain() -> fg.Toolkit:
+    if not (shutil.which("ninja") and shutil.which("cc")):
+        pytest.skip("needs ninja and cc on PATH")
+    return fg.Toolkit("/usr", "", "", "/usr/bin/true", shutil.which("ninja"))
+
+
+CC = "cc -fPIC -c $in -o $out"
+
+
+def test_build_module_links_then_finds_it_up_to_date(tmp_path, toolchain):
+    spec = NinjaSpec(tmp_path, CC)
+    cold = fg.build_module("mod", spec, toolchain, 60, "r1")
+    assert cold.status == "built", cold.output
+    assert (cold.library, cold.built_by) == (str(spec.build_dir / "mod.so"), "")
+    assert "-shared" in cold.link_command and cold.library_bytes > 0
+    warm = fg.build_module("mod", spec, toolchain, 60, "r2")
+    assert warm.status == "built" and warm.built_by.startswith("run r1, ")   # who built it, not this run
+    assert fg.NINJA_NOOP in warm.output
+
+
+def test_build_module_link_failure_and_missing_library(tmp_path, toolchain):
+    failed = fg.build_module("mod", NinjaSpec(tmp_path, CC, "-lsf_no_such_library"), toolchain, 60, "")
+    assert (failed.status, failed.stage) == ("link-failed", "link")
+    assert "cannot find -lsf_no_such_library" in fg.first_error_line(failed.output)
+
+
+def test_build_module_past_its_limit_is_a_timeout(tmp_path, toolchain):
+    slow = fg.build_module("mod", NinjaSpec(tmp_path, "sleep 30"), toolchain, 1.0, "")
+    assert (slow.status, slow.stage) == ("timeout", "compile")
+    assert slow.seconds < 10
+    spent = fg.build_module("mod", NinjaSpec(tmp_path, CC), toolchain, 0.0, "")
+    assert spent.status == "timeout"
+
+
+# --------------------------------------------------------------------------------------------- the runner's cache
+
+def test_jit_cache_is_one_folder_per_image_and_target(tmp_path):
+    spec = next(s for s in catalog() if s.id == "gate.flashinfer.jit")
+    target = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)
+    image = ImageRef("sf/x:1", "sha256:abc")
+    job = Job(stack=None, target=target, spec=spec, args=spec.args, timeout_s=1.0)  # type: ignore[arg-type]
+    mounts, args = jit_cache_mount(job, image, "run-7", shares_host_files=True, root=tmp_path)
+    folder = jit_cache_dir(image, target, tmp_path)
+    assert folder == tmp_path / "sha256-abc" / target.name and folder.is_dir()
+    assert [(m.source, m.target, m.read_only) for m in mounts] == [(folder, JIT_CACHE_CONTAINER_DIR, False)]
+    assert args == ["--workspace", JIT_CACHE_CONTAINER_DIR, "--cache-label", "run-7"]
+    assert jit_cache_mount(job, image, "r", shares_host_files=False, root=tmp_path) == ([], [])
+    other = next(s for s in catalog() if s.id == "gate.torch.arch-list")
+    plain = Job(stack=None, target=target, spec=other, args=(), timeout_s=1.0)  # type: ignore[arg-type]
+    assert jit_cache_mount(plain, image, "r", shares_host_files=True, root=tmp_path) == ([], [])
+
+
+@pytest.mark.docker
+def test_a_container_run_gets_its_kept_workspace(docker_client, base_image, tmp_path, monkeypatch):
+    """The runner mounts the (image, target) folder and passes --workspace / --cache-label: the script
+    in a real container accepts them (the base image has no FlashInfer: its skip) and the folder exists."""
+    from _build_helpers import small_cell
+    from _probe_runs import ProbeContext, run_in_container
+
+    from stackforge.edges.gpus import HostGpus
+    monkeypatch.setenv("STACKFORGE_JIT_CACHE", str(tmp_path))
+    target = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)
+    image = ImageRef(ref=base_image, image_id=docker_client.images.get(base_image).id)
+    spec = next(s for s in catalog() if s.id == "gate.flashinfer.jit")
+    ctx = ProbeContext(run_id="test-jit-cache", target=target, host_gpus=HostGpus(False, "no nvidia-smi"))
+    record = run_in_container(docker_client, image, small_cell()[0], spec, ctx)
+    assert record.outcome.status is Status.SKIP, record.outcome
+    assert record.outcome.reason == "FlashInfer is not installed in this image"
+    assert jit_cache_dir(image, target, tmp_path).is_dir()
