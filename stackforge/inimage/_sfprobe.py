@@ -12,11 +12,12 @@ The result-line contract: a script prints human logs freely and, as its LAST std
 
     STACKFORGE_RESULT {"status": ..., "reason": ..., "evidence": ..., "metrics": {...}, "facts": {...}}
 
-with status in pass | fail | skip | error | undecided. ``undecided``: the script ran but could not
+with status in pass | fail | skip | error | undecided | timeout. ``undecided``: the script ran but could not
 reach the code path that decides the feature honestly (it needs a context only the real program
 provides, such as a running server's published config); its evidence says why, and it is never a
-pass or a fail. ``timeout`` and ``crash`` are assigned by the runner that watches the script, never
-by the script. :func:`emit` prints that line and ends the process at once
+pass or a fail. ``timeout``: a step the script watched itself (a JIT build under its own time limit)
+did not finish in time, with what it had printed as evidence; the runner also assigns it when it kills
+the whole script at its hard timeout. ``crash`` is assigned by the runner only, never by the script. :func:`emit` prints that line and ends the process at once
 (``os._exit``) so no atexit hook, C library or child process can print after it.
 """
 
@@ -38,6 +39,7 @@ import shutil
 import signal
 import site
 import statistics
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -50,7 +52,7 @@ from typing import Any
 import _sfshared  # beside this file: the result marker, formulas and statistics the host uses too
 
 RESULT_PREFIX = _sfshared.RESULT_MARKER
-STATUSES = ("pass", "fail", "skip", "error", "undecided")
+STATUSES = ("pass", "fail", "skip", "error", "undecided", "timeout")
 INTERCONNECTS = ("pcie", "nvlink", "nvswitch")
 NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
 
@@ -1203,3 +1205,122 @@ def callable_name(obj: Any) -> str:
     if inner is not None:
         return f"{callable_name(inner)}(partial)"
     return getattr(obj, "__qualname__", None) or type(obj).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# Shared objects: what they link and export, and why a load failed
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ElfDynamic:
+    """What the dynamic loader and the import system see of a shared object.
+
+    Attributes:
+        needed: the DT_NEEDED libraries (``libc10.so``, ``libcuda.so.1``), in file order.
+        py_init: the Python module name ``X`` of an exported ``PyInit_X`` ("" for a plain shared object:
+            a torch op library, a TVM-FFI module, a C library).
+        error: why the file could not be read ("" when it was).
+    """
+
+    needed: tuple[str, ...] = ()
+    py_init: str = ""
+    error: str = ""
+
+
+_SHT_DYNAMIC = 6
+_DT_NEEDED = 1
+_PY_INIT = re.compile(rb"\0PyInit_([A-Za-z_][A-Za-z0-9_]*)\0")
+
+
+def elf_dynamic(path: str) -> ElfDynamic:
+    """Read a shared object's dynamic section (standard library only, the section headers and the
+    ``.dynamic`` / ``.dynstr`` pair they point to; the rest of a 400 MB kernel library is never read)."""
+    try:
+        with open(path, "rb") as handle:
+            ident = handle.read(64)
+            if len(ident) < 64 or ident[:4] != b"\x7fELF":
+                return ElfDynamic(error="not an ELF file")
+            is64, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
+            if is64:
+                shoff = struct.unpack_from(order + "Q", ident, 40)[0]
+                shentsize, shnum = struct.unpack_from(order + "HH", ident, 58)
+                layout = order + "IIQQQQII"
+            else:
+                shoff = struct.unpack_from(order + "I", ident, 32)[0]
+                shentsize, shnum = struct.unpack_from(order + "HH", ident, 46)
+                layout = order + "IIIIIIII"
+            handle.seek(shoff)
+            table = handle.read(shentsize * shnum)
+            sections = [struct.unpack_from(layout, table, i * shentsize)
+                        for i in range(len(table) // shentsize) if shentsize >= struct.calcsize(layout)]
+            dynamic = next((s for s in sections if s[1] == _SHT_DYNAMIC), None)
+            if dynamic is None or dynamic[6] >= len(sections):
+                return ElfDynamic(error="no dynamic section (a static object)")
+            _, _, _, _, dyn_offset, dyn_size, link, _ = dynamic
+            _, _, _, _, str_offset, str_size, _, _ = sections[link]
+            handle.seek(str_offset)
+            strings = handle.read(str_size)
+            handle.seek(dyn_offset)
+            entries = handle.read(dyn_size)
+    except (OSError, struct.error, IndexError) as exc:
+        return ElfDynamic(error=describe_exception(exc))
+    entry = "qQ" if is64 else "iI"
+    step = struct.calcsize(order + entry)
+    needed = []
+    for index in range(len(entries) // step):
+        tag, value = struct.unpack_from(order + entry, entries, index * step)
+        if tag == 0:
+            break
+        if tag == _DT_NEEDED and value < len(strings):
+            needed.append(strings[value:strings.find(b"\0", value)].decode("utf-8", "replace"))
+    init = _PY_INIT.search(b"\0" + strings)
+    return ElfDynamic(tuple(needed), init.group(1).decode() if init else "")
+
+
+_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: ([A-Za-z_$.][\w$.@]*)")
+_MISSING_LIBRARY = re.compile(r"([\w.+-]+\.so(?:\.[\w.]+)?): cannot open shared object file")
+
+
+def undefined_symbol(error: str) -> str:
+    """The symbol of a loader's ``undefined symbol: _ZN3c10...`` error ("" when it names none)."""
+    match = _UNDEFINED_SYMBOL.search(error)
+    return match.group(1) if match else ""
+
+
+def missing_library(error: str) -> str:
+    """The library of a loader's ``libX.so.1: cannot open shared object file`` error ("" when none)."""
+    match = _MISSING_LIBRARY.search(error)
+    return match.group(1) if match else ""
+
+
+def demangle(symbols: Sequence[str], timeout_s: float = 30) -> dict[str, str]:
+    """{mangled: demangled} by the image's ``c++filt`` (binutils); {} without one, and a symbol it leaves
+    as it was is left out: the caller shows the mangled name, which is exact, rather than guess."""
+    tool = shutil.which("c++filt")
+    wanted = [s for s in dict.fromkeys(symbols) if s]
+    if not tool or not wanted:
+        return {}
+    done = run_command([tool, *wanted], timeout_s)
+    lines = done.stdout.splitlines() if done.ok else []
+    return {m: d for m, d in zip(wanted, lines) if d and d != m} if len(lines) == len(wanted) else {}
+
+
+def libcuda_stub_candidates() -> tuple[str, ...]:
+    """Where an image may keep the CUDA driver's link stub ``libcuda.so``, which a compiled extension that
+    links ``libcuda.so.1`` can be loaded against where no driver is: the toolkit's ``lib64/stubs``
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda, NVIDIA's devel images) and the CUDA wheels' ``lib/stubs``."""
+    roots = [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)] + ["/usr/local/cuda"]
+    dirs = [os.path.join(root, sub, "stubs") for root in roots
+            for sub in ("lib64", "lib", os.path.join("targets", f"{platform.machine()}-linux", "lib"))]
+    for root in site_packages_dirs():
+        nvidia = os.path.join(root, "nvidia")
+        if os.path.isdir(nvidia):
+            for name in sorted(os.listdir(nvidia)):
+                dirs += [os.path.join(nvidia, name, sub, "stubs") for sub in ("lib", "lib64")]
+    found: list[str] = []
+    for directory in dirs:
+        for name in ("libcuda.so", "libcuda.so.1"):
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and path not in found:
+                found.append(path)
+    return tuple(found)

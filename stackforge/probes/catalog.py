@@ -59,6 +59,8 @@ class ProbeSpec:
         preconditions: see :class:`Preconditions`.
         default_timeout_s: hard timeout of the whole script (the runner kills it after that).
         args: fixed script arguments, appended after the target's arguments.
+        jit_cache: the script takes ``--workspace DIR --cache-label RUN``: in a container the runner mounts a
+            kept per-(image, target) JIT build cache there (:func:`stackforge.jobs.job_runner.jit_cache_mount`).
     """
 
     id: str
@@ -69,6 +71,7 @@ class ProbeSpec:
     preconditions: Preconditions = Preconditions()
     default_timeout_s: float = 300.0
     args: tuple[str, ...] = ()
+    jit_cache: bool = False
 
     @property
     def needs_gpu(self) -> bool:
@@ -92,15 +95,18 @@ _CATALOG: tuple[ProbeSpec, ...] = (
     ProbeSpec("gate.nvcc.codegen", "nvcc-codegen", "gate", "nvcc_codegen.py",
               "the image's nvcc compiles a kernel to an sm_XY cubin (sm_XYa / sm_XYf / PTX as metrics)",
               Preconditions(needs_nvcc=True), 300.0),
+    # The builds get --build-timeout in all; the script's hard timeout leaves room for the imports,
+    # the gates and the result line after a build stopped at its limit (a build timeout is the script's).
     ProbeSpec("gate.flashinfer.jit", "flashinfer-jit", "gate", "flashinfer_gates.py",
-              "FlashInfer's own arch resolution and JIT module gates for the target; compiles its norm module "
-              "(compile-only) when the image has nvcc",
-              Preconditions(needs_packages=("flashinfer-python",)), 1200.0,
-              ("--feature", "flashinfer-jit", "--compile")),
+              "FlashInfer's own arch resolution and JIT module gates for the target; builds (compiles and links, "
+              "nothing loaded or run) its norm, sampling and decode-attention modules when the image has nvcc",
+              Preconditions(needs_packages=("flashinfer-python",)), 1500.0,
+              ("--feature", "flashinfer-jit", "--build", "--build-timeout", "1200"), jit_cache=True),
     ProbeSpec("gate.flashinfer.ar-fusion", "flashinfer-ar-fusion", "gate", "flashinfer_gates.py",
-              "FlashInfer's gen_trtllm_comm_module (allreduce fusion) gate for the target arch",
-              Preconditions(needs_packages=("flashinfer-python",)), 300.0,
-              ("--feature", "flashinfer-ar-fusion")),
+              "FlashInfer's gen_trtllm_comm_module (allreduce fusion) gate for the target arch; builds the "
+              "module (compiles and links, nothing loaded or run) when the image has nvcc",
+              Preconditions(needs_packages=("flashinfer-python",)), 1500.0,
+              ("--feature", "flashinfer-ar-fusion", "--build", "--build-timeout", "1200"), jit_cache=True),
     ProbeSpec("gate.sglang.torch-symm-mem", "torch-symm-mem", "gate", "sglang_symm_mem.py",
               "SGLang's TorchSymmMemCommunicator gate (capability table, world size) for the target",
               Preconditions(needs_packages=("sglang",)), 300.0),
@@ -115,6 +121,11 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects, judged for "
               "the kernels the target would use (SM10x-only FlashInfer cubin families listed as excluded)",
               Preconditions(), 600.0),
+    ProbeSpec("gate.stack.imports", "stack-imports", "gate", "stack_imports.py",
+              "every compiled module of the stack loads against its torch (torch._C, sgl-kernel's library for the "
+              "target, FlashInfer AOT / jit-cache modules, DeepGEMM, DeepEP; libcuda.so.1 from the CUDA link stub) "
+              "and SGLang's server entry modules import; each failure names the file and the undefined symbol",
+              Preconditions(), 1200.0),
     ProbeSpec("runtime.flashinfer.jit", "flashinfer-jit", "runtime", "flashinfer_run.py",
               "FlashInfer JIT-builds rmsnorm and single-request decode attention for the visible GPU (fresh "
               "cache) and runs them; results checked against torch",
