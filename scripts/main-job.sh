@@ -326,11 +326,14 @@ import json, sys
 report = json.load(open(sys.argv[1]))
 s = report["summary"]
 print(f"main-job: first answer compares {report['from']['stack_id']} -> {report['to']['stack_id']}")
+built = f"{s['built']} built, " if s.get("built") else ""
+flavour = f", {s['flavour']} the flavours' (not the upgrade's)" if s.get("flavour") else ""
 print(f"main-job: first answer (the releases' code, read from their wheels; no image yet): {s['gained']} gained, "
-      f"{s['admitted']} admitted by the code, {s['lost']} lost, {s['unchanged']} unchanged, {s['undecided']} undecided, "
-      f"{s['n/a']} n/a; driver floor {s['driver_floor']}; {len(report['dead_ends_after'])} dead end(s) remain")
+      f"{built}{s['admitted']} admitted by the code, {s['lost']} lost, {s['unchanged']} unchanged, {s['undecided']} "
+      f"undecided, {s['n/a']} n/a{flavour}; driver floor {s['driver_floor']}; {len(report['dead_ends_after'])} dead "
+      "end(s) remain")
 for feature in report["features"]:
-    if feature["change"] in ("gained", "admitted", "lost"):
+    if feature["change"] in ("gained", "built", "admitted", "lost", "flavour"):
         print(f"main-job:   {feature['change']:<8} {feature['feature']}: {feature['to']['reason'][:100]}")
 print("main-job: the images and probes that follow confirm it; the end says what they changed")
 PY
