@@ -79,8 +79,8 @@ CACHE_FORMAT = "stackforge-abi-1"
 ABSENT = "not in this wheel"
 #: How many missing symbols a warning line names.
 SHOWN = 3
-#: A warning line stays on one screen line; the whole finding is in ``--json`` / the evidence.
-LINE_LIMIT = 190
+#: A warning line (after "stackforge: warning: ") stays within 200 characters; the whole finding is in ``--json``.
+LINE_LIMIT = 170
 
 
 class AbiStatus(str, Enum):
@@ -383,12 +383,14 @@ def _undecided_line(label: str, torch: str, found: Sequence[AbiFinding]) -> str:
     names = list(dict.fromkeys(n for f in found for n in (f.demangled or f.missing)))
     shown = ", ".join(names[:SHOWN]) + (f" (+{len(names) - SHOWN} more)" if len(names) > SHOWN else "")
     unread = [lib for lib in found[0].torch_wheel.libraries if lib.left_unread]
-    why = "; ".join(f"{lib.member.rpartition('/')[2]} not read: {lib.error}" for lib in unread)
+    # The first clause of each reason (its size against the limit); the whole reason is in --json.
+    why = "; ".join(f"{lib.member.rpartition('/')[2]} not read: {re.split(r'[,;(]', lib.error, 1)[0].strip()}"
+                    for lib in unread)
     objects = list(dict.fromkeys(f.member for f in found if f.missing))
     if not objects:   # the objects themselves could not be read
         return f"abi: {label} against torch {torch} undecided for {len(found)} object(s): {found[0].why}"
-    return brief(f"abi: {label} against torch {torch} undecided: {len(objects)} object(s) need {len(names)} "
-                 f"symbol(s) none of the torch libraries read exports; {why}; first: {shown}", LINE_LIMIT)
+    return brief(f"abi: {label} vs torch {torch} undecided ({why}): {len(names)} symbol(s) of {len(objects)} "
+                 f"object(s) in no library read; first: {shown}", LINE_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
