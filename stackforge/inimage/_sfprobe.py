@@ -342,6 +342,16 @@ def site_packages_dirs() -> tuple[str, ...]:
             unique.append(path)
     return tuple(unique)
 
+def package_dirs(names: Sequence[str]) -> dict[str, str]:
+    """{package: directory} for the import packages ``names`` installed in any site-packages (first found wins)."""
+    found: dict[str, str] = {}
+    for root in site_packages_dirs():
+        for name in names:
+            path = os.path.join(root, name)
+            if name not in found and os.path.isdir(path):
+                found[name] = path
+    return found
+
 
 def nvcc_candidates(explicit: str | None = None) -> tuple[str, ...]:
     """Where an image may keep nvcc, in the order CUDA tooling looks: an explicit path, then

@@ -301,17 +301,6 @@ def cuobjdump_file(cuobjdump: str, path: str) -> FileCode:
 # Discovery and decision
 # --------------------------------------------------------------------------------------------
 
-def package_dirs(names: Sequence[str]) -> dict[str, str]:
-    """{package: directory} for the kernel packages installed in any site-packages."""
-    found: dict[str, str] = {}
-    for root in sf.site_packages_dirs():
-        for name in names:
-            path = os.path.join(root, name)
-            if name not in found and os.path.isdir(path):
-                found[name] = path
-    return found
-
-
 def device_files(root: str) -> list[str]:
     """Candidate files under a package (or a single file)."""
     if os.path.isfile(root):
@@ -395,7 +384,7 @@ def main(argv: Sequence[str]) -> None:
     args = parser.parse_args(argv)
     target = args.arch
     facts = sf.collect_facts()
-    roots = package_dirs((*DEFAULT_PACKAGES, *args.package))
+    roots = sf.package_dirs((*DEFAULT_PACKAGES, *args.package))
     roots.update({os.path.basename(p.rstrip("/")) or p: p for p in args.path})
     if not roots:
         sf.emit("skip", f"no kernel packages ({', '.join(DEFAULT_PACKAGES)}) in this image's site-packages",

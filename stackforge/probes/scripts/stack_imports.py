@@ -239,17 +239,6 @@ def short_failure(outcome: LoadOutcome, demangled: Mapping[str, str]) -> str:
 # Discovery in the image
 # --------------------------------------------------------------------------------------------
 
-def package_dirs(names: Sequence[str]) -> dict[str, str]:
-    """{package: directory} for the packages installed in any site-packages."""
-    found: dict[str, str] = {}
-    for root in sf.site_packages_dirs():
-        for name in names:
-            path = os.path.join(root, name)
-            if name not in found and os.path.isdir(path):
-                found[name] = path
-    return found
-
-
 def importable_here(filename: str) -> bool:
     """False for a Python extension tagged for another interpreter (``x.cpython-310-...so`` under 3.11): the
     import system never loads it, so loading it by hand would report a failure no serving run meets."""
@@ -302,7 +291,7 @@ def package_tasks(name: str, root: str, target: sf.Arch, timeout_s: float) -> tu
 
 def sglang_entry_tasks(timeout_s: float) -> tuple[list[LoadTask], list[str]]:
     """The imports of SGLang's server entry modules that the installed release has."""
-    found = package_dirs(("sglang",))
+    found = sf.package_dirs(("sglang",))
     if "sglang" not in found:
         return [], ["sglang: not installed (no server entry modules to import)"]
     root = found["sglang"]
@@ -553,7 +542,7 @@ def main(argv: Sequence[str]) -> None:
                 facts=sf.collect_facts(import_torch=False, search_nvcc=False))
     context = [f"target {args.arch.sm_name}; installed torch {torch_version}"]
     tasks = []
-    for name, root in sorted(package_dirs((*DEFAULT_PACKAGES, *args.package)).items()):
+    for name, root in sorted(sf.package_dirs((*DEFAULT_PACKAGES, *args.package)).items()):
         found, lines = package_tasks(name, root, args.arch, args.load_timeout)
         tasks += found
         context += lines
