@@ -33,17 +33,10 @@ JIT_CACHE_ENV = "STACKFORGE_JIT_CACHE"   # stackforge.jobs.job_runner.JIT_CACHE_
 
 
 def built_images(builds_dir: Path) -> dict[Any, Any]:
-    """Stacks and their images, from the build records of a `stackforge build --out` folder."""
-    from stackforge.build.records import BuildRecord
-    from stackforge.core.model import Stack
-    from stackforge.probes.execute import ImageRef
-    found = {}
-    for path in sorted((builds_dir / "builds").glob("*.json")):
-        record = BuildRecord.from_json(json.loads(path.read_text()), path=str(path))
-        if record.status.ok and record.image_id:
-            found[Stack.from_json(record.stack)] = ImageRef(ref=record.image_tag or record.image_id,
-                                                            image_id=record.image_id)
-    return found
+    """Stacks and their images, from the build records of a `stackforge build --out` folder (probe_overhead's
+    reader, imported here, after the import path is set: --against puts another tree's stackforge first)."""
+    from probe_overhead import built_images as read_builds
+    return read_builds(builds_dir)
 
 
 def one_pass(images: dict[Any, Any], targets: list[str], only_flashinfer: bool, jobs: int,

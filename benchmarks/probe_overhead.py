@@ -32,7 +32,7 @@ from stackforge.probes.execute import ImageRef
 COMPILE_PROBE = "gate.flashinfer.jit"
 
 
-def built_images(client, builds_dir: Path) -> dict[Stack, ImageRef]:
+def built_images(builds_dir: Path) -> dict[Stack, ImageRef]:
     """Stacks and their images, from the build records of a `stackforge build --out` folder."""
     from stackforge.build.records import BuildRecord
     found: dict[Stack, ImageRef] = {}
@@ -54,7 +54,7 @@ def main() -> None:
 
     client = connect()
     target = load_knowledge().targets[args.target]
-    images = built_images(client, args.builds)
+    images = built_images(args.builds)
     if not images:
         raise SystemExit(f"no built images in {args.builds}/builds: run `stackforge build` first")
     stacks = list(images)
