@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The single-GPU checks stackforge can run on a lent GPU box without Docker: one short, prepared run
 # that ends within a global deadline (DEVICE_CHECK_DEADLINE_S, default 300 s wall), whatever happens
-# inside, and leaves exactly two files (a device machine sends back at most 8):
-#   OUT_DIR/device-check.json   one summary: the host (nvidia-smi), the Python, the wheels installed,
-#                               and for each check its planned and given budget, seconds and result
-#   OUT_DIR/device-check.log    every check's full output, one after the other under a header
+# inside, and leaves exactly two files (a device machine sends back at most 8), also when it refuses:
+#   OUT_DIR/device-check.json   one summary: the host (nvidia-smi), the host check's verdict, the Python,
+#                               the wheels installed, and for each check its planned and given budget,
+#                               seconds and result (or, on a refusal, why: "refused")
+#   OUT_DIR/device-check.log    the host check's findings and every check's full output, one after the
+#                               other under a header
 #
-# Runs stackforge's in-image scripts directly in the box's Python (the probes and benches are plain
+# First the host check every runtime run starts with (stackforge.edges.gpu_host, as `stackforge doctor
+# --gpu`: driver, persistence mode, Fabric Manager on NVSwitch, Xid/ECC errors, IOMMU/ACS, the nvidia_uvm
+# HMM setting; at most 20 s), its verdict written before anything else; a failing verdict is printed and
+# named in the summary's scope: the checks still run, but their results are the host's to explain.
+# Then stackforge's in-image scripts directly in the box's Python (the probes and benches are plain
 # scripts that need only the standard library plus what they measure), for the GPU it finds:
 #   1. torch-arch       gate.torch.arch-list: torch's compiled arch list covers this GPU
 #   2. flashinfer-jit   runtime.flashinfer.jit: FlashInfer JIT-builds and runs rmsnorm + decode attention
@@ -73,15 +79,74 @@ fi
 
 mkdir -p "$out"
 : >"$log"
-# The scripts import _sfprobe / _sfshared from the in-image package, as the job runner arranges it.
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$PWD/stackforge/inimage${PYTHONPATH:+:$PYTHONPATH}"
-arch="$(timeout 60 "$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")' \
-  2>/dev/null)" \
-  || { echo "device-check: no CUDA device visible to $python (torch.cuda.get_device_capability failed)" >&2; exit 2; }
-gpus="$(timeout 60 "$python" -c 'import torch; print(torch.cuda.device_count())')"
-tag="$("$python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')"
 results="$(mktemp -d)"
 trap 'rm -rf "$results"' EXIT
+repo="$PWD"
+
+# The host check, first: stackforge's own (edges/gpu_host.py), for a target made of what this box is.
+# It never fails the script; what it could not read or import is its verdict ("not run", "no gpu").
+echo "=== host check" >>"$log"
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo" timeout --kill-after=2 20 "$python" - "$results/host.json" \
+  >>"$log" 2>&1 <<'PY'
+import json, sys
+path = sys.argv[1]
+def write(verdict):
+    with open(path, "w") as handle:
+        json.dump(verdict, handle)
+    print(f"host check: {verdict['status']}: {verdict.get('reason', '')}")
+try:
+    from stackforge.core.model import Interconnect, Target
+    from stackforge.edges.gpu_host import judge_gpu_host, read_gpu_host_facts
+    from stackforge.edges.gpus import detect_host_gpus, host_facts
+except Exception as exc:   # the box's Python lacks what stackforge imports (packaging): said, not fatal
+    write({"status": "not run", "reason": f"stackforge's host check does not import here: {type(exc).__name__}: {exc}"})
+    sys.exit(0)
+gpus = detect_host_gpus(None)
+if not gpus.available or not gpus.devices:
+    write({"status": "no gpu", "reason": gpus.evidence, "host": host_facts(gpus)})
+    sys.exit(0)
+facts = read_gpu_host_facts(gpus)
+first = gpus.devices[0]
+fabric = any((g.fabric_state or "N/A") != "N/A" for g in facts.gpus)
+links = [kind for _, _, kind in gpus.links or ()]
+interconnect = (Interconnect.NVSWITCH if fabric else Interconnect.NVLINK if any(k.startswith("NV") for k in links)
+                else Interconnect.PCIE)
+target = Target("this-host", first.name, first.arch or "", len(gpus.devices), interconnect)
+verdict = judge_gpu_host(facts, target)
+for finding in verdict.findings:
+    print(f"  {finding.check}: {finding.status.value}: {finding.text}")
+failing = [f"{f.check}: {f.text}" for f in verdict.findings if f.status.value == "fail"]
+write({"status": verdict.status.value, "reason": "; ".join(failing) or f"{len(verdict.findings)} finding(s), none failing",
+       "target": target.to_json(), "verdict": verdict.to_json(), "facts": facts.to_json(), "host": host_facts(gpus)})
+PY
+[[ -s "$results/host.json" ]] || echo '{"status": "not run", "reason": "the host check gave no verdict within 20 s"}' \
+  >"$results/host.json"
+host_status="$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["status"])' "$results/host.json" \
+  2>/dev/null || echo "not run")"
+
+# The scripts import _sfprobe / _sfshared from the in-image package, as the job runner arranges it.
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$PWD/stackforge/inimage${PYTHONPATH:+:$PYTHONPATH}"
+refuse() {  # refuse REASON: the two promised files (the summary says why), the reason on stderr, exit 2
+  echo "device-check: $1" >&2
+  echo "device-check: refused: $1" >>"$log"
+  "$python" - "$summary" "$results/host.json" "$1" "$deadline_s" "$SECONDS" <<'PY'
+import json, sys
+path, host, reason, deadline, seconds = sys.argv[1:6]
+try:
+    host_check = json.load(open(host))
+except (OSError, ValueError):
+    host_check = {"status": "not run", "reason": "no verdict"}
+json.dump({"schema": "stackforge.device-check", "schema_version": 1, "deadline_s": int(deadline),
+           "seconds": int(seconds), "refused": reason, "host_check": host_check, "checks": []},
+          open(path, "w"), indent=2)
+PY
+  exit 2
+}
+arch="$(timeout 60 "$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")' \
+  2>/dev/null)" \
+  || refuse "no CUDA device visible to $python (torch.cuda.get_device_capability failed)"
+gpus="$(timeout 60 "$python" -c 'import torch; print(torch.cuda.device_count())')"
+tag="$("$python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')"
 
 wheels=""
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -100,6 +165,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 smi="$(timeout 30 nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader 2>&1 || true)"
 echo "device-check: $gpus GPU(s), compute capability $arch, Python $tag; deadline ${deadline_s} s; results in $summary"
+echo "device-check: host check $host_status (findings in $log)"
 
 failed=0
 write_result() {  # write_result NAME STATUS REASON: a result this script states itself
@@ -158,9 +224,14 @@ done
 
 scope="compute capability $arch on $gpus GPU(s): this validates the machinery (scripts, JIT path, harness, result lines) on real CUDA"
 [[ "$arch" != "12.0" ]] && scope+=", not a verdict for the sm_120 target"
+[[ "$host_status" == "fail" ]] && scope+="; the host check failed: these results are the host's to explain"
 "$python" - "$summary" "$results" "$deadline_s" "$SECONDS" "$arch" "$gpus" "$tag" "$wheels" "$smi" "$scope" <<'PY'
 import json, os, re, sys
 path, results, deadline, seconds, arch, gpus, tag, wheels, smi, scope = sys.argv[1:11]
+try:
+    host_check = json.load(open(os.path.join(results, "host.json")))
+except (OSError, ValueError):
+    host_check = {"status": "not run", "reason": "no verdict"}
 checks = []
 for name in ("torch-arch", "flashinfer-jit", "gemm", "nccl-graph-tree"):
     def read(suffix, default=""):
@@ -174,7 +245,7 @@ installed = next((c["result"].get("metrics", {}).get("flashinfer") for c in chec
 pinned = None if not installed else bool(re.search(rf'["\s]{re.escape(installed)}["\s,\]]', matrix))
 summary = {"schema": "stackforge.device-check", "schema_version": 1, "deadline_s": int(deadline),
            "seconds": int(seconds), "arch": arch, "gpus": int(gpus), "python": tag, "nvidia_smi": smi,
-           "wheels": wheels.strip(), "scope": scope,
+           "wheels": wheels.strip(), "scope": scope, "host_check": host_check,
            "flashinfer_tested": installed, "flashinfer_pinned_by_default_matrix": pinned, "checks": checks}
 with open(path, "w") as handle:
     json.dump(summary, handle, indent=2)

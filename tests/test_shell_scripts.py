@@ -42,6 +42,34 @@ def test_device_check_without_a_gpu_says_so_and_exits_2(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().startswith("device-check: no CUDA device visible"), done.stderr
     assert time.monotonic() - started < 30          # within seconds, not after the checks' budgets
+    # The two files its header promises, also on a refusal: the summary says why, the log is not empty.
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["device-check.json", "device-check.log"]
+    summary = json.loads((out / "device-check.json").read_text())
+    assert summary["refused"].startswith("no CUDA device visible") and summary["checks"] == []
+    # The host check ran first and its verdict is kept: no nvidia-smi here is a fact, not a fault.
+    assert summary["host_check"]["status"] == "no gpu", summary["host_check"]
+    assert "nvidia-smi not found" in summary["host_check"]["reason"]
+    log = (out / "device-check.log").read_text()
+    assert log.index("=== host check") < log.index("device-check: refused: no CUDA device visible")
+
+
+def test_device_check_runs_the_host_check_first_and_keeps_its_verdict(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi (two RTX PRO 6000) and a Python without torch: the host check reads the cards
+    and judges them before the refusal; the verdict names the findings it made."""
+    from test_gpu_locks import UUIDS, smi_on_path
+
+    smi_on_path(tmp_path, monkeypatch)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "device-check.sh"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHON": sys.executable})
+    assert done.returncode == 2, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "out" / "device-check.json").read_text())
+    host = summary["host_check"]
+    assert host["status"] in ("ok", "warn", "fail") and host["target"]["gpu_count"] == 2, host
+    assert [g["uuid"] for g in host["host"]["gpus"]] == list(UUIDS)
+    assert {f["check"] for f in host["verdict"]["findings"]} >= {"driver", "persistence", "ecc", "xid", "uvm hmm"}
+    assert "  uvm hmm: " in (tmp_path / "out" / "device-check.log").read_text()
 
 
 # A torch that answers the GPU questions of device-check.sh (one sm_90 GPU) but hangs in every
@@ -92,6 +120,8 @@ def test_device_check_ends_at_its_global_deadline_with_one_summary_and_one_log(t
         assert "deadline of device-check.sh was reached" in results[name]["result"]["reason"]
     assert "not a verdict for the sm_120 target" in summary["scope"]
     assert "=== torch-arch: budget" in (out / "device-check.log").read_text()
+    assert summary["host_check"]["status"] == "no gpu"             # checked first, kept in the summary
+    assert "device-check: host check no gpu" in lines[1]
 
 
 def test_device_check_dry_run_lists_its_files_and_budget_within_the_window(tmp_path):

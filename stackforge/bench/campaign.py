@@ -56,6 +56,7 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     from stackforge.bench.catalog import catalog, default_suites, select_benches
     from stackforge.bench.run import plan_bench, run_bench_jobs
     from stackforge.edges.gpus import detect_host_gpus, host_facts
+    from stackforge.jobs.job_runner import check_host, driver_floors
 
     options = request.options
     specs = select_benches(catalog(), suites=request.suites or default_suites(model_dir=options.model_dir),
@@ -72,12 +73,15 @@ def run_bench_campaign(request: BenchRequest, *, store: ResultsStore, connect: C
     jobs = plan_bench(plan, specs, options, host_gpus=host_gpus, local=local, stacks=stacks)
     if request.from_probes:
         jobs = _gate_on_probes(jobs, store)
+    # The host check is read before the run opens and written with it: a partial run carries it too.
+    host_check = check_host(host_gpus, jobs, driver_floors(plan.cells))
     with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
-                      stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus),
+                      stacks=len(stacks), jobs=len(jobs),
+                      host={**host_facts(host_gpus), **host_check.to_json()},
                       on_start=on_start) as (run_dir, write):
         return run_bench_jobs(jobs, options, run_id=run_dir.name, host_gpus=host_gpus, write=write, client=client,
                               local_python=request.local_python, log_dir=run_dir / "logs",
-                              builds_dir=request.builds_dir, on_done=on_done)
+                              builds_dir=request.builds_dir, on_done=on_done, host_check=host_check)
 
 
 def _gate_on_probes(jobs, store: ResultsStore):

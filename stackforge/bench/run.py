@@ -216,16 +216,19 @@ def container_mounts(job: Job, options: BenchOptions) -> list[Any]:
 def run_bench_jobs(planned: Sequence[Job], options: BenchOptions, *, run_id: str, host_gpus: HostGpus,
                    write: Callable[[ResultRecord], Any], client: Any | None = None,
                    local_python: str | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
-                   on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+                   on_done: Callable[[ResultRecord], None] = lambda record: None,
+                   host_check: job_runner.HostGate = job_runner.NO_HOST_CHECK) -> list[ResultRecord]:
     """Run bench jobs one at a time (in images via ``client``, or locally with ``local_python``),
     writing each record as it finishes so that an interrupted run keeps what completed.
 
-    One at a time on purpose: two benchmarks on the same GPUs would measure each other.
+    One at a time on purpose: two benchmarks on the same GPUs would measure each other. ``host_check``: the
+    run's host check (:func:`stackforge.jobs.job_runner.check_host`), honoured as for probes: a driver below
+    the stack's floor or a busy GPU is a skip, a figure measured on a card the check failed is ``undecided``.
     """
     return job_runner.run_jobs(bench_kind(options), planned, run_id=run_id, host_gpus=host_gpus, write=write,
                          client=client, local_python=local_python if client is not None else
                          local_python or sys.executable, parallel=1, log_dir=log_dir, builds_dir=builds_dir,
-                         on_done=on_done)
+                         on_done=on_done, host_check=host_check)
 
 
 __all__ = ["BenchOptions", "bench_argv", "bench_kind", "plan_bench", "run_bench_jobs", "script_args",

@@ -21,6 +21,7 @@ from typing import Any
 
 from stackforge.core.model import Target
 from stackforge.doctor.disk_budget import NEEDS, DiskBudget, free_lines, gb_text, need_bytes_by_filesystem
+from stackforge.edges.gpu_host import FindingStatus, HostGpuFacts, judge_gpu_host
 from stackforge.edges.gpus import HostGpus, assign_gpus
 from stackforge.edges.pip_config import redact_urls, without_credentials
 
@@ -115,6 +116,7 @@ class HostFacts:
     registry: RegistryFacts | None = None
     ca: CaFacts = field(default_factory=CaFacts)
     budget: DiskBudget | None = None           # None: not gathered (no check line)
+    gpu_host: HostGpuFacts | None = None       # ``doctor --gpu``: the runtime runs' host check; None: not asked
 
 
 # --------------------------------------------------------------------------- the report
@@ -168,8 +170,36 @@ def build_report(facts: HostFacts, targets: dict[str, Target]) -> DoctorReport:
     checks = [engine_check(facts.engine), buildx_check(facts.buildx),
               *(disk_check(d) for d in facts.disks), *budget_checks(facts.budget), gpu_check(facts.gpus),
               targets_check(facts.gpus, targets, facts.machine),
-              *(index_check(i) for i in facts.indexes), registry_check(facts.registry), ca_check(facts.ca)]
+              *(index_check(i) for i in facts.indexes), registry_check(facts.registry), ca_check(facts.ca),
+              *gpu_host_checks(facts, targets)]
     return DoctorReport(tuple(checks))
+
+
+#: How a host-check finding reads as a doctor line: "not readable" is a fact, not a caveat.
+_FINDING_STATUS = {FindingStatus.OK: CheckStatus.OK, FindingStatus.WARN: CheckStatus.WARN,
+                   FindingStatus.FAIL: CheckStatus.FAIL, FindingStatus.NOT_READABLE: CheckStatus.OK}
+
+
+def gpu_host_checks(facts: HostFacts, targets: dict[str, Target]) -> tuple[HostCheck, ...]:
+    """``doctor --gpu``: the host check every runtime probe and bench run starts with
+    (:func:`stackforge.edges.gpu_host.judge_gpu_host`), one line per finding for each target this host can run.
+    A failing finding is required (exit 1): the runs would record that target's results ``undecided (host: ...)``."""
+    if facts.gpu_host is None:
+        return ()
+    verdicts = runnable_targets(facts.gpus, targets, facts.machine)
+    runnable = [name for name, verdict in verdicts.items() if not verdict.startswith("not runnable")]
+    if not runnable:
+        return (HostCheck("gpu host", CheckStatus.MISSING, "no target is runnable here: nothing to check "
+                          "(see the targets line)", {"targets": []}),)
+    checks = []
+    for name in runnable:
+        verdict = judge_gpu_host(facts.gpu_host, targets[name])
+        for finding in verdict.findings:
+            status = _FINDING_STATUS[finding.status]
+            checks.append(HostCheck(f"gpu host ({name}) {finding.check}", status, finding.text,
+                                    {"target": name, **finding.to_json(), "host": facts.gpu_host.to_json()},
+                                    required=status is CheckStatus.FAIL))
+    return tuple(checks)
 
 
 def engine_check(engine: EngineFacts) -> HostCheck:

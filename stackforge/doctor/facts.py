@@ -32,6 +32,7 @@ from stackforge.doctor.checks import (
     RegistryFacts,
 )
 from stackforge.edges import docker_engine, runner
+from stackforge.edges.gpu_host import HostGpuFacts, read_gpu_host_facts
 from stackforge.edges.gpus import HostGpus, detect_host_gpus
 from stackforge.edges.index import index_config
 from stackforge.edges.pip_config import PipConfig, read_pip_config, trusted_ca_bundles
@@ -43,9 +44,10 @@ DOCKER_HUB_API = "registry-1.docker.io"   # where docker.io's registry API lives
 
 
 def gather(*, index_url: str | None = None, registry: str | None = None, ca_bundle: str | None = None,
-           cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> HostFacts:
+           cwd: Path | None = None, environ: Mapping[str, str] | None = None, gpu: bool = False) -> HostFacts:
     """Every fact, gathered in parallel (each bounded by its own timeout; Ctrl-C and SIGTERM get through
-    while the main thread waits, see :func:`stackforge.edges.runner.result_of`)."""
+    while the main thread waits, see :func:`stackforge.edges.runner.result_of`). ``gpu``: also the runtime
+    runs' host check (:func:`stackforge.edges.gpu_host.read_gpu_host_facts`), when the host has GPUs."""
     environ = os.environ if environ is None else environ
     with ThreadPoolExecutor(max_workers=4) as pool:
         engine_and_gpus = pool.submit(_engine_and_gpus)
@@ -59,9 +61,11 @@ def gather(*, index_url: str | None = None, registry: str | None = None, ca_bund
         engine, gpus = runner.result_of(engine_and_gpus)
         disks = (engine_disk(engine), disk_facts("working directory", cwd or Path.cwd()))
         registry_found = runner.result_of(registry_future) if registry_future else None
+        gpu_host = None if not gpu else read_gpu_host_facts(gpus) if gpus.devices else HostGpuFacts(
+            gpus.driver, unreadable=(("gpus", gpus.evidence),))
         return HostFacts(engine=engine, buildx=runner.result_of(buildx), disks=disks, gpus=gpus,
                          machine=platform.machine(), indexes=runner.result_of(indexes), registry=registry_found, ca=ca,
-                         budget=runner.result_of(budget))
+                         budget=runner.result_of(budget), gpu_host=gpu_host)
 
 
 # --------------------------------------------------------------------------- engine, buildx, GPUs, disk

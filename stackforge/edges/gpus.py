@@ -17,11 +17,14 @@ from stackforge.edges import runner
 @dataclass(frozen=True, slots=True)
 class HostGpu:
     """One GPU as nvidia-smi lists it: its index, name and compute capability (``"12.0"``; None
-    when the driver's nvidia-smi is too old to report ``compute_cap``)."""
+    when the driver's nvidia-smi is too old to report ``compute_cap``), its UUID (``GPU-...``: the key of
+    its host-wide lock, :mod:`stackforge.edges.gpu_locks`) and PCI bus id, None when not reported."""
 
     index: int
     name: str
     arch: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
 
     def describe(self) -> str:
         return f"{self.index}: {self.name} ({self.arch or 'arch unknown'})"
@@ -112,11 +115,26 @@ def assign_gpus(host_gpus: HostGpus, target: Target) -> GpuAssignment:
     return GpuAssignment((), mismatch) if mismatch else GpuAssignment(chosen)
 
 
+def lock_keys(host_gpus: HostGpus, assignment: GpuAssignment) -> tuple[str, ...]:
+    """The host-wide lock keys of the GPUs an assignment gives: each card's UUID (``index-N`` when nvidia-smi
+    gave none); every card of the host for ``devices`` None; nothing for no GPU (pure)."""
+    if assignment.devices is None:
+        chosen = host_gpus.devices
+        if not chosen:
+            return ("all",)
+    else:
+        chosen = tuple(d for d in host_gpus.devices if d.index in assignment.devices)
+        known = {d.index for d in chosen}
+        chosen += tuple(HostGpu(i, "") for i in assignment.devices if i not in known)
+    return tuple(sorted(d.uuid or f"index-{d.index}" for d in chosen))
+
+
 def host_facts(host_gpus: HostGpus) -> dict[str, Any]:
     """What a run records about the host its GPU jobs ran on (``host.json``): GPUs, driver, the topology
     matrix and the links read from it. PCIe ACS settings are not read (they need root and lspci)."""
     return {"available": host_gpus.available, "evidence": host_gpus.evidence, "driver": host_gpus.driver,
-            "gpus": [{"index": d.index, "name": d.name, "arch": d.arch} for d in host_gpus.devices],
+            "gpus": [{"index": d.index, "name": d.name, "arch": d.arch, "uuid": d.uuid, "pci_bus_id": d.pci_bus_id}
+                     for d in host_gpus.devices],
             "topology": host_gpus.topology,
             "links": None if host_gpus.links is None else [list(link) for link in host_gpus.links],
             "acs": "not read"}
@@ -164,7 +182,8 @@ def detect_host_gpus(client: Any | None) -> HostGpus:
     rows = [r.split(",") for r in result.output_tail.strip().splitlines() if "," in r]
     if not result.succeeded or not rows:
         return HostGpus(False, f"nvidia-smi failed: {result.describe()}: {result.output_tail.strip()[-300:]}")
-    devices = tuple(parse_smi_row(row) for row in rows)
+    devices = with_ids(tuple(parse_smi_row(row) for row in rows), runner.run(
+        [smi, f"--query-gpu={SMI_ID_FIELDS}", "--format=csv,noheader"], timeout=30))
     names = tuple(d.name for d in devices)
     driver = rows[0][2].strip()
     if client is not None:
@@ -183,6 +202,19 @@ def detect_host_gpus(client: Any | None) -> HostGpus:
 #: nvidia-smi columns: index, name, driver_version[, compute_cap].
 SMI_FIELDS = "index,name,driver_version,compute_cap"
 SMI_FIELDS_OLD = "index,name,driver_version"
+#: asked apart, so that a driver that lacks one of the main fields still gives the ids.
+SMI_ID_FIELDS = "index,uuid,pci.bus_id"
+
+
+def with_ids(devices: tuple[HostGpu, ...], ids: runner.CommandResult) -> tuple[HostGpu, ...]:
+    """``devices`` with the UUID and PCI bus id of ``nvidia-smi --query-gpu=SMI_ID_FIELDS`` (rows whose
+    second cell is no ``GPU-`` UUID are left out: unknown stays None)."""
+    found: dict[int, tuple[str, str | None]] = {}
+    for line in ids.output_tail.splitlines() if ids.succeeded else ():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) >= 2 and cells[0].isdigit() and cells[1].startswith("GPU-"):
+            found[int(cells[0])] = (cells[1], cells[2] if len(cells) > 2 and cells[2] else None)
+    return tuple(HostGpu(d.index, d.name, d.arch, *found[d.index]) if d.index in found else d for d in devices)
 
 
 def parse_topology(text: str) -> tuple[tuple[int, int, str], ...] | None:

@@ -24,11 +24,11 @@ stopped raises :class:`~stackforge.core.errors.ContainerStoppedByEngine`; neithe
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
+import dataclasses
 import os
 import platform
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +37,9 @@ from stackforge.core.errors import Interrupted, ProbeError
 from stackforge.core.model import Stack, Target
 from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 from stackforge.edges import runner
-from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus
+from stackforge.edges.gpu_host import GpuHostVerdict, HostGpuFacts, driver_below, judge_gpu_host, read_gpu_host_facts
+from stackforge.edges.gpu_locks import GpuFileLocks, GpuUsage, busy_memory_mib, busy_reason, read_gpu_usage
+from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus, lock_keys
 from stackforge.inimage import CONTAINER_DIR as INIMAGE_CONTAINER_DIR
 from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
 from stackforge.inimage._sfshared import json_safe, parse_result_line
@@ -466,53 +468,126 @@ def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, r
                   "docker")
 
 
-class GpuLocks:
-    """The host GPUs as resources: a job that gets GPUs holds every one of them while it runs, so two jobs
-    never share a card (their timings would mix, and spin-waiting collectives could hit phase timeouts that
-    read as failures); jobs on disjoint cards, and jobs with no GPU (gate probes), run side by side.
+# ---------------------------------------------------------------------------------------------- the host check
 
-    A host whose nvidia-smi reports no compute capability gives every GPU job all cards (``devices`` None):
-    those jobs share one lock.
+
+@dataclass(frozen=True, slots=True)
+class HostGate:
+    """The host check of one run, as its GPU jobs honour it (:func:`check_host` reads it at the run's start).
+
+    ``verdicts``: one per target of the run's GPU jobs (:func:`stackforge.edges.gpu_host.judge_gpu_host`);
+    ``floors``: each (stack id, target)'s driver floor from the plan; ``driver``: the host's. A GPU job whose
+    stack's floor is above the driver is a skip naming both; a record of a job on a GPU a finding fails is
+    ``undecided (host: ...)``, never a verdict on the stack.
     """
 
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+    verdicts: Mapping[str, GpuHostVerdict] = field(default_factory=dict)
+    floors: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
+    driver: str | None = None
+    facts: HostGpuFacts | None = None
 
-    def _lock(self, key: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
+    def skip_reason(self, job: Job) -> str | None:
+        """Why a GPU job of this stack cannot run on this driver, or None (pure)."""
+        floor = self.floors.get((job.stack.id, job.target.name))
+        if driver_below(self.driver, floor):
+            return (f"host: driver {self.driver} is below the stack's driver floor >= {floor} "
+                    f"({job.stack.id} on {job.target.name})")
+        return None
 
-    @contextlib.contextmanager
-    def holding(self, assignment: GpuAssignment, cancel: threading.Event) -> Iterator[bool]:
-        """Hold the assignment's cards (in one order, so two jobs never deadlock); yields False when the run
-        was cancelled while waiting (the job must not start)."""
-        keys = ["all"] if assignment.devices is None else [str(d) for d in sorted(assignment.devices)]
-        held: list[threading.Lock] = []
-        try:
-            for key in keys:
-                lock = self._lock(key)
-                while not lock.acquire(timeout=0.25):
-                    if cancel.is_set():
-                        yield False
-                        return
-                held.append(lock)
-            yield not cancel.is_set()
-        finally:
-            for lock in reversed(held):
-                lock.release()
+    def fault(self, job: Job, assignment: GpuAssignment) -> str | None:
+        """The host finding that makes this job's record undecided, as ``check: text``, or None (pure)."""
+        verdict = self.verdicts.get(job.target.name)
+        finding = verdict.fault_for(assignment.devices) if verdict is not None else None
+        return f"{finding.check}: {finding.text}" if finding is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``host.json`` gets: ``host_check`` (the facts, and each target's verdict) and ``check``, the
+        run's one word the reports read (:func:`stackforge.report.compat_matrix.host_check_faults`): ``status``
+        (``fail``, ``warn``, ``pass``, or ``not run`` where no job got a GPU), ``reason``, the failing
+        ``gpus`` (absent: every GPU) and ``p2p`` (every failing finding concerns P2P only: multi-GPU jobs)."""
+        return {"host_check": {"checked_at": utc_now(), "driver": self.driver,
+                               "facts": self.facts.to_json() if self.facts is not None else None,
+                               "targets": {name: verdict.to_json() for name, verdict in sorted(self.verdicts.items())}},
+                "check": self.run_check()}
+
+    def run_check(self) -> dict[str, Any]:
+        """The run's host check in one word (see :meth:`to_json`), over every target's findings (pure)."""
+        if not self.verdicts:
+            return {"status": "not run", "reason": "no job of this run gets a GPU here"}
+        findings = [f for verdict in self.verdicts.values() for f in verdict.findings]
+        failing = [f for f in findings if f.status.value == "fail"]
+        if not failing:
+            warned = [f"{f.check}: {f.text}" for f in findings if f.status.value == "warn"]
+            return {"status": "warn" if warned else "pass", "reason": "; ".join(warned) or "every check passed"}
+        check: dict[str, Any] = {"status": "fail", "reason": "; ".join(f"{f.check}: {f.text}" for f in failing),
+                                 "p2p": all(f.multi_gpu_only for f in failing)}
+        if all(f.gpus is not None for f in failing):
+            check["gpus"] = sorted({g for f in failing for g in f.gpus or ()})
+        return check
+
+
+NO_HOST_CHECK = HostGate()
+
+
+def driver_floors(cells: Sequence[Any]) -> dict[tuple[str, str], str | None]:
+    """(stack id, target) -> the driver floor a plan's cells show (``PlanCell.driver_floor``)."""
+    return {(cell.stack.id, cell.target.name): cell.driver_floor.version for cell in cells}
+
+
+def check_host(host_gpus: HostGpus, jobs: Sequence[Any], floors: Mapping[tuple[str, str], str | None], *,
+               read: Callable[[HostGpus], HostGpuFacts] = read_gpu_host_facts) -> HostGate:
+    """The host check of a run, read once at its start for the targets whose GPU jobs this host can run
+    (``jobs``: anything with a ``spec`` and a ``target``; the edge is ``read``); the floors alone when no
+    job gets a GPU here (nothing on the host to check)."""
+    targets = {job.target.name: job.target for job in jobs
+               if gpus_for(job.spec, job.target, host_gpus).docker_gpus() is not None}
+    if not targets or not host_gpus.available:
+        return HostGate(floors=dict(floors), driver=host_gpus.driver)
+    facts = read(host_gpus)
+    return HostGate({name: judge_gpu_host(facts, target) for name, target in targets.items()}, dict(floors),
+                    host_gpus.driver, facts)
+
+
+def host_undecided(record: ResultRecord, why: str, gpus: tuple[int, ...] | None) -> ResultRecord:
+    """``record`` as ``undecided (host: why)``: the script's own status and reason kept in the reason, its
+    evidence and metrics kept, ``metrics.host_fault`` saying what and where (pure). A skip stays a skip."""
+    outcome = record.outcome
+    if outcome.status is Status.SKIP:
+        return record
+    reason = f"host: {why} (the job ended {outcome.status.value}: {outcome.reason})"
+    metrics = {**outcome.metrics, "host_fault": {"why": why, "gpus": None if gpus is None else list(gpus),
+                                                 "ended": outcome.status.value}}
+    return dataclasses.replace(record, outcome=dataclasses.replace(outcome, status=Status.UNDECIDED, reason=reason,
+                                                                   metrics=metrics))
+
+
+def busy_record(kind: JobKind, job: Job, reason: str, *, run_id: str, host_gpus: HostGpus,
+                runner_kind: str) -> ResultRecord:
+    """The skip of a job whose GPUs were not idle (``busy: pid ...``) or whose driver is below the floor."""
+    return skip_record(kind, dataclasses.replace(job, skip_reason=reason, skip_evidence=host_gpus.evidence),
+                       run_id=run_id, image=None, host_gpus=host_gpus, runner_kind=runner_kind)
+
+
+#: Statuses a busy GPU can cause (a hang, an OOM, a collective timing out): re-checked after the job.
+_HOST_SENSITIVE = frozenset({Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.CRASH})
 
 
 def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: HostGpus,
              write: Callable[[ResultRecord], Any], client: Any | None = None, local_python: str | None = None,
              parallel: int = 1, log_dir: Path | None = None, builds_dir: Path | None = None,
              images: Mapping[str, ImageRef | None] | None = None,
-             on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+             on_done: Callable[[ResultRecord], None] = lambda record: None,
+             host_check: HostGate = NO_HOST_CHECK, gpu_locks: GpuFileLocks | None = None,
+             read_usage: Callable[[], GpuUsage] = read_gpu_usage) -> list[ResultRecord]:
     """Run jobs (in containers via ``client``, or locally with ``local_python``), writing each record as
     it finishes so that an interrupted run keeps what completed.
 
     ``parallel`` jobs at a time (benchmarks take 1: two on the same GPUs would measure each other); jobs that
-    get GPUs also hold them (:class:`GpuLocks`), so at most one job runs on a card at a time.
+    get GPUs also hold them, host-wide (:class:`~stackforge.edges.gpu_locks.GpuFileLocks`: one lock file per
+    GPU UUID, honoured by every stackforge process), so at most one job runs on a card at a time. Holding
+    them, a job starts only on idle cards (else a ``busy: pid ...`` skip, read by ``read_usage``), on a driver
+    at its stack's floor (``host_check``), and its record is ``undecided (host: ...)`` when the host check
+    failed for a card it used or when a failure coincides with another process on its cards.
     ``images`` maps stack ids to images to use; other stacks' images come from ``builds_dir`` records
     or, by default, from the local images' stack-id labels.
 
@@ -533,11 +608,37 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
 
     # Worker threads never see a signal: the calling thread sets this flag for them.
     cancel = threading.Event()
-    gpu_locks = GpuLocks()
+    locks = gpu_locks or GpuFileLocks()
+    threshold = busy_memory_mib()
+    runner_kind = "local" if client is None else "docker"
 
     def one(job: Job) -> ResultRecord | None:
-        with gpu_locks.holding(gpus_for(job.spec, job.target, host_gpus), cancel) as free:
-            return run_one(job) if free else None
+        assignment = gpus_for(job.spec, job.target, host_gpus)
+        starts = not job.skip_reason and (client is None or found.get(job.stack.id) is not None)
+        uses_gpus = starts and not assignment.skip_reason and assignment.docker_gpus() is not None
+        if not uses_gpus:
+            return run_one(job)
+        keys = lock_keys(host_gpus, assignment)
+        with locks.holding(keys, cancel) as wait:
+            if not wait.held:
+                return None
+            unfit = host_check.skip_reason(job) or busy_reason(read_usage(), keys, threshold_mib=threshold)
+            if unfit:
+                if cancel.is_set():
+                    return None
+                return keep(busy_record(kind, job, unfit, run_id=run_id, host_gpus=host_gpus,
+                                        runner_kind=runner_kind))
+            return run_one(job, lambda record: on_host(record, job, assignment, keys))
+
+    def on_host(record: ResultRecord, job: Job, assignment: GpuAssignment, keys: tuple[str, ...]) -> ResultRecord:
+        fault = host_check.fault(job, assignment)
+        if fault is None and record.outcome.status in _HOST_SENSITIVE:
+            # Still holding the cards: a process on them now came from outside this run. Memory alone is not
+            # asked: the driver may not have freed the job's own yet.
+            usage = read_usage()
+            busy = None if usage.error else busy_reason(GpuUsage(usage.processes), keys, threshold_mib=threshold)
+            fault = f"{busy} after the job" if busy else None
+        return host_undecided(record, fault, assignment.devices) if fault else record
 
     def end(job: Job, image: ImageRef | None) -> Ending:
         log = log_dir / f"{job.stack.id}--{job.target.name}--{job.spec.id}.log" if log_dir else None
@@ -548,16 +649,22 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
         return end_in_container(kind, client, image, job, run_id=run_id, host_gpus=host_gpus, log_path=log,
                                 cancel=cancel)
 
-    def run_one(job: Job) -> ResultRecord | None:
+    def run_one(job: Job, checked: Callable[[ResultRecord], ResultRecord] | None = None) -> ResultRecord | None:
+        """``checked``: the host's word on a GPU job's judged record (kept as it is without one)."""
         image = found.get(job.stack.id)
         try:
             record = (unstarted_record(kind, job, run_id=run_id, host_gpus=host_gpus, image=image,
                                        in_image=client is not None, not_built=not_built.get(job.stack.id))
                       or judge(kind, job, end(job, image), run_id=run_id, host_gpus=host_gpus))
+            if checked is not None and record.outcome.status is not Status.SKIP:
+                record = checked(record)
         except Interrupted:
             return None
         if cancel.is_set():
             return None   # ended while the run was being interrupted: its ending may be the cleanup's doing
+        return keep(record)
+
+    def keep(record: ResultRecord) -> ResultRecord:
         write(record)
         on_done(record)
         return record
