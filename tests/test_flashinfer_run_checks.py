@@ -55,21 +55,22 @@ def test_references_match_independent_kernels_and_catch_wrong_ones(torch_python)
 
 
 # FlashInfer 0.7.2's own norm dispatch (flashinfer/norm/__init__.py reads FLASHINFER_USE_CUDA_NORM once,
-# at import; _use_cuda_norm(device) answers from it before asking the CuTe DSL about the arch).
+# at import; _use_cuda_norm(device) answers from it before asking the CuTe DSL about the arch). The probe
+# leaves the switch as the image sets it: the default path is the one a serving run takes.
 NORM_DISPATCH = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, SCRIPTS)
     import torch
     import flashinfer_run as probe
     probe.DEVICE = "cpu"
-    chosen_by = probe.choose_cuda_norm(os.environ)
+    chosen_by = probe.norm_chooser(os.environ)
     import flashinfer
     print(json.dumps({"chosen_by": chosen_by, "flag": flashinfer.norm._USE_CUDA_NORM,
                       "backend": probe.norm_backend(torch, flashinfer)}))
 """)
 
 
-def test_flashinfer_072_reads_the_cuda_norm_switch_the_probe_sets_before_import(fi072_python):  # noqa: F811
+def test_flashinfer_072_reads_the_cuda_norm_switch_the_image_sets_before_import(fi072_python):  # noqa: F811
     import os
     code = f"SCRIPTS = {str(SCRIPTS)!r}\n" + NORM_DISPATCH
     env = {k: v for k, v in os.environ.items() if k != "FLASHINFER_USE_CUDA_NORM"}
@@ -77,7 +78,8 @@ def test_flashinfer_072_reads_the_cuda_norm_switch_the_probe_sets_before_import(
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen == {"chosen_by": "probe", "flag": True, "backend": "cuda-jit"}
+    # the probe sets nothing; without nvidia-cutlass-dsl in this venv FlashInfer itself falls back to CUDA JIT
+    assert seen == {"chosen_by": "flashinfer (its default, as a serving run)", "flag": True, "backend": "cuda-jit"}
     # an image that chose is left alone, and its choice is what FlashInfer sees
     done = subprocess.run([str(fi072_python), "-c", code], capture_output=True, text=True, timeout=600, check=False,
                           env={**env, "FLASHINFER_USE_CUDA_NORM": "0"})

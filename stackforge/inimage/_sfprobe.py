@@ -406,6 +406,46 @@ def find_nvcc(explicit: str | None = None) -> str | None:
     return None
 
 
+def flashinfer_cuda_home(environ: Mapping[str, str] | None = None) -> str:
+    """FlashInfer's CUDA home when FlashInfer itself cannot be asked: $CUDA_HOME, $CUDA_PATH, the folder above
+    the bin of the ``nvcc`` on PATH, else /usr/local/cuda; raises RuntimeError in FlashInfer's words when that
+    does not exist (flashinfer-ai/flashinfer@v0.6.3:flashinfer/jit/cpp_ext.py:44-60 ``get_cuda_path``; the
+    flashinfer-python 0.7.2 wheel's is the same at :48-64)."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    if home:
+        return home
+    on_path = shutil.which("nvcc", path=environ.get("PATH"))
+    if on_path:
+        return os.path.dirname(os.path.dirname(on_path))
+    if not os.path.exists("/usr/local/cuda"):
+        raise RuntimeError("Could not find nvcc and default cuda_home='/usr/local/cuda' doesn't exist")
+    return "/usr/local/cuda"
+
+
+def flashinfer_nvcc(get_cuda_path: Callable[[], Any] | None = None,
+                    environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(the nvcc FlashInfer's JIT will call, or "", where FlashInfer looked), as a serving run in this image finds it.
+
+    FlashInfer's ninja file calls ``$FLASHINFER_NVCC``, else ``<CUDA home>/bin/nvcc``
+    (flashinfer-ai/flashinfer@v0.6.3:flashinfer/jit/cpp_ext.py:233; 0.7.2 wheel :289), the CUDA home from
+    ``get_cuda_path`` (FlashInfer's own when given, else :func:`flashinfer_cuda_home`). An nvcc elsewhere (the
+    CUDA wheels' ``nvidia/cu13/bin``, not on PATH, no CUDA_HOME: what :func:`find_nvcc` also finds) is never
+    FlashInfer's, so a JIT probe must not count it."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("FLASHINFER_NVCC")
+    if explicit:
+        found = explicit if os.path.isabs(explicit) else shutil.which(explicit, path=environ.get("PATH"))
+        usable = bool(found) and os.path.isfile(found) and os.access(found, os.X_OK)
+        return (found if usable else ""), f"$FLASHINFER_NVCC={explicit}"
+    try:
+        home = str(get_cuda_path() if get_cuda_path is not None else flashinfer_cuda_home(environ))
+    except Exception as exc:  # noqa: BLE001 - FlashInfer's own words are where it looked
+        return "", f"no CUDA home ({describe_exception(exc)})"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    return (nvcc if os.path.isfile(nvcc) and os.access(nvcc, os.X_OK) else ""), nvcc
+
+
 def nvcc_version(nvcc: str, timeout_s: float = 60) -> tuple[str, str]:
     """(``"13.0"``, the full version line) from ``nvcc --version``; ("", error text) if it fails."""
     result = run_command([nvcc, "--version"], timeout_s)

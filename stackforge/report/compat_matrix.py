@@ -44,6 +44,7 @@ the same function, :func:`decide_cell`):
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +53,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from stackforge.bench.catalog import catalog as bench_catalog
 from stackforge.core.data import display_path
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Target
@@ -324,7 +326,8 @@ def choose_target(records: Sequence[ResultRecord], plan: Plan, target: str | Non
 
 def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
                  features: Sequence[str] = (), runs: Sequence[str] = (),
-                 catalog: FeatureCatalog | None = None) -> MatrixReport:
+                 catalog: FeatureCatalog | None = None,
+                 hosts: Mapping[str, Mapping[str, Any]] | None = None) -> MatrixReport:
     """Build the stacks x features matrix for ``target``.
 
     Args:
@@ -336,6 +339,8 @@ def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
         runs: run ids the records came from, shown in the header.
         catalog: the feature catalog (what each tier concludes, the hardware each feature needs);
             ``compat/knowledge.yaml`` when not given.
+        hosts: run id -> that run's ``host.json`` (its host check, :func:`host_check_faults`); a GPU record of a
+            run whose host check failed on a GPU it used is undecided, the host's.
     """
     catalog = catalog or load_feature_catalog()
     profile = plan.target(target)
@@ -354,7 +359,8 @@ def build_matrix(records: Sequence[ResultRecord], plan: Plan, target: str, *,
         _attach_wheel_records(grouped, stack_id, stack, plan_cells.get(stack_id), wheel)
     judges = cell_judges(columns, profile, catalog)
     cannot_jit = cannot_jit_by_stack(imaged)
-    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, judges, cannot_jit)
+    checks = host_check_faults(hosts or {})
+    rows = tuple(_row(stack_id, stack, plan_cells.get(stack_id), grouped, judges, cannot_jit, checks)
                  for stack_id, stack in sorted(stacks.items(), key=lambda kv: stack_order_key(*kv)))
     return MatrixReport(target=target, target_info=profile.to_json() if profile else {"name": target},
                         features=columns, rows=rows, matrix_name=plan.matrix.name,
@@ -563,10 +569,10 @@ def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell])
 
 def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
          grouped: Mapping[tuple[str, str], Sequence[ResultRecord]], judges: Mapping[str, CellJudge],
-         cannot_jit: Mapping[str, ResultRecord]) -> ReportRow:
+         cannot_jit: Mapping[str, ResultRecord], checks: Mapping[str, HostFault]) -> ReportRow:
     predictions = {p.feature: p for p in plan_cell.predictions} if plan_cell else {}
     pruned_by = plan_cell.pruning_findings() if plan_cell else ()
-    faults = {f: host_faults(grouped.get((stack_id, f), ())) for j in judges.values() for f in j.spec.rests_on}
+    faults = run_faults(host_faults(grouped.get((stack_id, P2P_FEATURE), ())), checks)
     cannot_jit = None if pruned_by else cannot_jit.get(stack_id)
     cells = tuple(without_jit(decide_cell(f, blame_host(grouped.get((stack_id, f), ()), judge.spec, faults),
                                           predictions.get(f), pruned_by, judge=judge), judge.spec, cannot_jit)
@@ -580,26 +586,185 @@ def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
 
 #: Record statuses that would make a runtime verdict dead.
 _BROKEN_RECORD = frozenset({Status.FAIL, Status.TIMEOUT, Status.CRASH})
+#: The feature whose failure on a host makes the collectives' failures of that run the host's.
+P2P_FEATURE = "p2p-access"
+#: A failure whose own words (its reason, never the whole log: NCCL's INFO lines name "via P2P/IPC" in every
+#: healthy run) name peer-to-peer or CUDA IPC memory: the failure says itself that it is P2P's.
+_P2P_WORDS = re.compile(r"cudaIpc\w*|peer[ -]access|peer[ -]to[ -]peer|\bP2P\b|\bIPC\b", re.IGNORECASE)
+#: Metrics in which a record says how many GPUs it used, when it lists no ``devices``: the collective
+#: probes' ``gpus`` / ``ranks``, the all-reduce sweep's ``world_size``, the serving bench's ``tp``.
+_GPU_COUNT_METRICS = ("gpus", "ranks", "world_size", "tp")
 
 
-def host_faults(records: Sequence[ResultRecord]) -> dict[str, ResultRecord]:
-    """run id -> the runtime record of that run in which a feature others rest on (P2P) failed on the host."""
-    return {r.run_id: r for r in records if r.tier is Tier.RUNTIME and r.outcome.status in _BROKEN_RECORD}
+@dataclass(frozen=True, slots=True)
+class HostFault:
+    """What failed on the host in one run, for the records of that run to be judged against.
+
+    Attributes:
+        source: how the blame names it ("p2p-access fails on this host in the same run (<probe>: <reason>)",
+            or the run's host check).
+        pairs: the GPU pairs (unordered, CUDA indices of the run's jobs) whose P2P failed or was never reached;
+            None when unknown which (a P2P probe killed at its timeout, a host check): every pair is suspect.
+        p2p: whether the fault is the host's P2P (judged by pairs and a failure's own words) rather than a
+            host check failing on every GPU (every broken GPU record of the run is the host's).
+    """
+
+    source: str
+    pairs: frozenset[tuple[int, int]] | None = None
+    p2p: bool = True
+
+
+def host_faults(records: Sequence[ResultRecord]) -> dict[str, HostFault]:
+    """run id -> the P2P fault of that run: a runtime record of the P2P probe that failed on the host, with the
+    pairs it failed for. A P2P probe that found only the topology's gaps (no peer access across the CPU
+    sockets: ``undecided``, ``topology_pairs``) is the host's shape, not a fault, and is not here."""
+    faults = {}
+    for record in records:
+        if record.tier is Tier.RUNTIME and record.outcome.status in _BROKEN_RECORD:
+            faults[record.run_id] = HostFault(
+                source=f"{record.feature} fails on this host in the same run ({record.probe}: "
+                       f"{record.outcome.reason})", pairs=p2p_fault_pairs(record.outcome.metrics))
+    return faults
+
+
+def p2p_fault_pairs(metrics: Mapping[str, Any]) -> frozenset[tuple[int, int]] | None:
+    """The unordered GPU pairs a P2P probe's metrics say failed (``fault_pairs`` and ``unreached_pairs``; a
+    record written before those keys: every pair without access or whose copy did not arrive); None when the
+    metrics do not say (the probe was killed, or they are unreadable)."""
+    def pair(i: Any, j: Any) -> tuple[int, int]:
+        return (min(int(i), int(j)), max(int(i), int(j)))
+
+    try:
+        if "fault_pairs" in metrics:
+            listed = [*metrics["fault_pairs"], *(metrics.get("unreached_pairs") or [])]
+            return frozenset(pair(i, j) for i, j in listed)
+        if "matrix" in metrics or "copies" in metrics:
+            matrix = metrics.get("matrix") or []
+            found = {pair(i, j) for i, row in enumerate(matrix) for j, ok in enumerate(row) if i != j and not ok}
+            found |= {pair(*key.split("->")) for key, text in (metrics.get("copies") or {}).items()
+                      if not str(text).startswith("ok")}
+            return frozenset(found)
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def used_gpus(record: ResultRecord) -> frozenset[int] | None:
+    """The GPUs (CUDA indices in the job) a record's job used: its metrics' ``devices``, else ``range`` of the
+    GPU count it reports; None when it says neither (a job killed at its timeout writes no metrics). Every
+    GPU job of a target in one run gets the same cards (``stackforge.edges.gpus.assign_gpus``), numbered from 0."""
+    metrics = record.outcome.metrics
+    try:
+        if isinstance(metrics.get("devices"), list):
+            return frozenset(int(d) for d in metrics["devices"])
+        count = next((int(metrics[k]) for k in _GPU_COUNT_METRICS if isinstance(metrics.get(k), int)), None)
+    except (TypeError, ValueError):
+        return None
+    return frozenset(range(count)) if count else None
+
+
+def names_p2p(reason: str) -> str | None:
+    """The words of a failure's reason that name P2P or CUDA IPC, or None."""
+    found = _P2P_WORDS.search(reason)
+    return found.group(0) if found else None
+
+
+def host_check_faults(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, HostFault]:
+    """run id -> the failing host check a run's ``host.json`` records (written at the start of every runtime
+    and bench run, so a partial run carries it: ``stackforge.jobs.job_runner.HostGate.run_check``). Read::
+
+        {"check": {"status": "fail", "reason": "<what failed on the host>",
+                   "gpus": [<failing GPUs, nvidia-smi's host indices>] or absent (all of them),
+                   "p2p": true when every failing finding concerns P2P only (IOMMU/ACS, the nvidia_uvm HMM
+                          setting): it touches multi-GPU jobs only,
+                   "p2p_pairs": [[i, j], ...] (CUDA indices of a job's GPUs) or absent (every pair suspect)}}
+
+    A check whose status is not ``fail`` (``pass``, ``warn``, ``not run``) blames nothing. A non-P2P failure on
+    listed GPUs adds nothing here: host indices are not a job's CUDA indices, and the job runner judged each job
+    against its own cards when it ran (its record arrives ``undecided (host: ...)``, ``metrics.host_fault``)."""
+    faults = {}
+    for run_id, facts in hosts.items():
+        check = facts.get("check") if isinstance(facts, Mapping) else None
+        if not isinstance(check, Mapping) or check.get("status") != "fail":
+            continue
+        p2p = check.get("p2p") is True
+        if not p2p and isinstance(check.get("gpus"), list):
+            continue
+        source = f"the host check of this run failed ({check.get('reason') or 'no reason given'})"
+        try:
+            pairs = frozenset((min(int(i), int(j)), max(int(i), int(j))) for i, j in check["p2p_pairs"]) \
+                if p2p and isinstance(check.get("p2p_pairs"), list) else None
+        except (TypeError, ValueError):
+            pairs = None
+        faults[run_id] = HostFault(source=source, pairs=pairs, p2p=p2p)
+    return faults
+
+
+def rests_on_p2p(record: ResultRecord, spec: FeatureSpec) -> bool:
+    """Whether a record's failure could be the host's P2P: its feature rests on P2P (``rests_on`` in
+    ``compat/knowledge.yaml``), or it is a benchmark that ran on more than one GPU (all-reduce bandwidth,
+    serving with tensor parallelism: features only benchmarks speak for, outside the catalog)."""
+    if P2P_FEATURE in spec.rests_on:
+        return True
+    if record.tier is not Tier.BENCH:
+        return False
+    gpus = used_gpus(record)
+    if gpus is not None:
+        return len(gpus) > 1
+    # A bench killed before it wrote metrics: its catalog entry says whether it spans GPUs (the all-reduce sweeps).
+    bench = next((b for b in bench_catalog() if b.id == record.probe), None)
+    return bench is not None and bench.needs_gpu and bench.min_gpus > 1
+
+
+def fault_blames(fault: HostFault, record: ResultRecord, spec: FeatureSpec) -> str | None:
+    """Why this broken record is the host's under ``fault`` (None: it stays a verdict on the stack).
+
+    A failing host check (on every GPU: :func:`host_check_faults`) blames every GPU record. A P2P fault
+    (the P2P probe's, or a host check that breaks P2P only) blames only a record whose
+    feature rests on P2P, and only when the pairs that failed are among the GPUs the record used (unknown
+    GPUs: the run's, every job of a target gets the same cards) or its own words name P2P / IPC. So NCCL's
+    and SGLang's own refusals (a Tree refusal, "no multicast", custom all-reduce disabled) in a run where P2P
+    failed elsewhere, or only across the CPU sockets, stay verdicts."""
+    gpus = used_gpus(record)
+    if gpus is not None and not gpus:   # a job on no GPU (gloo's CPU ranks) is never the GPUs' fault
+        return None
+    if not fault.p2p:
+        return ""
+    if not rests_on_p2p(record, spec):
+        return None
+    if fault.pairs is None:
+        return "which GPU pairs failed is unknown, so every pair is suspect"
+    touched = sorted(p for p in fault.pairs if gpus is None or set(p) <= gpus)
+    if touched:
+        return f"it used GPU pairs that failed ({', '.join(f'{i}-{j}' for i, j in touched[:8])})"
+    words = names_p2p(record.outcome.reason)
+    return f"its own words name {words}" if words else None
+
+
+def run_faults(*sources: Mapping[str, HostFault]) -> dict[str, tuple[HostFault, ...]]:
+    """run id -> every host fault of that run, from each source (the P2P probe's records, the host checks)."""
+    merged: dict[str, tuple[HostFault, ...]] = {}
+    for source in sources:
+        for run_id, fault in source.items():
+            merged[run_id] = (*merged.get(run_id, ()), fault)
+    return merged
 
 
 def blame_host(records: Sequence[ResultRecord], spec: FeatureSpec,
-               faults: Mapping[str, Mapping[str, ResultRecord]]) -> list[ResultRecord]:
-    """The records as the cell judges them: a runtime failure of a feature that rests on another (a
-    collective on P2P) in a run where that other one failed on the same host is the host's fault, not a
-    verdict on the stack: undecided, saying so, with both reasons. The stored record is unchanged."""
+               faults: Mapping[str, Sequence[HostFault]]) -> list[ResultRecord]:
+    """The records as the cell judges them: a GPU record's (runtime or bench) failure in a run where the host
+    failed in a way that touches it (:func:`fault_blames`) is the host's fault, not a verdict on the stack:
+    undecided, saying so, with both reasons. The stored record is unchanged."""
     judged = []
     for record in records:
-        fault = next((faults[f][record.run_id] for f in spec.rests_on if record.run_id in faults.get(f, {})), None)
-        if fault is None or record.tier is not Tier.RUNTIME or record.outcome.status not in _BROKEN_RECORD:
+        blamed = [] if record.tier not in (Tier.RUNTIME, Tier.BENCH) or record.outcome.status not in _BROKEN_RECORD \
+            else [(f, how) for f in faults.get(record.run_id, ()) if (how := fault_blames(f, record, spec)) is not None]
+        fault, how = blamed[0] if blamed else (None, None)
+        if fault is None or how is None:
             judged.append(record)
             continue
-        why = (f"{fault.feature} fails on this host in the same run ({fault.probe}: {fault.outcome.reason}); this "
-               f"{record.outcome.status.value} is the host's, not a verdict on the stack: {record.outcome.reason}")
+        why = (f"{fault.source}{'; ' + how if how else ''}; this {record.outcome.status.value} is the host's, not "
+               f"a verdict on the stack: {record.outcome.reason}")
         judged.append(replace(record, outcome=replace(record.outcome, status=Status.UNDECIDED, reason=why)))
     return judged
 

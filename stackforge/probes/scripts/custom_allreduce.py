@@ -218,6 +218,7 @@ def main(argv: Sequence[str]) -> None:
                "collective_timeout_s": max(args.phase_timeout, args.jit_budget) * 3}
     outcome = sf.run_ranks(worker, args.gpus, options, phase_timeout_s=args.phase_timeout)
     metrics = summarize(outcome)
+    metrics["devices"] = list(range(args.gpus))   # rank r on GPU r: the pairs a host P2P fault is judged by
     what = (f"SGLang {version} custom all-reduce ({metrics['sglang_class'] or 'class not reached'}) "
             f"on {args.gpus} GPUs ({args.interconnect})")
     facts = {**facts, "p2p_matrix": metrics.pop("p2p_matrix", None)}

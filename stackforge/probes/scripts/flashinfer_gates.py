@@ -329,9 +329,8 @@ def find_toolkit(cpp_ext: Any) -> Toolkit:
         version, version_error = str(cpp_ext.get_cuda_version()), ""
     except Exception as exc:  # noqa: BLE001
         version, version_error = "", sf.describe_exception(exc)
-    nvcc = os.environ.get("FLASHINFER_NVCC") or os.path.join(cuda_home, "bin", "nvcc")
-    usable = os.path.isfile(nvcc) and os.access(nvcc, os.X_OK)
-    return Toolkit(cuda_home, version, version_error, nvcc if usable else "", shutil.which("ninja") or "")
+    nvcc, _ = sf.flashinfer_nvcc(lambda: cuda_home if not cuda_home.startswith("<") else cpp_ext.get_cuda_path())
+    return Toolkit(cuda_home, version, version_error, nvcc, shutil.which("ninja") or "")
 
 
 def missing_nvcc(toolkit: Toolkit) -> str:

@@ -317,7 +317,10 @@ def collective_results(outcome: sf.RanksOutcome) -> dict[str, tuple[str, str]]:
 
 
 def summarize(outcome: sf.RanksOutcome, backend: str, algo_env: str, gpus: int) -> dict[str, Any]:
-    metrics: dict[str, Any] = {"backend": backend, "NCCL_ALGO": algo_env, "ranks": gpus}
+    # devices: the GPUs (CUDA indices) the ranks ran on, rank r on GPU r; the report blames a failure on the
+    # host's P2P only when P2P failed between two of them.
+    metrics: dict[str, Any] = {"backend": backend, "NCCL_ALGO": algo_env, "ranks": gpus,
+                               "devices": list(range(gpus)) if backend == "nccl" else []}
     for key, phase in (("eager_us", "eager"), ("graph_us", "graph_replay")):
         values = [e.data[key] for e in outcome.phase_events(phase) if key in e.data]
         if values:
