@@ -29,7 +29,8 @@ def no_engine():
 
 def test_a_local_probe_campaign_records_into_one_run_without_the_engine(tmp_path):
     started: list[CampaignStarted] = []
-    request = ProbeRequest(StackSelection(only=(STACK_ID,), targets=("rtx-pro-6000-x2-pcie",)), tier="gate",
+    # No --only: this interpreter is not that stack (tests/test_probe_truth.py), its records go under its own id.
+    request = ProbeRequest(StackSelection(targets=("rtx-pro-6000-x2-pcie",)), tier="gate",
                            features=("torch-kernels",), local_python=sys.executable)
     records = run_probe_campaign(request, store=ResultsFolder(tmp_path, command=("stackforge", "probe")),
                                  connect=no_engine, on_start=started.append)
@@ -37,6 +38,7 @@ def test_a_local_probe_campaign_records_into_one_run_without_the_engine(tmp_path
     loaded = load_results(tmp_path)
     assert not loaded.problems and {r.key for r in loaded.records} == {r.key for r in records}
     assert loaded.runs[0].finished_at and loaded.runs[0].command == ("stackforge", "probe")
+    assert {r.stack_id for r in records} == {records[0].stack_id} and records[0].stack_id.startswith("local-")
 
 
 def test_an_unknown_feature_stops_the_probe_campaign_before_any_run_folder(tmp_path):

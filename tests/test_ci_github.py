@@ -305,6 +305,7 @@ def test_ci_shards_command_reports_a_bad_plan_file_as_a_one_line_error(tmp_path:
     assert result.exit_code == 2
     assert "not JSON" in result.stderr
     # One plan reader: the reports say the same of the same file.
+    (tmp_path / "results").mkdir()
     matrix = CliRunner().invoke(cli, ["matrix", "--plan", str(bad), "--results", str(tmp_path / "results")])
     assert matrix.exit_code == 2 and matrix.stderr == result.stderr
 

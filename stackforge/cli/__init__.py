@@ -3,7 +3,9 @@
 Commands are loaded lazily (one module per command under ``stackforge/cli/``, each exposing a
 click object named ``command``) so ``stackforge plan`` never imports Docker or jinja2.
 Every :class:`~stackforge.core.errors.StackforgeError` is turned into one line on stderr and its exit
-code here, and only here.
+code here, and only here; so is an OS error no code caught (disk full, read-only, permission: an
+:class:`~stackforge.core.errors.EnvironmentFault`, exit 3) and a recursion error (input nested past
+Python's limit: exit 2). No fault ends in a traceback or in exit 1, which means "failed" or "news".
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import click
 
 from stackforge import __version__
-from stackforge.core.errors import StackforgeError, interrupt_signal
+from stackforge.core.errors import EnvironmentFault, SpecError, StackforgeError, interrupt_signal
 from stackforge.edges.runner import signal_name, signals_as_interrupts
 
 # command name -> (module under stackforge.cli, one-line help)
@@ -65,8 +67,16 @@ class LazyGroup(click.Group):
             with signals_as_interrupts():
                 return super().invoke(ctx)
         except StackforgeError as exc:
-            click.echo(f"stackforge: error: {exc.one_line()}", err=True)
-            ctx.exit(exc.exit_code)
+            _fail(ctx, exc)
+        except BrokenPipeError:
+            raise                       # stdout closed by the reader (`| head`): click's own quiet exit
+        except OSError as exc:
+            # Disk full, read-only, permission denied... where no code gave it more context: the
+            # environment, not the stack (exit 3), and never 1, which means "failed" or "news".
+            _fail(ctx, EnvironmentFault.from_os_error(exc), foreign=True)
+        except RecursionError:
+            _fail(ctx, SpecError("an input is nested too deeply to read (past Python's recursion limit)",
+                                 remedy="check the files given (records, plan, matrix, lock) for runaway nesting"))
         except KeyboardInterrupt as exc:
             signum = interrupt_signal(exc)
             click.echo(f"stackforge: interrupted by {signal_name(signum)}; finished work was kept", err=True)
@@ -76,6 +86,18 @@ class LazyGroup(click.Group):
         # Help lists commands from the table, without importing every module.
         with formatter.section("Commands"):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in sorted(COMMANDS)])
+
+
+def _fail(ctx: click.Context, exc: StackforgeError, *, foreign: bool = False) -> None:
+    """Print ``exc`` as the one error line and exit with its code. ``foreign``: the words are not
+    stackforge's (an OS error's, which can quote a URL with ``user:password@``), so credentials are
+    taken out first."""
+    line = exc.one_line()
+    if foreign:
+        from stackforge.edges.pip_config import redact_urls
+        line = redact_urls(line)
+    click.echo(f"stackforge: error: {line}", err=True)
+    ctx.exit(exc.exit_code)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import shutil
 import sys
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 import click
 
-from stackforge.core.errors import SpecError
+from stackforge.core.errors import EnvironmentFault, SpecError, StackforgeError
 
 if TYPE_CHECKING:
     from stackforge.plan.selection import StackSelection
@@ -113,6 +115,13 @@ def ca_choice(ca_bundle: str | None):
     return resolve_ca_bundle(ca_bundle, os.environ)
 
 
+def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback for a time limit (``--timeout``): a finite number of seconds above 0, else exit 2."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a number of seconds above 0", ctx=ctx, param=param)
+    return value
+
+
 def refuse_repeated_options(command: click.Command, args: Sequence[str]) -> None:
     """A one-value option given twice is an error: click would silently keep the last value.
 
@@ -179,9 +188,16 @@ def check_out_path(path: Path, *, option: str = "--out", folder: bool = False) -
     return path
 
 
-def out_path_error(option: str, path: Path, exc: OSError) -> SpecError:
-    """A write that failed after the checks (disk full, a race): the same one-line error."""
+def out_path_error(option: str, path: Path, exc: OSError) -> StackforgeError:
+    """A write that failed after the checks: the host's fault (disk full, read-only, an I/O error: exit 3),
+    else the same one-line error as the checks (a race: exit 2)."""
+    if exc.errno in _HOST_FAULTS:
+        return EnvironmentFault.from_os_error(exc, doing=f"writing {option} {path}")
     return _out_error(option, path, exc.strerror or type(exc).__name__)
+
+
+# OS errors of a write that the path's choice cannot cause: the disk or its mount.
+_HOST_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 def _out_error(option: str, path: Path, why: str) -> SpecError:

@@ -11,13 +11,15 @@ import click
 from stackforge.cli._runs import connect_engine, status_counts_line
 from stackforge.cli.options import (
     index_options,
+    positive_seconds,
     refuse_together,
     refuse_unused,
     selection,
     shard_option,
     stack_selection,
 )
-from stackforge.core.records import ResultRecord
+from stackforge.core.errors import ProbeError
+from stackforge.core.records import ResultRecord, Status, Tier
 
 if TYPE_CHECKING:
     from stackforge.jobs.campaign import CampaignStarted
@@ -31,11 +33,16 @@ if TYPE_CHECKING:
                    "wheel: read the pinned releases' wheels from the index (no image, no GPU).")
 @click.option("--feature", "features", multiple=True, metavar="FEATURE",
               help="Only probes speaking for this feature (or this probe id); repeatable.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Hard timeout per probe (seconds).")
-@click.option("--local", "local", is_flag=True, help="Run in a Python environment of this machine, not in images.")
+@click.option("--timeout", "timeout_s", type=float, default=None, callback=positive_seconds,
+              help="Hard timeout per probe (seconds, more than 0).")
+@click.option("--local", "local", is_flag=True,
+              help="Run in a Python environment of this machine, not in images: recorded under the stack that "
+                   "environment is (local-..., from the versions read there), once per target; with --only STACK, "
+                   "refused unless the environment has that stack's pins.")
 @click.option("--python", "python", default=None, metavar="PATH",
               help="With --local: the interpreter whose packages are probed (default: this one).")
-@click.option("-j", "--jobs", "parallel", type=int, default=2, show_default=True, help="Probes run in parallel.")
+@click.option("-j", "--jobs", "parallel", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Probes run in parallel.")
 @click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A `stackforge build --out` folder: probe the images its build records name, pulled by "
                    "digest when not local (the registry hand-off). Default: local images by stack-id label.")
@@ -75,6 +82,27 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     records = run_probe_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
                                  connect=connect_engine, on_start=_echo_start, on_done=lambda r: _echo(r, word(r)))
     click.echo(status_counts_line(records, word))
+    refuse_errored(records)
+
+
+def refuse_errored(records: list[ResultRecord]) -> None:
+    """A run in which a probe errored (the probe itself broke, or a stack's image is missing) failed: exit 1, so
+    a nightly never goes green on probes that measured nothing. A ``skip`` (a GPU probe on a CPU host, a stack
+    not built here) and a ``fail`` (a measured answer) are not errors.
+
+    Raises:
+        ProbeError: naming how many errored and the first of them.
+    """
+    errored = [r for r in records if r.outcome.status is Status.ERROR]
+    if not errored:
+        return
+    first = errored[0]
+    remedy = ("a release the index does not serve: --index-url / --find-links" if first.tier is Tier.WHEEL else
+              "a missing image: `stackforge build` it, or pass --builds OUT (stacks its build records say were not "
+              "built there are skipped)")
+    raise ProbeError(f"{len(errored)} of {len(records)} probe(s) errored, measuring nothing (first: "
+                     f"{first.stack_id} {first.target} {first.probe}: {first.outcome.reason[:200]})",
+                     remedy=f"each error record says why; {remedy}")
 
 
 def _echo_start(started: CampaignStarted) -> None:

@@ -187,6 +187,20 @@ def packages_from_pylock(text: str, *, source: str) -> list[LockedPackage]:
     return [_package(row, text, source) for row in rows]
 
 
+def stack_lock_text(data: bytes, *, source: str) -> str:
+    """A recorded lock's bytes as text; a file that is not UTF-8 (never one stackforge wrote) is refused.
+
+    Raises:
+        SpecError: not UTF-8, with the line of the first bad byte (exit 2).
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text (byte {exc.start}): not a lock stackforge wrote", source=source,
+                        line=data[:exc.start].count(b"\n") + 1,
+                        remedy="remove it, or rebuild it with --relock") from None
+
+
 def read_stack_lock(text: str, *, source: str, request: LockRequest | None = None) -> StackLock:
     """Parse a stack lock written by :meth:`StackLock.to_toml`; refuse one that is not consistent.
 
@@ -360,6 +374,12 @@ def lock_changes(old: StackLock, new: StackLock) -> list[str]:
                if before[key].version == after[key].version and before[key].hashes != after[key].hashes]
     if refiled:
         changes.append(f"other files for the same version: {', '.join(refiled)}")
+    # The same files served from elsewhere (another index, a mirror that moved): the image would fetch there.
+    relocated = [f"{key} {_locations(before[key])} -> {_locations(after[key])}" for key in kept
+                 if before[key].version == after[key].version and before[key].hashes == after[key].hashes
+                 and _locations(before[key]) != _locations(after[key])]
+    if relocated:
+        changes.append(f"other URLs for the same files: {'; '.join(relocated)}")
     moved = [key for key in kept if before[key].layer != after[key].layer]
     if moved:
         changes.append(f"another layer: {', '.join(moved)}")
@@ -367,6 +387,11 @@ def lock_changes(old: StackLock, new: StackLock) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+
+def _locations(package: LockedPackage) -> str:
+    """A package's file locations, sorted, in one piece (for naming a URL that moved)."""
+    return ", ".join(sorted(f.location for f in package.files))
 
 
 def _requirement_name(text: str) -> str:

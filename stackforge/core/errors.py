@@ -6,6 +6,7 @@ context needed to act on them; only the CLI turns them into one-line messages an
 
 from __future__ import annotations
 
+import errno as _errno
 import signal as _signal
 
 
@@ -161,3 +162,46 @@ class Terminated(KeyboardInterrupt):
 def interrupt_signal(exc: BaseException) -> int:
     """The signal behind an interruption: a :class:`Terminated`'s or :class:`Interrupted`'s, else SIGINT."""
     return int(getattr(exc, "signum", _signal.SIGINT))
+
+
+class EnvironmentFault(StackforgeError):
+    """The host refused an operation on a file or a socket: disk full, read-only file system, permission
+    denied, or any other OS error. The environment, not the stack, so exit 3 (as for a missing engine),
+    never 1, which means that something under test failed (or, for ``watch``, news).
+
+    Attributes:
+        path: the file or folder the operation was on ("" when the OS named none).
+        reason: the OS's words and the errno's name, e.g. ``No space left on device (ENOSPC)``.
+    """
+
+    code = "host.os_error"
+    exit_code = 3
+
+    def __init__(self, message: str, *, path: str = "", reason: str = "", remedy: str = "") -> None:
+        super().__init__(message, remedy=remedy)
+        self.path = path
+        self.reason = reason
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, *, doing: str = "") -> EnvironmentFault:
+        """The fault for ``exc``; ``doing`` (``writing --out x.html``) when the caller knows what it was doing."""
+        path = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+        name = _errno.errorcode.get(exc.errno or 0, "")
+        words = exc.strerror or str(exc) or type(exc).__name__
+        reason = f"{words} ({name})" if name else words
+        what = f"{doing} ({path})" if doing and path and path not in doing else doing or path
+        remedy = _OS_REMEDIES.get(name, "check the path, its file system and this host (mounts, permissions, limits)")
+        return cls(f"{what}: {reason}" if what else reason, path=path, reason=reason, remedy=remedy)
+
+
+# What to do about the OS errors a user meets most; the rest get a generic hint.
+_OS_REMEDIES = {
+    "ENOSPC": "free space on the file system that holds it (df -h), or write elsewhere",
+    "EDQUOT": "free space in your disk quota, or write elsewhere",
+    "EROFS": "the file system is mounted read-only: choose a folder on a writable one",
+    "EACCES": "give this user access to it, or choose another folder",
+    "EPERM": "give this user access to it, or choose another folder",
+    "EMFILE": "raise the open-file limit (ulimit -n), or run fewer jobs at once (-j)",
+    "ENFILE": "the system's open-file table is full: close files, or run fewer jobs at once (-j)",
+    "EIO": "the disk or mount reports an I/O error: check the device (dmesg)",
+}

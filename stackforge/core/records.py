@@ -227,6 +227,24 @@ def new_run_id(now: datetime | None = None, *, salt: str | None = None) -> str:
     return f"{moment:%Y%m%dT%H%M%SZ}-{salt if salt is not None else os.urandom(3).hex()}"
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedJob:
+    """One job a run sets out to run, written before it starts (``planned.json``): a run cut short then says
+    which of its jobs never ran. ``stack`` is the stack's description as its records would carry it."""
+
+    stack_id: str
+    stack: dict[str, Any]
+    target: str
+    probe: str
+    feature: str
+    tier: Tier
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The key its record would have (:attr:`ResultRecord.key`)."""
+        return (self.stack_id, self.target, self.probe)
+
+
 class RunStore(Protocol):
     """Where a campaign (probe, bench, bisect) writes: a run folder and its records.
 
@@ -234,7 +252,10 @@ class RunStore(Protocol):
     store and receive it as a value.
     """
 
-    def start(self, *, matrix_source: str, shard: str | None) -> Path: ...
+    def start(self, *, matrix_source: str, shard: str | None, planned: int | None = None,
+              jobs: Sequence[PlannedJob] = ()) -> Path: ...
+
+    def end_early(self, run_dir: Path, why: str) -> Any: ...
 
     def write(self, run_dir: Path, record: ResultRecord) -> Any: ...
 

@@ -8,6 +8,7 @@ matrix repeats few versions across many cells.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from packaging.specifiers import SpecifierSet
 
 from stackforge.core.data import data_dir, display_path
-from stackforge.core.errors import SpecError
+from stackforge.core.errors import SpecError, UnsafeValueError
 from stackforge.core.model import Interconnect, Target
 from stackforge.core.records import Prediction, Verdict
 from stackforge.core.versions import parse_version, validate_identifier, validate_specifier, validate_version
@@ -414,7 +415,26 @@ def _requires(then: LineDict, effect: Effect, rule_id: str) -> dict[str, Any]:
     check_keys(value, allowed={"driver", "env"}, what=f"rule {rule_id} requires")
     if "driver" in value:
         validate_specifier(value["driver"], what="requires.driver", source=value.source, line=value.line_of("driver"))
+    if "env" in value:
+        _check_env(require_mapping(value["env"], what=f"rule {rule_id} requires.env", source=value.source,
+                                   line=value.line_of("env")), rule_id)
     return {k: (dict(v) if isinstance(v, dict) else str(v)) for k, v in value.items()}
+
+
+def _check_env(env: LineDict, rule_id: str) -> None:
+    """``requires.env`` names variables a user sets in a shell or a job file: a name is a shell name and a
+    value one line, so neither can carry a command or a second line into what is printed for them."""
+    for name, setting in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise UnsafeValueError(f"rule {rule_id}: requires.env name {name!r} is not a variable name "
+                                   "(letters, digits and _, not starting with a digit)", source=env.source,
+                                   line=env.line_of(name), remedy="name the environment variable itself")
+        if isinstance(setting, (dict, list)) or any(ord(ch) < 32 or ord(ch) == 127 for ch in str(setting)):
+            raise UnsafeValueError(f"rule {rule_id}: requires.env {name} must be one line of text",
+                                   source=env.source, line=env.line_of(name))
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _sources(entry: LineDict, rule_id: str) -> tuple[Source, ...]:

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.core.errors import SpecError
-from stackforge.core.records import ResultRecord, RunStore
+from stackforge.core.records import PlannedJob, ResultRecord, RunStore, Tier
 from stackforge.edges.gpus import HostGpus
 from stackforge.edges.index import IndexRequest
 from stackforge.jobs import job_runner
 from stackforge.jobs.campaign import CampaignStarted, CellJob, campaign_run, plan_jobs
 from stackforge.jobs.job_runner import ImageRef
+from stackforge.plan.planner import Plan
 from stackforge.plan.selection import StackSelection
 from stackforge.probes.execute import SCRIPTS_DIR, plan_probe_job, probe_kind
+from stackforge.probes.local_env import LocalStack, pin_differences, read_local_stack
 
 __all__ = ["TIERS", "IndexRequest", "ProbeRequest", "run_probe_campaign", "run_probe_jobs", "select_specs"]
 
@@ -45,14 +47,15 @@ def run_probe_jobs(jobs: Sequence[CellJob], *, run_id: str, host_gpus: HostGpus,
                    client: Any | None = None, local_python: str | None = None, parallel: int = 2,
                    timeout_s: float | None = None, log_dir: Path | None = None, builds_dir: Path | None = None,
                    images: dict[str, ImageRef] | None = None, scripts_dir: Path | None = None,
-                   on_done: Callable[[ResultRecord], None] = lambda record: None) -> list[ResultRecord]:
+                   on_done: Callable[[ResultRecord], None] = lambda record: None,
+                   host_check: job_runner.HostGate = job_runner.NO_HOST_CHECK) -> list[ResultRecord]:
     """Schedule the probe jobs (preconditions the host and target cannot meet become skips) and run
     them ``parallel`` at a time through :func:`stackforge.jobs.job_runner.run_jobs`, writing each record."""
     scheduled = [plan_probe_job(job.stack, job.spec, job.target, host_gpus, timeout_s) for job in jobs]
     return job_runner.run_jobs(probe_kind(scripts_dir or SCRIPTS_DIR), scheduled, run_id=run_id,
                                host_gpus=host_gpus, write=write, client=client, local_python=local_python,
                                parallel=parallel, log_dir=log_dir, builds_dir=builds_dir, images=images,
-                               on_done=on_done)
+                               on_done=on_done, host_check=host_check)
 
 
 # ------------------------------------------------------------------------------------- the campaign
@@ -62,8 +65,9 @@ def run_probe_jobs(jobs: Sequence[CellJob], *, run_id: str, host_gpus: HostGpus,
 class ProbeRequest:
     """One ``stackforge probe`` run: which stacks, which probes, and where they run.
 
-    ``local_python`` set: probes run in that interpreter's environment, not in images. ``tier``
-    ``wheel`` reads the pinned releases' wheels from ``index`` instead (no image, no GPU).
+    ``local_python`` set: probes run in that interpreter's environment, not in images, and are recorded under
+    that environment's own identity (:class:`~stackforge.probes.local_env.LocalStack`), once per target of the
+    selection. ``tier`` ``wheel`` reads the pinned releases' wheels from ``index`` instead (no image, no GPU).
     """
 
     selection: StackSelection
@@ -82,7 +86,11 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     """Plan the request's probe jobs, run them into one run folder of ``store``; the records written.
 
     ``connect`` gives the Docker client, asked for only when probes run in images and after the
-    plan stands (a bad matrix is reported as such, also without an engine).
+    plan stands (a bad matrix is reported as such, also without an engine). The run's planned jobs are written
+    before the first one starts, so a run cut short says what it did not reach.
+
+    Raises:
+        SpecError: with ``local_python`` and ``--only``, the environment is not the stack named (what differs).
     """
     if request.tier == "wheel":
         return _run_wheel_campaign(request, store=store, on_start=on_start, on_done=on_done)
@@ -92,16 +100,53 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     selection = request.selection
     plan = selection.plan()
     stacks = selection.stacks(plan)
-    jobs = plan_jobs(plan, select_specs(catalog(), tier=request.tier, features=request.features), stacks)
+    specs = select_specs(catalog(), tier=request.tier, features=request.features)
+    if request.local_python:
+        local = read_local_stack(request.local_python)
+        refuse_other_stack(local, plan, stacks if selection.only else ())
+        jobs, stack_count = local_jobs(plan, specs, stacks, local), 1
+    else:
+        jobs, stack_count = plan_jobs(plan, specs, stacks), len(stacks)
     client = None if request.local_python else connect()
     host_gpus = detect_host_gpus(client)
+    # The host check is read before the run opens and written with it: a partial run carries it too.
+    host_check = job_runner.check_host(host_gpus, jobs, job_runner.driver_floors(plan.cells))
     with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
-                      stacks=len(stacks), jobs=len(jobs), host=host_facts(host_gpus),
+                      stacks=stack_count, jobs=len(jobs), host={**host_facts(host_gpus), **host_check.to_json()},
+                      planned=planned_jobs(jobs),
                       on_start=on_start) as (run_dir, write):
         return run_probe_jobs(jobs, run_id=run_dir.name, host_gpus=host_gpus, write=write, client=client,
                               local_python=request.local_python, parallel=request.parallel,
                               timeout_s=request.timeout_s, log_dir=run_dir / "logs", builds_dir=request.builds_dir,
-                              on_done=on_done)
+                              on_done=on_done, host_check=host_check)
+
+
+def local_jobs(plan: Plan, specs: Sequence[Any], stacks: Sequence[Any], local: LocalStack) -> tuple[CellJob, ...]:
+    """One job per target of the selected stacks' kept cells and spec, all for the environment itself: the
+    matrix's stacks only say which targets to judge it for, never under whose id it is recorded."""
+    targets = {job.target.name: job.target for job in plan_jobs(plan, specs[:1], stacks)}
+    # The environment stands where a Stack stands: a job needs only its ``id`` and ``to_json()``.
+    return tuple(CellJob(local, target, spec) for target in targets.values() for spec in specs)
+
+
+def refuse_other_stack(local: LocalStack, plan: Plan, named: Sequence[Any]) -> None:
+    """``--local --only STACK``: refuse unless the environment is each named stack (its pins, read there).
+
+    Raises:
+        SpecError: naming every difference, and the environment's own identity.
+    """
+    for stack in named:
+        differences = pin_differences(local, stack, plan.cells_for(stack)[0].derived)
+        if differences:
+            raise SpecError(f"--local --only {stack.id}: this environment is not that stack: {'; '.join(differences)}",
+                            remedy=f"install the stack's pins there, or drop --only: the environment's probes are "
+                                   f"recorded under its own identity ({local.id})")
+
+
+def planned_jobs(jobs: Sequence[CellJob]) -> tuple[PlannedJob, ...]:
+    """The jobs as the run's manifest lists them (the keys their records would have)."""
+    return tuple(PlannedJob(stack_id=job.stack.id, stack=job.stack.to_json(), target=job.target.name,
+                            probe=job.spec.id, feature=job.spec.feature, tier=Tier(job.spec.tier)) for job in jobs)
 
 
 def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],

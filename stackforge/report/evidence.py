@@ -5,6 +5,10 @@ evidence: the records of a results folder (strictly, unless ``skip_bad``), the p
 file planned here, the runs' own matrix, or none), the target, and the currency against the last watch.
 With ``read_wheels`` the matrix's pinned releases are read from their wheels first (the wheel tier, a new
 run in the results folder). Warnings and progress go through the callbacks; the CLI prints them.
+
+A run that did not finish is said here, once for every report: one line per such run ("interrupted: 1 of 8
+probes ran (run <id>; ...)"), and each probe its manifest planned that never ran reads "not run (run
+interrupted)" in its cell, unless another run recorded that key since (:func:`with_not_run`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stackforge.core.errors import SpecError, StackforgeError
-from stackforge.core.records import ResultRecord
+from stackforge.core.records import Outcome, PlannedJob, Provenance, ResultRecord, Status
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import choose_target
-from stackforge.results.store import LoadedResults, describe_problems, holds_results, load_results
+from stackforge.results.store import (
+    LoadedResults,
+    PartialRun,
+    describe_problems,
+    holds_results,
+    load_results,
+    merge_records,
+)
 from stackforge.watch.currency import Currency, currency
 from stackforge.watch.state import WatchState, read_state, state_path
 
 if TYPE_CHECKING:
     from stackforge.plan.user_compat import UserCompat
 
-__all__ = ["Evidence", "EvidenceRequest", "load_evidence", "skip_or_refuse"]
+__all__ = ["Evidence", "EvidenceRequest", "load_evidence", "skip_or_refuse", "with_not_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +95,44 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     skip_or_refuse(loaded, request.skip_bad, warn)
     if loaded.shadowed:
         warn(loaded.shadowed_note())
+    records = with_not_run(loaded, warn)
     plan = _plan(loaded, request, strict=predictions_only, warn=warn)
-    chosen = choose_target(loaded.records, plan, request.target)
+    chosen = choose_target(records, plan, request.target)
     if predictions_only:
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
              "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
     runs = tuple(info.run_id for info in loaded.runs)
     current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results, warn))
     abi = _read_abi(plan, tell) if request.read_wheels else ()
-    return Evidence(records=loaded.records, plan=plan, target=chosen, runs=runs,
+    return Evidence(records=records, plan=plan, target=chosen, runs=runs,
                     predictions_only=predictions_only, currency=current, abi_warnings=abi)
+
+
+def with_not_run(loaded: LoadedResults, warn: Callable[[str], None]) -> tuple[ResultRecord, ...]:
+    """The records, plus a ``skip`` "not run (run interrupted)" for each job a partial run planned and never ran,
+    merged like any record (a measurement, or anything a later run recorded, outranks it); one warning line per
+    partial run that still shows (or that kept no manifest, so nothing says which of its jobs are missing).
+
+    The added records exist only in the reports' memory: nothing is written, and a skip decides no cell, so a
+    cell reads "not run" only where no run ever said more.
+    """
+    records = loaded.records
+    for run in loaded.partial:
+        missing = tuple(_not_run_record(run, job) for job in run.not_run)
+        merged = merge_records(records, missing)
+        shows = {id(record) for record in missing} & {id(record) for record in merged}
+        if shows or not run.manifest:
+            warn(run.line())
+        records = merged
+    return records
+
+
+def _not_run_record(run: PartialRun, job: PlannedJob) -> ResultRecord:
+    """What a cell of a job the run never reached reads, dated when the run started (older than anything it wrote)."""
+    outcome = Outcome(Status.SKIP, run.not_run_reason(), evidence=run.line())
+    return ResultRecord(run_id=run.run_id, stack_id=job.stack_id, stack=dict(job.stack), target=job.target,
+                        probe=job.probe, feature=job.feature, tier=job.tier, outcome=outcome,
+                        provenance=Provenance(runner="not run"), created_at=run.started_at)
 
 
 def skip_or_refuse(loaded: LoadedResults, skip_bad: bool, warn: Callable[[str], None]) -> None:

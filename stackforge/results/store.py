@@ -3,6 +3,7 @@
 Layout (everything below ``<results>`` is plain files, so runs can be copied, rsynced, sharded and merged)::
 
     <results>/<run-id>/run.json                          run metadata (RunInfo)
+    <results>/<run-id>/planned.json                      the jobs a probe run set out to run (its manifest)
     <results>/<run-id>/<stack-id>/<target>/<probe>.json  one ResultRecord per (stack, target, probe)
     <results>/<run-id>/_<anything>/...                   ignored by the loader (logs, raw bench output)
 
@@ -24,6 +25,10 @@ Guarantees:
   (:attr:`LoadedResults.shadowed`), so the reports can say "last run: not built here".
 * A record dated after this machine's clock (beyond :data:`FUTURE_TOLERANCE`) is refused when loaded, like a
   corrupt file: it would win every later merge.
+* A partial run says so: ``run.json`` carries how many jobs the run planned (``planned``) and, when it was cut
+  short, why (``ended``: "interrupted by SIGTERM", "ended early: <error>"); ``planned.json`` lists the planned
+  jobs of a probe run. A run without ``finished_at`` is partial (:attr:`LoadedResults.partial`): the reports
+  name it and read its jobs that never ran as "not run" (:mod:`stackforge.report.evidence`).
 """
 
 from __future__ import annotations
@@ -42,12 +47,12 @@ from stackforge import __version__
 from stackforge.core.envelope import check_envelope, document_text
 from stackforge.core.errors import RecordError
 from stackforge.core.fsio import atomic_write_text
-from stackforge.core.records import ResultRecord, Status, new_run_id, utc_now
+from stackforge.core.records import PlannedJob, ResultRecord, Status, Tier, new_run_id, utc_now
 
 __all__ = [
-    "HOST_FILE", "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "RunInfo", "describe_problems",
-    "FUTURE_TOLERANCE", "MEASURED_STATUSES", "finish_run", "holds_results", "load_results", "merge_records",
-    "merge_runs", "merge_with_shadowed",
+    "HOST_FILE", "PLANNED_FILE", "RUN_FILE", "RUN_SCHEMA", "RUN_SCHEMA_VERSION", "LoadedResults", "PartialRun",
+    "RunInfo", "describe_problems", "FUTURE_TOLERANCE", "MEASURED_STATUSES", "end_run_early", "finish_run",
+    "holds_results", "load_results", "merge_records", "merge_runs", "merge_with_shadowed",
     "read_run_info", "record_path", "result_schema", "start_run", "write_record",
 ]
 
@@ -55,6 +60,9 @@ RUN_FILE = "run.json"
 #: What the host a run's GPU jobs ran on showed: its GPUs, driver and how the cards connect (nvidia-smi
 #: topo -m). A P2P fault found in the run is judged against it: the host's, not the stack's.
 HOST_FILE = "host.json"
+#: The jobs a probe run set out to run, written before the first one starts: what a partial run did not reach.
+PLANNED_FILE = "planned.json"
+PLANNED_SCHEMA = "stackforge.planned"
 RUN_SCHEMA = "stackforge.run"
 RUN_SCHEMA_VERSION = 1
 # Ids become folder and file names: keep them to one safe path component.
@@ -64,6 +72,9 @@ _OLDEST = datetime.min.replace(tzinfo=timezone.utc)
 MEASURED_STATUSES = frozenset({Status.PASS, Status.FAIL, Status.CRASH, Status.TIMEOUT})
 #: How far after this machine's clock a record may be dated (clock skew between CI machines) before it is refused.
 FUTURE_TOLERANCE = timedelta(hours=1)
+#: How deep a run or record file may nest lists and objects: what stackforge writes stays below 10.
+MAX_NESTING = 64
+_TOO_DEEP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,9 @@ class RunInfo:
         stackforge_version: the version that wrote it.
         shard: ``"K/N"`` when the run is one shard of a larger run, else ``None``.
         merged_from: run ids this run was merged from (empty for a run that measured things).
+        planned: how many jobs the run set out to run (None: not recorded, e.g. a run of an older version).
+        ended: why the run stopped before its planned jobs were done ("interrupted by SIGTERM", "ended early:
+            <error>"), None while it goes, when it finished, or when it died too hard to say (SIGKILL).
     """
 
     run_id: str
@@ -91,6 +105,8 @@ class RunInfo:
     stackforge_version: str = __version__
     shard: str | None = None
     merged_from: tuple[str, ...] = ()
+    planned: int | None = None
+    ended: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON dict with the schema envelope."""
@@ -98,7 +114,10 @@ class RunInfo:
                 "started_at": self.started_at, "finished_at": self.finished_at, "host": self.host,
                 "command": list(self.command), "matrix_source": self.matrix_source,
                 "stackforge_version": self.stackforge_version, "shard": self.shard,
-                "merged_from": list(self.merged_from)}
+                "merged_from": list(self.merged_from),
+                # Only when known: a run file of a run that planned nothing it could count stays as it was.
+                **({"planned": self.planned} if self.planned is not None else {}),
+                **({"ended": self.ended} if self.ended is not None else {})}
 
     @classmethod
     def from_json(cls, data: Any, *, path: str = "") -> RunInfo:
@@ -111,10 +130,53 @@ class RunInfo:
                        matrix_source=str(data.get("matrix_source", "")),
                        stackforge_version=str(data.get("stackforge_version", "")),
                        shard=_optional_str(data.get("shard")),
-                       merged_from=tuple(str(r) for r in data.get("merged_from", ())))
-        except (KeyError, TypeError) as exc:
+                       merged_from=tuple(str(r) for r in data.get("merged_from", ())),
+                       planned=_optional_count(data.get("planned")), ended=_optional_str(data.get("ended")))
+        except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"partial or corrupt run file: {type(exc).__name__}: {exc}",
                               path=path) from None
+
+
+@dataclass(frozen=True, slots=True)
+class PartialRun:
+    """A run that did not finish: how far it got, why it stopped (when it could say), and the planned jobs of a
+    probe run that never ran (read from its ``planned.json``).
+
+    Attributes:
+        run_id / started_at: the run's.
+        ran: how many records the run holds.
+        planned: how many jobs it set out to run (None: not recorded).
+        ended: why it stopped (``RunInfo.ended``), None when it could not say (killed, or still running).
+        not_run: planned jobs without a record in the run (empty when the run kept no manifest).
+        manifest: whether the run kept a ``planned.json`` (a probe run; others plan readings or benches).
+    """
+
+    run_id: str
+    started_at: str
+    ran: int
+    planned: int | None
+    ended: str | None
+    not_run: tuple[PlannedJob, ...] = ()
+    manifest: bool = False
+
+    @property
+    def kind(self) -> str:
+        """``interrupted``, ``ended early`` (an error stopped it) or ``unfinished`` (it could not say)."""
+        if self.ended is None:
+            return "unfinished"
+        return "interrupted" if self.ended.startswith("interrupted") else "ended early"
+
+    def line(self) -> str:
+        """``interrupted: 1 of 8 probes ran (run <id>; interrupted by SIGTERM)``."""
+        noun = "probes" if self.manifest else "jobs"
+        of = f"{self.ran} of {self.planned} {noun} ran" if self.planned is not None else \
+            f"{self.ran} {noun} ran, how many were planned is not recorded"
+        why = self.ended or "it recorded no end: killed, or still running"
+        return f"{self.kind}: {of} (run {self.run_id}; {why})"
+
+    def not_run_reason(self) -> str:
+        """What a cell of a job this run never reached says: ``not run (run interrupted)``."""
+        return f"not run (run {self.kind})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +189,7 @@ class LoadedResults:
         problems: one RecordError per file that could not be used; never silently empty.
         shadowed: newer records that measured nothing (skip, error, undecided) and lost the merge to an
             older measurement of the same key: what the last run said, for a note.
+        partial: the loaded runs that did not finish (interrupted, ended early, killed or still running).
     """
 
     records: tuple[ResultRecord, ...]
@@ -134,6 +197,7 @@ class LoadedResults:
     problems: tuple[RecordError, ...] = ()
     source: str = ""
     shadowed: tuple[ResultRecord, ...] = ()
+    partial: tuple[PartialRun, ...] = ()
 
     def shadowed_note(self, examples: int = 3) -> str:
         """One line on the measurements kept over newer runs that measured nothing ("" when there are none)."""
@@ -178,8 +242,12 @@ def write_record(run_dir: Path, record: ResultRecord) -> Path:
 
 
 def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str = "",
-              shard: str | None = None, run_id: str | None = None, host: str | None = None) -> Path:
+              shard: str | None = None, run_id: str | None = None, host: str | None = None,
+              planned: int | None = None, jobs: Sequence[PlannedJob] = ()) -> Path:
     """Create a run folder with its ``run.json`` (``finished_at`` unset) and return the folder.
+
+    ``planned``: how many jobs the run sets out to run; ``jobs``: those jobs, when they are probes (written to
+    ``planned.json`` first, so that a run cut short at any point says what it did not reach).
 
     Raises:
         RecordError: ``run_id`` is not a safe folder name, or that run folder holds a run already.
@@ -193,9 +261,20 @@ def start_run(results_root: Path, *, command: Sequence[str], matrix_source: str 
 
     # The command line may carry an index URL with ``user:password@`` (--index-url): kept without it.
     info = RunInfo(run_id=run_id, started_at=utc_now(), host=host or socket.gethostname(),
-                   command=tuple(redact_urls(arg) for arg in command), matrix_source=matrix_source, shard=shard)
+                   command=tuple(redact_urls(arg) for arg in command), matrix_source=matrix_source, shard=shard,
+                   planned=planned if planned is not None else (len(jobs) if jobs else None))
+    if jobs:
+        atomic_write_text(run_dir / PLANNED_FILE, document_text(_planned_json(jobs)))
     atomic_write_text(run_dir / RUN_FILE, document_text(info.to_json()))
     return run_dir
+
+
+def end_run_early(run_dir: Path, why: str) -> RunInfo:
+    """Say in ``run.json`` why the run stops before its planned jobs are done (``finished_at`` stays unset)."""
+    info = read_run_info(run_dir)
+    ended = RunInfo(**{**_fields(info), "ended": why})
+    atomic_write_text(run_dir / RUN_FILE, document_text(ended.to_json()))
+    return ended
 
 
 def write_host_facts(run_dir: Path, facts: dict[str, Any]) -> Path:
@@ -224,8 +303,10 @@ class ResultsFolder:
     root: Path
     command: tuple[str, ...] = ()
 
-    def start(self, *, matrix_source: str, shard: str | None) -> Path:
-        return start_run(self.root, command=self.command, matrix_source=matrix_source, shard=shard)
+    def start(self, *, matrix_source: str, shard: str | None, planned: int | None = None,
+              jobs: Sequence[PlannedJob] = ()) -> Path:
+        return start_run(self.root, command=self.command, matrix_source=matrix_source, shard=shard,
+                         planned=planned, jobs=jobs)
 
     def write(self, run_dir: Path, record: ResultRecord) -> Path:
         return write_record(run_dir, record)
@@ -235,6 +316,9 @@ class ResultsFolder:
 
     def finish(self, run_dir: Path) -> RunInfo:
         return finish_run(run_dir)
+
+    def end_early(self, run_dir: Path, why: str) -> RunInfo:
+        return end_run_early(run_dir, why)
 
     def records(self, *, remedy: str) -> tuple[ResultRecord, ...]:
         """Every record under the root, read strictly: a file that does not load is an error, not a gap.
@@ -279,14 +363,21 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
     infos: list[RunInfo] = []
     groups: list[list[ResultRecord]] = []
     problems: list[RecordError] = []
+    partial: list[PartialRun] = []
     for run_dir in run_dirs:
         info, records, run_problems = _load_run(run_dir)
         infos.extend([info] if info else [])
         groups.append(records)
         problems.extend(run_problems)
+        if info is not None and info.finished_at is None:
+            try:
+                partial.append(_partial_run(run_dir, info, records))
+            except RecordError as exc:
+                problems.append(exc)
     winners, shadowed = merge_with_shadowed(*groups)
     return LoadedResults(records=winners, runs=tuple(sorted(infos, key=lambda i: i.run_id)),
-                         problems=tuple(problems), source=str(path), shadowed=shadowed)
+                         problems=tuple(problems), source=str(path), shadowed=shadowed,
+                         partial=tuple(sorted(partial, key=lambda p: p.run_id)))
 
 
 def holds_results(path: Path) -> bool:
@@ -374,11 +465,47 @@ def _merged_info(run_id: str, infos: Sequence[RunInfo], command: Sequence[str]) 
     started = min((i.started_at for i in infos), default=utc_now())
     finished = [i.finished_at for i in infos if i.finished_at is not None]
     sources = sorted({i.matrix_source for i in infos if i.matrix_source})
-    # One unfinished input makes the merge partial too: keep that visible.
+    # One unfinished input makes the merge partial too: keep that visible, with why each input stopped.
     complete = bool(infos) and len(finished) == len(infos)
+    planned = [i.planned for i in infos]
+    ended = "; ".join(f"{i.run_id}: {i.ended}" for i in infos if i.ended)
     return RunInfo(run_id=run_id, started_at=started, finished_at=max(finished) if complete else None,
                    host=", ".join(sorted({i.host for i in infos if i.host})), command=tuple(command),
-                   matrix_source=", ".join(sources), merged_from=tuple(sorted(i.run_id for i in infos)))
+                   matrix_source=", ".join(sources), merged_from=tuple(sorted(i.run_id for i in infos)),
+                   planned=sum(p for p in planned if p is not None) if None not in planned and planned else None,
+                   ended=ended or None)
+
+
+def _planned_json(jobs: Sequence[PlannedJob]) -> dict[str, Any]:
+    """``planned.json``: each stack's description once, then one ``[stack, target, probe, feature, tier]`` per job."""
+    stacks = {job.stack_id: job.stack for job in jobs}
+    return {"schema": PLANNED_SCHEMA, "schema_version": 1, "stacks": stacks,
+            "jobs": [[j.stack_id, j.target, j.probe, j.feature, j.tier.value] for j in jobs]}
+
+
+def _read_planned(run_dir: Path) -> tuple[PlannedJob, ...] | None:
+    """The jobs of a run's ``planned.json``, None when the run kept none; a corrupt one raises RecordError."""
+    path = run_dir / PLANNED_FILE
+    if not path.exists():
+        return None
+    data = _read_json(path)
+    check_envelope(data, schema=PLANNED_SCHEMA, supported=1, what="planned-jobs file", path=str(path))
+    try:
+        stacks = data["stacks"]
+        return tuple(PlannedJob(stack_id=str(s), stack=dict(stacks[s]), target=str(t), probe=str(p),
+                                feature=str(f), tier=Tier(tier)) for s, t, p, f, tier in data["jobs"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"partial or corrupt planned-jobs file: {type(exc).__name__}: {exc}",
+                          path=str(path)) from None
+
+
+def _partial_run(run_dir: Path, info: RunInfo, records: Sequence[ResultRecord]) -> PartialRun:
+    """How far an unfinished run got, from its own records and its manifest."""
+    planned = _read_planned(run_dir)
+    done = {record.key for record in records}
+    not_run = tuple(job for job in planned or () if job.key not in done)
+    return PartialRun(run_id=info.run_id, started_at=info.started_at, ran=len(records), planned=info.planned,
+                      ended=info.ended, not_run=not_run, manifest=planned is not None)
 
 
 def _load_run(run_dir: Path) -> tuple[RunInfo | None, list[ResultRecord], list[RecordError]]:
@@ -424,9 +551,9 @@ def _record_files(run_dir: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> Any:
-    """Parse a JSON file; unreadable or invalid JSON raises RecordError with the path and position."""
+    """Parse a JSON file; unreadable, invalid or runaway-nested JSON raises RecordError with the path."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RecordError("file is missing", path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -434,6 +561,25 @@ def _read_json(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise RecordError(f"corrupt JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
                           path=str(path)) from None
+    except RecursionError:
+        data = _TOO_DEEP
+    if data is _TOO_DEEP or _deeper_than(data, MAX_NESTING):
+        # Refused here, by file: deeper data would reach the recursion limit later (merging, reports)
+        # with nothing to say which file it came from.
+        raise RecordError(f"JSON nested deeper than {MAX_NESTING} levels: not a file stackforge wrote",
+                          path=str(path), remedy="remove the file, or pass --skip-bad to load the rest")
+    return data
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` deep (walked without recursion)."""
+    level: list[Any] = [value]
+    for _ in range(limit + 1):
+        level = [child for item in level if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return False
+    return True
 
 
 def _looks_like_run(path: Path) -> bool:
@@ -483,6 +629,14 @@ def _safe_component(value: str, what: str) -> str:
 
 def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _optional_count(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"planned must be a count, not {value!r}")
+    return value
 
 
 def _fields(info: RunInfo) -> dict[str, Any]:
