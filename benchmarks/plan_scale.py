@@ -1,6 +1,9 @@
 """Expand and evaluate a synthetic 10,000-cell matrix against every shipped rule; print cells/s.
 
 Target (issue #2): at least 20,000 cells/s on one core. Run: ``python benchmarks/plan_scale.py``.
+``--json-memory 10000 100000`` runs ``stackforge plan --json`` on synthetic matrices of those sizes, each in
+a process of its own, and prints its peak memory (the child's maxrss), the JSON's bytes and bytes per cell
+(issue #32 targets: under 2 KB a cell, 10^5 cells under 1 GB).
 ``--against REV`` also runs this benchmark on another commit (a temporary git worktree), alternating with
 this tree ``--rounds`` times, so the two figures come from one machine under the same load.
 """
@@ -63,13 +66,44 @@ def against(rev: str, cells: int, rounds: int) -> None:
     print(f"ratio this tree / {rev}: {median(here) / median(there):.2f}")
 
 
+def json_memory(sizes: list[int]) -> None:
+    """``stackforge plan --json`` on a synthetic matrix of each size, in its own process: its peak memory
+    (``wait4``'s maxrss of that child alone) and what it printed, per cell."""
+    knowledge = load_knowledge()
+    print(f"{'cells':>9}  {'peak memory':>12}  {'JSON bytes':>14}  {'bytes/cell':>10}  {'seconds':>7}")
+    with tempfile.TemporaryDirectory(prefix="sf-plan-json-") as tmp:
+        for cells in sizes:
+            matrix, out = Path(tmp) / f"m{cells}.yaml", Path(tmp) / f"plan{cells}.json"
+            matrix.write_text(synthetic_matrix(knowledge, cells))
+            start = time.perf_counter()
+            with out.open("wb") as stdout:
+                child = subprocess.Popen([sys.executable, "-m", "stackforge", "plan", "--matrix", str(matrix), "--json",
+                                          "--max-cells", str(max(cells * 2, 1))], stdout=stdout,
+                                         stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+                _, status, usage = os.wait4(child.pid, 0)
+            seconds = time.perf_counter() - start
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"stackforge plan --json failed on {cells} cells (exit "
+                                 f"{os.waitstatus_to_exitcode(status)})")
+            planned = int(re.search(rb'"cells": (\d+)', out.read_bytes()[:100_000]).group(1))
+            size = out.stat().st_size
+            peak = usage.ru_maxrss * 1024     # kilobytes on Linux
+            print(f"{planned:>9,}  {peak / 2**20:>9,.0f} MiB  {size:>14,}  {size / planned:>10,.0f}  {seconds:>7.1f}")
+            out.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--compat", type=Path, default=None, help="compat folder (default: the shipped one)")
     parser.add_argument("--against", metavar="REV", help="also measure this git revision, side by side")
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs per tree with --against")
+    parser.add_argument("--json-memory", type=int, nargs="+", metavar="CELLS",
+                        help="peak memory and bytes per cell of `plan --json` at these sizes (e.g. 10000 100000)")
     args = parser.parse_args()
+    if args.json_memory:
+        json_memory(args.json_memory)
+        return
     if args.against:
         against(args.against, args.cells, args.rounds)
         return

@@ -28,8 +28,9 @@ def test_plan_json_for_another_target():
     payload = json.loads(result.output)
     assert set(payload["targets"]) == {"h200-x8-nvswitch"}
     cell = next(c for c in payload["cells"] if c["stack_id"] == CU131)
-    fusion = next(p for p in cell["predictions"] if p["feature"] == "flashinfer-ar-fusion")
-    assert fusion["verdict"] != "unavailable"    # Hopper with NVSwitch: no rule rules it out
+    # Schema 2: a cell names its prediction set; the set names, per feature, the rule that predicts it.
+    fusion_rule = payload["prediction_sets"][cell["prediction_set"]].get("flashinfer-ar-fusion")
+    assert fusion_rule is None or payload["rules"][fusion_rule]["effect"] != "feature_unavailable"  # Hopper + NVSwitch
 
 
 def test_explain_lists_rules_with_sources():

@@ -128,9 +128,11 @@ def test_user_rules_and_targets_reach_list_and_plan(tmp_path):
     assert team["origin"].endswith("rules/team.yaml:3")
     plan = invoke("--compat", str(folder), "plan", "--json", "--target", "lab-rtx-x4", "--cuda", "13.1")
     assert plan.exit_code == 0, plan.output
-    cells = json.loads(plan.output)["cells"]
+    payload = json.loads(plan.output)
+    cells = payload["cells"]
     assert cells and all(c["target"] == "lab-rtx-x4" for c in cells)
-    assert any(f["rule"] == "team-sm120-no-nvfp4" for c in cells for f in c["findings"])
+    assert any(rule == "team-sm120-no-nvfp4" for c in cells for rule in c["findings"])
+    assert payload["rules"]["team-sm120-no-nvfp4"]["origin"].endswith("rules/team.yaml:3")
 
 
 def test_yml_files_are_read_like_yaml(tmp_path):

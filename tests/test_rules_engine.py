@@ -139,7 +139,7 @@ def test_plan_keeps_every_pruned_cell(knowledge, tmp_path):
     assert [s.id for s in plan.kept_stacks()] == ["cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"]
     data = plan.to_json()
     assert data["summary"] == {"cells": 4, "kept": 2, "pruned": 2, "excluded_by_matrix": 0}
-    assert data["cells"][0]["findings"][0]["sources"]
+    assert data["rules"][data["cells"][0]["findings"][0]]["sources"]
 
 
 def test_yaml_mapping_lines():

@@ -1,7 +1,8 @@
 """``stackforge compat ...``: commands about the compatibility knowledge itself.
 
-``compat verify`` reads the rules' witnesses in the released wheels (see
-:mod:`stackforge.wheels.verify`); it exits 1 when a rule's bound disagrees with the wheels.
+``compat verify`` lints the rules (:mod:`stackforge.plan.rule_lint`, exit 2), then reads their witnesses in
+the released wheels (see :mod:`stackforge.wheels.verify`); it exits 1 when a rule's bound disagrees with the
+wheels or its range holds no release on the index.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
            cache_root: Path | None) -> None:
     """Read each rule's witness in the releases on both sides of its version bounds (last outside, first
     inside, last inside, first outside) for the rule's own targets; print CONFIRMED / HALF-WITNESSED (a
-    side of a bound undecided, named) / WRONG (with the measured bound) / UNWITNESSED (why) per rule and the
-    count witnessed / total. Exit 1 on any WRONG.
+    side of a bound undecided, named) / WRONG (with the measured bound) / UNWITNESSED (why) / EMPTY (its range
+    holds no release on the index) per rule and the count witnessed / total. Exit 1 on any WRONG or EMPTY;
+    exit 2 when the rules contradict each other, match every cell or hold an empty range.
 
     \b
     Examples:
@@ -42,9 +44,11 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
       stackforge compat verify --rule sglang-ar-fusion-rejects-sm12 --json
     """
     from stackforge.plan.planner import load_knowledge
+    from stackforge.plan.rule_lint import check_rules
     from stackforge.wheels.verify import write_verification_text, verify_rules
 
     knowledge = load_knowledge(user=user_compat())
+    check_rules(knowledge.rules)   # contradictions, catch-all and empty ranges: exit 2 before any index work
     # Rules generated from SGLang's pins (tables.yaml) are data of another kind; only compat/rules here.
     rules = tuple(r for r in knowledge.rules if r.origin != PIN_RULES_ORIGIN)
     rules = _selected(rules, rule_ids)
@@ -54,6 +58,8 @@ def verify(rule_ids: tuple[str, ...], as_json: bool, index_url: str | None, find
         click.echo(report_json_text({"schema": VERIFY_SCHEMA, **report.to_json()}), nl=False)
     else:
         click.echo(write_verification_text(report))
+    for line in report.empty_ranges():
+        click.echo(f"stackforge: error: {line} (hint: fix or remove the rule: it never fires)", err=True)
     if not report.ok:
         raise click.exceptions.Exit(1)
 

@@ -15,9 +15,8 @@ from stackforge.cli.options import (
     terminal_width,
 )
 from stackforge.core.data import resolve_matrix_path
-from stackforge.core.envelope import report_json_text
 from stackforge.core.errors import SpecError
-from stackforge.plan.planner import Plan, plan_file
+from stackforge.plan.planner import MAX_CELLS, WARN_CELLS, Plan, large_plan_warning, plan_file
 from stackforge.plan.text import explain_stack, plan_table
 
 
@@ -34,15 +33,18 @@ from stackforge.plan.text import explain_stack, plan_table
                    "<matrix>.lock.yaml, print what changed, then plan on it.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where preflight caches index answers (default: ~/.cache/stackforge/preflight).")
+@click.option("--max-cells", "max_cells", type=click.IntRange(min=1), default=None, metavar="N",
+              help=f"Plan up to N cells (default {MAX_CELLS:,}; past {WARN_CELLS:,} a warning says so).")
 @index_options
 def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...], only: tuple[str, ...], as_json: bool,
-            explain: str | None, preflight: bool, no_resolve: bool, update_lock: bool, cache_dir: str | None, index_url: str | None,
-            extra_index_urls: tuple[str, ...], find_links: Path | None) -> None:
+            explain: str | None, preflight: bool, no_resolve: bool, update_lock: bool, cache_dir: str | None,
+            max_cells: int | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+            find_links: Path | None) -> None:
     """Expand a matrix, apply the compatibility rules, and show kept and pruned stacks with reasons.
 
     \b
-    --preflight asks the indexes pip would ask (--index-url, --extra-index-url, --find-links, else
-    pip's configuration: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, `pip config` files) and
+    --preflight asks the indexes `build` installs from (--index-url, else PyPI; --extra-index-url,
+    --find-links; pip's configuration on this host is not used, as the images never see it) and
     exits 1 when a pinned file is missing or an index is unreachable. Then it resolves each kept
     stack's lock as `stackforge build` does first (uv, a few seconds per stack) and exits 2 when the
     resolver refuses a stack, in the resolver's words (--no-resolve: files only).
@@ -62,7 +64,11 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
         update = resolve(matrix_path, indexes=configured_indexes(IndexRequest(index_url, tuple(extra_index_urls),
                                                                               find_links)))
         click.echo(update.text(), err=True)
-    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat())
+    plan = plan_file(matrix_path, targets=targets, cuda=cuda, only=only, user_compat=user_compat(),
+                     max_cells=max_cells)
+    warning = large_plan_warning(plan)
+    if warning:
+        click.echo(f"stackforge: warning: {warning}", err=True)
     checks = _preflight(plan, cache_dir, index_url, extra_index_urls, find_links) if preflight else None
     # Resolving is worth it only where every pinned file is there (else the report above says what is not).
     locks = (_preflight_locks(plan, checks.indexes, index_url, extra_index_urls, find_links)
@@ -70,11 +76,10 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
     if explain:
         click.echo(explain_stack(plan, _find(plan, explain), terminal_width()))
     elif as_json:
-        payload = plan.to_json()
+        extra = {}
         if checks is not None:
-            payload["preflight"] = checks.to_json()
-            payload["preflight_locks"] = [check.to_json() for check in locks or []]
-        click.echo(report_json_text(payload), nl=False)
+            extra = {"preflight": checks.to_json(), "preflight_locks": [check.to_json() for check in locks or []]}
+        _echo_streamed(plan.json_chunks(extra))
     else:
         click.echo(plan_table(plan, terminal_width()))
         if checks is not None:
@@ -86,6 +91,17 @@ def command(matrix: str | None, cuda: tuple[str, ...], targets: tuple[str, ...],
         raise click.exceptions.Exit(2)
     if checks is not None and not checks.ok:
         raise click.exceptions.Exit(1)
+
+
+def _echo_streamed(chunks, batch: int = 2_000) -> None:
+    """Print the JSON pieces a few thousand at a time: the text of the whole plan is never held at once."""
+    pending: list[str] = []
+    for chunk in chunks:
+        pending.append(chunk)
+        if len(pending) >= batch:
+            click.echo("".join(pending), nl=False)
+            pending.clear()
+    click.echo("".join(pending), nl=False)
 
 
 def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, no_resolve: bool,
@@ -103,19 +119,15 @@ def _refuse_conflicts(*, as_json: bool, explain: str | None, preflight: bool, no
 
 def _preflight_locks(plan: Plan, indexes, index_url: str | None, extra_index_urls: tuple[str, ...],
                      find_links: Path | None):
-    """Resolve each kept stack's lock (nothing recorded) from the indexes the preflight asked."""
-    from pathlib import Path as _Path
-
+    """Resolve each kept stack's lock (nothing recorded) from the indexes the preflight asked: the
+    build's own (:func:`stackforge.edges.index.image_indexes`)."""
     from stackforge.build.locking import check_locks
     from stackforge.compose.dockerfile import ComposeOptions
-    from stackforge.edges.resolver import ResolverIndexes
+    from stackforge.edges.index import resolver_indexes
     cells = [(stack, plan.cells_for(stack)[0].derived) for stack in plan.kept_stacks()]
     compose = ComposeOptions(index_url=index_url, extra_index_urls=tuple(extra_index_urls),
                              wheelhouse=find_links is not None)
-    resolver = ResolverIndexes(index_url=indexes.index_url, extra_index_urls=tuple(indexes.extra_index_urls),
-                               find_links=tuple(indexes.find_links),
-                               ca_bundle=_Path(indexes.cert) if indexes.cert else None)
-    return check_locks(cells, compose=compose, indexes=resolver)
+    return check_locks(cells, compose=compose, indexes=resolver_indexes(indexes))
 
 
 def _find(plan: Plan, stack_id: str):
@@ -128,9 +140,12 @@ def _find(plan: Plan, stack_id: str):
 
 def _preflight(plan: Plan, cache_dir: str | None, index_url: str | None, extra_index_urls: tuple[str, ...],
                find_links: Path | None):
-    from stackforge.edges.index import IndexRequest, configured_indexes
+    from stackforge.cli.options import ca_choice
+    from stackforge.edges.index import IndexRequest, image_indexes
     from stackforge.plan.preflight import run_preflight
     from stackforge.wheels.abi import check_stacks
-    indexes = configured_indexes(IndexRequest(index_url, tuple(extra_index_urls), find_links))
+    # The indexes and CA bundle `build` uses (not pip's configuration here: the images never see it).
+    indexes = image_indexes(IndexRequest(index_url, tuple(extra_index_urls), find_links),
+                            ca_bundle=ca_choice(None).path)
     return run_preflight(plan, cache_dir=cache_dir, indexes=indexes,
                          abi=lambda cells: check_stacks(cells, indexes=indexes).warnings())

@@ -3,6 +3,11 @@
 Errors in user files must point at ``file:line``. The loader below returns ``Node`` mappings and
 sequences that carry the line of every key and item, and keeps floats as their original text:
 ``cuda: 12.10`` must stay ``"12.10"``, not become the float ``12.1``.
+
+Aliases are bounded: a 700-byte "billion laughs" (an anchor of nine aliases of an anchor of nine...)
+loads instantly as shared objects, but every reader that walks it (a ``str()`` of a ``name``, a check of
+each item) walks the expansion: gigabytes and minutes. A document whose aliases add more than
+:data:`MAX_ALIAS_NODES` nodes to what is written is refused before anything is built from it.
 """
 
 from __future__ import annotations
@@ -71,12 +76,88 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float_as_text)
 
 
+#: The most nodes aliases may add to a document beyond the nodes written in it. The shipped files add at
+#: most a few hundred (``compat/knowledge.yaml``'s shared ``needs`` and ``sources``); an alias bomb adds
+#: millions from a few lines.
+MAX_ALIAS_NODES = 10_000
+
+
+class AliasBombError(SpecError):
+    """A YAML document whose aliases expand it past :data:`MAX_ALIAS_NODES` extra nodes."""
+
+    code = "spec.alias_bomb"
+
+
+def _check_alias_expansion(root: yaml.Node | None, *, source: str) -> None:
+    """Refuse a document whose expanded node count passes the written count by more than the cap.
+
+    Counts each distinct node's expanded size once (post-order, memoised by identity, no recursion: a
+    nested document must not exhaust the stack here), so the check costs what the file has, not what
+    it expands to. A node that contains itself is left to the constructor, which refuses it.
+    """
+    if root is None:
+        return
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = _children(node)
+        if not children_done:
+            if key in on_path:
+                continue
+            on_path.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        on_path.discard(key)
+        sizes[key] = 1 + sum(sizes.get(id(child), 1) for child in children)
+    expanded, written = sizes[id(root)], len(sizes)
+    if expanded - written > MAX_ALIAS_NODES:
+        first_alias = _first_shared(root)
+        raise AliasBombError(f"YAML aliases expand this document to {expanded:,} nodes from {written:,} written "
+                             f"(more than {MAX_ALIAS_NODES:,} added by aliases)", source=source,
+                             line=first_alias.start_mark.line + 1 if first_alias else None,
+                             remedy="write the values out instead of nesting aliases of aliases")
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _first_shared(root: yaml.Node) -> yaml.Node | None:
+    """The first node (in document order) that is reached twice: where an alias repeats an anchor."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return node
+        seen.add(id(node))
+        stack.extend(reversed(_children(node)))
+    return None
+
+
 def load_text(text: str, *, source: str) -> Any:
-    """Parse YAML ``text``; ``source`` names it in errors (usually the file path)."""
+    """Parse YAML ``text``; ``source`` names it in errors (usually the file path).
+
+    Raises:
+        AliasBombError: aliases add more than :data:`MAX_ALIAS_NODES` nodes (checked before construction).
+        SpecError: malformed YAML, with the line.
+    """
     loader = _Loader(text)
     loader.name = source
     try:
-        return loader.get_single_data()
+        root = loader.get_single_node()
+        _check_alias_expansion(root, source=source)
+        return loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None

@@ -25,19 +25,27 @@ written by ``stackforge plan --update-lock``), never from the network while load
 Expansion follows GitHub Actions: the cartesian product of ``axes``, minus every combination that
 matches an ``exclude`` entry, then each ``include`` entry extends the combinations whose axis
 values it matches (without overwriting an axis value) or, if it matches none, is added as a new
-combination. Every value is validated here, before it can reach a Dockerfile.
+combination. Every value is validated here, before it can reach a Dockerfile: versions must be written
+as packaging spells them (``2.14.1``, not ``v2.14.1``), two spellings of one version (``2.14.1`` and
+``2.14.1.0``) are one value and refused together, ``python`` must be a CPython minor stackforge knows
+(``compat/tables.yaml`` ``python_versions``), a target is named once, and ``name`` / ``description`` are
+one line of text (:data:`MAX_NAME_CHARS`, :data:`MAX_DESCRIPTION_CHARS`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from stackforge.core.errors import SpecError
 from stackforge.core.model import FLASHINFER_ADDONS, Flavour, Matrix, Stack
-from stackforge.core.versions import parse_version, validate_identifier, validate_version
+from stackforge.core.versions import minor_of, parse_version, validate_identifier, validate_version
 from stackforge.core.yamlio import LineDict, check_keys, describe, load_file, require_mapping
 from stackforge.plan.lock import MatrixLock, check_lock_matches, lock_path_for, read_lock
 from stackforge.plan.selectors import Selector, parse_selector
@@ -52,19 +60,29 @@ TOP_KEYS = frozenset({"schema", "name", "description", "targets", "defaults", "a
                       "derive"})
 #: What ``derive: {from: sglang}`` sets from each SGLang release's pins (key in the pins row -> stack key).
 DERIVED_FROM_SGLANG = {"torch": "torch", "flashinfer": "flashinfer", "kernel": "kernel"}
+#: ``name`` and ``description`` are one line of text: they head reports, PR comments and page titles.
+MAX_NAME_CHARS = 100
+MAX_DESCRIPTION_CHARS = 1_000
+# Any control character (a newline, a tab, an escape, DEL, the C1 range): not one line of plain text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 Combo = dict[str, Any]
 
 
-def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
+def load_matrix(path: Path, *, os_names: Collection[str] = (), python_versions: Collection[str] = (),
+                max_combinations: int | None = None) -> Matrix:
     """Load, validate and expand one matrix file. Raises SpecError with ``file:line`` on bad input.
 
     ``os_names``: the base OS names stackforge knows (``compat/tables.yaml`` os_python); when given,
-    any other ``os`` value is refused where it is written, with the valid names.
+    any other ``os`` value is refused where it is written, with the valid names. ``python_versions``:
+    the CPython minors it knows (``compat/tables.yaml`` python_versions); when given, the same for ``python``.
+    ``max_combinations``: refuse axes that multiply (with the include entries) to more, before expanding.
     """
     doc = require_mapping(load_file(path), what="matrix file", source=str(path))
     check_keys(doc, allowed=TOP_KEYS, what="matrix file", required={"schema", "targets"})
     _check_schema(doc)
+    name = _one_line(doc, "name", MAX_NAME_CHARS) if "name" in doc else path.stem
+    description = _one_line(doc, "description", MAX_DESCRIPTION_CHARS) if "description" in doc else ""
     if os_names:
         _check_os_names(doc, frozenset(os_names))
     axes, selectors = _load_axes(doc.get("axes", _empty_like(doc)), source=doc.source, line=doc.line_of("axes"))
@@ -76,6 +94,8 @@ def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
                 if "defaults" in doc else {})
     excludes = [_load_entry(e, what="exclude entry") for e in _entries(doc, "exclude")]
     includes = [_load_entry(e, what="include entry") for e in _entries(doc, "include")]
+    if max_combinations is not None:
+        _check_combinations(axes, len(includes), max_combinations, doc)
     combos, excluded = _expand(axes, excludes, includes)
     stacks = _to_stacks(combos, defaults, doc)
     if not stacks:
@@ -83,8 +103,10 @@ def load_matrix(path: Path, *, os_names: Collection[str] = ()) -> Matrix:
                         + (f" ({excluded} excluded)" if excluded else ""), source=doc.source,
                         line=doc.line_of("axes") if "axes" in doc else doc.line,
                         remedy="give axes values, e.g. axes: {cuda: [\"13.1\"], ...}, or an include entry")
-    return Matrix(name=str(doc.get("name", path.stem)), source=str(path), stacks=stacks,
-                  targets=_load_targets(doc), excluded=excluded, description=str(doc.get("description", "")),
+    if python_versions:
+        _check_pythons(stacks, frozenset(python_versions), doc)
+    return Matrix(name=name, source=str(path), stacks=stacks,
+                  targets=_load_targets(doc), excluded=excluded, description=description,
                   sglang_pins={p.sglang: p.as_row() for p in lock.pins} if lock else {},
                   lock=str(lock_path_for(path)) if lock else "")
 
@@ -153,6 +175,59 @@ def _empty_like(parent: LineDict) -> LineDict:
     return empty
 
 
+def _check_combinations(axes: dict[str, list[Any]], includes: int, cap: int, doc: LineDict) -> None:
+    """Axes multiply before exclude removes anything: refuse a product past ``cap`` before it is built."""
+    product = math.prod(len(values) for values in axes.values()) if axes else 0
+    if product + includes > cap:
+        sizes = " x ".join(f"{len(values)} {key}" for key, values in axes.items())
+        raise SpecError(f"the axes multiply to {product + includes:,} combinations ({sizes}"
+                        + (f", + {includes} include" if includes else "") + f"), more than the cap of {cap:,}",
+                        source=doc.source, line=doc.line_of("axes") if "axes" in doc else doc.line,
+                        remedy="list fewer values, or raise the cap with --max-cells N (plan, render; a report "
+                               "reads `plan --max-cells N --json > plan.json` with --plan)")
+
+
+def _one_line(doc: LineDict, key: str, limit: int) -> str:
+    """``name`` / ``description``: text (never a list, a mapping or an alias tree), one line, at most ``limit``
+    characters, no control characters."""
+    value = doc[key]
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise SpecError(f"{key} must be one line of text, got {describe(value)}", source=doc.source,
+                        line=doc.line_of(key))
+    text = str(value)
+    bad = _CONTROL.search(text)
+    if bad:
+        raise SpecError(f"{key} must be one line of text; it holds the control character "
+                        f"U+{ord(bad.group()):04X} at character {bad.start() + 1}", source=doc.source,
+                        line=doc.line_of(key), remedy=f"write the {key} on one line, without newlines or tabs")
+    if len(text) > limit:
+        raise SpecError(f"{key} is {len(text):,} characters long; at most {limit:,}", source=doc.source,
+                        line=doc.line_of(key), remedy=f"shorten the {key}")
+    return text
+
+
+def _check_pythons(stacks: tuple[Stack, ...], known: frozenset[str], doc: LineDict) -> None:
+    """Every stack's ``python`` is a CPython minor stackforge knows (``3.99`` names no Python or base image)."""
+    for stack in stacks:
+        if minor_of(stack.python) not in known:
+            raise SpecError(f"unknown python {stack.python!r} (stack {stack.id}); known: "
+                            f"{', '.join(sorted(known, key=parse_version))}", source=doc.source,
+                            line=_line_of_value(doc, "python", stack.python),
+                            remedy="add the version to compat/tables.yaml python_versions (with a source) "
+                                   "to use another")
+
+
+def _line_of_value(doc: LineDict, key: str, value: str) -> int:
+    """Where ``key: value`` is written (axes, defaults, include), else the matrix's own line."""
+    places: list[Any] = []
+    axes = doc.get("axes")
+    if isinstance(axes, LineDict) and isinstance(axes.get(key), list):
+        places += [(v, axes[key].line_of(i)) for i, v in enumerate(axes[key])]
+    entries = [doc.get("defaults"), *(doc["include"] if isinstance(doc.get("include"), list) else ())]
+    places += [(e[key], e.line_of(key)) for e in entries if isinstance(e, LineDict) and key in e]
+    return next((line for v, line in places if str(v) == value), doc.line)
+
+
 def _check_os_names(doc: LineDict, known: frozenset[str]) -> None:
     """Every ``os`` value of axes, defaults, include and exclude must be a known base OS."""
     places: list[tuple[Any, int]] = []
@@ -188,8 +263,14 @@ def _load_targets(doc: LineDict) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("targets must be a non-empty list of target profile names", source=doc.source,
                         line=doc.line_of("targets"))
-    return tuple(validate_identifier(t, what="target", source=doc.source, line=value.line_of(i))
-                 for i, t in enumerate(value))
+    targets: dict[str, int] = {}
+    for i, item in enumerate(value):
+        name = validate_identifier(item, what="target", source=doc.source, line=value.line_of(i))
+        if name in targets:
+            raise SpecError(f"target {name!r} is listed twice (first at line {targets[name]})", source=doc.source,
+                            line=value.line_of(i), remedy="list each target once")
+        targets[name] = value.line_of(i)
+    return tuple(targets)
 
 
 def _load_axes(axes: Any, *, source: str, line: int) -> tuple[dict[str, list[Any]], list[Selector]]:
@@ -206,7 +287,22 @@ def _load_axes(axes: Any, *, source: str, line: int) -> tuple[dict[str, list[Any
             raise SpecError(f"axis {key!r} must be a non-empty list, got {describe(values)}", source=axes.source,
                             line=axes.line_of(key))
         loaded[key] = [_value(key, v, source=axes.source, line=values.line_of(i)) for i, v in enumerate(values)]
+        if key in VERSION_KEYS:
+            _refuse_equal_versions(key, loaded[key], values)
     return loaded, selectors
+
+
+def _refuse_equal_versions(key: str, versions: list[str], written: Any) -> None:
+    """Two spellings of one version in an axis (``2.14.1``, ``2.14.1.0``) would be two stacks of one install."""
+    first: dict[Version, tuple[str, int]] = {}
+    for i, version in enumerate(versions):
+        parsed = parse_version(version)
+        if parsed in first:
+            spelling, line = first[parsed]
+            what = "twice" if spelling == version else f"as {spelling!r} (line {line}) and {version!r}"
+            raise SpecError(f"axis {key} lists version {spelling} {what}: one version, one value",
+                            source=written.source, line=written.line_of(i), remedy="list each version once")
+        first[parsed] = (version, written.line_of(i))
 
 
 def _load_entry(entry: Any, *, what: str, source: str = "", line: int | None = None) -> Combo:
@@ -222,7 +318,8 @@ def _value(key: str, value: Any, *, source: str, line: int) -> Any:
     if key in VERSION_KEYS:
         if value is None or isinstance(value, (bool, list, dict)):
             raise SpecError(f"{key} must be a version string, got {describe(value)}", source=source, line=line)
-        return validate_version(value, what=key, source=source, line=line)
+        return _canonical(validate_version(value, what=key, source=source, line=line), key=key, source=source,
+                          line=line)
     if key == "flavour":
         text = validate_identifier(value, what="flavour", source=source, line=line)
         if text not in {f.value for f in Flavour}:
@@ -232,6 +329,16 @@ def _value(key: str, value: Any, *, source: str, line: int) -> Any:
     if key in IDENTIFIER_KEYS:
         return validate_identifier(value, what=key, source=source, line=line)
     return _addons(value, source=source, line=line)
+
+
+def _canonical(version: str, *, key: str, source: str, line: int) -> str:
+    """A version written as packaging spells it: ``v2.14.1``, ``2.14.01`` or ``2.9.1-post1`` name the same
+    release as ``2.14.1``, ``2.14.1``, ``2.9.1.post1`` but would give other ids, tags and pip lines."""
+    canonical = str(Version(version))
+    if canonical != version:
+        raise SpecError(f"{key} {version!r} is not written as a plain version", source=source, line=line,
+                        remedy=f"write {canonical!r}")
+    return version
 
 
 def _addons(value: Any, *, source: str, line: int) -> tuple[str, ...]:
@@ -283,6 +390,7 @@ def _flat(pairs: Any) -> Combo:
 
 def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Stack, ...]:
     stacks: dict[str, Stack] = {}
+    by_value: dict[tuple[Any, ...], Stack] = {}
     for combo in combos:
         full = {**{k: v for k, v in defaults.items() if not k.startswith("_")}, **combo}
         line = full.pop("_line", doc.line_of("axes") if "axes" in doc else doc.line)
@@ -294,7 +402,18 @@ def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Sta
             full["flavour"] = Flavour(full["flavour"])
         stack = Stack(**full)
         stacks.setdefault(stack.id, stack)
+        # Two include entries may spell one version two ways (13.1, 13.1.0): one stack, written twice.
+        same = by_value.setdefault(_value_key(full), stack)
+        if same.id != stack.id:
+            raise SpecError(f"stacks {same.id} and {stack.id} are one stack: their versions are equal, "
+                            f"spelled two ways", source=doc.source, line=line,
+                            remedy="spell each version one way in axes, defaults and include")
     return tuple(stacks.values())
+
+
+def _value_key(full: Combo) -> tuple[Any, ...]:
+    """A stack's values with each version parsed, so equal versions compare equal however spelled."""
+    return tuple(sorted((k, parse_version(v) if k in VERSION_KEYS else v) for k, v in full.items()))
 
 
 def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | tuple[str, ...] | None = None,

@@ -27,6 +27,7 @@ class StackSelection:
     only: tuple[str, ...] = ()
     shard: Shard | None = None
     user_compat: UserCompat | None = None
+    max_cells: int | None = None        # None: the planner's cap (``--max-cells``)
 
     @property
     def matrix_path(self) -> Path:
@@ -41,7 +42,7 @@ class StackSelection:
     def plan(self) -> Plan:
         """The plan of the matrix with the shipped knowledge (and the user's on top)."""
         return plan_file(self.matrix_path, targets=self.targets, cuda=self.cuda, only=self.only,
-                         user_compat=self.user_compat)
+                         user_compat=self.user_compat, max_cells=self.max_cells)
 
     def stacks(self, plan: Plan) -> tuple[Stack, ...]:
         """The plan's kept stacks this shard draws."""

@@ -30,6 +30,7 @@ from stackforge.core.errors import SpecError
 from stackforge.core.model import Target
 from stackforge.core.yamlio import check_keys, load_file, require_mapping
 from stackforge.plan.features import load_feature_catalog
+from stackforge.plan.rule_lint import check_rules
 from stackforge.plan.rules import Rule, load_rules, load_targets
 
 ENV_VAR = "STACKFORGE_COMPAT"
@@ -85,6 +86,7 @@ def load_user_compat(folder: Path) -> UserCompat:
                             remedy="put only rule files and targets.yaml there (see compat/README.md)")
     rule_files = user_rule_files(folder)
     rules = load_rules(list(rule_files)) if rule_files else ()
+    check_rules(rules)   # the directory's own rules; plan and compat verify lint them with the shipped ones
     targets_path = _targets_file(folder)
     targets = load_targets(targets_path) if targets_path is not None else {}
     files = tuple(str(p) for p in rule_files) + ((str(targets_path),) if targets else ())

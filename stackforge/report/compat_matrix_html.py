@@ -5,6 +5,10 @@ record behind it are in a ``<details>`` (one click) and in the cell's ``title`` 
 The page reads ``?filter=...&sort=<column>&dir=asc|desc`` (or the same after ``#``) on load and
 keeps the filter in the address bar, so a filtered view can be linked. A Content-Security-Policy
 forbids every network load: the file works offline and leaks nothing when opened.
+
+A page holds at most :data:`MAX_HTML_ROWS` stack rows (kept stacks first, then pruned ones, each in
+matrix order); the rest are counted in a last row that says how to see them (``--format csv`` or
+``json``, or a narrower ``--plan``). Each row carries every cell's evidence, ~35 KB a row: 10^4 rows made a 352 MB page.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from stackforge.report.compat_matrix import (
     target_text,
 )
 
-__all__ = ["css_name", "write_matrix_html", "row_filter_js"]
+__all__ = ["MAX_HTML_ROWS", "css_name", "write_matrix_html", "row_filter_js"]
+
+#: The most stack rows one HTML page holds (docs/matrix-format.md); the others are counted, not drawn.
+MAX_HTML_ROWS = 500
 
 # Sort rank of a status in its column: working first, dead last (ties broken by the key metric).
 _RANK = {CellStatus.PASS: 0, CellStatus.BUILT: 1, CellStatus.ADMITTED: 2, CellStatus.REQUIRES: 3,
@@ -271,9 +278,10 @@ def _header(report: MatrixReport) -> str:
 
 
 def _controls(report: MatrixReport) -> str:
+    drawn = len(_drawn_rows(report.rows))
     return ('<div class="controls"><label>Filter <input id="filter" type="search" autocomplete="off" '
             'placeholder="stack, version, feature=status, reason…"></label>'
-            f'<span id="shown">{len(report.rows)} of {len(report.rows)} stacks shown</span>'
+            f'<span id="shown">{drawn} of {drawn} stacks shown</span>'
             '<span class="meta">Click a column header to sort; click a cell for its evidence.</span></div>')
 
 
@@ -290,13 +298,37 @@ def _table(report: MatrixReport) -> str:
     heads = ['<th data-key="stack" scope="col">stack</th>']
     heads += [f'<th data-key="{escape(f)}" scope="col">{escape(f)}</th>' for f in report.features]
     target_min = report.target_info.get("min_driver")
-    rows = [_row(row, index, report.target, target_min) for index, row in enumerate(report.rows)]
-    pruned = sum(row.plan_status == "pruned" for row in report.rows)
+    drawn = _drawn_rows(report.rows)
+    rows = [_row(row, index, report.target, target_min) for index, row in enumerate(drawn)]
+    pruned = sum(row.plan_status == "pruned" for row in drawn)
     # The pruned stacks are folded under one row by default: the kept ones are the answer.
-    fold = (f'<tfoot><tr><td colspan="{len(heads)}"><button type="button" id="toggle-pruned">'
-            f'{pruned} pruned stack(s) folded: show them</button></td></tr></tfoot>' if pruned else "")
+    fold = (f'<tr><td colspan="{len(heads)}"><button type="button" id="toggle-pruned">'
+            f'{pruned} pruned stack(s) folded: show them</button></td></tr>' if pruned else "")
+    left_out = _left_out(report.rows, drawn, len(heads))
+    foot = f"<tfoot>{fold}{left_out}</tfoot>" if fold or left_out else ""
     return ('<div class="scroll"><table id="matrix" class="fold-pruned"><thead><tr>' + "".join(heads)
-            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody>" + fold + "</table></div>")
+            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody>" + foot + "</table></div>")
+
+
+def _drawn_rows(rows: Sequence[ReportRow]) -> list[ReportRow]:
+    """The rows one page draws: up to :data:`MAX_HTML_ROWS`, kept stacks before pruned ones (the kept ones
+    are the answer), each group in matrix order."""
+    if len(rows) <= MAX_HTML_ROWS:
+        return list(rows)
+    kept = [row for row in rows if row.plan_status != "pruned"]
+    return (kept + [row for row in rows if row.plan_status == "pruned"])[:MAX_HTML_ROWS]
+
+
+def _left_out(rows: Sequence[ReportRow], drawn: Sequence[ReportRow], columns: int) -> str:
+    """A last row counting the stacks past the page's cap, and how to see them; "" when every row is drawn."""
+    if len(drawn) == len(rows):
+        return ""
+    missing = len(rows) - len(drawn)
+    pruned = sum(row.plan_status == "pruned" for row in rows) - sum(row.plan_status == "pruned" for row in drawn)
+    return (f'<tr id="rows-left-out"><td colspan="{columns}">+{missing:,} more rows ({pruned:,} of them pruned) '
+            f"not drawn: a page holds {MAX_HTML_ROWS:,}. <code>--format csv</code> or <code>--format json</code> "
+            f"has every row; or narrow the plan (<code>stackforge plan --only ... --json &gt; plan.json</code>, "
+            f"then <code>--plan plan.json</code>).</td></tr>")
 
 
 def _row(row: ReportRow, index: int, target: str, target_min: str | None) -> str:

@@ -9,7 +9,7 @@ conditions match). A rule is CONFIRMED when every release inside reads as expect
 outside reads otherwise, HALF-WITNESSED when what was read agrees but a release at a bound stayed undecided
 (an sdist-only release, say: the report names that side), WRONG when one does not (with the bound the
 readings show, found by a binary search between the releases checked), UNWITNESSED when no reader can
-decide it (with why).
+decide it (with why), EMPTY when its range holds no release on the index (it can never fire: an error).
 
 The module is pure: wheels are read through an injected evaluator ``(fact, dist, version, ctx) ->
 Reading`` and releases listed through ``(dist) -> versions``, so the logic is tested without network.
@@ -51,6 +51,7 @@ class WitnessResult(str, Enum):
     HALF_WITNESSED = "half-witnessed"    # what decided agrees, but a side of a bound stayed undecided (named)
     WRONG = "wrong"
     UNWITNESSED = "unwitnessed"
+    EMPTY = "empty"                      # the rule's range holds no release on the index: it can never fire
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +128,18 @@ class RuleVerification:
 
     @property
     def ok(self) -> bool:
-        return self.count(WitnessResult.WRONG) == 0
+        return self.count(WitnessResult.WRONG) == 0 and self.count(WitnessResult.EMPTY) == 0
+
+    def empty_ranges(self) -> tuple[str, ...]:
+        """One line per rule whose range holds no release on the index (each an error)."""
+        return tuple(f"rule {v.rule_id}: {v.why}" for v in self.rules if v.result is WitnessResult.EMPTY)
 
     def to_json(self) -> dict[str, Any]:
         return {"witnessed": self.witnessed, "total": len(self.rules),
                 "confirmed": self.count(WitnessResult.CONFIRMED),
                 "half_witnessed": self.count(WitnessResult.HALF_WITNESSED), "wrong": self.count(WitnessResult.WRONG),
-                "unwitnessed": self.count(WitnessResult.UNWITNESSED), "rules": [v.to_json() for v in self.rules]}
+                "unwitnessed": self.count(WitnessResult.UNWITNESSED),
+                "empty": self.count(WitnessResult.EMPTY), "rules": [v.to_json() for v in self.rules]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +192,18 @@ def verify_rule(rule: Rule, targets: Mapping[str, Target], *, reader: _Reader,
     all_releases = releases_of(witness.dist)
     window = tuple(v for v in all_releases if witness.over is None or witness.over.contains(v, prereleases=True))
     bound = _bound_text(witness, conditions)
-    if not window:
-        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"no {witness.dist} release in {bound or witness.over}",
+    if not all_releases:
+        # The index has none of this distribution at all: that says nothing about the rule's range.
+        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"no {witness.dist} release on the index",
                          bound=bound, witness=witness)
     inside = tuple(all(c.holds(v) for c in conditions) for v in window)
     if not any(inside):
-        return RuleCheck(rule.id, WitnessResult.UNWITNESSED, f"no {witness.dist} release inside {bound} "
-                         f"(releases {window[0]}..{window[-1]})", bound=bound, witness=witness)
+        # A range no release falls in never fires (an empty or mistyped bound, a patch that closed it):
+        # an error, never a rule left unchecked.
+        where = bound if window else f"{bound + ' over ' if bound else ''}{witness.over}"
+        why = (f"range {where} holds no release of {witness.dist} on the index "
+               f"(releases {all_releases[0]}..{all_releases[-1]})")
+        return RuleCheck(rule.id, WitnessResult.EMPTY, why, bound=bound, witness=witness)
     points = bound_points(inside)
     checks = tuple(_check(reader, witness, window, index, role, inside[index], context)
                    for index, role in points for context in contexts)
@@ -468,7 +479,7 @@ def write_verification_text(report: RuleVerification) -> str:
     lines: list[str] = []
     for v in report.rules:
         head = f"{v.result.value.upper():<14} {v.rule_id}"
-        if v.result is WitnessResult.UNWITNESSED:
+        if v.result in (WitnessResult.UNWITNESSED, WitnessResult.EMPTY):
             lines.append(f"{head}: {v.why}")
             continue
         witness = v.witness
@@ -492,7 +503,8 @@ def write_verification_text(report: RuleVerification) -> str:
     lines.append(f"witnessed {report.witnessed} / {len(report.rules)} rules: "
                  f"{report.count(WitnessResult.CONFIRMED)} confirmed, "
                  f"{report.count(WitnessResult.HALF_WITNESSED)} half-witnessed, {report.count(WitnessResult.WRONG)} wrong, "
-                 f"{report.count(WitnessResult.UNWITNESSED)} unwitnessed")
+                 f"{report.count(WitnessResult.UNWITNESSED)} unwitnessed"
+                 + (f", {empty} empty" if (empty := report.count(WitnessResult.EMPTY)) else ""))
     return "\n".join(lines)
 
 
