@@ -34,6 +34,7 @@ from stackforge.report.compat_matrix import (
     source_text,
     target_text,
 )
+from stackforge.core.markdown import md_text
 
 __all__ = ["CSV_COLUMNS", "MD_BUDGET", "report_to_json", "write_matrix_csv", "write_matrix_json", "write_matrix_md",
            "write_matrix_text"]
@@ -253,8 +254,10 @@ def _pruned_note(row: ReportRow) -> str:
 
 
 def _md_source(source: Mapping[str, str]) -> str:
-    label = source_text(source)
-    return f"[{label}]({source['url']})" if source.get("url") else label
+    """A source as a link where its URL is http(s) (as the HTML report links), else as text; the note it
+    goes into is escaped whole."""
+    label, url = source_text(source), source.get("url", "")
+    return f"[{label}]({url})" if url.startswith(("https://", "http://")) and ")" not in url else label
 
 
 def _md_legend() -> str:
@@ -279,8 +282,9 @@ def _md_contradictions(report: MatrixReport) -> list[str]:
 
 
 def _md_escape(text: str) -> str:
-    """Table-safe markdown: no pipes or newlines break a row."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Table-safe, inert markdown: record and rule text escaped (:func:`~stackforge.core.markdown.md_text`:
+    no raw HTML, no ``javascript:`` link), and no pipe or newline breaks a row."""
+    return md_text(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def _md_code(text: str, limit: int | None) -> str:

@@ -36,6 +36,7 @@ from stackforge.report.compat_matrix import (
     source_text,
     target_text,
 )
+from stackforge.core.markdown import md_text
 
 __all__ = ["DEADENDS_SCHEMA", "DeadEnd", "DeadEndReport", "DeadStack", "ReleaseBoundary", "Unblock",
            "find_dead_ends", "release_boundaries", "write_deadends"]
@@ -281,7 +282,7 @@ def _boundary_text(dead: DeadEnd, target: str) -> list[str]:
 def _md(report: DeadEndReport, *, fold: bool = True) -> str:
     """The todo list; ``fold``: each dead end's evidence (reasons, code lines, sources) under ``<details>``,
     for a pull request; unfolded for ``--evidence`` in a terminal."""
-    lines = [f"### Dead ends on {report.target_label}", ""]
+    lines = [f"### Dead ends on {md_text(report.target_label)}", ""]
     if report.predictions_only:
         lines += [f"*{PREDICTIONS_ONLY}: every dead end below is a rule's prediction, not yet measured.*", ""]
     if not report.dead_ends:
@@ -292,19 +293,20 @@ def _md(report: DeadEndReport, *, fold: bool = True) -> str:
         box = "x" if dead.unblocked_by is not None and dead.unblocked_by.basis == "measured" else " "
         reason = brief(head.reason) if fold else _flat(head.reason)
         lines.append(f"- [{box}] **{dead.feature}** — DEAD END on {len(dead.dead_on)} of {dead.stacks_total} "
-                     f"stacks ({reason})")
+                     f"stacks ({md_text(reason)})")
         details = [_entry_md(entry) for entry in dead.dead_on]
         ways = [_unblock_text(dead.unblocked_by), *_boundary_text(dead, report.target)]
         if fold:
-            lines += [f"  - {GLYPHS[CellStatus(e.status)]} `{e.stack_id}`: {_how(e)}" for e in dead.dead_on]
-            lines += [f"  - ➜ {brief(way, 160)}" for way in ways]
+            lines += [f"  - {GLYPHS[CellStatus(e.status)]} `{e.stack_id}`: {md_text(_how(e))}"
+                      for e in dead.dead_on]
+            lines += [f"  - ➜ {md_text(brief(way, 160))}" for way in ways]
             lines += ["", "  <details><summary>evidence</summary>", "", *(f"  {line}" for line in details),
-                      *(f"  - ➜ {way}" for way in ways), "", "  </details>", ""]
+                      *(f"  - ➜ {md_text(way)}" for way in ways), "", "  </details>", ""]
         else:
-            lines += [*details, *(f"  - ➜ {way}" for way in ways)]
+            lines += [*details, *(f"  - ➜ {md_text(way)}" for way in ways)]
     if report.pruned:
         lines += ["", "Stacks pruned by the plan (cannot be built or run as a whole):"]
-        lines += [f"- ⛔ `{stack}`: {'; '.join(_flat(r) for r in reasons)}"
+        lines += [f"- ⛔ `{stack}`: {md_text('; '.join(_flat(r) for r in reasons))}"
                   for stack, reasons in report.pruned]
     return "\n".join(lines) + "\n"
 
@@ -312,14 +314,14 @@ def _md(report: DeadEndReport, *, fold: bool = True) -> str:
 def _entry_md(entry: DeadStack) -> str:
     """One dead stack in full: how it was decided, why, the evidence, the sources."""
     glyph = GLYPHS[CellStatus(entry.status)]
-    text = f"  - {glyph} `{entry.stack_id}`: {_how(entry)} — {_flat(entry.reason)}"
+    text = f"{_how(entry)} — {_flat(entry.reason)}"
     if entry.evidence:
         text += f" — evidence: `{_flat(entry.evidence.replace('`', chr(39)))}`"
     if entry.sources:
         text += " — sources: " + ", ".join(source_text(s) for s in entry.sources)
     if entry.undecided:
         text += f" — {GLYPHS[CellStatus.UNDECIDED]} {_flat(entry.undecided)}"
-    return text
+    return f"  - {glyph} `{entry.stack_id}`: {md_text(text)}"
 
 
 def _flat(text: str) -> str:

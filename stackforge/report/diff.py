@@ -43,6 +43,7 @@ from stackforge.report.compat_matrix import (
     decide_cell,
     one_line,
 )
+from stackforge.core.markdown import md_text
 from stackforge.results.store import LoadedResults, load_results
 
 __all__ = ["NOISE_K", "NO_SPREAD_REL_THRESHOLD", "REL_THRESHOLD", "WITHIN_NOISE", "CellState", "MatrixDiff",
@@ -423,8 +424,11 @@ def write_diff(diff: MatrixDiff, fmt: str) -> str:
 
 def _text(diff: MatrixDiff, *, markdown: bool) -> str:
     code = (lambda s: f"`{s}`") if markdown else (lambda s: s)
+    # Record text (reasons, stack ids, paths) is made inert in markdown (no raw HTML, no javascript: link).
+    inert = md_text if markdown else str
     bullet = "- " if markdown else "  "
-    lines = [f"{'### ' if markdown else ''}stackforge matrix diff: {code(diff.a)} → {code(diff.b)}", ""]
+    title = inert(f"stackforge matrix diff: {code(diff.a)} → {code(diff.b)}")
+    lines = [f"{'### ' if markdown else ''}{title}", ""]
     lines.append(f"{len(diff.status_changes)} status change(s); {len(diff.metric_changes)} metric change(s) "
                  f"beyond noise; {diff.within_noise} of {diff.metrics_compared} shared metrics within noise; "
                  f"{len(diff.regressions)} regression(s).")
@@ -437,7 +441,8 @@ def _text(diff: MatrixDiff, *, markdown: bool) -> str:
             reason = change.after.reason if change.after else ""
             why = f" — {one_line(reason, 160)}" if reason else ""
             tag = "REGRESSION: " if change.regression else ""
-            lines.append(f"{bullet}{tag}{code(stack)} · {code(feature)} on {target}: {before} → {after}{why}")
+            line = f"{tag}{code(stack)} · {code(feature)} on {target}: {before} → {after}{why}"
+            lines.append(bullet + inert(line))
     if diff.metric_changes:
         lines += ["", "Metric changes beyond noise:" if not markdown else "**Metric changes beyond noise**"]
         for change in diff.metric_changes:
@@ -445,9 +450,9 @@ def _text(diff: MatrixDiff, *, markdown: bool) -> str:
             relative = f" ({change.relative:+.1%})" if change.relative is not None else ""
             noise = (f"noise ±{change.noise:.3g}" if change.noise is not None
                      else "noise unknown (single values)")
-            lines.append(f"{bullet}{change.trend.upper()}: {code(stack)} · {probe} · {metric} on "
-                         f"{target}: {change.before.center:.4g} → {change.after.center:.4g}{relative}; "
-                         f"{noise}")
+            line = (f"{change.trend.upper()}: {code(stack)} · {probe} · {metric} on {target}: "
+                    f"{change.before.center:.4g} → {change.after.center:.4g}{relative}; {noise}")
+            lines.append(bullet + inert(line))
     return "\n".join(lines) + "\n"
 
 

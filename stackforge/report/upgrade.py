@@ -61,6 +61,7 @@ from stackforge.report.compat_matrix import (
 from stackforge.report.deadends import DeadEnd, find_dead_ends
 from stackforge.report.diff import MetricStats, compare_metric, lower_is_better, snapshot_from_records
 from stackforge.report.evidence import Evidence
+from stackforge.core.markdown import md_text
 from stackforge.report.pick import (
     Candidate,
     candidates_in,
@@ -727,7 +728,7 @@ def write_upgrade_md(report: UpgradeReport) -> str:
     lines += ["", "#### Benchmarks measured on both sides", ""]
     if report.metrics:
         lines += ["| probe · metric | from | to | delta | verdict |", "|---|---|---|---|---|"]
-        lines += [f"| `{m.probe}` · {_md(m.metric)} | {stats_text(m.before)} | {stats_text(m.after)} | "
+        lines += [f"| {_md(f'`{m.probe}` · {m.metric}')} | {stats_text(m.before)} | {stats_text(m.after)} | "
                   f"{delta_text(m)} | {_md(trend_text(m))} |" for m in report.metrics]
     else:
         lines.append("None: no benchmark measured the same metric on both stacks.")
@@ -768,7 +769,7 @@ def image_text(side: Side) -> tuple[str, str]:
 
 
 def _md_image(reference: str, note: str) -> str:
-    return f"`{reference}` ({_md(note)})" if reference else _md(note)
+    return _md(f"`{reference}` ({note})") if reference else _md(note)
 
 
 def _md_only(side: Side) -> str:
@@ -778,15 +779,16 @@ def _md_only(side: Side) -> str:
 def _md_cell(cell: SideCell) -> str:
     text = f"{cell.status}, {cell.evidence}"
     text += f" probe `{cell.probe}`" if cell.probe else ""
-    text += f": {_md(cell.reason)}" if cell.reason else ""
+    text += f": {cell.reason}" if cell.reason else ""
     if cell.detail:
-        text += f" `{_md(one_line(cell.detail, 240)).replace('`', chr(39))}`"
-    return text
+        text += f" `{one_line(cell.detail, 240).replace('`', chr(39))}`"
+    return _md(text)
 
 
 def _md(text: Any) -> str:
-    """Table-safe markdown: one line, no pipe breaks a row."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Table-safe, inert markdown: one line, record and rule text escaped (:func:`~stackforge.core.markdown.
+    md_text`: no raw HTML, no ``javascript:`` link), no pipe breaks a row."""
+    return md_text(" ".join(str(text).split())).replace("|", "\\|")
 
 
 # ------------------------------------------------------------------------------------------- one screen

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite
+from stackforge.core.markdown import md_document
 from stackforge.wheels.bisect import site_text
 from stackforge.wheels.tier import Measurement
 from stackforge.watch.campaign import NewRelease, ReadingComparison, WatchReport
@@ -196,4 +197,4 @@ def report_markdown(report: WatchReport) -> str:
         lines += ["### Lock", "", *([f"- {c}" for c in report.lock.changes] or ["- unchanged"]), ""]
     if report.notes:
         lines += ["### Notes", "", *(f"- {n}" for n in report.notes), ""]
-    return "\n".join(lines)
+    return md_document("\n".join(lines))   # record and reading text made inert: no raw HTML, no javascript:
