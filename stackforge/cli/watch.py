@@ -35,8 +35,10 @@ def command(matrix: str | None, targets: tuple[str, ...], packages: tuple[str, .
     where one no longer holds), the dead ends it unblocks, and the matrix lock's diff.
 
     \b
-    Exit 0: nothing new; 1: new releases were read (the report says what changed); 2: bad input, or
-    another watch holds the state; 3: the index did not answer (the state file is left as it was).
+    Exit 0: nothing new; 1: new releases were read (the report says what changed); 2: bad input (an
+    unknown package, a corrupt state), or another watch holds the state; 3: the index did not answer, or a
+    report or the state could not be written (the state file is left as it was: the reports are written
+    first, the state last, so the next watch reports the same releases again).
     The first watch on a results folder records a baseline and reads nothing.
 
     \b
@@ -50,18 +52,23 @@ def command(matrix: str | None, targets: tuple[str, ...], packages: tuple[str, .
     from stackforge.core.envelope import report_json_text
     from stackforge.core.fsio import atomic_write_text
     from stackforge.edges.index import IndexRequest
-    from stackforge.watch.campaign import WATCHED, WatchRequest, run_watch
+    from stackforge.watch.campaign import WATCHED, WatchReport, WatchRequest, run_watch
     from stackforge.watch.report import report_json, report_markdown, report_text
 
     request = WatchRequest(matrix_path=resolve_matrix_path(matrix), results_root=results_root,
                            packages=tuple(packages) or WATCHED, after=after, until=until, targets=tuple(targets),
                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
-    report = run_watch(request, user=user_compat(), on_progress=lambda line: click.echo(f"  {line}", err=True))
-    payload = report_json(report)
-    if md_path is not None:
-        atomic_write_text(md_path, report_markdown(report))
-    if json_path is not None:
-        atomic_write_text(json_path, report_json_text(payload))
-    click.echo(report_json_text(payload) if as_json else report_text(report), nl=not as_json)
+
+    def publish(report: WatchReport) -> None:
+        # Called by run_watch before it saves its state: a report that cannot be written is never lost news.
+        payload = report_json(report)
+        if md_path is not None:
+            atomic_write_text(md_path, report_markdown(report))
+        if json_path is not None:
+            atomic_write_text(json_path, report_json_text(payload))
+        click.echo(report_json_text(payload) if as_json else report_text(report), nl=not as_json)
+
+    report = run_watch(request, user=user_compat(), on_progress=lambda line: click.echo(f"  {line}", err=True),
+                       publish=publish)
     if report.anything_new:
         raise click.exceptions.Exit(1)

@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from stackforge.core.data import data_dir
-from stackforge.core.errors import SpecError
+from stackforge.core.errors import EnvironmentFault, SpecError
 from stackforge.core.wheel_readings import ReadContext, ReadingStatus, feature_of_fact
 from stackforge.edges.index import IndexConfig, IndexRequest, Release, configured_indexes, release_listing
 from stackforge.plan.lock_resolve import LockUpdate, read_release_pins, update_lock
@@ -169,13 +169,20 @@ class WatchReport:
 
 
 def run_watch(request: WatchRequest, *, user: UserCompat | None = None, now: datetime | None = None,
-              on_progress: Callable[[str], None] = lambda line: None) -> WatchReport:
+              on_progress: Callable[[str], None] = lambda line: None,
+              publish: Callable[[WatchReport], None] = lambda report: None) -> WatchReport:
     """Watch the index once (see the module docstring).
 
+    ``publish`` writes the reports (files, the terminal) before the state is saved: the state is the
+    watch's commit, so a report that could not be written leaves it where it was and the next watch
+    reports the same releases again.
+
     Raises:
-        SpecError: bad versions, --after/--until with several packages, unknown target, corrupt state (exit 2).
+        SpecError: bad versions, an unknown package, --after/--until with several packages, unknown
+            target, corrupt state (exit 2).
         WatchBusyError: another watch holds the state (exit 2).
         IndexUnreachableError: an index did not answer (exit 3); the state file is left as it was.
+        EnvironmentFault: a report or the state could not be written (exit 3); the state is left as it was.
     """
     import time
     started = time.monotonic()
@@ -201,18 +208,40 @@ def run_watch(request: WatchRequest, *, user: UserCompat | None = None, now: dat
         checked_at = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
         newest = {dist: _newest(found, request.until) for dist, (found, _) in listings.items()}
         newest = {dist: seen for dist, seen in newest.items() if seen is not None}
+        report = WatchReport(checked_at, indexes.describe(), str(request.matrix_path),
+                             tuple(t.name for t in targets), baseline, newest, tuple(releases), tuple(notes), lock,
+                             request.replay, round(time.monotonic() - started, 1))
+        _written(lambda: publish(report), "the watch report")   # reports first, the state (the commit) last
         if not request.replay:
             kept = dict(state.seen) if state else {}
-            write_state(path, WatchState({**kept, **newest}, checked_at, indexes.describe()))
-    return WatchReport(checked_at, indexes.describe(), str(request.matrix_path), tuple(t.name for t in targets),
-                       baseline, newest, tuple(releases), tuple(notes), lock, request.replay,
-                       round(time.monotonic() - started, 1))
+            _written(lambda: write_state(path, WatchState({**kept, **newest}, checked_at, indexes.describe())),
+                     "the watch state")
+    return report
+
+
+def _written(write: Callable[[], None], what: str) -> None:
+    """Run one write of the watch's; an OS error (read-only folder, full disk) is an environment fault.
+
+    Raises:
+        EnvironmentFault: the write failed (exit 3), naming what could not be written and why.
+    """
+    try:
+        write()
+    except OSError as exc:
+        fault = EnvironmentFault.from_os_error(exc, doing=f"writing {what}")
+        raise EnvironmentFault(fault.message, path=fault.path, reason=fault.reason,
+                               remedy=f"{fault.remedy}; the watch state was left as it was, so the next watch "
+                                      "reports the same releases again") from None
 
 
 # --------------------------------------------------------------------------- the request
 
 def _check_request(request: WatchRequest) -> tuple[str, ...]:
     packages = tuple(dict.fromkeys(str(canonicalize_name(p)) for p in request.packages))
+    unknown = [p for p in packages if p not in WATCHED]
+    if unknown:
+        raise SpecError(f"watch does not follow {', '.join(repr(p) for p in unknown)}",
+                        remedy=f"watched packages: {', '.join(WATCHED)}")
     if request.replay and len(packages) != 1:
         raise SpecError("--after/--until replay one distribution's history", remedy="add exactly one --package")
     for name, value in (("--after", request.after), ("--until", request.until)):

@@ -1,10 +1,12 @@
 """What ``stackforge watch`` saw last: per distribution, the newest release the index had and when.
 
 The state is one JSON file under the results folder (``<results>/watch-state.json``), written
-atomically and only when a watch finishes: an unreachable index or an interrupted watch leaves the old
-one. Two watches on one state file do not interleave: the second waits for the first's lock up to a
-few seconds, then stops with exit 2 naming the holder. A state file that does not parse is an error
-with the remedy, never reset silently (that would make every release look new, or none).
+atomically and only when a watch finishes, after its reports: an unreachable index, an interrupted
+watch or a report that could not be written leaves the old one. Two watches on one state file do not
+interleave: the second waits for the first's lock up to a few seconds, then stops with exit 2 naming
+the holder. A state file that does not parse is an error with the remedy, never reset silently (that
+would make every release look new, or none): so is a folder where the file belongs, or a seen version
+that is not a PEP 440 version.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from stackforge.core.envelope import document_text
-from stackforge.core.errors import SpecError, StackforgeError
+from stackforge.core.errors import EnvironmentFault, SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
+from stackforge.core.versions import validate_version
 
 STATE_NAME = "watch-state.json"
 STATE_SCHEMA = "stackforge.watch-state/1"
@@ -69,20 +72,41 @@ def read_state(path: Path) -> WatchState | None:
     Raises:
         SpecError: the file is corrupt (exit 2), with the remedy.
     """
-    if not path.is_file():
-        return None
     remedy = (f"restore {path} from a backup, or move it away to start over (the next watch then records "
               "a new baseline and reports nothing as new)")
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():   # a folder (or a dangling link) where the state belongs: never read as "no state"
+        raise SpecError(f"corrupt watch state {path}: not a file", remedy=remedy)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise ValueError(f"schema is {data.get('schema') if isinstance(data, dict) else 'missing'!r}, "
                              f"expected {STATE_SCHEMA}")
-        seen = {str(dist): SeenRelease(str(item["version"]), str(item.get("uploaded", "")))
-                for dist, item in dict(data.get("seen") or {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SpecError(f"corrupt watch state {path}: {type(exc).__name__}: {exc}", remedy=remedy) from None
+        seen = {str(dist): _seen_release(dist, item) for dist, item in dict(data.get("seen") or {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise SpecError(f"corrupt watch state {path}: {type(exc).__name__}: {_short(exc)}", remedy=remedy) from None
     return WatchState(seen, str(data.get("checked_at", "")), str(data.get("index", "")))
+
+
+def _seen_release(dist: object, item: Any) -> SeenRelease:
+    """One entry of ``seen``; its version must parse, or every later watch would stop on it.
+
+    Raises:
+        ValueError: the version is not a plain PEP 440 version string (named with the distribution).
+    """
+    version = item["version"]
+    try:
+        validate_version(version, what=f"seen[{dist!r}].version")
+    except SpecError as exc:
+        raise ValueError(exc.message) from None
+    return SeenRelease(str(version), str(item.get("uploaded", "")))
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an error, at most 200 characters: a state file's content never floods the line."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def write_state(path: Path, state: WatchState) -> None:
@@ -95,10 +119,14 @@ def state_lock(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
 
     Raises:
         WatchBusyError: another watch held it for ``wait_s`` seconds (exit 2).
+        EnvironmentFault: the lock cannot be created (a read-only or full results folder; exit 3).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock_file = path.with_name(path.name + ".lock")
-    handle = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise EnvironmentFault.from_os_error(exc, doing="locking the watch state") from None
     try:
         deadline = time.monotonic() + wait_s
         while True:

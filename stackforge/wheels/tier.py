@@ -91,7 +91,7 @@ def measure(spec: ReaderSpec, release: Release, ctx: ReadContext, *, cache: Whee
         else:
             reading = _read_sdist(spec, sdist, ctx, cache)
         return Measurement(release.dist, release.version, reading, sdist, time.monotonic() - started)
-    reading = _read(spec, cache.unpacked(wheel), ctx)
+    reading = cache.read(wheel, lambda root: _read(spec, root, ctx))
     return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
 
 
@@ -109,10 +109,9 @@ def _read_sdist(spec: ReaderSpec, sdist: ReleaseFile, ctx: ReadContext, cache: W
     if spec.fact.startswith("metadata:"):
         return Reading(spec.fact, ReadingStatus.UNDECIDED, SDIST_NO_METADATA)
     try:
-        root = cache.unpacked(sdist)
+        reading = cache.read(sdist, lambda root: _read(spec, root, ctx))
     except WheelFileError as exc:
         return Reading(spec.fact, ReadingStatus.UNDECIDED, f"sdist only, and unreadable: {exc.one_line()}")
-    reading = _read(spec, root, ctx)
     if reading.status is ReadingStatus.ABSENT:
         return replace(reading, status=ReadingStatus.UNDECIDED,
                        summary=f"sdist only: {reading.summary}; a file an sdist lacks proves nothing "
