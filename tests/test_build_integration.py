@@ -327,8 +327,9 @@ def test_ctrl_c_stops_the_build_and_keeps_finished_records(docker_client, base_i
          json.dumps(sorted(module_labels.items())), builder],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        slow_log = out / "logs" / f"{slow_id}.log"
-        wait_while_running(lambda: slow_log.exists() and "pip install" in slow_log.read_text(), process,
+        # one log per run (logs/<stack>.<run-id>.log)
+        wait_while_running(lambda: any("pip install" in log.read_text()
+                                       for log in (out / "logs").glob(f"{slow_id}.2*.log")), process,
                            timeout=300, what="pip install")
         finished = sorted((out / "builds").glob("*.json"))
         assert len(finished) == 1   # the stack that failed fast at its base image

@@ -134,7 +134,7 @@ def test_build_options_validate():
     with pytest.raises(SpecError, match="no-deps"):
         BuildOptions(no_deps=frozenset({"torch"}))
     render = BuildOptions(find_links=Path("/opt/wheels"), ca_bundle=Path("/x.pem")).compose_options(
-        buildkit=True, base_image="b:1", asset_port=1234)
+        buildkit=True, base_image="b:1")
     assert render.wheelhouse and render.ca_bundle and render.base_image == "b:1"
 
 

@@ -24,7 +24,7 @@ def test_render_writes_a_context_per_kept_stack(tmp_path):
         assert dockerfile.is_file() and (Path(folder) / "stack.json").is_file()
         assert tag.startswith(f"stackforge/{Path(folder).name}:")
         assert "--mount" not in dockerfile.read_text()   # rendered for the classic builder
-        assert "127.0.0.1:38751/wheelhouse/" in dockerfile.read_text()
+        assert "127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/" in dockerfile.read_text()
 
 
 def test_render_refuses_an_index_url_with_credentials(tmp_path):
@@ -74,7 +74,7 @@ def test_build_exits_1_and_names_the_failed_stacks(captured, tmp_path):
     result = CliRunner().invoke(cli, ["build", "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 1
     failed_id = captured["cells"][0][0].id
-    assert f"stack(s) failed: {failed_id}" in result.output and "logs/<stack-id>.log" in result.output
+    assert f"stack(s) failed: {failed_id}" in result.output and "logs/<stack-id>.<run-id>.log" in result.output
 
 
 def test_build_rejects_a_malformed_label(captured, tmp_path):

@@ -281,9 +281,10 @@ def test_sighup_stops_a_build_and_records_it_interrupted(docker_client, base_ima
             "--find-links", WHEELHOUSE, "--ca-bundle", SYSTEM_CA, "--no-deps", "sglang", "--no-dependency-layers",
             "--out", str(out), "--no-progress", *labels]
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = out / "logs" / f"{stack.id}.log"
+    logs = out / "logs"   # one log per run: <stack>.<run-id>.log
     try:
-        wait_for(lambda: (log.exists() and "pip install" in log.read_text()) or process.poll() is not None,
+        wait_for(lambda: any("pip install" in log.read_text() for log in logs.glob(f"{stack.id}.2*.log"))
+                 or process.poll() is not None,
                  "pip running in the build", timeout=300)
         assert process.poll() is None, process.communicate()
         below = descendants(process.pid)

@@ -252,9 +252,8 @@ def preflight_cli(tmp_path, monkeypatch):
     return invoke
 
 
-def test_preflight_passes_against_the_mirror_pip_is_configured_with(preflight_cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("PIP_INDEX_URL", _file_index(tmp_path / "mirror", STACK_FILES))
-    result = preflight_cli()
+def test_preflight_passes_against_the_mirror_the_build_is_given(preflight_cli, tmp_path):
+    result = preflight_cli("--index-url", _file_index(tmp_path / "mirror", STACK_FILES))
     assert result.exit_code == 0, result.output
     preflight_lines = [line.split()[0] for line in result.stdout.partition("PREFLIGHT")[2].splitlines()[1:] if line]
     # the mirror's files are placeholders, not zips: the ABI reading says it skipped them, and that is no failure
@@ -263,20 +262,18 @@ def test_preflight_passes_against_the_mirror_pip_is_configured_with(preflight_cl
                for line in result.stdout.splitlines() if line.strip().startswith("warning:")), result.stdout
 
 
-def test_preflight_exits_1_when_a_pinned_file_is_missing(preflight_cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("PIP_INDEX_URL", _file_index(tmp_path / "mirror", {**STACK_FILES, "sglang": []}))
-    result = preflight_cli()
+def test_preflight_exits_1_when_a_pinned_file_is_missing(preflight_cli, tmp_path):
+    mirror = _file_index(tmp_path / "mirror", {**STACK_FILES, "sglang": []})
+    result = preflight_cli("--index-url", mirror)
     assert result.exit_code == 1, result.output
     assert "missing" in result.stdout and "sglang==0.5.23" in result.stdout
     assert "preflight failed: 1 missing, 0 unreachable" in result.stdout
-    as_json = preflight_cli("--json")
+    as_json = preflight_cli("--json", "--index-url", mirror)
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["preflight"]["ok"] is False
 
 
-def test_preflight_exits_1_when_the_index_is_unreachable_and_index_url_overrides_pip(preflight_cli, tmp_path,
-                                                                                       monkeypatch):
-    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
-    result = preflight_cli()
+def test_preflight_exits_1_when_the_index_is_unreachable(preflight_cli, tmp_path):
+    result = preflight_cli("--index-url", f"http://127.0.0.1:{closed_port()}/simple")
     assert result.exit_code == 1, result.output
     assert result.stdout.count("unreachable ") == len(STACK_FILES)
     mirror = _file_index(tmp_path / "mirror", STACK_FILES)
@@ -299,17 +296,20 @@ def test_index_credentials_are_never_shown_nor_stored(preflight_cli, tmp_path, m
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        monkeypatch.setenv("PIP_INDEX_URL", f"http://alice:S3CRETTOKEN@127.0.0.1:{server.server_port}/simple")
-        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://bob:OTHERTOKEN@127.0.0.1:9/simple")
-        shown, as_json = preflight_cli(), preflight_cli("--json")
+        # An index that asks for credentials answers 401: reported, with nothing of the URL's secrets.
+        shown = preflight_cli("--index-url", f"http://127.0.0.1:{server.server_port}/simple")
+        as_json = preflight_cli("--json", "--index-url", f"http://127.0.0.1:{server.server_port}/simple")
+        # Credentials in the URL are refused before any request (tests/test_index_story.py has more).
+        refused = preflight_cli("--index-url", f"http://alice:S3CRETTOKEN@127.0.0.1:{server.server_port}/simple")
     finally:
         server.shutdown()
         server.server_close()
     assert shown.exit_code == 1 and "401" in shown.stdout and "unreachable" in shown.stdout, shown.output
     assert json.loads(as_json.stdout)["preflight"]["indexes"]["index_url"].startswith("http://127.0.0.1:")
+    assert refused.exit_code == 2 and "carries credentials" in refused.output, refused.output
     stored = "".join(path.read_text() for path in (tmp_path / "cache").rglob("*") if path.is_file())
-    for text in (shown.output, as_json.output, stored):
-        assert "S3CRETTOKEN" not in text and "OTHERTOKEN" not in text and "alice" not in text
+    for text in (shown.output, as_json.output, refused.output, stored):
+        assert "S3CRETTOKEN" not in text and "alice" not in text
 
 
 def test_redact_urls_removes_credentials_from_exception_text():

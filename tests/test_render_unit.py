@@ -124,7 +124,7 @@ def test_without_named_contexts_buildkit_gets_the_wheelhouse_over_http():
     rendered = compose_stack(devel_stack(), derived_by_hand(),
                             ComposeOptions(wheelhouse=True, wheelhouse_mount=False, ca_bundle=True))
     torch = layer_text(rendered.dockerfile, "torch")
-    assert "--find-links http://127.0.0.1:38751/wheelhouse/" in torch and "type=bind" not in torch
+    assert "--find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/" in torch and "type=bind" not in torch
     assert "FROM scratch AS wheelhouse" not in rendered.dockerfile
     assert "--mount=type=secret,id=ca" in torch   # the CA stays a BuildKit secret
 
@@ -244,10 +244,10 @@ def test_classic_has_no_mounts_and_deletes_the_ca_in_the_same_run():
     pip_runs = [run for run in run_instructions(text) if "pip install" in run]
     assert len(pip_runs) == 4
     for instruction in pip_runs:
-        assert "http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem" in instruction
+        assert "http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem" in instruction
         assert "--no-cache-dir" in instruction
         assert instruction.index("pip install") < instruction.index("rm -f /tmp/stackforge-ca.pem")
-    assert "--find-links http://127.0.0.1:38751/wheelhouse/" in text
+    assert "--find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/" in text
 
 
 def test_without_a_ca_bundle_nothing_about_it_is_rendered():

@@ -221,10 +221,12 @@ def test_the_lock_of_another_stack_is_refused():
 
 @pytest.fixture
 def no_resolver(monkeypatch):
-    """Any resolution fails the test: these modes must work from the recorded lock alone."""
+    """Any resolution fails the test: these modes must work from the recorded lock alone. The index pages
+    the recorded hashes are checked against list nothing here (tests/test_build_identity.py checks them)."""
     def refuse(*args, **kwargs):
         raise AssertionError("the resolver was called")
     monkeypatch.setattr(locking, "resolve_lock", refuse)
+    monkeypatch.setattr(locking, "project_files", lambda *args, **kwargs: None)
 
 
 def _record(out: Path, lock: StackLock) -> Path:

@@ -90,13 +90,14 @@ def test_an_index_the_host_cannot_reach_is_exit_3_naming_it():
 
 
 @pytest.mark.pypi
-def test_render_locks_each_stack_as_build_does_and_keeps_the_lock_where_build_looks(tmp_path):
+def test_render_locks_each_stack_as_build_does_and_keeps_the_lock_inside_its_out_folder(tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["render", "--cuda", "13.1", "--ca-bundle", "none", "--out", str(out / "contexts")])
     assert result.exit_code == 0, result.output
     [stack_id] = [line.split()[0].rsplit("/", 1)[-1] for line in result.stdout.splitlines() if line.strip()]
-    lock = out / "locks" / stack_id / "pylock.toml"
+    lock = out / "contexts" / "locks" / stack_id / "pylock.toml"
     assert lock.is_file() and "lock resolved" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["contexts"]   # nothing written outside --out
     context = out / "contexts" / stack_id
     assert (context / "lock" / "torch.txt").is_file() and (context / "lock" / "deps.txt").is_file()
     assert "--no-deps --require-hashes" in (context / "Dockerfile").read_text()

@@ -62,7 +62,8 @@ def proxy_build_args(environ: Mapping[str, str]) -> list[str]:
 def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
                 wheelhouse_context: Path | None, labels: Sequence[tuple[str, str]],
                 proxy_args: Sequence[str], no_cache: bool = False, cache_from: Sequence[str] = (),
-                cache_to: Sequence[str] = (), builder_name: str | None = None) -> list[str]:
+                cache_to: Sequence[str] = (), builder_name: str | None = None,
+                build_args: Mapping[str, str] | None = None) -> list[str]:
     """The ``docker buildx build`` command line (pure).
 
     The image is left untagged: the metadata step tags the final image, so the tag never points at
@@ -88,6 +89,8 @@ def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
         argv += ["--build-context", f"wheelhouse={Path(wheelhouse_context).resolve()}"]
     for name in proxy_args:
         argv += ["--build-arg", name]
+    for name, value in (build_args or {}).items():   # stackforge's own (the asset server's port): no secrets
+        argv += ["--build-arg", f"{name}={value}"]
     for key, value in labels:
         argv += ["--label", f"{key}={value}"]
     return [*argv, str(context_dir)]
@@ -96,14 +99,15 @@ def buildx_argv(context_dir: Path, *, iidfile: Path, ca_bundle: Path | None,
 def build(context_dir: Path, *, ca_bundle: Path | None, wheelhouse_context: Path | None,
           labels: Sequence[tuple[str, str]], timeout: float, log_path: Path, cancel: Cancel,
           redact: Sequence[str] = (), no_cache: bool = False, cache_from: Sequence[str] = (),
-          cache_to: Sequence[str] = (), builder_name: str | None = None) -> BuildAttempt:
+          cache_to: Sequence[str] = (), builder_name: str | None = None,
+          build_args: Mapping[str, str] | None = None) -> BuildAttempt:
     """Run one ``docker buildx build``; a Ctrl-C elsewhere (``cancel``) makes the runner stop its process group."""
     iidfile = Path(context_dir) / ".stackforge-iid"
     iidfile.unlink(missing_ok=True)
     argv = buildx_argv(context_dir, iidfile=iidfile, ca_bundle=ca_bundle,
                        wheelhouse_context=wheelhouse_context, labels=labels,
                        proxy_args=proxy_build_args(os.environ), no_cache=no_cache, cache_from=cache_from,
-                       cache_to=cache_to, builder_name=builder_name)
+                       cache_to=cache_to, builder_name=builder_name, build_args=build_args)
     result = runner.run(argv, timeout=timeout, log_path=log_path, redact=redact, cancel=cancel)
     image_id = iidfile.read_text().strip() if result.succeeded and iidfile.exists() else None
     return BuildAttempt(ok=result.succeeded and bool(image_id), image_id=image_id, tail=result.output_tail,

@@ -48,9 +48,9 @@ class RenderRequest:
 
 
 def render_stacks(request: RenderRequest, tell: Callable[[str], None] = lambda line: None) -> Iterator[WrittenContext]:
-    """``stackforge render``'s one library entry: plan the selection, lock every kept stack as
-    ``build --out OUT/..`` would have it (recorded, or resolved and recorded: OUT/../locks/STACK/pylock.toml,
-    so the tags are the build's), telling one line per lock, then write each stack's context.
+    """``stackforge render``'s one library entry: plan the selection, lock every kept stack as ``build``
+    does (recorded, or resolved and recorded inside the render folder: OUT/locks/STACK/pylock.toml, so
+    the tags are the build's), telling one line per lock, then write each stack's context.
 
     Raises:
         SpecError: the selection keeps no stack at all.
@@ -64,13 +64,13 @@ def render_stacks(request: RenderRequest, tell: Callable[[str], None] = lambda l
     contexts = request.contexts
     if request.lock:
         from stackforge.build.locking import LockMode, lock_stacks
-        from stackforge.edges.resolver import ResolverIndexes
+        from stackforge.edges.index import IndexRequest, image_indexes, resolver_indexes
 
         options = contexts.options
-        indexes = ResolverIndexes.of_images(options.index_url, options.extra_index_urls, request.find_links,
-                                            contexts.ca_bundle)
-        locks = lock_stacks(cells, LockMode.RESOLVE, out_dir=contexts.out_dir.resolve().parent, compose=options,
-                            indexes=indexes)
+        indexes = resolver_indexes(image_indexes(IndexRequest(options.index_url, options.extra_index_urls,
+                                                              request.find_links), ca_bundle=contexts.ca_bundle))
+        # Inside --out (OUT/locks/STACK/pylock.toml): render writes nothing outside the folder it was given.
+        locks = lock_stacks(cells, LockMode.RESOLVE, out_dir=contexts.out_dir, compose=options, indexes=indexes)
         contexts = dataclasses.replace(contexts, locks={stack_id: done.lock for stack_id, done in locks.items()})
         for done in locks.values():
             tell(f"{done.lock.stack_id}: {done.line()}")

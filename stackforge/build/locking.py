@@ -10,8 +10,8 @@ A stack's lock (:mod:`stackforge.compose.stack_lock`) is resolved in up to three
    the lock's notes say so), and when that fails too, the stack is refused with the resolver's words;
 3. the packages installed exactly (the toolkit, ``--no-deps`` layers), without dependencies.
 
-The lock modes (``stackforge build``): ``resolve`` reuses a recorded lock made for the same inputs and
-resolves otherwise; ``locked`` resolves afresh and refuses when the index now answers differently from
+The lock modes (``stackforge build``): ``resolve`` reuses a recorded lock made for the same inputs (after
+checking its sha256s against the index pages) and resolves otherwise; ``locked`` resolves afresh and refuses when the index now answers differently from
 the recorded lock (naming what moved); ``relock`` resolves afresh and records it.
 """
 
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from urllib.parse import unquote, urlsplit
+
+import requests
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -33,11 +36,14 @@ from stackforge.compose.stack_lock import (
     lock_changes,
     packages_from_pylock,
     read_stack_lock,
+    stack_lock_text,
 )
 from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.core.fsio import atomic_write_text
 from stackforge.core.textfit import brief
 from stackforge.core.model import Stack
+from stackforge.edges.index import IndexSource, project_files
+from stackforge.edges.pip_config import PYPI_SIMPLE, without_credentials
 from stackforge.edges.resolver import ResolutionConflict, ResolverIndexes, compile_pylock, uv_version
 from stackforge.plan.derive import Derived, load_tables
 
@@ -199,8 +205,10 @@ def obtain_lock(request: LockRequest, mode: LockMode, out_dir: Path, indexes: Re
     recorded = _recorded(path)
     started = time.monotonic()
     if mode is LockMode.RESOLVE and recorded is not None and recorded.request_key == request.key():
-        check_lock_matches(recorded, request, text=path.read_text(encoding="utf-8"), source=str(path))
-        return LockOutcome(recorded, "recorded", path, 0.0)
+        check_lock_matches(recorded, request, text=_recorded_text(path) or "", source=str(path))
+        # A hand-edited sha256 would otherwise surface only inside the image, as pip's hash error.
+        check_recorded_hashes(recorded, request, indexes, source=str(path))
+        return LockOutcome(recorded, "recorded", path, time.monotonic() - started)
     if mode is LockMode.LOCKED:
         return _checked(request, recorded, path, indexes, log_path=log_path, timeout=timeout)
     fresh = resolve_lock(request, indexes, log_path=log_path, timeout=timeout)
@@ -209,13 +217,70 @@ def obtain_lock(request: LockRequest, mode: LockMode, out_dir: Path, indexes: Re
     return LockOutcome(fresh, "resolved", path, time.monotonic() - started)
 
 
+def check_recorded_hashes(lock: StackLock, request: LockRequest, indexes: ResolverIndexes, *, source: str,
+                          session: requests.Session | None = None, cache: Path | None = None) -> None:
+    """Every recorded file's sha256 against the one its index lists for the same file (the same URL: a
+    wheelhouse may hold another build under a name PyPI also has).
+
+    A file no location lists, or a location that does not answer, is not checked here (the image's
+    ``--require-hashes`` install still is); the index pages come from the preflight's on-disk cache.
+
+    Raises:
+        SpecError: a recorded sha256 differs from the index's (exit 2), naming the file and both hashes.
+    """
+    locations = [*([IndexSource(request.torch_index_url, index=True)] if request.torch_index_url else []),
+                 IndexSource(indexes.index_url or PYPI_SIMPLE, index=True),
+                 *(IndexSource(url, index=True) for url in indexes.extra_index_urls),
+                 *(IndexSource(location, index=False) for location in indexes.find_links)]
+    session = session or requests.Session()
+    if indexes.ca_bundle is not None:
+        session.verify = str(indexes.ca_bundle)
+    cache = cache or Path.home() / ".cache" / "stackforge" / "preflight"
+    silent: set[str] = set()   # locations that did not answer: asked once, not once per package
+    for package in lock.packages:
+        recorded = {_same_file(f.location): f.sha256 for f in package.files if f.sha256}
+        if recorded:
+            _compare_hashes(package.name, recorded, locations, session=session, cache=cache, source=source,
+                            silent=silent)
+
+
+def _compare_hashes(project: str, recorded: dict[str, str], locations: Sequence[IndexSource], *,
+                    session: requests.Session, cache: Path, source: str, silent: set[str]) -> None:
+    for location in locations:
+        if location.location in silent:
+            continue
+        try:
+            entries = project_files(location, project, session=session, cache=cache) or []
+        except (requests.RequestException, OSError, ValueError):
+            silent.add(location.location)   # the install inside the image still checks every hash
+            continue
+        listed = {_same_file(entry.url): entry.sha256 for entry in entries if entry.sha256}
+        for url, sha256 in recorded.items():
+            if url in listed and listed[url] != sha256:
+                raise SpecError(f"the lock's sha256 of {_file_name(url)} ({sha256[:16]}...) is not the one "
+                                f"{without_credentials(location.location)} lists ({listed[url][:16]}...)",
+                                source=source, remedy="resolve it again with stackforge build --relock")
+        if recorded.keys() <= listed.keys():
+            return
+
+
+def _same_file(location: str) -> str:
+    """A file's URL as compared: no fragment, percent-escapes undone (``%2B`` and ``+`` name one file)."""
+    return unquote(location.partition("#")[0])
+
+
+def _file_name(location: str) -> str:
+    """The file name at the end of a lock's file location (a URL or a path)."""
+    return unquote(urlsplit(location).path.rsplit("/", 1)[-1])
+
+
 def _checked(request: LockRequest, recorded: StackLock | None, path: Path, indexes: ResolverIndexes, *,
              log_path: Path | None, timeout: float) -> LockOutcome:
     """``--locked``: the recorded lock, after checking the index still resolves the stack to it."""
     if recorded is None:
         raise SpecError(f"--locked: stack {request.stack_id} has no recorded lock ({path})",
                         remedy="record one with stackforge build --relock")
-    check_lock_matches(recorded, request, text=path.read_text(encoding="utf-8"), source=str(path))
+    check_lock_matches(recorded, request, text=_recorded_text(path) or "", source=str(path))
     if recorded.unhashed:
         raise SpecError(f"--locked: the lock of {request.stack_id} has no sha256 for "
                         f"{', '.join(recorded.unhashed)} (the index gave none)", source=str(path),
@@ -232,6 +297,18 @@ def _checked(request: LockRequest, recorded: StackLock | None, path: Path, index
 
 def _recorded(path: Path) -> StackLock | None:
     """The recorded lock, None when there is none; a corrupt one raises (it is never replaced silently)."""
-    if not path.is_file():
+    text = _recorded_text(path)
+    return None if text is None else read_stack_lock(text, source=str(path))
+
+
+def _recorded_text(path: Path) -> str | None:
+    """The recorded lock's text, None when there is none; a folder in its place or a file that is not UTF-8
+    raises SpecError with the path (exit 2), before any resolving."""
+    if path.is_dir():
+        raise SpecError("a folder stands where the stack lock belongs", source=str(path),
+                        remedy="remove it; the next build records the lock there")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
-    return read_stack_lock(path.read_text(encoding="utf-8"), source=str(path))
+    return stack_lock_text(data, source=str(path))

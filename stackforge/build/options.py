@@ -10,10 +10,14 @@ from stackforge.build.locking import LockMode
 from stackforge.compose.dockerfile import NO_DEPS_LAYERS, ComposeOptions
 from stackforge.compose.stack_lock import StackLock
 from stackforge.core.errors import SpecError
+from stackforge.edges.index import IndexConfig, IndexRequest, image_indexes, resolver_indexes
+from stackforge.edges.pip_config import refuse_credentials
 from stackforge.edges.resolver import ResolverIndexes
 
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_PULL_TIMEOUT_S = 60.0
+#: BuildKit cache attributes whose values are credentials (type=gha token, type=s3 / azblob keys).
+_SECRET_CACHE_ATTRIBUTES = frozenset({"token", "access_key_id", "secret_access_key", "session_token"})
 
 
 class Builder(str, Enum):
@@ -97,16 +101,33 @@ class BuildOptions:
             raise SpecError(f"retries must be >= 0, not {self.retries}")
         if not self.timeout_s > 0:
             raise SpecError(f"the build timeout must be positive, not {self.timeout_s}")
+        for spec in (*self.cache_from, *self.cache_to):
+            refuse_credentials(spec, what="--cache-from/--cache-to value", remedy="log in to the registry instead (docker login)")
+        if self.push:
+            refuse_credentials(self.push, what="--push", remedy="log in to the registry instead (docker login)")
+        self.index_config()   # an index URL with credentials is refused before anything else happens
         unknown = set(self.no_deps) - NO_DEPS_LAYERS
         if unknown:
             raise SpecError(f"--no-deps takes {', '.join(sorted(NO_DEPS_LAYERS))}; unknown: "
                             f"{', '.join(sorted(unknown))}")
 
+    def index_config(self) -> IndexConfig:
+        """The places the images' pip installs from (the same function gives ``plan --preflight`` its own)."""
+        return image_indexes(IndexRequest(self.index_url, self.extra_index_urls, self.find_links),
+                             ca_bundle=self.ca_bundle)
+
     def resolver_indexes(self) -> ResolverIndexes:
         """Where the stack locks are resolved: the places the images' pip installs from."""
-        return ResolverIndexes.of_images(self.index_url, self.extra_index_urls, self.find_links, self.ca_bundle)
+        return resolver_indexes(self.index_config())
 
-    def compose_options(self, *, buildkit: bool, base_image: str | None, asset_port: int,
+    def cache_secrets(self) -> tuple[str, ...]:
+        """Values of ``--cache-from`` / ``--cache-to`` attributes that are secrets (``token=`` of the GitHub
+        cache, the S3 keys): they stay out of every log and printed command line."""
+        return tuple(value for spec in (*self.cache_from, *self.cache_to) for key, _, value in
+                     (field.partition("=") for field in spec.split(","))
+                     if key.strip() in _SECRET_CACHE_ATTRIBUTES and value)
+
+    def compose_options(self, *, buildkit: bool, base_image: str | None,
                         declared: tuple[tuple[str, tuple[str, ...]], ...] = (),
                         dropped_layers: tuple[str, ...] = (),
                         wheelhouse_mount: bool = True, lock: StackLock | None = None) -> ComposeOptions:
@@ -115,7 +136,7 @@ class BuildOptions:
                               extra_index_urls=tuple(self.extra_index_urls),
                               wheelhouse=self.find_links is not None, wheelhouse_mount=wheelhouse_mount,
                               ca_bundle=self.ca_bundle is not None,
-                              asset_port=asset_port, no_deps=frozenset(self.no_deps), declared=declared,
+                              no_deps=frozenset(self.no_deps), declared=declared,
                               dropped_layers=dropped_layers, lock=lock, installer=self.installer,
                               uv_requirement=_uv_requirement() if self.installer == "uv" else None)
 

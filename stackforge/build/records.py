@@ -145,9 +145,10 @@ def record_path(out_dir: Path, stack_id: str) -> Path:
     return Path(out_dir) / "builds" / f"{stack_id}.json"
 
 
-def log_path(out_dir: Path, stack_id: str) -> Path:
-    """``<out>/logs/<stack-id>.log``."""
-    return Path(out_dir) / "logs" / f"{stack_id}.log"
+def log_path(out_dir: Path, stack_id: str, run_id: str) -> Path:
+    """``<out>/logs/<stack-id>.<run-id>.log``: one log per build run, so two runs never write into one
+    and each record names its own run's log."""
+    return Path(out_dir) / "logs" / f"{stack_id}.{run_id}.log"
 
 
 def write_record(out_dir: Path, record: BuildRecord) -> Path:

@@ -10,8 +10,9 @@
     push     optional: push to a registry, record the repo digest
 
 Stacks never stop each other: a failure is that stack's status (with the deciding log line), and the
-run goes on. Each stack gets one log (``<out>/logs/<id>.log``) and one record
-(``<out>/builds/<id>.json``, written atomically). Ctrl-C (or SIGTERM / SIGHUP, which the CLI turns
+run goes on. Each stack gets one log per run (``<out>/logs/<id>.<run-id>.log``; the record names it) and
+one record (``<out>/builds/<id>.json``, written atomically); two runs that build one stack into one
+``<out>`` take turns (:mod:`stackforge.build.claim`). Ctrl-C (or SIGTERM / SIGHUP, which the CLI turns
 into the same interruption) stops running build processes, removes this run's containers, keeps
 finished records, and raises :class:`~stackforge.core.errors.Interrupted` carrying the signal.
 """
@@ -38,6 +39,7 @@ from stackforge.build.assets import AssetServer
 from stackforge.build.base import BaseResolver
 from stackforge.build.buildkit import BuildAttempt
 from stackforge.build.cancel import Cancel
+from stackforge.build.claim import stack_claim
 from stackforge.build.classify import backtracking_note, diagnose
 from stackforge.build.locking import LockOutcome, lock_stacks
 from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
@@ -55,7 +57,7 @@ from stackforge.build.records import (
 from stackforge.build.requires import RequirementsLookup, declared_for, dropped_warning
 from stackforge.build.verify import ImageVerification, label_check, lock_check, verify_image
 from stackforge.compose.dockerfile import (
-    ASSET_PORT,
+    ASSET_PORT_ARG,
     INLINE_DEPS_SUFFIX,
     Composed,
     compose_stack,
@@ -87,7 +89,7 @@ class _Run:
     options: BuildOptions
     builder: str                    # "buildkit" | "classic"
     named_contexts: bool
-    asset_port: int
+    asset_port: int | None          # the asset server's port; None: no server runs
     run_id: str
     cancel: Cancel
     board: Board
@@ -111,7 +113,7 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
     cells = _unique(cells)
     _check_inputs(options)
     locks = lock_stacks(cells, options.lock, out_dir=Path(options.out_dir), indexes=options.resolver_indexes(),
-                        compose=options.compose_options(buildkit=True, base_image=None, asset_port=0),
+                        compose=options.compose_options(buildkit=True, base_image=None),
                         timeout=options.resolve_timeout_s)
     for stack_id, outcome in locks.items():   # the resolution step and its time, before any image work
         print(f"{stack_id}: {outcome.line()}", file=sys.stderr, flush=True)
@@ -123,7 +125,7 @@ def build_stacks(cells: Sequence[BuildCell], options: BuildOptions, *, client: d
                    asset_port=port, run_id=new_run_id(), cancel=Cancel(),
                    board=Board([s.id for s, _ in cells]), resolver=BaseResolver(client, options),
                    requirements=RequirementsLookup(options.index_url, options.ca_bundle),
-                   redact=_secrets_to_redact(), locks=locks)
+                   redact=(*_secrets_to_redact(), *options.cache_secrets()), locks=locks)
         run.container_labels = {docker_engine.RUN_LABEL: run.run_id, **dict(options.labels)}
         records, signum = _run_all(run, cells, progress)
     interrupted = signum is not None
@@ -201,21 +203,30 @@ def _build_one(run: _Run, stack: Stack, derived: Derived) -> BuildRecord:
     """One stack through every phase; never raises (the status says what happened)."""
     if run.cancel.requested:
         return _not_started(stack, derived)
+    # Another run building this stack into the same --out goes first: its record, then ours.
+    with stack_claim(run.options.out_dir, stack.id, cancel=run.cancel, holder=run.run_id,
+                     tell=lambda line: print(f"{stack.id}: {line}", file=sys.stderr, flush=True)) as ours:
+        if not ours:
+            return _not_started(stack, derived)
+        record = _build_claimed(run, stack, derived)
+        if record.status is not BuildStatus.SKIPPED:
+            write_record(run.options.out_dir, record)
+    run.board.update(stack.id, phase="", status=record.status.value, done=True)
+    return record
+
+
+def _build_claimed(run: _Run, stack: Stack, derived: Derived) -> BuildRecord:
     stack_build = _StackBuild(run, stack, derived)
     run.board.update(stack.id, phase="base")
     try:
-        record = stack_build.execute()
+        return stack_build.execute()
     except _Stop as stop:
-        record = stack_build.record(stop.status, stop.reason)
+        return stack_build.record(stop.status, stop.reason)
     except StackforgeError as exc:
-        record = stack_build.record(BuildStatus.FAILED, exc.one_line())
+        return stack_build.record(BuildStatus.FAILED, exc.one_line())
     except Exception as exc:  # noqa: BLE001 - one stack's bug must not take the others down
         stack_build.log(traceback.format_exc())
-        record = stack_build.record(BuildStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}")
-    if record.status is not BuildStatus.SKIPPED:
-        write_record(run.options.out_dir, record)
-    run.board.update(stack.id, phase="", status=record.status.value, done=True)
-    return record
+        return stack_build.record(BuildStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}")
 
 
 class _Stop(Exception):
@@ -233,7 +244,7 @@ class _StackBuild:
     def __init__(self, run: _Run, stack: Stack, derived: Derived) -> None:
         self.run, self.stack, self.derived = run, stack, derived
         self.options = run.options
-        self.log_path = log_path(self.options.out_dir, stack.id)
+        self.log_path = log_path(self.options.out_dir, stack.id, run.run_id)
         self.durations: dict[str, float] = {}
         self.phase = "base"
         self.fields: dict[str, Any] = {}
@@ -322,7 +333,7 @@ class _StackBuild:
             self.durations["lock"] = round(outcome.seconds, 2)
         declared, dropped = self.declared() if outcome is None else ((), ())
         options = self.options.compose_options(buildkit=self.run.builder == "buildkit", base_image=base.used,
-                                               asset_port=self.run.asset_port, declared=declared,
+                                               declared=declared,
                                                dropped_layers=dropped, wheelhouse_mount=self.run.named_contexts,
                                                lock=outcome.lock if outcome is not None else None)
         composed = compose_stack(self.stack, self.derived, options)
@@ -384,10 +395,15 @@ class _StackBuild:
                                   no_cache=self.options.no_cache,
                                   cache_from=_per_stack(self.options.cache_from, composed),
                                   cache_to=_per_stack(self.options.cache_to, composed),
-                                  builder_name=self.options.builder_name)
-        return classic.build(self.run.client, context, labels=labels, buildargs=_proxy_values(),
+                                  builder_name=self.options.builder_name, build_args=self._asset_args())
+        return classic.build(self.run.client, context, labels=labels,
+                             buildargs={**_proxy_values(), **self._asset_args()},
                              timeout=self.options.timeout_s, log_path=self.log_path, cancel=self.run.cancel,
                              redact=self.run.redact, no_cache=self.options.no_cache)
+
+    def _asset_args(self) -> dict[str, str]:
+        """The asset server's port, for the Dockerfile's build argument (none when no server runs)."""
+        return {} if self.run.asset_port is None else {ASSET_PORT_ARG: str(self.run.asset_port)}
 
     def _after_failure(self, result: BuildAttempt, attempt: int) -> None:
         """Raise _Stop unless the failure is transient and attempts remain; then back off."""
@@ -512,8 +528,8 @@ def _check_inputs(options: BuildOptions) -> None:
 
 
 class _NoServer:
-    def __enter__(self) -> int:
-        return ASSET_PORT
+    def __enter__(self) -> None:
+        return None
 
     def __exit__(self, *exc: object) -> None:
         return None

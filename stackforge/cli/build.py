@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
-from stackforge.cli.options import ca_choice, image_options, selection, shard_option, stack_selection
-from stackforge.core.errors import BuildError, SpecError
+from stackforge.cli.options import (
+    ca_choice,
+    image_options,
+    positive_seconds,
+    selection,
+    shard_option,
+    stack_selection,
+)
+from stackforge.core.errors import BuildError, SpecError, UnsafeValueError
 
 
 @click.command(name="build")
@@ -20,8 +28,9 @@ from stackforge.core.errors import BuildError, SpecError
               show_default=True, help="Folder for logs/, builds/ (records) and contexts/.")
 @click.option("--builder", type=click.Choice(["auto", "buildx", "classic"]), default="auto", show_default=True,
               help="buildx (BuildKit) or the Docker SDK's classic builder; auto prefers buildx.")
-@click.option("--push", metavar="REGISTRY", default=None, help="Push each image to this registry prefix.")
-@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
+@click.option("--push", metavar="REGISTRY", default=None, callback=lambda ctx, param, value: _push_checked(value),
+              help="Push each image to this registry prefix (log in with `docker login` first).")
+@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True, callback=positive_seconds,
               help="Limit for one stack's image build, in seconds.")
 @click.option("--retries", type=int, default=2, show_default=True,
               help="Extra attempts after a transient network failure.")
@@ -48,7 +57,7 @@ from stackforge.core.errors import BuildError, SpecError
 def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_index_urls, find_links, ca_bundle,
             no_deps, dependency_layers, jobs, resume, out_dir, builder, push, timeout_s, retries, no_cache, no_verify,
             labels, progress, locked, relock, no_lock, installer, cache_from, cache_to, builder_name) -> None:
-    """Build the images of every kept stack of a matrix; one log and one record per stack.
+    """Build the images of every kept stack of a matrix; one log per run and one record per stack.
 
     Each stack's lock (every package, file and sha256; PEP 751 pylock.toml in OUT/locks/STACK/) is
     resolved on the host first, and each image layer installs its part of it exactly: a conflict is
@@ -83,7 +92,8 @@ def command(matrix, cuda, targets, only, shard, base_image, index_url, extra_ind
     if summary.failed:
         raise BuildError(f"{len(summary.failed)} of {len(summary.records)} stack(s) failed: "
                          f"{', '.join(summary.failed)}", failed=summary.failed,
-                         remedy=f"see {out_dir}/logs/<stack-id>.log and {out_dir}/builds/<stack-id>.json")
+                         remedy=f"see {out_dir}/builds/<stack-id>.json and the log it names "
+                                f"({out_dir}/logs/<stack-id>.<run-id>.log)")
 
 
 def _lock_mode(modes, *, locked: bool, relock: bool, no_lock: bool):
@@ -100,5 +110,30 @@ def _labels(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise SpecError(f"--label {pair!r} is not KEY=VALUE")
+        # A label goes into the Dockerfile and the build record: a newline would start another instruction.
+        if any(ch.isspace() for ch in key) or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise UnsafeValueError(f"--label {pair!r}: a key has no white space and a value is one line of text",
+                                   remedy="e.g. --label org.example.team=infra")
         labels.append((key, value))
     return tuple(labels)
+
+
+# ``[scheme://]user:password@host/...``: the part before the host's ``@`` is a credential.
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<userinfo>[^/@]*)@")
+
+
+def _push_checked(value: str | None) -> str | None:
+    """Refuse, before any work, a --push that is no registry prefix; one with credentials without echoing them."""
+    if value is None:
+        return None
+    found = _USERINFO.match(value)
+    if found:
+        user = found["userinfo"].partition(":")[0] if ":" in found["userinfo"] else ""
+        shown = f"{found['scheme'] or ''}{user + ':' if user else ''}***@{value[found.end():]}"
+        raise UnsafeValueError(f"--push {shown}: a registry prefix carries no credentials",
+                               remedy="log in with `docker login HOST` and give --push HOST/PATH; stackforge "
+                                      "never handles registry passwords")
+    from stackforge.edges.registry import Repository
+
+    Repository.parse(value)
+    return value

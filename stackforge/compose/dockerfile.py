@@ -51,9 +51,13 @@ TOOLKIT_PREFIX = "/opt/cuda-wheels"
 #: development links, a link-time libcuda stub): dockerfiles/context/, shipped in the build context.
 JIT_LAYOUT_SCRIPT = "cuda-jit-layout.sh"
 #: Port of stackforge's asset server on 127.0.0.1 (classic builds: wheelhouse and CA bundle; BuildKit
-#: without named build contexts: the wheelhouse).
-#: Fixed, because the URL is part of the RUN text and so of the classic builder's cache key.
+#: without named build contexts: the wheelhouse): the server's first choice, and the default of
+#: :data:`ASSET_PORT_ARG`, so builds on a host where it is free share the builder's layer cache.
 ASSET_PORT = 38751
+#: The build argument that carries the port the asset server got. The Dockerfile names the argument,
+#: never the port: a port is host-local (another build may hold 38751), and what the Dockerfile says
+#: is hashed into the image tag, so two builds of one stack must render the same text.
+ASSET_PORT_ARG = "STACKFORGE_ASSET_PORT"
 #: Where BuildKit mounts the wheelhouse inside RUN steps.
 WHEELHOUSE_MOUNT = "/stackforge/wheelhouse"
 #: FlashInfer's own wheel index (flashinfer-jit-cache is not on PyPI), one per CUDA variant.
@@ -91,7 +95,6 @@ class ComposeOptions:
         wheelhouse_mount: BuildKit only: the wheelhouse comes as a named build context (BuildKit >= 0.10)
             bind-mounted into RUN steps; False: from the 127.0.0.1 asset server, as for classic builds.
         ca_bundle: a CA bundle is provided at build time (as a secret; its content is never rendered).
-        asset_port: classic builds only: port of stackforge's asset server on 127.0.0.1.
         no_deps: layers installed with ``--no-deps`` (``flashinfer``, ``kernel``, ``sglang``).
         declared: what the FlashInfer / SGLang releases declare they need (``Requires-Dist`` lines, from
             :mod:`stackforge.build.requires`), keyed ``flashinfer`` / ``sglang``. When known, those
@@ -116,7 +119,6 @@ class ComposeOptions:
     wheelhouse: bool = False
     wheelhouse_mount: bool = True
     ca_bundle: bool = False
-    asset_port: int = ASSET_PORT
     no_deps: frozenset[str] = frozenset()
     declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
     dropped_layers: tuple[str, ...] = ()
@@ -246,6 +248,7 @@ def _variables(stack: Stack, derived: Derived, options: ComposeOptions) -> dict[
         "buildkit": options.buildkit, "ca": options.ca_bundle, "wheelhouse": options.wheelhouse,
         "wheelhouse_mount": options.wheelhouse and options.buildkit and options.wheelhouse_mount,
         "wheelhouse_url": _wheelhouse_url(options), "asset_url": _asset_url(options),
+        "asset_port_arg": ASSET_PORT_ARG if _uses_asset_server(options) else None, "asset_port": ASSET_PORT,
         "user_index_url": options.index_url, "user_extra_index_urls": list(options.extra_index_urls),
         "no_deps": sorted(options.no_deps),
         "toolkit_wheels": toolkit, "toolkit_has_nvcc": bool(toolkit) and derived.has_nvcc,
@@ -513,11 +516,19 @@ def _image_environment(python: str) -> dict[str, str]:
 def _wheelhouse_url(options: ComposeOptions) -> str:
     if options.buildkit and options.wheelhouse_mount:
         return WHEELHOUSE_MOUNT
-    return f"{_asset_url(options)}/wheelhouse/"
+    return Markup(f"{_asset_url(options)}/wheelhouse/")
 
 
 def _asset_url(options: ComposeOptions) -> str:
-    return f"http://127.0.0.1:{int(options.asset_port)}"
+    """The asset server as the RUN steps' shell sees it: the port is the build argument's value."""
+    # Markup: fixed text of stackforge's own (the render guard refuses "$" in values, rightly).
+    return Markup(f"http://127.0.0.1:${{{ASSET_PORT_ARG}}}")
+
+
+def _uses_asset_server(options: ComposeOptions) -> bool:
+    """Whether a RUN step fetches from the asset server (the CA of a classic build, an unmounted wheelhouse)."""
+    return (not options.buildkit and options.ca_bundle) or (options.wheelhouse and not (
+        options.buildkit and options.wheelhouse_mount))
 
 
 def _labels(stack: Stack, derived: Derived, options: ComposeOptions, v: Mapping[str, Any]) -> list[tuple[str, str]]:

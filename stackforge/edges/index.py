@@ -18,7 +18,9 @@ import html.parser
 import io
 import json
 import os
+import shutil
 import socket
+import sys
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -46,8 +48,10 @@ from stackforge.edges.pip_config import (
     PipConfig,
     read_pip_config,
     redact_urls,
+    refuse_credentials,
     without_credentials,
 )
+from stackforge.edges.resolver import ResolverIndexes
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # JSON when the index speaks it, else the PEP 503 HTML page every index serves.
@@ -165,6 +169,35 @@ def configured_indexes(request: IndexRequest = IndexRequest()) -> IndexConfig:
     return index_config(index_url=request.index_url, extra_index_urls=request.extra_index_urls,
                         find_links=[str(request.find_links)] if request.find_links else [],
                         pip_config=read_pip_config(), env=os.environ)
+
+
+def image_indexes(request: IndexRequest, *, ca_bundle: Path | None = None) -> IndexConfig:
+    """Where the images' pip installs from, and so where ``build`` and ``plan --preflight`` look (files
+    and locks alike): ``--index-url`` (else PyPI), ``--extra-index-url``, ``--find-links`` and the CA
+    bundle the build trusts. pip's configuration on this host is not read: it names host paths and
+    mirrors that an image cannot see, and what a build installs must not depend on the host.
+
+    Raises:
+        SpecError: an index URL carries credentials (shown redacted): the resolver would write it into
+            the lock, a log or a layer.
+    """
+    for url in (request.index_url, *request.extra_index_urls):
+        if url:
+            refuse_credentials(url, what="index URL", remedy="give the index without user:password@ (a netrc "
+                                                             "or keyring on the index's side)")
+    wheelhouse = (str(Path(request.find_links).resolve()),) if request.find_links else ()
+    origins = [(request.index_url or PYPI_SIMPLE, "--index-url" if request.index_url else "the images' default"),
+               *((url, "--extra-index-url") for url in request.extra_index_urls),
+               *((location, "--find-links") for location in wheelhouse)]
+    return IndexConfig(index_url=request.index_url or PYPI_SIMPLE, extra_index_urls=tuple(request.extra_index_urls),
+                       find_links=wheelhouse, cert=str(ca_bundle) if ca_bundle else None, origins=tuple(origins))
+
+
+def resolver_indexes(config: IndexConfig) -> ResolverIndexes:
+    """:func:`image_indexes` as the resolver takes them (PyPI is the resolver's default: not named)."""
+    return ResolverIndexes(index_url=None if config.index_url == PYPI_SIMPLE else config.index_url,
+                           extra_index_urls=config.extra_index_urls, find_links=config.find_links,
+                           ca_bundle=Path(config.cert) if config.cert else None)
 
 
 def _origins(config: PipConfig, env: Mapping[str, str] | None, *, index_url: str | None,
@@ -310,8 +343,9 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl
     """GET a simple-index page (JSON or HTML) as entries, with an on-disk cache; ``None`` for 404."""
     path = cache / (hashlib.sha256(f"{_ENTRY_FORMAT}:{url}".encode()).hexdigest()[:32] + ".json") if cache else None
     if path is not None and path.exists() and time.time() - path.stat().st_mtime < ttl_s:
-        stored = json.loads(path.read_text()).get("files")
-        return None if stored is None else [IndexEntry(**item) for item in stored]
+        stored = _cached_entries(path)
+        if stored is not _UNREADABLE:
+            return stored   # type: ignore[return-value]
     # ttl 0 asks for today's answer: PyPI's CDN otherwise serves a page up to ~15 minutes old.
     headers = {"Accept": ACCEPT, **({"Cache-Control": "no-cache"} if ttl_s <= 0 else {})}
     response = session.get(url, headers=headers, timeout=timeout)
@@ -324,9 +358,38 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl
         else:
             entries = _page_entries(response.text, response.url or url)
     if path is not None:
-        atomic_write_text(path, json.dumps({"url": without_credentials(url),
-                                            "files": None if entries is None else [e.to_json() for e in entries]}))
+        try:
+            atomic_write_text(path, json.dumps({"url": without_credentials(url),
+                                                "files": None if entries is None else [e.to_json() for e in entries]}))
+        except OSError as exc:   # the answer is good; only the next run pays for asking again
+            _warn(f"index cache {path} could not be written ({exc.strerror or exc}); the answer is used uncached")
     return entries
+
+
+_UNREADABLE = object()
+
+
+def _cached_entries(path: Path) -> list[IndexEntry] | None | object:
+    """A cached page's entries (``None``: the index had no page), or :data:`_UNREADABLE` with a warning.
+
+    A cache entry that does not parse (a torn or edited file, a folder) is the cache's fault, not the
+    network's: it is asked for again and rewritten, never reported as the index failing.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        stored = data["files"]
+        return None if stored is None else [IndexEntry(**item) for item in stored]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        _warn(f"index cache entry {path} is unreadable ({type(exc).__name__}); asking the index again and "
+              "rewriting it")
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        return _UNREADABLE
+
+
+def _warn(message: str) -> None:
+    """One warning line on stderr (the edge's own: the commands above never see a cache entry)."""
+    print(f"stackforge: warning: {message}", file=sys.stderr, flush=True)
 
 
 # --- one wheel's core metadata ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackforge.core.errors import StackforgeError
+from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.edges import runner
 
 PIP_CONFIG_TIMEOUT_S = 60.0
@@ -111,14 +111,28 @@ def without_credentials(url: str) -> str:
 
 # ``scheme://userinfo@``: any URL in a text (an exception's "for url: ...") that carries credentials.
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+# ``user:password@host/...`` without a scheme: a registry or cache reference (``--push``, ``ref=`` of
+# ``--cache-from``), at the start of the text or after a space, ``,`` or ``=``. The colon is required,
+# so ``repo@sha256:...`` (a digest) is no credential.
+_REF_USERINFO = re.compile(r"(^|[\s,=])[^/\s@,=:]+:[^/\s@,=]*@")
 
 
 def redact_urls(text: str, urls: Iterable[str] = ()) -> str:
-    """``text`` (an exception's message) with the credentials of ``urls``, and of any URL in it, removed."""
+    """``text`` (an exception's message, a command line) with the credentials of ``urls``, of any URL in
+    it and of any ``user:password@host`` reference in it removed. The one redaction of URL credentials:
+    every command uses it before it prints or logs an index URL or a registry reference."""
     for url in urls:
         if url and url != without_credentials(url):
             text = text.replace(url, without_credentials(url))
-    return _USERINFO.sub(r"\1", text)
+    return _REF_USERINFO.sub(r"\1", _USERINFO.sub(r"\1", text))
+
+
+def refuse_credentials(value: str, *, what: str, remedy: str) -> None:
+    """Raise :class:`SpecError` when ``value`` (an index URL, a ``--push`` prefix, a ``--cache-from``
+    value) carries ``user:password@``; the message shows it redacted."""
+    if redact_urls(value) != value:
+        raise SpecError(f"{what} {redact_urls(value)!r} carries credentials (user:password@), and they would "
+                        f"reach the resolver, a log or the image", remedy=remedy)
 
 
 def read_pip_config(python: str = sys.executable, *, timeout: float = PIP_CONFIG_TIMEOUT_S) -> PipConfig:

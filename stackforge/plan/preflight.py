@@ -1,10 +1,9 @@
 """Preflight: does every pinned version have a file for the stack's Python and platform?
 
-Asks the indexes pip would ask, before a long build starts: the index (PyPI unless configured), the
-extra indexes and the find-links locations, taken from ``--index-url``/``--extra-index-url``/
-``--find-links``, else from pip's own configuration (``PIP_INDEX_URL``, ``PIP_EXTRA_INDEX_URL``,
-``PIP_FIND_LINKS``, ``PIP_CERT`` and the ``pip config`` files), so a machine behind a mirror is
-checked against its mirror. An index may speak the PEP 691 simple JSON API (PyPI, the PyTorch cuXYZ
+Asks the indexes the build's pip and resolver will ask, before a long build starts: the CLI hands in
+:func:`stackforge.edges.index.image_indexes` (``--index-url``, else PyPI; ``--extra-index-url``;
+``--find-links``; the build's CA bundle), the same function ``build`` resolves with. pip's own
+configuration on this host is not read: the images never see it. An index may speak the PEP 691 simple JSON API (PyPI, the PyTorch cuXYZ
 index; PyPI's per-release JSON API is often not proxied) or PEP 503 HTML (most mirrors), over
 http(s) or ``file://``; find-links may be a folder or a page of links. HTTP answers are cached on
 disk (the index client is :mod:`stackforge.edges.index`). An index that cannot be reached is reported

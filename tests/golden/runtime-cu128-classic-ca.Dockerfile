@@ -4,6 +4,8 @@
 # ---- base: nvidia/cuda:12.8.1-runtime-ubuntu24.04 (runtime flavour)
 FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The port of stackforge's asset server on 127.0.0.1 comes as a build argument: no port is written here.
+ARG STACKFORGE_ASSET_PORT=38751
 
 # ---- Python 3.12 environment in /opt/venv
 RUN apt-get update \
@@ -26,7 +28,7 @@ RUN python3.12 -m venv /opt/venv \
 # ---- torch 2.9.1 (cu128) from pypi; the torch family it
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
  && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary \
         "torch==2.9.1" \
  && rm -f /tmp/stackforge-ca.pem \
@@ -36,7 +38,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 
 # ---- FlashInfer 0.6.3
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
  && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary \
         "flashinfer-python==0.6.3" \
  && rm -f /tmp/stackforge-ca.pem \
@@ -44,7 +46,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 
 # ---- sgl-kernel 0.3.21
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
  && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary \
         "sgl-kernel==0.3.21" \
  && rm -f /tmp/stackforge-ca.pem \
@@ -52,7 +54,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 
 # ---- SGLang 0.5.9
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
  && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary \
         "sglang==0.5.9" \
  && rm -f /tmp/stackforge-ca.pem

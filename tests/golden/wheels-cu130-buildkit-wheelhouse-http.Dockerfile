@@ -4,6 +4,8 @@
 # ---- base: python:3.11-slim-bookworm (wheels flavour)
 FROM python:3.11-slim-bookworm
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The port of stackforge's asset server on 127.0.0.1 comes as a build argument: no port is written here.
+ARG STACKFORGE_ASSET_PORT=38751
 
 # ---- Python 3.11 environment in /opt/venv
 # PIP_CONSTRAINT holds every pin made by an earlier layer (toolkit wheels, the torch family,
@@ -23,7 +25,7 @@ RUN python3.11 -m venv /opt/venv \
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
-    PIP_CERT=/run/secrets/ca pip install --prefer-binary --find-links http://127.0.0.1:38751/wheelhouse/ \
+    PIP_CERT=/run/secrets/ca pip install --prefer-binary --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "torch==2.13.0+cpu" \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
         >> /opt/stackforge/constraints.txt \
@@ -39,7 +41,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
-    PIP_CERT=/run/secrets/ca PIP_CONSTRAINT=/dev/null pip install --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:38751/wheelhouse/ \
+    PIP_CERT=/run/secrets/ca PIP_CONSTRAINT=/dev/null pip install --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "nvidia-cuda-cccl==13.0.85" \
         "nvidia-cuda-crt==13.0.88" \
         "nvidia-cuda-nvcc==13.0.88" \
@@ -66,7 +68,7 @@ ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
 # ---- FlashInfer 0.6.6
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
-    PIP_CERT=/run/secrets/ca pip install --prefer-binary --find-links http://127.0.0.1:38751/wheelhouse/ \
+    PIP_CERT=/run/secrets/ca pip install --prefer-binary --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "flashinfer-python==0.6.6" \
  && printf '%s\n' "flashinfer-python==0.6.6" >> /opt/stackforge/constraints.txt
 
@@ -75,7 +77,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # ---- SGLang 0.5.9
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
-    PIP_CERT=/run/secrets/ca pip install --prefer-binary --no-deps --find-links http://127.0.0.1:38751/wheelhouse/ \
+    PIP_CERT=/run/secrets/ca pip install --prefer-binary --no-deps --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "sglang==0.5.9"
 
 # ---- metadata: the stack as asked for, the packages as resolved (pip and dpkg), and labels

@@ -4,6 +4,8 @@
 # ---- base: python:3.11-slim-bookworm (wheels flavour)
 FROM python:3.11-slim-bookworm
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The port of stackforge's asset server on 127.0.0.1 comes as a build argument: no port is written here.
+ARG STACKFORGE_ASSET_PORT=38751
 
 # ---- Python 3.11 environment in /opt/venv
 # PIP_CONSTRAINT holds every pin made by an earlier layer (toolkit wheels, the torch family,
@@ -23,8 +25,8 @@ RUN python3.11 -m venv /opt/venv \
 # layer (parallel downloads), and `pip freeze` of the venv stays the lock's.
 COPY lock/installer.txt /opt/stackforge/lock/installer.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && PIP_CERT=/tmp/stackforge-ca.pem PIP_CONSTRAINT=/dev/null pip install --no-cache-dir --prefer-binary --no-deps --require-hashes --target /opt/stackforge/uv --find-links http://127.0.0.1:38751/wheelhouse/ \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && PIP_CERT=/tmp/stackforge-ca.pem PIP_CONSTRAINT=/dev/null pip install --no-cache-dir --prefer-binary --no-deps --require-hashes --target /opt/stackforge/uv --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         -r /opt/stackforge/lock/installer.txt \
  && rm -f /tmp/stackforge-ca.pem
 
@@ -32,8 +34,8 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 COPY lock/torch.txt /opt/stackforge/lock/torch.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:38751/wheelhouse/ --index-strategy unsafe-best-match \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/torch.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
@@ -50,8 +52,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY lock/toolkit.txt /opt/stackforge/lock/toolkit.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --target /opt/cuda-wheels --find-links http://127.0.0.1:38751/wheelhouse/ --index-strategy unsafe-best-match \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --target /opt/cuda-wheels --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/toolkit.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && for header in /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*; do \
@@ -76,16 +78,16 @@ ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
 # names, exactly the locked files. Stacks whose locks agree on them share this layer.
 COPY lock/deps.txt /opt/stackforge/lock/deps.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:38751/wheelhouse/ --index-strategy unsafe-best-match \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/deps.txt \
  && rm -f /tmp/stackforge-ca.pem
 
 # ---- FlashInfer 0.6.6
 COPY lock/flashinfer.txt /opt/stackforge/lock/flashinfer.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:38751/wheelhouse/ --index-strategy unsafe-best-match \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/flashinfer.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && printf '%s\n' "flashinfer-python==0.6.6" >> /opt/stackforge/constraints.txt
@@ -95,8 +97,8 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 # ---- SGLang 0.5.9
 COPY lock/sglang.txt /opt/stackforge/lock/sglang.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:38751/wheelhouse/ --index-strategy unsafe-best-match \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/sglang.txt \
  && rm -f /tmp/stackforge-ca.pem
 

@@ -4,6 +4,8 @@
 # ---- base: stackforge/debian:bookworm (wheels flavour)
 FROM stackforge/debian:bookworm
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The port of stackforge's asset server on 127.0.0.1 comes as a build argument: no port is written here.
+ARG STACKFORGE_ASSET_PORT=38751
 
 # ---- Python 3.11 environment in /opt/venv
 # PIP_CONSTRAINT holds every pin made by an earlier layer (toolkit wheels, the torch family,
@@ -22,8 +24,8 @@ RUN python3.11 -m venv /opt/venv \
 # ---- torch 2.13.0 (cpu) from wheelhouse; the torch family it
 # brings (triton, nvidia-* libraries) is held by the constraints file from here on.
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --find-links http://127.0.0.1:38751/wheelhouse/ \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "torch==2.13.0+cpu" \
  && rm -f /tmp/stackforge-ca.pem \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
@@ -39,8 +41,8 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
  && rm -rf /var/lib/apt/lists/*
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && PIP_CERT=/tmp/stackforge-ca.pem PIP_CONSTRAINT=/dev/null pip install --no-cache-dir --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:38751/wheelhouse/ \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && PIP_CERT=/tmp/stackforge-ca.pem PIP_CONSTRAINT=/dev/null pip install --no-cache-dir --prefer-binary --no-deps --target /opt/cuda-wheels --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "nvidia-cuda-cccl==13.0.85" \
         "nvidia-cuda-crt==13.0.88" \
         "nvidia-cuda-nvcc==13.0.88" \
@@ -67,8 +69,8 @@ ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
 
 # ---- FlashInfer 0.6.6
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --find-links http://127.0.0.1:38751/wheelhouse/ \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "flashinfer-python==0.6.6" \
  && rm -f /tmp/stackforge-ca.pem \
  && printf '%s\n' "flashinfer-python==0.6.6" >> /opt/stackforge/constraints.txt
@@ -77,8 +79,8 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 
 # ---- SGLang 0.5.9
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-        http://127.0.0.1:38751/ca.pem /tmp/stackforge-ca.pem \
- && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --no-deps --find-links http://127.0.0.1:38751/wheelhouse/ \
+        http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
+ && PIP_CERT=/tmp/stackforge-ca.pem pip install --no-cache-dir --prefer-binary --no-deps --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ \
         "sglang==0.5.9" \
  && rm -f /tmp/stackforge-ca.pem
 
