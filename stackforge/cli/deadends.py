@@ -38,6 +38,6 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     """
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad, read_wheels=read_wheels)
-    report = build_matrix(loaded.records, loaded.plan, loaded.target, runs=loaded.runs)
+    report = build_matrix(loaded.records, loaded.plan, loaded.target, runs=loaded.runs, hosts=loaded.hosts)
     write_output(write_deadends(find_dead_ends(report), fmt, evidence=evidence), out)
     say_currency(loaded, results)

@@ -40,7 +40,8 @@ def command(ctx: click.Context, results: Path, runs: tuple[str, ...], plan_path:
         return
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad)
-    report = build_matrix(loaded.records, loaded.plan, loaded.target, features=features, runs=loaded.runs)
+    report = build_matrix(loaded.records, loaded.plan, loaded.target, features=features, runs=loaded.runs,
+                          hosts=loaded.hosts)
     write_output(write_matrix(report, fmt, evidence=evidence), out)
     say_currency(loaded, results)
 

@@ -13,10 +13,10 @@ interrupted)" in its cell, unless another run recorded that key since (:func:`wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stackforge.core.errors import SpecError, StackforgeError
 from stackforge.core.records import Outcome, PlannedJob, Provenance, ResultRecord, Status
@@ -72,6 +72,8 @@ class Evidence:
     #: with ``read_wheels``: the ABI reading's warning lines (an extension of a kept stack needing torch
     #: symbols its torch does not export, a reading skipped); () when every extension matches
     abi_warnings: tuple[str, ...] = ()
+    #: run id -> that run's ``host.json``: a GPU record of a run whose host check failed is the host's
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lambda message: None,
@@ -105,7 +107,8 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     current = currency(loaded.records, (cell.stack.to_json() for cell in plan.cells), _watch_state(results, warn))
     abi = _read_abi(plan, tell) if request.read_wheels else ()
     return Evidence(records=records, plan=plan, target=chosen, runs=runs,
-                    predictions_only=predictions_only, currency=current, abi_warnings=abi)
+                    predictions_only=predictions_only, currency=current, abi_warnings=abi,
+                    hosts=loaded.hosts)
 
 
 def with_not_run(loaded: LoadedResults, warn: Callable[[str], None]) -> tuple[ResultRecord, ...]:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
@@ -190,6 +190,8 @@ class LoadedResults:
         shadowed: newer records that measured nothing (skip, error, undecided) and lost the merge to an
             older measurement of the same key: what the last run said, for a note.
         partial: the loaded runs that did not finish (interrupted, ended early, killed or still running).
+        hosts: run id -> that run's ``host.json`` (host facts and the host check written at its start), for the
+            runs that have one; reports judge a GPU record of a run whose host check failed as the host's.
     """
 
     records: tuple[ResultRecord, ...]
@@ -198,6 +200,7 @@ class LoadedResults:
     source: str = ""
     shadowed: tuple[ResultRecord, ...] = ()
     partial: tuple[PartialRun, ...] = ()
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def shadowed_note(self, examples: int = 3) -> str:
         """One line on the measurements kept over newer runs that measured nothing ("" when there are none)."""
@@ -364,9 +367,15 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
     groups: list[list[ResultRecord]] = []
     problems: list[RecordError] = []
     partial: list[PartialRun] = []
+    hosts: dict[str, Mapping[str, Any]] = {}
     for run_dir in run_dirs:
         info, records, run_problems = _load_run(run_dir)
         infos.extend([info] if info else [])
+        if info is not None and (run_dir / HOST_FILE).is_file():
+            try:
+                hosts[info.run_id] = _host_facts(run_dir / HOST_FILE)
+            except RecordError as exc:
+                problems.append(exc)
         groups.append(records)
         problems.extend(run_problems)
         if info is not None and info.finished_at is None:
@@ -377,7 +386,15 @@ def load_results(path: Path, *, runs: Sequence[str] = ()) -> LoadedResults:
     winners, shadowed = merge_with_shadowed(*groups)
     return LoadedResults(records=winners, runs=tuple(sorted(infos, key=lambda i: i.run_id)),
                          problems=tuple(problems), source=str(path), shadowed=shadowed,
-                         partial=tuple(sorted(partial, key=lambda p: p.run_id)))
+                         partial=tuple(sorted(partial, key=lambda p: p.run_id)), hosts=hosts)
+
+
+def _host_facts(path: Path) -> Mapping[str, Any]:
+    """A run's ``host.json``: a JSON object, or a RecordError naming the file."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise RecordError("host facts are not a JSON object", path=str(path))
+    return data
 
 
 def holds_results(path: Path) -> bool:
