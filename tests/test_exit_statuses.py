@@ -170,7 +170,7 @@ def test_a_recursion_error_anywhere_is_one_line_exit_2(monkeypatch, tmp_path):
     assert "nested too deeply" in _one_error_line(result, 2)
 
 
-@pytest.mark.parametrize("command", ["probe", "build"])
+@pytest.mark.parametrize("command", ["probe", "build", "bench"])
 @pytest.mark.parametrize("value", ["-5", "0", "nan", "inf"])
 def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_exit_2(monkeypatch, tmp_path, command, value):
     monkeypatch.chdir(tmp_path)      # a timeout let through would start a run here, not in the checkout

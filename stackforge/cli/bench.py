@@ -10,7 +10,14 @@ import click
 
 from stackforge.bench.catalog import suite_names, suite_variants
 from stackforge.cli._runs import connect_engine, status_counts_line
-from stackforge.cli.options import refuse_together, refuse_unused, selection, shard_option, stack_selection
+from stackforge.cli.options import (
+    positive_seconds,
+    refuse_together,
+    refuse_unused,
+    selection,
+    shard_option,
+    stack_selection,
+)
 from stackforge.core.records import ResultRecord
 
 if TYPE_CHECKING:
@@ -34,7 +41,8 @@ if TYPE_CHECKING:
               help="Largest all-reduce message in bytes (default 1 GiB).")
 @click.option("--serve-arg", "serve_args", multiple=True, metavar="ARG",
               help="Extra serve.py argument, e.g. --serve-arg=--cuda-graph-max-bs=256 (repeatable).")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Hard timeout per bench (seconds).")
+@click.option("--timeout", "timeout_s", type=float, default=None, callback=positive_seconds,
+              help="Hard timeout per bench (seconds).")
 @click.option("--local", "local", is_flag=True,
               help="Run in a Python environment of this machine (one stack: select it with --only).")
 @click.option("--python", "python", default=None, metavar="PATH",
