@@ -183,7 +183,8 @@ def test_a_rule_with_an_open_upper_bound_gets_a_diff_that_moves_it():
                                 inside=(ReadingStatus.UNAVAILABLE,)))
 
     def evaluate(fact: str, dist: str, version: str, ctx: ReadContext) -> Reading:
-        status = ReadingStatus.AVAILABLE if version == "0.6.9" else ReadingStatus.UNAVAILABLE
+        # Outside the rule's range on both sides (0.6.6 below, 0.6.9 above), inside it between.
+        status = ReadingStatus.AVAILABLE if version in ("0.6.6", "0.6.9") else ReadingStatus.UNAVAILABLE
         return Reading(fact, status, f"gate in {version}", (CodeSite("flashinfer/jit/comm.py", 190, "gate"),))
     knowledge = load_knowledge()
     (rule_check,) = verify_rules([rule], knowledge.targets, evaluate=evaluate,

@@ -36,11 +36,13 @@ from stackforge.plan.matrix_file import selectors_of
 from stackforge.plan.planner import Knowledge, load_knowledge, plan_file
 from stackforge.plan.user_compat import UserCompat
 from stackforge.wheels.cache import WheelCache
+from stackforge.wheels.pin_effects import PinEffects, with_pin_effects
 from stackforge.wheels.readings import WheelReadings
 from stackforge.wheels.tier import Measurement, context_for, load_readers, measure, target_context, target_named
 from stackforge.wheels.verify import RuleCheck, touched_by_release, verify_rules
 from stackforge.watch.patches import ProposedPatch, propose_patch
-from stackforge.watch.state import SeenRelease, WatchState, read_state, state_lock, state_path, write_state
+from stackforge.watch.state import (SeenRelease, WatchState, read_state, state_lock, state_path, upload_instant,
+                                    write_state)
 
 #: The distributions watched by default: what a serving stack is built from.
 WATCHED = ("sglang", "sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin", "torch")
@@ -124,6 +126,10 @@ class RuleRecheck:
     patch: ProposedPatch | None = None
 
 
+#: Why a release of a watched package was not read when no wheel reader reads that package.
+NO_READER = "listed, not read (no reader)"
+
+
 @dataclass(frozen=True, slots=True)
 class NewRelease:
     """A release the index uploaded since the last watch, and what reading it showed."""
@@ -137,6 +143,7 @@ class NewRelease:
     comparisons: tuple[ReadingComparison, ...] = ()
     rules: tuple[RuleRecheck, ...] = ()
     pins: dict[str, str] | None = None   # an SGLang release compat/sglang_pins.yaml lacks: its pins, read now
+    pin_effects: PinEffects | None = None  # an SGLang release: what its own pins change (wheels/pin_effects.py)
 
     @property
     def changed(self) -> tuple[ReadingComparison, ...]:
@@ -165,7 +172,9 @@ class WatchReport:
 
     @property
     def anything_new(self) -> bool:
-        return bool(self.releases)
+        # A release of a listed package no reader reads is shown, but is no news by itself: nothing was
+        # read that could have changed.
+        return any(r.unread != NO_READER for r in self.releases)
 
 
 def run_watch(request: WatchRequest, *, user: UserCompat | None = None, now: datetime | None = None,
@@ -198,12 +207,18 @@ def run_watch(request: WatchRequest, *, user: UserCompat | None = None, now: dat
         state = read_state(path)
         listings = {dist: _listing(dist, indexes, cache, on_progress) for dist in packages}
         baseline, notes = _baselines(request, state, listings)
+        since, warnings = _upload_marks(request, state, listings, now or datetime.now(timezone.utc))
+        notes += warnings
+        for warning in warnings:   # on the terminal as well: the report may go only to a file
+            on_progress(warning)
         releases = []
         for dist, (found, skipped) in listings.items():
             notes += [f"{dist}: {name} skipped: its version is not PEP 440" for name in skipped]
-            for release in _new_releases(found, baseline.get(dist, ""), request.until):
+            for release in _new_releases(found, baseline.get(dist, ""), request.until, since.get(dist)):
                 on_progress(f"reading {dist} {release.version}")
                 releases.append(_read_new_release(dist, release, found, contexts, knowledge, indexes, cache))
+        releases = with_pin_effects(releases, plan=plan, knowledge=knowledge, indexes=indexes, cache=cache,
+                                    listing=listings.get("sglang", ((), ()))[0])
         lock = _lock_diff(request, indexes, on_progress)
         checked_at = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
         newest = {dist: _newest(found, request.until) for dist, (found, _) in listings.items()}
@@ -274,7 +289,9 @@ def _listing(dist: str, indexes: IndexConfig, cache: WheelCache,
              on_progress: Callable[[str], None]) -> tuple[tuple[Release, ...], tuple[str, ...]]:
     """A distribution's final releases (yanked ones included, marked), asked afresh."""
     on_progress(f"listing {dist}")
-    listing = release_listing(dist, indexes=indexes, include_yanked=True, session=cache.session, ttl_s=0)
+    # ttl 0 asks every time; the cached page's validators make an unchanged page a 304 (headers only).
+    listing = release_listing(dist, indexes=indexes, include_yanked=True, session=cache.session,
+                              cache_dir=cache.index_dir, ttl_s=0)
     return listing.releases, listing.skipped
 
 
@@ -299,16 +316,62 @@ def _baselines(request: WatchRequest, state: WatchState | None,
     return baseline, notes
 
 
-def _new_releases(found: Sequence[Release], after: str, until: str | None) -> list[Release]:
+def _upload_marks(request: WatchRequest, state: WatchState | None,
+                  listings: dict[str, tuple[tuple[Release, ...], tuple[str, ...]]],
+                  now: datetime) -> tuple[dict[str, datetime], list[str]]:
+    """Per distribution the upload time after which a release is new (from the state), and warnings.
+
+    A state whose last upload is later than now, or later than every upload on the index, comes from
+    another index or clock: it is warned about and versions decide for that watch (an upload mark from
+    the future would hide every new release)."""
+    marks: dict[str, datetime] = {}
+    warnings: list[str] = []
+    if request.replay or state is None:
+        return marks, warnings
+    for dist, (found, _) in listings.items():
+        seen = state.seen.get(dist)
+        mark = upload_instant(seen.last_upload) if seen is not None and seen.last_upload else None
+        if mark is None:
+            continue
+        on_index = [instant for r in found if (instant := upload_instant(r.uploaded)) is not None]
+        if mark > now:
+            warnings.append(f"warning: {dist}: the watch state's last upload {seen.last_upload} is later than now "
+                            f"({now:%Y-%m-%dT%H:%M:%SZ}): a state from another clock or index; new releases are "
+                            "counted by version this time")
+        elif on_index and mark > max(on_index):
+            warnings.append(f"warning: {dist}: the watch state's last upload {seen.last_upload} is later than any "
+                            f"upload on the index ({max(on_index):%Y-%m-%dT%H:%M:%SZ}): a state from another index, "
+                            "or releases removed; new releases are counted by version this time")
+        else:
+            marks[dist] = mark
+    return marks, warnings
+
+
+def _new_releases(found: Sequence[Release], after: str, until: str | None,
+                  since: datetime | None = None) -> list[Release]:
+    """The releases to read: uploaded after ``since`` when the state has an upload mark (a backport with a
+    lower version is new; a release already seen, yanked or not, is not), else those after ``after`` in
+    version order (a replay, a state without upload times, a release the index gives no upload time)."""
     if not after:
         return []
     low, high = Version(after), Version(until) if until else None
-    return [r for r in found if r.parsed > low and (high is None or r.parsed <= high)]
+    if since is None:
+        return [r for r in found if r.parsed > low and (high is None or r.parsed <= high)]
+    new = []
+    for release in found:
+        uploaded = upload_instant(release.uploaded) if release.uploaded else None
+        if (uploaded > since) if uploaded is not None else release.parsed > low:
+            new.append(release)
+    return new
 
 
 def _newest(found: Sequence[Release], until: str | None) -> SeenRelease | None:
-    usable = [r for r in found if not r.yanked and (until is None or r.parsed <= Version(until))]
-    return SeenRelease(usable[-1].version, usable[-1].uploaded) if usable else None
+    """The newest usable release and the latest upload of any listed release (a yanked one included)."""
+    listed = [r for r in found if until is None or r.parsed <= Version(until)]
+    usable = [r for r in listed if not r.yanked]
+    uploads = [r.uploaded for r in listed if r.uploaded and upload_instant(r.uploaded) is not None]
+    last_upload = max(uploads, key=lambda text: upload_instant(text), default="")
+    return SeenRelease(usable[-1].version, usable[-1].uploaded, last_upload) if usable else None
 
 
 # --------------------------------------------------------------------------- reading one release
@@ -323,7 +386,7 @@ def _read_new_release(dist: str, release: Release, found: Sequence[Release],
         return replace(base, yanked=True, unread="yanked: not read, and never chosen by a selector")
     specs = [spec for spec in load_readers() if spec.dist == dist]
     if not specs:
-        return replace(base, unread=f"no wheel reader reads {dist}: listed only")
+        return replace(base, unread=NO_READER)
     memo: dict[tuple[str, str, ReadContext], Measurement] = {}
 
     def read(spec: Any, which: Release, ctx: ReadContext) -> Measurement:
@@ -371,8 +434,7 @@ def _recheck_rules(dist: str, version: str, usable: Sequence[Release], knowledge
                    indexes: IndexConfig, cache: WheelCache) -> tuple[RuleRecheck, ...]:
     """Verify every rule whose bound ``version`` sits at, with the releases up to it; patch the wrong ones."""
     versions = [r.version for r in usable]
-    rules = [r for r in knowledge.rules if r.origin not in _PIN_ORIGINS
-             and touched_by_release(r, dist, version, versions)]
+    rules = rules_to_recheck(knowledge.rules, dist, version, versions)
     if not rules:
         return ()
     readings = WheelReadings(indexes=indexes, cache=cache, found={dist: list(usable)})
@@ -380,6 +442,17 @@ def _recheck_rules(dist: str, version: str, usable: Sequence[Release], knowledge
     by_id = {rule.id: rule for rule in rules}
     return tuple(RuleRecheck(v, propose_patch(by_id[v.rule_id], v, version, _rule_file_text(by_id[v.rule_id])))
                  for v in report.rules)
+
+
+def rules_to_recheck(rules: Sequence[Any], dist: str, version: str, versions: Sequence[str]) -> list[Any]:
+    """The rules ``dist`` ``version`` can prove wrong: those whose bound it sits at, and those whose bound
+    the release before it sits at (a bound written one release too early shows only when the release
+    after it reads like the one before)."""
+    position = versions.index(version) if version in versions else -1
+    previous = versions[position - 1] if position > 0 else None
+    return [r for r in rules if r.origin not in _PIN_ORIGINS
+            and (touched_by_release(r, dist, version, versions)
+                 or (previous is not None and touched_by_release(r, dist, previous, versions)))]
 
 
 def _rule_file_text(rule: Any) -> str:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,19 @@ class WatchBusyError(StackforgeError):
 
 @dataclass(frozen=True, slots=True)
 class SeenRelease:
-    """The newest final release of a distribution at the last watch."""
+    """The newest final release of a distribution at the last watch, and the latest upload seen then.
+
+    ``last_upload`` is the latest upload time of any release the index listed (a yanked one included):
+    a release is new when it was uploaded after it, whatever its version (a backport is new; a yanked
+    release already reported is not). ``""`` in a state written before it was kept: versions decide.
+    """
 
     version: str
     uploaded: str = ""
+    last_upload: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {"version": self.version, "uploaded": self.uploaded}
+        return {"version": self.version, "uploaded": self.uploaded, "last_upload": self.last_upload}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,21 @@ def _seen_release(dist: object, item: Any) -> SeenRelease:
         validate_version(version, what=f"seen[{dist!r}].version")
     except SpecError as exc:
         raise ValueError(exc.message) from None
-    return SeenRelease(str(version), str(item.get("uploaded", "")))
+    last_upload = str(item.get("last_upload", ""))
+    if last_upload and upload_instant(last_upload) is None:
+        raise ValueError(f"seen[{dist!r}].last_upload {_short(ValueError(last_upload))!r} is not an ISO 8601 time")
+    return SeenRelease(str(version), str(item.get("uploaded", "")), last_upload)
+
+
+def upload_instant(text: str) -> datetime | None:
+    """An index's upload time (``2026-08-11T05:18:50.216537Z``) as an aware datetime; None when it is not one.
+
+    Compared as instants, never as strings: indexes differ in fractional seconds and zone spelling."""
+    try:
+        instant = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=timezone.utc)
 
 
 def _short(exc: BaseException) -> str:

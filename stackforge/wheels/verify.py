@@ -82,6 +82,9 @@ class MeasuredBound:
     before_status: str
     after_status: str
     text: str
+    # The reading turns to what the rule expects inside at ``after`` (a lower bound, ``>=after``), or
+    # away from it (an upper bound, ``<after``); None when no change was found.
+    enters: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"targets": list(self.targets), "before": self.before, "after": self.after,
@@ -383,7 +386,7 @@ def _measure(reader: _Reader, witness: Witness, window: Sequence[str], inside: S
         text = (f"reading turns {after.status.value} at {change.after.version} (from {before.status.value} at "
                 f"{change.before.version}){skipped}: measured bound {claim}")
         bounds.append(MeasuredBound(context.targets, change.before.version, change.after.version,
-                                    before.status.value, after.status.value, text))
+                                    before.status.value, after.status.value, text, change.after.result.matches))
     if not bounds:
         decided = [p for p in search.points if p.decided]
         first, last = (decided[0], decided[-1]) if decided else (search.points[0], search.points[-1])
