@@ -3,8 +3,16 @@
 The Dockerfile's own LABEL block carries every pin and choice (and feeds the content hash). Added here,
 FROM the built image, without running anything: the content hash itself, the resolved package set
 (``pip freeze --all`` as a JSON list, read from ``/opt/stackforge/freeze.txt`` in the image), the base
-image's id and digest, the stackforge version, and the image's creation time. A LABEL-only step adds
-no layer, and with unchanged inputs it is a cache hit, so a no-op rebuild keeps the same image id.
+image's id and digest, the stackforge version, and the ``org.opencontainers.image.*`` labels that name
+this build (created, revision, source, description; title and version are static, in the Dockerfile).
+A LABEL-only step adds no layer, and with unchanged inputs it is a cache hit, so a no-op rebuild keeps
+the same image id. ``created`` lives here, never in the Dockerfile text, so it cannot enter the content
+hash or the tag.
+
+Build provenance (an in-toto SLSA attestation) needs a builder that can keep one beside the image: BuildKit
+with an ``oci`` or ``registry`` output. stackforge loads every image into the engine's image store
+(``buildx --load``, or the classic builder), which keeps no attestation, so the build record says so in
+its ``provenance`` field (:func:`provenance_note`) instead of claiming one.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ FREEZE_PATH = "/opt/stackforge/freeze.txt"
 CONTENT_HASH_LABEL = f"{LABEL_PREFIX}.content-hash"
 FREEZE_LABEL = f"{LABEL_PREFIX}.freeze"
 _FREEZE_LIMIT = 4_000_000
+OCI = "org.opencontainers.image"
+#: Where the source that builds these images lives: the project's own namespace (its schemas' ids use it).
+SOURCE_URL = "https://stackforge.dev"
 
 
 def read_freeze(client: docker.DockerClient, image_id: str, *, labels: Sequence[tuple[str, str]],
@@ -53,12 +64,34 @@ def dynamic_labels(composed: Composed, base: BaseImage, freeze: Sequence[str], b
         f"{LABEL_PREFIX}.base.id": base.image_id or "unknown",
         f"{LABEL_PREFIX}.base.digest": base.digest or "none",
         f"{LABEL_PREFIX}.base.how": base.how,
-        "org.opencontainers.image.created": body_created,
+        f"{OCI}.created": body_created,
+        # The exact inputs the image was built from (Dockerfile and context): stackforge's revision of it.
+        f"{OCI}.revision": composed.content_hash,
+        f"{OCI}.source": SOURCE_URL,
+        f"{OCI}.description": _description(composed),
     }
     if base.digest:
         labels["org.opencontainers.image.base.digest"] = base.digest.rsplit("@", 1)[-1]
     labels.update(dict(extra))
     return labels
+
+
+def provenance_note(builder: str) -> str:
+    """What the build record says about a build provenance attestation for ``builder`` (buildkit | classic)."""
+    if builder == "buildkit":
+        return ("not kept: the image is loaded into the engine's image store (buildx --load), which keeps no "
+                "attestation; BuildKit keeps one (--provenance) only with an oci or registry output")
+    return "not kept: the classic builder makes no provenance attestation (BuildKit with an oci or registry output does)"
+
+
+def _description(composed: Composed) -> str:
+    labels = dict(composed.labels)
+    parts = [(name, labels.get(f"{LABEL_PREFIX}.{key}")) for name, key in
+             (("CUDA", "cuda"), ("torch", "torch"), ("FlashInfer", "flashinfer"), ("SGLang", "sglang"),
+              ("Python", "python"))]
+    versions = ", ".join(f"{name} {value}" for name, value in parts if value)
+    flavour = labels.get(f"{LABEL_PREFIX}.flavour")
+    return f"stackforge stack {composed.stack_id}: {versions}" + (f" ({flavour})" if flavour else "")
 
 
 def add_labels(client: docker.DockerClient, body_id: str, tag: str, labels: dict[str, str], *,

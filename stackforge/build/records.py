@@ -92,6 +92,7 @@ class BuildRecord:
     verify: dict[str, Any] = field(default_factory=dict)      # VerifyReport.to_json()
     created_at: str = ""
     stackforge_version: str = ""
+    provenance: str = ""             # a build provenance attestation kept, or why none was (metadata.provenance_note)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

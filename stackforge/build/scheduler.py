@@ -42,7 +42,7 @@ from stackforge.build.cancel import Cancel
 from stackforge.build.claim import stack_claim
 from stackforge.build.classify import backtracking_note, diagnose
 from stackforge.build.locking import LockOutcome, lock_stacks
-from stackforge.build.metadata import add_labels, dynamic_labels, read_freeze
+from stackforge.build.metadata import add_labels, dynamic_labels, provenance_note, read_freeze
 from stackforge.build.options import Builder, BuildOptions
 from stackforge.build.progress import Board, ProgressView, summary_table
 from stackforge.build.records import (
@@ -464,7 +464,7 @@ class _StackBuild:
         created = str(client.images.get(body_id).attrs.get("Created", ""))
         labels = dynamic_labels(composed, base, freeze, created, self.options.labels)
         final_id = add_labels(client, body_id, composed.tag, labels, log_path=self.log_path)
-        self.fields.update(freeze=list(freeze))
+        self.fields.update(freeze=list(freeze), provenance=provenance_note(self.run.builder))
         self.took("metadata", started)
         return final_id
 

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("matrix", "Render the compatibility matrix (md, html, json, csv) or diff two runs."),
     "deadends": ("deadends", "List every feature that fails on a target, with evidence."),
     "pick": ("pick", "Pick the best known-good image for a target by evidence."),
+    "qualify": ("qualify", "Write an image digest's qualification record (in-toto); --push attaches it to the image."),
     "upgrade": ("upgrade", "Two stacks side by side: features gained and lost, driver floor, image size, benchmarks."),
     "ci": ("ci", "Generate CI workflows for the nightly matrix."),
     "doctor": ("doctor", "Check this host: engine, buildx, disk, GPUs, runnable targets, index, registry, CA bundle."),

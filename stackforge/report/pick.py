@@ -36,8 +36,8 @@ Exit codes the CLI uses (documented here, mapped only in :mod:`stackforge.cli.pi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -66,7 +66,7 @@ from stackforge.report.compat_matrix import (
 __all__ = ["EXIT_GATE_ONLY", "EXIT_PICKED", "OPTIMIZE", "Candidate", "Pick", "PickAnswer",
            "RequirementCheck", "Scope",
            "candidates_in", "choose", "closest_first", "evaluate_candidates", "explain_shortfall", "pick", "pick_to_json",
-           "predicted_to_qualify", "predictions_only_shortfall", "shortfall_remedy"]
+           "predicted_to_qualify", "predictions_only_shortfall", "shortfall_remedy", "with_verification"]
 
 EXIT_PICKED = 0
 EXIT_GATE_ONLY = 5
@@ -273,6 +273,20 @@ def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
     candidates = evaluate_candidates(records, plan, target, require, driver, optimize, scope=scope)
     chosen = choose(candidates, target, optimize)
     return PickAnswer(target, tuple(require), driver, candidates, chosen, predictions_only)
+
+
+def with_verification(answer: PickAnswer, verified: Mapping[str, tuple[bool, str]],
+                      optimize: str = "throughput") -> PickAnswer:
+    """``pick --verify``: each candidate named in ``verified`` (stack id -> (ok, the one line that says so))
+    gains a ``qualification`` requirement, met only when its image's attached record was verified; the
+    choice is made again among those that still qualify."""
+    candidates = tuple(
+        replace(c, checks=(*c.checks, RequirementCheck("qualification", verified[c.stack_id][0],
+                                                       verified[c.stack_id][1])))
+        if c.stack_id in verified else c
+        for c in answer.candidates)
+    chosen = choose(candidates, answer.target, optimize)
+    return replace(answer, candidates=candidates, chosen=chosen)
 
 
 def _brief_shortfall(candidates: Sequence[Candidate], target: str, where: str) -> str:
