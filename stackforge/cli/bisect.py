@@ -13,7 +13,9 @@ from stackforge.core.envelope import report_json_text
 
 @click.command(name="bisect")
 @click.argument("feature", metavar="FEATURE")
-@click.option("--target", "target_name", required=True, metavar="NAME", help="Target profile (see `stackforge list targets`).")
+@click.option("--target", "target_name", default=None, metavar="NAME",
+              help="Target profile (see `stackforge list targets`); required but with --through-pins (default: every "
+                   "target).")
 @click.option("--package", metavar="DIST", default=None,
               help="Only this distribution, when the feature is read from several (default: each of them).")
 @click.option("--from", "first", metavar="V", default=None, help="First release to consider (included).")
@@ -30,14 +32,21 @@ from stackforge.core.envelope import report_json_text
               help="CUDA of the stack's torch wheel (13.0), for metadata:torch-pin.")
 @click.option("--kernel-package", "kernel_package", type=click.Choice(["sgl-kernel", "sglang-kernel"]),
               default=None, help="The stack's SGLang kernel package, for metadata:kernel-package.")
+@click.option("--through-pins", "through_pins", is_flag=True,
+              help="With --package sglang and --cuda: judge each SGLang release with its own pins of torch, FlashInfer "
+                   "and the kernel (rules and the pinned releases' readers), per flavour; the release where FEATURE "
+                   "changes, and the newest whose pins keep it admitted.")
+@click.option("--flavour", "flavours", type=click.Choice(["devel", "wheels", "runtime"]), multiple=True,
+              help="With --through-pins: only this flavour (repeatable; default devel and wheels).")
 @click.option("--json", "as_json", is_flag=True, help="Print the search as JSON.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also record every release read as a wheel-tier result in a new run under this folder "
                    "(the matrix, deadends and pick then use them).")
 @index_options
-def command(feature: str, target_name: str, package: str | None, first: str | None, last: str | None,
+def command(feature: str, target_name: str | None, package: str | None, first: str | None, last: str | None,
             exhaustive: bool, include_pre: bool, include_yanked: bool, cuda: str | None, python: str | None,
-            torch_cuda: str | None, kernel_package: str | None, as_json: bool, results_root: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
+            torch_cuda: str | None, kernel_package: str | None, through_pins: bool, flavours: tuple[str, ...],
+            as_json: bool, results_root: Path | None, index_url: str | None, extra_index_urls: tuple[str, ...],
             find_links: Path | None) -> None:
     """Find the release of a distribution where FEATURE's verdict on a target changes, reading each
     release's wheel (downloaded with no dependencies into the wheel cache, never installed).
@@ -53,6 +62,8 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
       stackforge bisect torch-symm-mem --target rtx-pro-6000-x8-pcie --package sglang --all
       stackforge bisect flashinfer-ar-fusion --target rtx-pro-6000-x8-pcie --results results
                                   # then `stackforge deadends` names the release that unblocks it
+      stackforge bisect flashinfer-jit --package sglang --through-pins --cuda 12.8 --target rtx-pro-6000-x8-pcie
+                                  # the newest SGLang whose own pins keep FlashInfer JIT admitted there
     """
     import sys
 
@@ -64,11 +75,15 @@ def command(feature: str, target_name: str, package: str | None, first: str | No
         run_bisect_campaign,
     )
 
-    request = BisectRequest(feature, target_name, package=package,
+    if through_pins and results_root is not None:
+        raise click.UsageError("--results records wheel readings of one distribution; --through-pins judges "
+                               "whole stacks (leave one of them out)")
+    request = BisectRequest(feature, target_name or "", package=package,
                             span=ReleaseRange(first, last, include_pre=include_pre, include_yanked=include_yanked),
                             exhaustive=exhaustive, cuda=cuda, python=python, torch_cuda=torch_cuda,
                             kernel_package=kernel_package,
-                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
+                            index=IndexRequest(index_url, tuple(extra_index_urls), find_links),
+                            through_pins=through_pins, flavours=tuple(flavours))
     store = ResultsFolder(results_root, command=tuple(sys.argv)) if results_root is not None else None
     outcome = run_bisect_campaign(request, user=user_compat(), store=store, on_read=_echo_read)
     if outcome.run_dir is not None:

@@ -2,7 +2,8 @@
 
 The answer first: which releases are new and whether any reading, rule or stack moved; then per
 release the readings that changed with the code on both sides, the rules read again (and the proposed
-patches), the dead ends it unblocks, and the lock diff. Evidence is complete in json and markdown
+patches), the dead ends it unblocks, what a new SGLang release's own pins change
+(:mod:`stackforge.wheels.pin_effects`), and the lock diff. Evidence is complete in json and markdown
 (markdown folds it under ``<details>``); the text shows one line per change and the patches.
 """
 
@@ -60,6 +61,7 @@ def _release_json(release: NewRelease) -> dict[str, Any]:
             "blocks": [f"{c.feature} on {c.target}" for c in release.changed if c.blocks],
             "rules": [{**r.check.to_json(), "patch": r.patch.to_json() if r.patch else None} for r in release.rules],
             "missing_pins": release.pins,
+            "pin_effects": release.pin_effects.to_json() if release.pin_effects is not None else None,
             "proposed_patches": [p.to_json() for p in release.patches]}
 
 
@@ -121,6 +123,8 @@ def _consequences(release: NewRelease) -> list[str]:
     lines += [f"now refuses {c.feature} on {c.target}" for c in release.changed if c.blocks]
     if release.pins is not None:
         lines.append(_pins_words(release))
+    if release.pin_effects is not None:   # the release judged by its own pins, per target, CUDA and flavour
+        lines += release.pin_effects.lines()
     return lines
 
 
@@ -184,7 +188,8 @@ def report_markdown(report: WatchReport) -> str:
                 lines += ["```", "</details>", ""]
         else:
             lines += [f"No verdict changed ({len(release.comparisons)} reading(s) compared).", ""]
-        lines += [f"- {line}" for line in _consequences(release)]
+        # A consequence's own sub-list ("  - ", the pin effects) stays nested under its item.
+        lines += [line if line.startswith("  - ") else f"- {line}" for line in _consequences(release)]
         for recheck in release.rules:
             v = recheck.check
             lines.append(f"- rule `{v.rule_id}` ({v.bound}): **{v.result.value}**: {v.why}")

@@ -3,7 +3,8 @@
 :func:`run_bisect_campaign` takes one :class:`BisectRequest` (what the command was asked) and returns a
 :class:`BisectOutcome`: one search per distribution (:func:`stackforge.wheels.tier.run_bisect`), the
 distributions that could not be searched, and, when a store is given, the run every release read was
-recorded in as a wheel-tier result.
+recorded in as a wheel-tier result. With ``through_pins`` (:func:`run_pin_bisect`) it searches SGLang's releases
+instead, each judged with its own pins (:mod:`stackforge.wheels.pin_effects`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from stackforge.core.errors import SpecError
 from stackforge.core.records import RunStore
@@ -33,7 +37,7 @@ from stackforge.wheels.tier import (
     wheel_record,
 )
 
-__all__ = ["BisectOutcome", "BisectRequest", "IndexRequest", "ReleaseRange", "run_bisect_campaign"]
+__all__ = ["BisectOutcome", "BisectRequest", "IndexRequest", "ReleaseRange", "run_bisect_campaign", "run_pin_bisect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,9 @@ class BisectRequest:
         span: the releases read; a ``first``/``last`` bound only with one distribution.
         exhaustive: read every release (a history that is not monotone) instead of bisecting.
         cuda, python, torch_cuda, kernel_package: the stack's values, for facts that depend on them.
+        through_pins: search SGLang's releases, each judged with its own pins of torch, FlashInfer and the kernel
+            (rules and readers, :mod:`stackforge.wheels.pin_effects`); ``target`` may then be empty (every
+            known target), ``cuda`` is required, ``flavours`` narrows devel / wheels (default both).
     """
 
     feature: str
@@ -59,6 +66,8 @@ class BisectRequest:
     torch_cuda: str | None = None
     kernel_package: str | None = None
     index: IndexRequest = IndexRequest()
+    through_pins: bool = False
+    flavours: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,11 @@ def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = Non
             no distribution could be searched (exit 2).
         IndexUnreachableError: an index or a file host did not answer (exit 3).
     """
+    if request.through_pins:
+        return run_pin_bisect(request, user=user, on_read=on_read)
+    if not request.target:
+        raise SpecError("bisect needs --target NAME", remedy="name a target (`stackforge list targets`); only "
+                                                              "--through-pins defaults to every target")
     specs = resolve_specs(load_readers(), request.feature, request.package)
     if len(specs) > 1 and (request.span.first or request.span.last):
         raise SpecError(f"--from/--to take versions of one distribution, and {request.feature} is read from "
@@ -121,6 +135,75 @@ def run_bisect_campaign(request: BisectRequest, *, user: UserCompat | None = Non
     return BisectOutcome(request.feature, target.name, {k: v for k, v in asdict(ctx).items() if v is not None},
                          tuple(texts), tuple(searches), tuple(missing),
                          recorded=len(measured) if store is not None else 0, run_dir=run_dir)
+
+
+def run_pin_bisect(request: BisectRequest, *, user: UserCompat | None = None,
+                   on_read: Callable[[str, Point[Any]], None] = lambda dist, point: None) -> BisectOutcome:
+    """``bisect FEATURE --package sglang --through-pins --cuda V``: per target and flavour, the SGLang release
+    where FEATURE's judgement changes through the release's own pins (compat/sglang_pins.yaml's row, else its
+    METADATA from the index), read from metadata and the pinned releases' wheels; no image.
+
+    Raises:
+        SpecError: a package other than sglang, no --cuda, an unknown feature, target or flavour, no release in
+            the range (exit 2).
+        IndexUnreachableError: an index or a file host did not answer (exit 3).
+    """
+    from stackforge.core.model import Flavour
+    from stackforge.edges.index import releases
+    from stackforge.plan.rules import FEATURES
+    from stackforge.wheels.pin_effects import (
+        Judge,
+        judge_through_pins,
+        pin_search_json,
+        pinned_reader,
+        release_pins_reader,
+        slots_for,
+        write_pin_search,
+    )
+    from stackforge.wheels.bisect import binary_search, full_scan
+    from stackforge.wheels.tier import LISTING_TTL_S, wheel_names
+
+    if request.package is None or str(canonicalize_name(request.package)) != "sglang":
+        raise SpecError("--through-pins follows SGLang's own pins", remedy="add --package sglang")
+    if not request.cuda:
+        raise SpecError("--through-pins judges each release's stack for one CUDA toolkit", remedy="add --cuda 12.8")
+    readers = load_readers()
+    if request.feature not in FEATURES and request.feature not in wheel_names(readers):
+        raise SpecError(f"unknown feature {request.feature!r}; known features: {', '.join(FEATURES)}")
+    try:
+        flavours = tuple(Flavour(f) for f in request.flavours) or (Flavour.DEVEL, Flavour.WHEELS)
+    except ValueError:
+        raise SpecError(f"unknown flavour in {', '.join(request.flavours)}",
+                        remedy=f"flavours: {', '.join(f.value for f in Flavour)}") from None
+    knowledge = load_knowledge(user=user)
+    targets = ((target_named(knowledge.targets, request.target),) if request.target
+               else tuple(knowledge.targets[name] for name in sorted(knowledge.targets)))
+    indexes = configured_indexes(request.index)
+    cache = WheelCache.open(indexes)
+
+    def listing(dist: str, *, pre: bool = True, yanked: bool = True) -> list[Any]:
+        return releases(dist, indexes=indexes, include_pre=pre, include_yanked=yanked, session=cache.session,
+                        cache_dir=cache.index_dir, ttl_s=LISTING_TTL_S)
+
+    # From the oldest release compat/sglang_pins.yaml holds unless --from says otherwise: older releases pin
+    # no exact torch or FlashInfer (nothing to judge), and reading each one's METADATA would be most of the time.
+    oldest = min(knowledge.tables.sglang_pins, key=Version, default=None)
+    span = replace(request.span, first=request.span.first or oldest)
+    chosen = {r.version: r for r in span.of(listing("sglang", pre=span.include_pre, yanked=span.include_yanked),
+                                            "sglang")}
+    pins_of = release_pins_reader(knowledge, list(chosen.values()), indexes=indexes, cache=cache)
+    judge = Judge(knowledge, pinned_reader(indexes=indexes, cache=cache), readers)
+    search_fn = full_scan if request.exhaustive else binary_search
+    texts, searches = [], []
+    for slot in slots_for(targets, (request.cuda,), flavours=flavours):
+        def read(version: str, slot: Any = slot) -> Any:
+            return judge_through_pins(version, pins_of(version), slot, judge, request.feature)
+        search = search_fn(list(chosen), read, on_read=lambda point: on_read("sglang", point))
+        texts.append(write_pin_search(search, feature=request.feature, slot=slot))
+        searches.append(pin_search_json(search, feature=request.feature, slot=slot))
+    context = {"cuda": request.cuda, "through_pins": True, "flavours": [f.value for f in flavours]}
+    return BisectOutcome(request.feature, ", ".join(t.name for t in targets), context, tuple(texts),
+                         tuple(searches), ())
 
 
 def _read_context(target: Any, request: BisectRequest) -> ReadContext:
