@@ -115,9 +115,9 @@ def test_rendering_is_deterministic_and_config_sensitive() -> None:
 # ------------------------------------------------------------------------------------------ structure
 
 
-def test_triggers_are_a_nightly_cron_an_hourly_watch_and_manual_dispatch() -> None:
+def test_triggers_are_a_nightly_cron_a_10_minute_watch_and_manual_dispatch() -> None:
     data = _loaded(CONFIGS["cpu-only"])
-    assert data["on"] == {"schedule": [{"cron": "0 2 * * 1-5"}, {"cron": "41 * * * *"}], "workflow_dispatch": {}}
+    assert data["on"] == {"schedule": [{"cron": "0 2 * * 1-5"}, {"cron": "*/10 * * * *"}], "workflow_dispatch": {}}
 
 
 def test_the_workflow_starts_with_watch_and_the_hourly_run_watches_only() -> None:
@@ -134,7 +134,7 @@ def test_the_workflow_starts_with_watch_and_the_hourly_run_watches_only() -> Non
 
 def test_the_watch_cron_must_differ_from_the_nightly_one() -> None:
     with pytest.raises(SpecError, match="--watch-cron must differ"):
-        WorkflowConfig(cron="41 * * * *")
+        WorkflowConfig(cron="*/10 * * * *")
 
 
 def test_every_action_is_pinned_to_at_least_a_major_version() -> None:
@@ -157,7 +157,7 @@ def test_gpu_jobs_run_on_self_hosted_runners_selected_by_arch_label() -> None:
 
 def test_cpu_only_workflow_has_no_gpu_jobs() -> None:
     data = _loaded(CONFIGS["cpu-only"])
-    assert list(data["jobs"]) == ["watch", "plan", "build", "gate", "report", "publish", "verdict"]
+    assert list(data["jobs"]) == ["watch", "propose", "plan", "build", "gate", "report", "publish", "verdict"]
     assert data["jobs"]["report"]["needs"] == ["plan", "gate"]
     assert all(job["runs-on"] == "ubuntu-24.04" for job in data["jobs"].values())
 
@@ -167,10 +167,10 @@ def test_build_and_gate_shard_on_cpu_runners_with_the_exact_cli() -> None:
     build, gate = data["jobs"]["build"], data["jobs"]["gate"]
     assert build["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.cpu) }}"}
     build_run = next(s["run"] for s in build["steps"] if s.get("name") == "Build and push")
-    assert build_run.startswith('stackforge build --matrix "$STACKFORGE_MATRIX" --shard "$SHARD" '
-                                '--push "$STACKFORGE_REGISTRY"')
+    assert ('stackforge build --matrix "$STACKFORGE_MATRIX" --shard "$SHARD" "${only[@]}" '
+            '--push "$STACKFORGE_REGISTRY"') in build_run
     gate_run = next(s["run"] for s in gate["steps"] if s.get("name") == "Gate-tier probes")
-    assert "--tier gate --shard \"$SHARD\" --builds build-out" in gate_run
+    assert "--tier gate --shard \"$SHARD\" \"${only[@]}\" --builds build-out" in gate_run
     # Matrix values reach scripts through env, never by ${{ }} interpolation into the script text.
     for _, step in _steps(data):
         assert "${{" not in step.get("run", ""), step
@@ -219,7 +219,7 @@ def test_report_merges_diffs_and_publishes_and_verdict_fails_on_regressions() ->
     assert publish["environment"]["name"] == "github-pages"
     assert publish["steps"][0]["uses"] == ACTIONS["deploy-pages"]
     verdict = data["jobs"]["verdict"]
-    assert verdict["needs"] == ["report", "publish"]
+    assert verdict["needs"] == ["plan", "report", "publish"]
     assert verdict["if"] == ("${{ !cancelled() && (github.event_name != 'schedule' || "
                              "github.event.schedule == '17 3 * * *') }}"), "the hourly watch run has no verdict"
     assert verdict["steps"][0]["env"]["DIFF"] == "${{ needs.report.outputs.diff-status }}"
@@ -256,8 +256,10 @@ def test_ci_matrix_gpu_entries_pair_labels_with_targets_of_that_arch() -> None:
     cells = [("a", "pro6000", "kept"), ("b", "pro6000", "pruned"), ("a", "h200", "kept"), ("b", "h200", "kept")]
     plan = _plan(cells, {"pro6000": "12.0", "h200": "9.0"})
     fan_out = ci_fan_out(plan, 1, ["sm_120", "sm_90", "sm_100"])
-    assert fan_out.gpu == ({"label": "sm_120", "target": "pro6000", "shard": "1/1", "slug": "sm_120-pro6000-1-of-1"},
-                           {"label": "sm_90", "target": "h200", "shard": "1/1", "slug": "sm_90-h200-1-of-1"})
+    assert fan_out.gpu == ({"label": "sm_120", "target": "pro6000", "shard": "1/1", "slug": "sm_120-pro6000-1-of-1",
+                            "only": ""},
+                           {"label": "sm_90", "target": "h200", "shard": "1/1", "slug": "sm_90-h200-1-of-1",
+                            "only": ""})
     assert fan_out.unmatched_labels == ("sm_100",)
 
 
@@ -289,7 +291,7 @@ def test_ci_shards_command_on_the_real_default_plan(tmp_path: Path) -> None:
                                  "--gpu-label", "sm_120", "--gpu-label", "sm_90"])
     assert result.exit_code == 0, result.output
     outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
-    assert set(outputs) == {"has-stacks", "cpu", "has-gpu", "gpu"}
+    assert set(outputs) == {"incremental", "has-stacks", "cpu", "has-gpu", "gpu"}
     kept = {c["stack_id"] for c in json.loads(planned.stdout)["cells"] if c["status"] == "kept"}
     shards = [Shard.parse(e["shard"]) for e in json.loads(outputs["cpu"])["include"]]
     assert {i for s in shards for i in select(sorted(kept), s, key=str)} == kept

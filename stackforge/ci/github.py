@@ -8,11 +8,17 @@ for the same config (a golden test and the repository's own committed workflow d
 
 The workflow, job by job::
 
-    watch     (CPU)  stackforge watch (what the index uploaded since the last run, read in the wheels)
-                     and, nightly, stackforge compat verify; the report is the job summary and an artifact
-                     a pull-request step can use. The hourly schedule runs this job alone.
+    watch     (CPU)  stackforge watch (what the index uploaded since the last run, read in the wheels;
+                     index pages asked conditionally, so an idle poll moves headers, not pages) and,
+                     nightly, stackforge compat verify; the report is the job summary and an artifact.
+                     The watch schedule (every 10 minutes) runs this job and the next alone.
+    propose   (CPU)  on news: one branch per change set (watch/<hash>) with the proposed patches and
+                     the lock update, and one pull request for it whose body is the report (opened, or
+                     updated when open); then the watch state is saved on the stackforge-watch-state
+                     branch (never only in a cache). The only job that may write (contents, pull-requests).
     plan      (CPU)  stackforge plan --json (on a lock re-resolved first, when the matrix follows the
-                     index); which shards have work; which GPU jobs exist
+                     index); which shards have work (nightly: only the stacks the previous night's plan
+                     lacks or planned with other inputs; a manual run: all); which GPU jobs exist
     build     (CPU)  one job per shard: build and push to the registry
     gate      (CPU)  one job per shard: gate-tier probes in the pushed images (no GPU needed)
     runtime   (GPU)  one job per arch label x target x shard on self-hosted runners
@@ -37,10 +43,10 @@ from typing import Any
 
 import yaml
 
-from stackforge.core.data import resolve_matrix_path
-from stackforge.core.errors import SpecError, UnsafeValueError
+from stackforge.core.data import DATA_FOLDERS, data_dir, resolve_matrix_path
+from stackforge.core.errors import SpecError, StackforgeError, UnsafeValueError
 from stackforge.core.fsio import atomic_write_text
-from stackforge.core.shard import MAX_SHARDS, nonempty_shards
+from stackforge.core.shard import MAX_SHARDS, Shard, nonempty_shards
 from stackforge.core.versions import compact
 from stackforge.edges.registry import Repository
 from stackforge.plan.matrix_file import load_matrix
@@ -63,8 +69,13 @@ DEFAULT_MATRIX = "matrices/default.yaml"
 DEFAULT_SHARDS = 4
 # 03:17 UTC: off the hour, when GitHub's scheduler is least loaded and cron runs start on time.
 DEFAULT_CRON = "17 3 * * *"
-# Every hour at :41: a release is read within the hour of its upload (PyPI's CDN answers within ~15 minutes).
-DEFAULT_WATCH_CRON = "41 * * * *"
+# Every 10 minutes: the worst case from an upload to its pull request is the interval, the job's start
+# and install (~2 minutes), the read (under a minute) and the pull request (seconds): under 15 minutes
+# (benchmarks/release_to_verdict.py prints the estimate). An idle poll is one conditional request per
+# watched package (a 304 when nothing changed).
+DEFAULT_WATCH_CRON = "*/10 * * * *"
+#: The branch that holds the watch state (one commit, replaced each save): no cache eviction can lose it.
+STATE_BRANCH = "stackforge-watch-state"
 DEFAULT_RUNNER = "ubuntu-latest"
 DEFAULT_PYTHON = "3.12"
 DEFAULT_WORKFLOW_PATH = ".github/workflows/stackforge-nightly.yml"
@@ -80,7 +91,7 @@ PAGES_ARTIFACT = "stackforge-matrix"
 
 # Minutes per job. A full SGLang image builds in about 8 minutes on a fast machine and can take an hour
 # on a 4-core hosted runner; hosted runners stop any job at 6 hours.
-TIMEOUTS = {"watch": 30, "plan": 15, "build": 300, "gate": 120, "runtime": 180, "bench": 240, "report": 30, "publish": 15,
+TIMEOUTS = {"watch": 30, "propose": 15, "plan": 15, "build": 300, "gate": 120, "runtime": 180, "bench": 240, "report": 30, "publish": 15,
             "verdict": 5}
 
 _GPU_LABEL = re.compile(r"sm_[0-9]{2,3}[af]?")
@@ -147,7 +158,7 @@ class WorkflowConfig:
 
     @property
     def nightly(self) -> str:
-        """The condition of the nightly jobs: a manual run, or the nightly schedule (not the hourly watch)."""
+        """The condition of the nightly jobs: a manual run, or the nightly schedule (not the 10-minute watch)."""
         return f"github.event_name != 'schedule' || github.event.schedule == '{self.cron}'"
 
     @property
@@ -258,6 +269,7 @@ def _packages(config: WorkflowConfig, access: str) -> tuple[tuple[str, str], ...
 
 
 # watch exits 1 when it read new releases: that is news, not a failure. 2 and 3 fail the step.
+# save-state: news (the state moved) or no saved state yet (this watch records the baseline).
 _WATCH = """\
 rc=0
 stackforge watch --matrix "$STACKFORGE_MATRIX" --results watch-state --md watch.md --json-out watch.json || rc=$?
@@ -270,6 +282,27 @@ if [ "$rc" -eq 1 ]; then
 else
   echo "new-releases=false" >> "$GITHUB_OUTPUT"
 fi
+if [ "$rc" -eq 1 ] || [ "$FRESH_STATE" = "true" ]; then
+  echo "save-state=true" >> "$GITHUB_OUTPUT"
+fi
+"""
+
+# The state is one file on its own branch, read through the contents API with the job's read token.
+# Only a 404 means "no state yet"; any other answer fails the job (a baseline recorded by mistake
+# would hide the releases uploaded since the last watch).
+_RESTORE_STATE = f"""\
+mkdir -p watch-state
+status=$(curl -sS -o watch-state/watch-state.json -w '%{{http_code}}' \\
+  -H "Authorization: Bearer $GH_TOKEN" -H "Accept: application/vnd.github.raw" \\
+  "$GITHUB_API_URL/repos/$GITHUB_REPOSITORY/contents/watch-state.json?ref={STATE_BRANCH}")
+if [ "$status" = "404" ]; then
+  rm -f watch-state/watch-state.json
+  echo "fresh=true" >> "$GITHUB_OUTPUT"
+  echo "No watch state on branch {STATE_BRANCH} yet: this watch records the baseline."
+elif [ "$status" != "200" ]; then
+  echo "::error::reading the watch state from branch {STATE_BRANCH} answered HTTP $status"
+  exit 1
+fi
 """
 
 _VERIFY = """\
@@ -281,22 +314,88 @@ exit "$rc"
 
 
 def _watch_job(config: WorkflowConfig) -> dict[str, Any]:
-    """What the index uploaded since the last run (state kept in the Actions cache), and the rules verified."""
+    """What the index uploaded since the last run (state read from its branch), and the rules verified."""
     return {
         "name": "Watch the index",
         "runs-on": config.runner,
         "timeout-minutes": TIMEOUTS["watch"],
         "permissions": _permissions(),
-        "outputs": {"new-releases": "${{ steps.watch.outputs.new-releases }}"},
+        "outputs": {"new-releases": "${{ steps.watch.outputs.new-releases }}",
+                    "save-state": "${{ steps.watch.outputs.save-state }}"},
         "steps": [
             *_prepare(config),
-            # The state moves forward each run: a new key per run, restored from the newest earlier one.
-            {"name": "Restore the watch state", "uses": ACTIONS["cache"],
-             "with": {"path": "watch-state", "key": "stackforge-watch-${{ github.run_id }}-${{ github.run_attempt }}",
-                      "restore-keys": "stackforge-watch-"}},
-            {"name": "Watch", "id": "watch", "run": _WATCH},
+            {"name": "Restore the watch state", "id": "state", "env": {"GH_TOKEN": "${{ github.token }}"},
+             "run": _RESTORE_STATE},
+            # The index pages and their validators (ETag, Last-Modified): losing them costs one full poll, never news.
+            {"name": "Restore the index pages", "uses": ACTIONS["cache"],
+             "with": {"path": "~/.cache/stackforge/wheels/index",
+                      "key": "stackforge-index-${{ github.run_id }}-${{ github.run_attempt }}",
+                      "restore-keys": "stackforge-index-"}},
+            {"name": "Watch", "id": "watch", "env": {"FRESH_STATE": "${{ steps.state.outputs.fresh }}"},
+             "run": _WATCH},
             {"name": "Verify the rules against the wheels", "if": f"${{{{ {config.nightly} }}}}", "run": _VERIFY},
-            _upload("watch-report", "watch.md\nwatch.json\n", retention_days=30),
+            _upload("watch-report", "watch.md\nwatch.json\nwatch-state/watch-state.json\n", retention_days=30),
+        ],
+    }
+
+
+# One branch per change set: the same new releases give the same branch, so a rerun updates its pull request.
+_PROPOSE = """\
+set -o pipefail
+changes=$(jq -r '[.releases[] | "\\(.package)==\\(.version)"] | sort | join(",")' watch.json)
+branch="watch/$(printf '%s' "$changes" | sha256sum | cut -c1-12)"
+git switch -c "$branch"
+jq -r '.releases[].proposed_patches[].diff | select(. != "")' watch.json > "$RUNNER_TEMP/proposed.patch"
+if [ -s "$RUNNER_TEMP/proposed.patch" ]; then
+  git apply --index "$RUNNER_TEMP/proposed.patch" || echo "::warning::a proposed patch did not apply; the report has it"
+fi
+lock="${STACKFORGE_MATRIX%.*}.lock.yaml"
+if [ -f "$lock" ]; then
+  stackforge plan --matrix "$STACKFORGE_MATRIX" --update-lock
+  git add "$lock"
+fi
+git -c user.name="github-actions[bot]" -c user.email="41898282+github-actions[bot]@users.noreply.github.com" \\
+  commit --allow-empty -q -m "stackforge watch: $changes"
+git push --force -q origin "$branch"
+title="stackforge watch: $(jq -r '.headline' watch.json | head -c 200)"
+stackforge ci pull-request --repo "$GITHUB_REPOSITORY" --branch "$branch" --base "$GITHUB_REF_NAME" \\
+  --title "$title" --body-file watch.md
+"""
+
+# The state as the only file of a one-commit branch, replaced each time (its history is of no use).
+_SAVE_STATE = f"""\
+export GIT_INDEX_FILE="$RUNNER_TEMP/state.index"
+git --work-tree=watch-state add watch-state.json
+tree=$(git write-tree)
+commit=$(git -c user.name="github-actions[bot]" -c user.email="41898282+github-actions[bot]@users.noreply.github.com" \\
+  commit-tree "$tree" -m "watch state of run $GITHUB_RUN_ID")
+git push --force -q origin "$commit:refs/heads/{STATE_BRANCH}"
+"""
+
+
+def _propose_job(config: WorkflowConfig) -> dict[str, Any]:
+    """News as a pull request, then the state saved: the only job with write permissions."""
+    return {
+        "name": "Propose the change set",
+        "needs": ["watch"],
+        "if": "${{ !cancelled() && needs.watch.result == 'success' && needs.watch.outputs.save-state == 'true' }}",
+        "runs-on": config.runner,
+        "timeout-minutes": TIMEOUTS["propose"],
+        "permissions": {"contents": "write", "pull-requests": "write"},
+        # Two runs (the watch schedule and the nightly) must not save the state or push a branch at once.
+        "concurrency": {"group": f"{STATE_BRANCH}-${{{{ github.ref }}}}", "cancel-in-progress": False},
+        "steps": [
+            # Credentials persist here (and only here): the branch pushes need them.
+            {"uses": ACTIONS["checkout"]},
+            _setup_python(config),
+            _install(config),
+            {"name": "Download the watch report", "uses": ACTIONS["download-artifact"],
+             "with": {"name": "watch-report", "path": "."}},
+            {"name": "Branch and pull request",
+             "if": "${{ needs.watch.outputs.new-releases == 'true' }}",
+             "env": {"GITHUB_TOKEN": "${{ github.token }}"}, "run": _PROPOSE},
+            # Last: a pull request that failed leaves the state where it was, so the next watch reports again.
+            {"name": "Save the watch state", "run": _SAVE_STATE},
         ],
     }
 
@@ -309,17 +408,24 @@ def _plan_job(config: WorkflowConfig) -> dict[str, Any]:
         "if": f"${{{{ !cancelled() && ({config.nightly}) }}}}",
         "runs-on": config.runner,
         "timeout-minutes": TIMEOUTS["plan"],
-        "permissions": _permissions(),
+        # actions: read lets `gh` find the previous night's plan.
+        "permissions": _permissions(("actions", "read")),
         "outputs": {key: f"${{{{ steps.shards.outputs.{key} }}}}"
-                    for key in ("has-stacks", "cpu", "has-gpu", "gpu")}
+                    for key in ("has-stacks", "cpu", "has-gpu", "gpu", "incremental")}
         | {"registry": "${{ steps.registry.outputs.registry }}"},
         "steps": [
             *_prepare(config),
             {"name": "Plan",
              "run": _PLAN},
+            {"name": "Fetch the previous run's matrix", "id": "previous",
+             "if": "${{ github.event_name == 'schedule' }}",
+             "env": {"GH_TOKEN": "${{ github.token }}", "PAGES_ARTIFACT": PAGES_ARTIFACT},
+             "run": _PREVIOUS},
+            # Nightly: only the stacks the lock diff adds or whose inputs changed; a manual run: all of them.
             {"name": "Shard the plan into jobs", "id": "shards",
-             "run": f"stackforge ci shards --plan plan.json --shards {config.shards}{labels}"
-                    ' >> "$GITHUB_OUTPUT"\n'},
+             "run": 'since=()\nif [ -f previous/plan.json ]; then\n  since=(--since previous/plan.json)\nfi\n'
+                    f'stackforge ci shards --plan plan.json --shards {config.shards}{labels}'
+                    ' "${since[@]}" >> "$GITHUB_OUTPUT"\n'},
             # Image references must be lower case; github.repository keeps the owner's capitals.
             {"name": "Registry", "id": "registry",
              "run": 'echo "registry=${STACKFORGE_REGISTRY,,}" >> "$GITHUB_OUTPUT"\n'},
@@ -339,6 +445,15 @@ stackforge plan --matrix "$STACKFORGE_MATRIX" --json > plan.json
 """
 
 
+# A nightly run after an earlier one names the shard's changed stacks (ONLY); empty: every stack of the shard.
+_ONLY = """\
+only=()
+for stack in $ONLY; do
+  only+=(--only "$stack")
+done
+"""
+
+
 def _cpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> dict[str, Any]:
     """A job per non-empty shard on CPU runners (build or gate)."""
     is_build = kind == "build"
@@ -349,7 +464,7 @@ def _cpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> d
     if not is_build:
         steps.append(_download_build_records())
     steps.append({"name": "Build and push" if is_build else "Gate-tier probes",
-                  "env": {"SHARD": "${{ matrix.shard }}"}, "run": run})
+                  "env": {"SHARD": "${{ matrix.shard }}", "ONLY": "${{ matrix.only }}"}, "run": _ONLY + run})
     steps.append(_upload(f"{'build' if is_build else 'results-gate'}-${{{{ matrix.slug }}}}",
                          "build-out/" if is_build else "results/"))
     return {
@@ -382,7 +497,8 @@ def _gpu_job(config: WorkflowConfig, kind: str, needs: list[str], run: str) -> d
             *_login(config),
             _download_build_records(),
             {"name": "Runtime-tier probes" if kind == "runtime" else "Benchmarks",
-             "env": {"SHARD": "${{ matrix.shard }}", "TARGET": "${{ matrix.target }}"}, "run": run},
+             "env": {"SHARD": "${{ matrix.shard }}", "TARGET": "${{ matrix.target }}", "ONLY": "${{ matrix.only }}"},
+             "run": _ONLY + run},
             _upload(f"results-{kind}-${{{{ matrix.slug }}}}", "results/"),
         ],
     }
@@ -397,10 +513,15 @@ if [ "${#shards[@]}" -eq 0 ]; then
   echo "::error::no shard produced results"
   exit 1
 fi
+# An incremental night probed only the changed stacks: the others keep the previous night's results.
+if [ "$INCREMENTAL" = "true" ] && [ -d previous/results ]; then
+  shards+=(previous/results)
+fi
 stackforge results merge "${shards[@]}" --out merged --run-id "nightly-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}"
 run="merged/nightly-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}"
 mkdir -p site
 cp -r "$run" site/results
+cp plan.json site/plan.json
 python -c 'import json, sys; print("\\n".join(json.load(sys.stdin)["targets"]))' < plan.json > site/targets.txt
 { echo '<!DOCTYPE html><html><head><meta charset="utf-8"><title>stackforge matrix</title></head><body><ul>'
   while read -r target; do echo "<li><a href='$target/'>$target</a></li>"; done < site/targets.txt
@@ -414,18 +535,19 @@ while read -r target; do
 done < site/targets.txt
 """
 
-# The baseline is the newest earlier run of this workflow on this branch that left a matrix behind
-# (a run that failed on regressions still published its matrix, so tomorrow compares with today).
+# The baseline is the newest artifact of the matrix on this branch that has not expired (a run that failed
+# on regressions still published its matrix, so tomorrow compares with today). The artifacts list, not
+# the run list: most runs are watch-only runs of the 10-minute schedule and leave no matrix.
 _PREVIOUS = """\
 mkdir -p previous
-for run_id in $(gh run list --repo "$GITHUB_REPOSITORY" --workflow "$WORKFLOW_FILE" \\
-    --branch "$GITHUB_REF_NAME" --status completed --limit 10 --json databaseId --jq '.[].databaseId'); do
-  if gh run download "$run_id" --repo "$GITHUB_REPOSITORY" --name "$PAGES_ARTIFACT" --dir previous; then
-    echo "run-id=$run_id" >> "$GITHUB_OUTPUT"
-    exit 0
-  fi
-done
-echo "No earlier run left a matrix: nothing to compare with."
+run_id=$(gh api "repos/$GITHUB_REPOSITORY/actions/artifacts?name=$PAGES_ARTIFACT&per_page=50" \\
+  --jq '[.artifacts[] | select(.expired == false and .workflow_run.head_branch == env.GITHUB_REF_NAME
+         and .workflow_run.id != (env.GITHUB_RUN_ID | tonumber))][0].workflow_run.id // empty')
+if [ -n "$run_id" ] && gh run download "$run_id" --repo "$GITHUB_REPOSITORY" --name "$PAGES_ARTIFACT" --dir previous; then
+  echo "run-id=$run_id" >> "$GITHUB_OUTPUT"
+else
+  echo "No earlier run left a matrix: nothing to compare with."
+fi
 """
 
 # Every target's matrix against the same target's matrix of the previous run; the worst exit code
@@ -464,11 +586,11 @@ def _report_job(config: WorkflowConfig, needs: list[str]) -> dict[str, Any]:
              "with": {"name": "plan", "path": "."}},
             {"name": "Download every shard's results", "uses": ACTIONS["download-artifact"],
              "with": {"pattern": "results-*", "path": "shards"}},
-            {"name": "Merge and render", "run": _MERGE_AND_RENDER},
             {"name": "Fetch the previous run's matrix", "id": "previous",
-             "env": {"GH_TOKEN": "${{ github.token }}", "WORKFLOW_FILE": config.workflow_file,
-                     "PAGES_ARTIFACT": PAGES_ARTIFACT},
+             "env": {"GH_TOKEN": "${{ github.token }}", "PAGES_ARTIFACT": PAGES_ARTIFACT},
              "run": _PREVIOUS},
+            {"name": "Merge and render", "env": {"INCREMENTAL": "${{ needs.plan.outputs.incremental }}"},
+             "run": _MERGE_AND_RENDER},
             {"name": "Diff against the previous run", "id": "diff", "run": _DIFF},
             _upload(PAGES_ARTIFACT, "site/", retention_days=90),
             {"name": "Package the site for GitHub Pages", "uses": ACTIONS["upload-pages-artifact"],
@@ -493,15 +615,20 @@ def _publish_job(config: WorkflowConfig) -> dict[str, Any]:
 def _verdict_job(config: WorkflowConfig) -> dict[str, Any]:
     return {
         "name": "Fail on regressions",
-        "needs": ["report", "publish"],
+        "needs": ["plan", "report", "publish"],
         "if": f"${{{{ !cancelled() && ({config.nightly}) }}}}",
         "runs-on": config.runner,
         "timeout-minutes": TIMEOUTS["verdict"],
         "permissions": {},
+        # A night on which no stack changed since the previous one builds nothing and reports nothing: no failure.
         "steps": [{"name": "Verdict",
-                   "env": {"REPORT": "${{ needs.report.result }}",
+                   "env": {"PLAN": "${{ needs.plan.result }}", "HAS_STACKS": "${{ needs.plan.outputs.has-stacks }}",
+                           "REPORT": "${{ needs.report.result }}",
                            "DIFF": "${{ needs.report.outputs.diff-status }}"},
-                   "run": 'if [ "$REPORT" != "success" ]; then\n'
+                   "run": 'if [ "$PLAN" = "success" ] && [ "$HAS_STACKS" = "false" ] && [ "$REPORT" = "skipped" ]; then\n'
+                          '  echo "No stack changed since the previous run: nothing built, nothing to compare."\n'
+                          '  exit 0\nfi\n'
+                          'if [ "$REPORT" != "success" ]; then\n'
                           '  echo "::error::the report job did not succeed ($REPORT)"\n  exit 1\nfi\n'
                           'if [ "$DIFF" != "0" ]; then\n'
                           '  echo "::error::the matrix regressed since the previous run (see the summary)"\n'
@@ -521,29 +648,32 @@ def workflow(config: WorkflowConfig) -> dict[str, Any]:
     matrix_arg = '--matrix "$STACKFORGE_MATRIX"'
     jobs: dict[str, Any] = {
         "watch": _watch_job(config),
+        "propose": _propose_job(config),
         "plan": _plan_job(config),
         "build": _cpu_job(config, "build", ["plan"],
-                          f'stackforge build {matrix_arg} --shard "$SHARD" --push "$STACKFORGE_REGISTRY" '
+                          f'stackforge build {matrix_arg} --shard "$SHARD" "${{only[@]}}" --push "$STACKFORGE_REGISTRY" '
                           f"--out build-out {REGISTRY_CACHE_ARGS}\n"),
         "gate": _cpu_job(config, "gate", ["plan", "build"],
-                         f'stackforge probe {matrix_arg} --tier gate --shard "$SHARD" '
+                         f'stackforge probe {matrix_arg} --tier gate --shard "$SHARD" "${{only[@]}}" '
                          '--builds build-out --results results\n'),
     }
     if config.gpu_labels:
         jobs["runtime"] = _gpu_job(config, "runtime", ["plan", "build"],
                                    f'stackforge probe {matrix_arg} --target "$TARGET" --tier runtime '
-                                   '--shard "$SHARD" --builds build-out --results results\n')
+                                   '--shard "$SHARD" "${only[@]}" --builds build-out --results results\n')
         jobs["bench"] = _gpu_job(config, "bench", ["plan", "runtime"],
-                                 f'stackforge bench {matrix_arg} --target "$TARGET" --shard "$SHARD" '
+                                 f'stackforge bench {matrix_arg} --target "$TARGET" --shard "$SHARD" "${{only[@]}}" '
                                  "--builds build-out --results results\n")
-    jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("watch", "plan", "build"))])
+    jobs["report"] = _report_job(config, ["plan", *(name for name in jobs if name not in ("watch", "propose", "plan", "build"))])
     jobs["publish"] = _publish_job(config)
     jobs["verdict"] = _verdict_job(config)
     return {
         "name": "stackforge nightly matrix",
         "on": {"schedule": [{"cron": config.cron}, {"cron": config.watch_cron}], "workflow_dispatch": {}},
         "permissions": {"contents": "read"},
-        "concurrency": {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": False},
+        # Per schedule: a nightly run of hours must not hold back the 10-minute watch (and its news).
+        "concurrency": {"group": "${{ github.workflow }}-${{ github.ref }}-${{ github.event.schedule || 'manual' }}",
+                        "cancel-in-progress": False},
         "defaults": {"run": {"shell": "bash"}},
         "env": {"STACKFORGE_MATRIX": config.matrix, "STACKFORGE_REGISTRY": config.registry_ref,
                 "PYTHONUNBUFFERED": "1"},
@@ -560,7 +690,7 @@ def check_workflow_inputs(config: WorkflowConfig) -> tuple[str, ...]:
     Raises:
         SpecError: the matrix file is not there; MatrixError (a SpecError): it does not load.
     """
-    matrix_path = resolve_matrix_path(config.matrix)
+    matrix_path = local_matrix_path(config.matrix)
     if not matrix_path.is_file():
         raise SpecError(f"--matrix {config.matrix}: no such file here (the workflow plans it from the "
                         "repository root)", remedy="run from the repository root and pass a path relative to "
@@ -570,6 +700,23 @@ def check_workflow_inputs(config: WorkflowConfig) -> tuple[str, ...]:
         return ("--install names the PyPI project 'stackforge', which is not this one; use '.' in a "
                 "checkout of it or git+https://<host>/<owner>/stackforge@<tag>",)
     return ()
+
+
+def local_matrix_path(matrix: str) -> Path:
+    """The file on this machine that the runners will plan as ``matrix``.
+
+    A path relative to this directory when it is there; else a path into a shipped data folder
+    (``matrices/default.yaml``) is that folder's file wherever stackforge is installed or checked out,
+    so ``ci github`` answers the same from any directory (the runners plan it from the repository root).
+    """
+    path = resolve_matrix_path(matrix)
+    folder, _, rest = matrix.partition("/")
+    if path.is_file() or folder not in DATA_FOLDERS or not rest:
+        return path
+    try:
+        return data_dir(folder) / rest
+    except StackforgeError:
+        return path
 
 
 def write_workflow(config: WorkflowConfig) -> str:
@@ -621,41 +768,65 @@ class CiFanOut:
     cpu: tuple[dict[str, str], ...]
     gpu: tuple[dict[str, str], ...]
     unmatched_labels: tuple[str, ...] = field(default=())
+    incremental: bool = False
+    unchanged: tuple[str, ...] = ()
 
     def github_output(self) -> str:
         """``key=value`` lines for ``$GITHUB_OUTPUT`` (values are one-line JSON, read with fromJSON)."""
         def compact_json(value: Any) -> str:
             return json.dumps(value, separators=(",", ":"))
-        lines = [f"has-stacks={'true' if self.cpu else 'false'}",
+        lines = [f"incremental={'true' if self.incremental else 'false'}",
+                 f"has-stacks={'true' if self.cpu else 'false'}",
                  f"cpu={compact_json({'include': list(self.cpu)})}",
                  f"has-gpu={'true' if self.gpu else 'false'}",
                  f"gpu={compact_json({'include': list(self.gpu)})}"]
         return "\n".join(lines) + "\n"
 
 
-def ci_fan_out(plan: Plan, shards: int, gpu_labels: Sequence[str] = ()) -> CiFanOut:
+def changed_stacks(plan: Plan, previous: Plan) -> frozenset[str]:
+    """The kept stacks of ``plan`` that ``previous`` did not keep, or kept with other inputs: another
+    derivation (base image, torch index and requirement, kernel package, CUDA image) on some target.
+    A stack's versions are its id, so a release the lock moved in is a new id."""
+    before = {(c.stack_id, c.target.name): c.derived.to_json() for c in previous.cells if not c.pruned}
+    return frozenset(c.stack_id for c in plan.cells
+                     if not c.pruned and before.get((c.stack_id, c.target.name)) != c.derived.to_json())
+
+
+def ci_fan_out(plan: Plan, shards: int, gpu_labels: Sequence[str] = (), since: Plan | None = None) -> CiFanOut:
     """Which shard jobs a plan needs: CPU shards over kept stacks, GPU shards per target arch.
 
     Args:
         plan: the plan (a ``stackforge plan --json`` file is read with :meth:`Plan.from_json`).
         shards: N of the K/N split.
         gpu_labels: arch labels (``sm_120``) that have self-hosted runners.
+        since: the previous run's plan: only the stacks :func:`changed_stacks` names get jobs (the
+            others keep that run's results). Shards are cut over the whole plan's stacks, so a stack's
+            shard does not depend on what else changed.
     """
     for label in gpu_labels:
         _check(_GPU_LABEL, label, "--gpu-label", "an arch label such as sm_120 or sm_90")
     targets = {t.name: t.arch for t in plan.targets}
-    kept = [c.stack_id for c in plan.cells if not c.pruned]
-    cpu = tuple({"shard": str(s), "slug": s.slug} for s in nonempty_shards(dict.fromkeys(kept), shards))
+    wanted = changed_stacks(plan, since) if since is not None else None
+    all_kept = list(dict.fromkeys(c.stack_id for c in plan.cells if not c.pruned))
+    unchanged = tuple(s for s in all_kept if wanted is not None and s not in wanted)
+    kept = [c.stack_id for c in plan.cells if not c.pruned and (wanted is None or c.stack_id in wanted)]
+    def only(ids: Sequence[str], shard: Shard) -> str:
+        # The changed stacks of the shard, for --only; "" (all of the shard) when the run is not incremental.
+        return "" if wanted is None else " ".join(sorted(i for i in ids if shard.owns(i)))
+    cpu = tuple({"shard": str(s), "slug": s.slug, "only": only(kept, s)}
+                for s in nonempty_shards(dict.fromkeys(kept), shards))
     gpu: list[dict[str, str]] = []
     unmatched = []
     for label in gpu_labels:
         names = [name for name, arch in targets.items() if f"sm_{compact(arch)}" == label.rstrip("af")]
         unmatched += [] if names else [label]
         for name in names:
-            ids = dict.fromkeys(c.stack_id for c in plan.cells_for_target(name) if not c.pruned)
-            gpu += [{"label": label, "target": name, "shard": str(s), "slug": f"{label}-{name}-{s.slug}"}
-                    for s in nonempty_shards(ids, shards)]
-    return CiFanOut(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched))
+            ids = dict.fromkeys(c.stack_id for c in plan.cells_for_target(name)
+                                if not c.pruned and (wanted is None or c.stack_id in wanted))
+            gpu += [{"label": label, "target": name, "shard": str(s), "slug": f"{label}-{name}-{s.slug}",
+                     "only": only(list(ids), s)} for s in nonempty_shards(ids, shards)]
+    return CiFanOut(cpu=cpu, gpu=tuple(gpu), unmatched_labels=tuple(unmatched), incremental=since is not None,
+                    unchanged=unchanged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,5 +855,6 @@ def sync_workflow(config: WorkflowConfig, path: Path, *, check: bool = False) ->
     return WorkflowFile(path, "written", warnings)
 
 
-__all__ = ["ACTIONS", "CiFanOut", "WorkflowConfig", "WorkflowFile", "check_workflow_inputs", "ci_fan_out",
+__all__ = ["ACTIONS", "CiFanOut", "STATE_BRANCH", "WorkflowConfig", "WorkflowFile", "changed_stacks",
+           "check_workflow_inputs", "ci_fan_out", "local_matrix_path",
            "parse_header_command", "sync_workflow", "write_workflow", "workflow"]

@@ -340,15 +340,26 @@ def _offers_metadata(attribute: str | None) -> bool:
 
 def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl_s: float,
                  timeout: float | tuple[float, float]) -> list[IndexEntry] | None:
-    """GET a simple-index page (JSON or HTML) as entries, with an on-disk cache; ``None`` for 404."""
+    """GET a simple-index page (JSON or HTML) as entries, with an on-disk cache; ``None`` for 404.
+
+    A cached page past its ``ttl_s`` is asked for again conditionally: the validators the index gave
+    with it (``ETag``, ``Last-Modified``) are stored beside its entries and sent back, and a 304 keeps
+    the cached entries. An idle poll of an unchanged page so costs headers, not the page (``watch``).
+    """
     path = cache / (hashlib.sha256(f"{_ENTRY_FORMAT}:{url}".encode()).hexdigest()[:32] + ".json") if cache else None
-    if path is not None and path.exists() and time.time() - path.stat().st_mtime < ttl_s:
+    stored: Any = _UNREADABLE
+    if path is not None and path.exists():
         stored = _cached_entries(path)
-        if stored is not _UNREADABLE:
-            return stored   # type: ignore[return-value]
+        if stored is not _UNREADABLE and time.time() - path.stat().st_mtime < ttl_s:
+            return stored.entries   # type: ignore[no-any-return]
     # ttl 0 asks for today's answer: PyPI's CDN otherwise serves a page up to ~15 minutes old.
     headers = {"Accept": ACCEPT, **({"Cache-Control": "no-cache"} if ttl_s <= 0 else {})}
+    if stored is not _UNREADABLE:
+        headers.update(stored.conditional_headers())
     response = session.get(url, headers=headers, timeout=timeout)
+    if response.status_code == 304 and stored is not _UNREADABLE:
+        _touch(path)   # unchanged: the cached entries are today's answer
+        return stored.entries   # type: ignore[no-any-return]
     if response.status_code == 404:
         entries = None
     else:
@@ -358,19 +369,46 @@ def _get_entries(url: str, *, session: requests.Session, cache: Path | None, ttl
         else:
             entries = _page_entries(response.text, response.url or url)
     if path is not None:
+        validators = {key: response.headers.get(header, "") for key, header in _VALIDATORS}
         try:
-            atomic_write_text(path, json.dumps({"url": without_credentials(url),
+            atomic_write_text(path, json.dumps({"url": without_credentials(url), **validators,
                                                 "files": None if entries is None else [e.to_json() for e in entries]}))
         except OSError as exc:   # the answer is good; only the next run pays for asking again
             _warn(f"index cache {path} could not be written ({exc.strerror or exc}); the answer is used uncached")
     return entries
 
 
+#: (key in the cache entry, response header): what a conditional request sends back.
+_VALIDATORS = (("etag", "ETag"), ("last_modified", "Last-Modified"))
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedPage:
+    """A cached index page: its entries (``None``: no page) and the validators the index gave with it."""
+
+    entries: list[IndexEntry] | None
+    etag: str = ""
+    last_modified: str = ""
+
+    def conditional_headers(self) -> dict[str, str]:
+        return {**({"If-None-Match": self.etag} if self.etag else {}),
+                **({"If-Modified-Since": self.last_modified} if self.last_modified else {})}
+
+
+def _touch(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        os.utime(path)
+    except OSError:
+        pass   # the next run asks again (conditionally): nothing is lost
+
+
 _UNREADABLE = object()
 
 
-def _cached_entries(path: Path) -> list[IndexEntry] | None | object:
-    """A cached page's entries (``None``: the index had no page), or :data:`_UNREADABLE` with a warning.
+def _cached_entries(path: Path) -> _CachedPage | object:
+    """A cached page (its entries and validators), or :data:`_UNREADABLE` with a warning.
 
     A cache entry that does not parse (a torn or edited file, a folder) is the cache's fault, not the
     network's: it is asked for again and rewritten, never reported as the index failing.
@@ -378,7 +416,8 @@ def _cached_entries(path: Path) -> list[IndexEntry] | None | object:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         stored = data["files"]
-        return None if stored is None else [IndexEntry(**item) for item in stored]
+        return _CachedPage(None if stored is None else [IndexEntry(**item) for item in stored],
+                           etag=str(data.get("etag") or ""), last_modified=str(data.get("last_modified") or ""))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         _warn(f"index cache entry {path} is unreadable ({type(exc).__name__}); asking the index again and "
               "rewriting it")
