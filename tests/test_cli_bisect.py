@@ -195,8 +195,8 @@ def test_every_feature_is_taken_or_refused_with_the_tier_that_decides_it():
                                                 ("sglang", "sglang-pcie-ipc-ar")}
     assert [s.fact for s in resolve_specs(readers, "pcie-allreduce", "sglang")] == ["sglang-pcie-ipc-ar"]
     assert [s.fact for s in resolve_specs(readers, "sglang-trtllm-mha-prefill", None)] == ["sglang-trtllm-mha-prefill"]
-    with pytest.raises(SpecError, match="no wheel reader decides torch-kernels: torch-kernels is decided by the image"):
-        resolve_specs(readers, "torch-kernels", None)
+    with pytest.raises(SpecError, match="no wheel reader decides nvcc-codegen: nvcc-codegen is decided by the image"):
+        resolve_specs(readers, "nvcc-codegen", None)
     with pytest.raises(SpecError, match="nccl-graph-ring needs a GPU: only the runtime tier decides it"):
         resolve_specs(readers, "nccl-graph-ring", None)
     decided = [name for name in load_feature_catalog().features if _resolves(readers, name)]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +114,7 @@ class ReaderSpec:
     dist: str                 # "flashinfer-python" | "sglang" | ...
     reader: Reader
     what: str                 # one line: what the reader looks at
+    # Compiled code is not unpacked into the wheel cache (a torch wheel is gigabytes): a reader of it
+    # names how the wheel is read by HTTP range requests (stackforge.wheels.readers.binaries); it is then
+    # given what that returned instead of a tree.
+    scan: Any = None

@@ -12,7 +12,9 @@ this folder), so a script imports these modules by file name:
   scripts use too;
 * ``_sglang_source``: SGLang's own files read with ``ast``, and the one decider of SGLang's
   communicator gates, over an installed package (in-image probes) or an unpacked wheel (the wheel
-  tier's readers).
+  tier's readers);
+* ``_sffatbin``: fatbin containers (which SASS / PTX archs device code carries), read by the gate probe
+  ``kernel_cubins.py`` from files and by the wheel tier's binary readers from wheel members.
 
 On the host the same files are imported as ``stackforge.inimage.<module>``. Nothing in this folder
 may import beyond the standard library, nor anything of stackforge besides these files.

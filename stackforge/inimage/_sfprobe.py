@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import _sfshared  # beside this file: the result marker, formulas and statistics the host uses too
+from _sffatbin import code_runs_on  # noqa: F401  (beside this file, shared with the wheel tier)
 
 RESULT_PREFIX = _sfshared.RESULT_MARKER
 STATUSES = ("pass", "fail", "skip", "error", "undecided", "timeout")
@@ -113,21 +114,6 @@ def parse_arch(text: str) -> Arch:
     if not match:
         raise ValueError(f"--arch must look like 12.0 (compute capability), got {text!r}")
     return Arch(int(match.group(1)), int(match.group(2)))
-
-
-def code_runs_on(kind: str, number: int, suffix: str, target: Arch) -> bool:
-    """Whether device code built for ``<kind>_<number><suffix>`` runs on the target.
-
-    SASS (``sm``): arch-specific ``a`` runs only on its own arch; plain and family ``f`` code runs
-    on the same major with a minor >= its own (sm_120 and sm_120f on 12.0 and 12.1).
-    PTX (``compute``): the driver JIT-compiles plain PTX for any newer arch; ``a``/``f`` PTX only
-    within its own major.
-    """
-    if kind == "compute":
-        return number <= target.sm if not suffix else (number // 10 == target.major and number <= target.sm)
-    if suffix == "a":
-        return number == target.sm
-    return number // 10 == target.major and number % 10 <= target.minor
 
 
 def _arch_type(text: str) -> Arch:

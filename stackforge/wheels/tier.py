@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from zipfile import BadZipFile
 
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
@@ -28,6 +29,7 @@ from packaging.utils import parse_wheel_filename
 from stackforge.core.errors import SpecError
 from stackforge.core.records import Outcome, Provenance, ResultRecord, Status, Tier, utc_now
 from stackforge.core.wheel_readings import (
+    CodeSite,
     ReadContext,
     ReaderSpec,
     Reading,
@@ -37,6 +39,7 @@ from stackforge.core.wheel_readings import (
 )
 from stackforge.edges.index import IndexConfig, Release, find_release, releases
 from stackforge.plan.features import FeatureCatalog, load_feature_catalog
+from stackforge.wheels.abi import library_limit
 from stackforge.wheels.bisect import Point, Search, binary_search, full_scan, site_text
 from stackforge.wheels.cache import WheelCache, WheelFileError
 from stackforge.wheels.match import STACK_KEYS, TARGET_FIELDS, stack_key
@@ -84,6 +87,11 @@ def measure(spec: ReaderSpec, release: Release, ctx: ReadContext, *, cache: Whee
     """
     started = time.monotonic()
     wheel = pick_wheel(release)
+    if spec.scan is not None:   # compiled code: read from the remote wheel by ranges, never unpacked
+        reading = (_read_ranged(spec, wheel, ctx, cache) if wheel is not None else
+                   Reading(spec.fact, ReadingStatus.UNDECIDED, "no wheel published (compiled code is read from "
+                           "wheels only)"))
+        return Measurement(release.dist, release.version, reading, wheel, time.monotonic() - started)
     if wheel is None:
         sdist = next((f for f in release.files if f.kind == "sdist"), None)
         if sdist is None:
@@ -102,6 +110,22 @@ def _read(spec: ReaderSpec, root: Path, ctx: ReadContext) -> Reading:
             TypeError) as exc:
         return Reading(spec.fact, ReadingStatus.UNDECIDED,
                        f"reader could not read this release: {type(exc).__name__}: {exc}")
+
+
+def _read_ranged(spec: ReaderSpec, wheel: ReleaseFile, ctx: ReadContext, cache: WheelCache) -> Reading:
+    """``spec``'s reader on its scan of ``wheel`` (read by HTTP ranges, stored by sha256 in the wheel cache).
+
+    Raises:
+        IndexUnreachableError: the wheel's host did not answer (exit 3).
+    """
+    from stackforge.wheels.readers.binaries import scan_wheel
+
+    try:
+        scan = scan_wheel(spec.scan, wheel, cache=cache, limit=library_limit())
+    except BadZipFile as exc:
+        return Reading(spec.fact, ReadingStatus.UNDECIDED, f"the wheel could not be read by ranges: {exc}")
+    reading = _read(spec, scan, ctx)   # type: ignore[arg-type]
+    return replace(reading, sites=reading.sites + (CodeSite(wheel.filename, 0, scan.cost()),))
 
 
 def _read_sdist(spec: ReaderSpec, sdist: ReleaseFile, ctx: ReadContext, cache: WheelCache) -> Reading:

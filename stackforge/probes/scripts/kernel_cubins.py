@@ -10,7 +10,8 @@ otherwise (or with ``--method parse``) the files are read directly, standard lib
   containers (header: magic 0xBA55ED50, u16 version, u16 header size, u64 payload size), each a
   sequence of entries (u16 kind 1=PTX 2=ELF, u16, u32 header size, u64 payload size, ..., u32 arch
   at +28, u64 flags at +40). In those flags 0x100000 marks arch-specific (``a``) and 0x200000
-  family (``f``) code; entries may be compressed, the header is not.
+  family (``f``) code; entries may be compressed, the header is not. The parser is ``_sffatbin.py``,
+  shared with the wheel tier's binary readers (which read the same containers by HTTP ranges).
 - A bare cubin is an NVIDIA ELF (e_machine 190); its SM is in e_flags (bits 8..15 from ELF ABI
   version 8 on, the low byte before), the ``a``/``f`` suffix in ptxas' ``-arch`` note.
 
@@ -33,15 +34,12 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import _sfprobe as sf
+from _sffatbin import FATBIN_MAGIC_BYTES, code_sort_key, covers, entry_code, fatbin_entries, file_read_at
+from _sffatbin import split_codes as split_sass_ptx
 
 DEFAULT_PACKAGES = ("sgl_kernel", "sglang_kernel", "flashinfer_cubin", "flashinfer_jit_cache")
-FATBIN_MAGIC = 0xBA55ED50
-FATBIN_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
 EM_CUDA = 190
-FLAG_ARCH_SPECIFIC = 0x100000
-FLAG_FAMILY = 0x200000
 DEVICE_SUFFIXES = (".so", ".cubin", ".fatbin")
-CODE = re.compile(r"(sm|compute)_(\d+)([af]?)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -205,48 +203,6 @@ def cubin_code(handle, elf: Elf) -> str:
     return f"sm_{sm}{suffix}"
 
 
-def fatbin_entries(handle, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(kind, arch, flags) of every entry of every fatbin container in [start, end)."""
-    position = find_magic(handle, start, end)
-    while position is not None and position + 16 <= end:
-        handle.seek(position)
-        magic, _version, header_size, payload = struct.unpack("<IHHQ", handle.read(16))
-        if magic != FATBIN_MAGIC or header_size < 16:
-            position = find_magic(handle, position + 8, end)
-            continue
-        entry, container_end = position + header_size, min(position + header_size + payload, end)
-        while entry + 48 <= container_end:
-            handle.seek(entry)
-            head = handle.read(48)
-            kind, _unknown, entry_header, size = struct.unpack_from("<HHIQ", head, 0)
-            if kind not in (1, 2) or entry_header < 48:
-                break
-            arch, flags = struct.unpack_from("<I", head, 28)[0], struct.unpack_from("<Q", head, 40)[0]
-            yield kind, arch, flags
-            entry += entry_header + size
-        position = find_magic(handle, container_end, end)
-
-
-def find_magic(handle, start: int, end: int, chunk: int = 1 << 16) -> int | None:
-    """Offset of the next fatbin magic at an 8-byte boundary in [start, end)."""
-    start += (-start) % 8
-    while start < end:
-        handle.seek(start)
-        data = handle.read(min(chunk, end - start) + 3)
-        index = data.find(FATBIN_MAGIC_BYTES)
-        while index >= 0 and (start + index) % 8:
-            index = data.find(FATBIN_MAGIC_BYTES, index + 1)
-        if index >= 0 and start + index < end:
-            return start + index
-        start += chunk
-    return None
-
-
-def entry_code(kind: int, arch: int, flags: int) -> str:
-    suffix = "a" if flags & FLAG_ARCH_SPECIFIC else ("f" if flags & FLAG_FAMILY else "")
-    return f"{'compute' if kind == 1 else 'sm'}_{arch}{suffix}"
-
-
 def parse_file(path: str) -> FileCode:
     """Device code of one file by reading it directly."""
     codes: list[str] = []
@@ -255,7 +211,7 @@ def parse_file(path: str) -> FileCode:
             head = handle.read(4)
             if head == FATBIN_MAGIC_BYTES:
                 size = os.fstat(handle.fileno()).st_size
-                codes = [entry_code(*e) for e in fatbin_entries(handle, 0, size)]
+                codes = [entry_code(*e) for e in fatbin_entries(file_read_at(handle), 0, size)]
             else:
                 elf = read_elf(handle)
                 if elf is not None and elf.machine == EM_CUDA:
@@ -263,21 +219,15 @@ def parse_file(path: str) -> FileCode:
                 elif elf is not None:
                     for name, offset, size in elf.sections:
                         if name in (".nv_fatbin", "__nv_relfatbin"):
-                            codes += [entry_code(*e) for e in fatbin_entries(handle, offset, offset + size)]
+                            codes += [entry_code(*e) for e in fatbin_entries(file_read_at(handle), offset,
+                                                                             offset + size)]
     except (OSError, struct.error) as exc:
         return FileCode(path, (), (), sf.describe_exception(exc))
     return split_codes(path, codes)
 
 
 def split_codes(path: str, codes: Sequence[str]) -> FileCode:
-    unique = sorted(set(codes), key=code_sort_key)
-    return FileCode(path, tuple(c for c in unique if c.startswith("sm_")),
-                    tuple(c for c in unique if c.startswith("compute_")))
-
-
-def code_sort_key(code: str) -> tuple[int, str]:
-    match = CODE.fullmatch(code)
-    return (int(match.group(2)), code) if match else (0, code)
+    return FileCode(path, *split_sass_ptx(codes))
 
 
 def cuobjdump_file(cuobjdump: str, path: str) -> FileCode:
@@ -311,11 +261,6 @@ def device_files(root: str) -> list[str]:
             if name.endswith(DEVICE_SUFFIXES) or ".so." in name:
                 files.append(os.path.join(directory, name))
     return sorted(files)
-
-
-def covers(code: str, target: sf.Arch) -> bool:
-    match = CODE.fullmatch(code)
-    return bool(match) and sf.code_runs_on(match.group(1), int(match.group(2)), match.group(3), target)
 
 
 def relative_path(path: str, root: str) -> str:

@@ -1,7 +1,8 @@
 """The wheel tier's readers: one pure function per (fact, distribution).
 
 Each module reads one distribution's unpacked wheel (:mod:`.flashinfer` for flashinfer-python,
-:mod:`.sglang` for sglang, :mod:`.metadata` for any distribution's METADATA) and exports
+:mod:`.sglang` for sglang, :mod:`.metadata` for any distribution's METADATA, :mod:`.binaries` for the
+compiled code of torch and the kernel packages, read by HTTP ranges) and exports
 ``READERS``, a tuple of :class:`~stackforge.core.wheel_readings.ReaderSpec` built by
 :func:`._reader.specs` from each reader's :func:`._reader.reads` declaration. This registry joins them;
 :func:`reader_for` is the one lookup the tier, ``bisect`` and ``compat verify`` use.
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 from stackforge.core.errors import SpecError
 from stackforge.core.wheel_readings import ReaderSpec
-from stackforge.wheels.readers import flashinfer, metadata, sglang
+from stackforge.wheels.readers import binaries, flashinfer, metadata, sglang
 
-READERS: tuple[ReaderSpec, ...] = flashinfer.READERS + sglang.READERS + metadata.READERS
+READERS: tuple[ReaderSpec, ...] = flashinfer.READERS + sglang.READERS + metadata.READERS + binaries.READERS
 
 
 def reader_for(fact: str, dist: str) -> ReaderSpec:
