@@ -92,7 +92,7 @@ def report_text(report: WatchReport) -> str:
     for release in report.releases:
         lines += ["", _release_heading(release)]
         if release.unread:
-            lines.append(f"  not read: {release.unread}")
+            lines.append(f"  {release.unread}")
             continue
         lines += [f"  changed: {_change_line(c)}" for c in release.changed]
         unchanged = [c for c in release.comparisons if not c.changed and not c.no_longer_decided]
@@ -168,7 +168,7 @@ def report_markdown(report: WatchReport) -> str:
     for release in report.releases:
         lines += [f"### {_release_heading(release)}", ""]
         if release.unread:
-            lines += [f"Not read: {release.unread}", ""]
+            lines += [release.unread[:1].upper() + release.unread[1:], ""]
             continue
         if release.changed:
             lines += ["| fact | target | before | after |", "|---|---|---|---|"]
