@@ -66,7 +66,8 @@ def test_shared_script_specs_pick_their_feature():
 def test_each_sglang_gate_probe_runs_a_script_of_its_own():
     """One script per SGLang gate feature: a probe evaluates only the feature it is asked about."""
     sglang = [spec for spec in catalog() if spec.id.startswith("gate.sglang.")]
-    assert {spec.script for spec in sglang} == {"sglang_symm_mem.py", "sglang_custom_ar.py", "sglang_ar_fusion.py"}
+    assert {spec.script for spec in sglang} == {"sglang_symm_mem.py", "sglang_custom_ar.py", "sglang_ar_fusion.py",
+                                                   "sglang_jit_gate.py"}
     assert all(spec.args == () for spec in sglang)
 
 

@@ -107,6 +107,10 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "module (compiles and links, nothing loaded or run) when the image has nvcc",
               Preconditions(needs_packages=("flashinfer-python",)), 1500.0,
               ("--feature", "flashinfer-ar-fusion", "--build", "--build-timeout", "1200"), jit_cache=True),
+    ProbeSpec("gate.sglang.jit", "sglang-jit", "gate", "sglang_jit_gate.py",
+              "SGLang's own JIT loader builds (compiles and links for the target arch, nothing run) the kernel every "
+              "CUDA serving run JIT-builds first (the KV-cache store_cache kernel); skip where the release has none",
+              Preconditions(needs_packages=("sglang",)), 900.0, jit_cache=True),  # the script's own budget: 600 s
     ProbeSpec("gate.sglang.torch-symm-mem", "torch-symm-mem", "gate", "sglang_symm_mem.py",
               "SGLang's TorchSymmMemCommunicator gate (capability table, world size) for the target",
               Preconditions(needs_packages=("sglang",)), 300.0),
