@@ -21,6 +21,13 @@ building the two FlashInfer stacks of the question with plain ``docker build`` a
 by hand takes about 8 minutes cold; the cold time to verdict (build to pick, the stages the reference
 also does) must be within 1.2x of that while giving the whole matrix. Prints every figure and the
 claim it decides; exits 1 when a claim fails. The main job's own output goes to ``--log``.
+
+``--image REF`` times another case instead: the seconds from a local image stackforge did not build to its
+upgrade report against the default 13.1 stack (``probe --image``: facts, gate tier, wheel tier; then ``upgrade
+--from-image REF --to-cuda 13.1``), into a fresh results folder, twice: with the JIT-build cache cold (an empty
+``STACKFORGE_JIT_CACHE``) and warm (the same cache again). When the default 13.1 stack's image is local its gate
+probes are recorded first (not timed), so the TO side is measured; else the run says so and the TO side is the
+plan's predictions and the wheel readings. Targets: under 2 minutes cold, under 20 s warm.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ REFERENCE_COLD_S = 8 * 60.0                      # plain docker build of the two
 REFERENCE_FACTOR = 1.2
 COLD_TARGET_S = 12 * 60.0
 CACHED_TARGET_S = 60.0
+IMAGE_TARGET = "rtx-pro-6000-x8-pcie"
+IMAGE_COLD_TARGET_S = 120.0
+IMAGE_WARM_TARGET_S = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="cold: also empty BuildKit's whole build cache (docker buildx prune), engine-wide")
     parser.add_argument("--log", type=Path, default=Path("/tmp/time_to_verdict.log"),
                         help="the main job's output (default: %(default)s)")
+    parser.add_argument("--image", metavar="REF", default=None,
+                        help="time a local image's upgrade report against the default 13.1 stack instead")
     args = parser.parse_args(argv)
+    if args.image:
+        return image_case(args.image, args.log)
     runs: list[JobRun] = []
     if args.mode in ("cold", "both"):
         forget_images()
@@ -91,6 +105,58 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         print_run(run)
     return 0 if judge(runs) else 1
+
+
+def image_case(ref: str, log: Path) -> int:
+    """``--image``: probe the image and answer its upgrade to 13.1, JIT cache cold then warm; 0 when both targets
+    hold."""
+    import os
+    import tempfile
+
+    jit_cache = Path(tempfile.mkdtemp(prefix="sf-ttv-jit-"))
+    env = {**os.environ, "STACKFORGE_JIT_CACHE": str(jit_cache)}
+    to_stack = next((i for i in stack_ids() if i.startswith("cu131-") and local_stack_image(i)), None)
+    figures: dict[str, float] = {}
+    with log.open("a", encoding="utf-8") as handle:
+        for state in ("cold", "warm"):
+            results = Path(tempfile.mkdtemp(prefix=f"sf-ttv-{state}-"))
+            if to_stack is not None:
+                stackforge(["probe", "--only", to_stack, "--target", IMAGE_TARGET, "--results", str(results)],
+                           env, handle)
+            started = time.monotonic()
+            probed = stackforge(["probe", "--image", ref, "--target", IMAGE_TARGET, "--results", str(results)],
+                                env, handle)
+            report = stackforge(["upgrade", "--from-image", ref, "--to-cuda", "13.1", "--target", IMAGE_TARGET,
+                                 "--results", str(results)], env, handle)
+            figures[state] = time.monotonic() - started
+            if probed != 0 and probed != 1 or report != 0:   # probe's 1: a probe errored, the report still stands
+                print(f"FAIL  {state}: probe exited {probed}, upgrade exited {report} (output: {log})")
+                return 1
+    side = (f"TO side {to_stack} probed first (not timed)" if to_stack else
+            "no local image of the default 13.1 stack: the TO side is the plan's predictions and the wheel readings "
+            "(build it: stackforge build --cuda 13.1)")
+    print(f"image {ref} -> default 13.1 stack on {IMAGE_TARGET}; {side}")
+    ok = claim(figures["cold"] < IMAGE_COLD_TARGET_S,
+               f"image to upgrade report, JIT cache cold: {figures['cold']:.1f} s < {IMAGE_COLD_TARGET_S:.0f} s")
+    ok &= claim(figures["warm"] < IMAGE_WARM_TARGET_S,
+                f"image to upgrade report, JIT cache warm: {figures['warm']:.1f} s < {IMAGE_WARM_TARGET_S:.0f} s")
+    print(json.dumps({"image": ref, "to_stack_probed": to_stack, "cold_s": round(figures["cold"], 1),
+                      "warm_s": round(figures["warm"], 1)}))
+    return 0 if ok else 1
+
+
+def stackforge(args: list[str], env: dict[str, str], handle) -> int:
+    """One stackforge command of this checkout, its output appended to the log; its exit status."""
+    handle.write(f"\n===== stackforge {' '.join(args)}\n")
+    handle.flush()
+    return subprocess.run([sys.executable, "-m", "stackforge", *args], cwd=ROOT, env=env, stdout=handle,
+                          stderr=subprocess.STDOUT, check=False).returncode
+
+
+def local_stack_image(stack_id: str) -> bool:
+    listed = subprocess.run(["docker", "image", "ls", "-q", "--filter", f"label=io.stackforge.stack.id={stack_id}"],
+                            capture_output=True, text=True, check=False)
+    return bool(listed.stdout.strip())
 
 
 def stack_ids() -> list[str]:

@@ -48,9 +48,15 @@ if TYPE_CHECKING:
                    "digest when not local (the registry hand-off). Default: local images by stack-id label.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder; each run writes one sub-folder.")
+@click.option("--image", "image_refs", multiple=True, metavar="REF",
+              help="Probe an image stackforge did not build (REPO[:TAG][@sha256:...]; pulled by digest when not "
+                   "local), as the stack its facts make it (image-<name>-<id12>, external), for the matrix's "
+                   "targets; then the wheel tier for the releases it holds. Repeatable.")
+@click.option("--images-file", "images_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE", help="Like --image, one reference a line (# comments).")
 @index_options
 def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local, python, parallel,
-            builds_dir, results_root, index_url, extra_index_urls, find_links) -> None:
+            builds_dir, results_root, image_refs, images_files, index_url, extra_index_urls, find_links) -> None:
     """Run capability probes for every kept stack x target of a matrix and record the evidence.
 
     \b
@@ -62,10 +68,17 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     from stackforge.probes.campaign import IndexRequest, ProbeRequest, run_probe_campaign
     from stackforge.results.store import ResultsFolder
 
+    from stackforge.probes.image_facts import read_image_refs
+
+    images = read_image_refs(image_refs, images_files) if image_refs or images_files else ()
+    for option, given in (("--local", local), ("--builds", builds_dir is not None), ("--only", bool(only)),
+                          ("--shard", shard is not None)):
+        refuse_together("--image/--images-file", option, bool(images) and given,
+                        why="an image from elsewhere is probed as its own stack, not a matrix stack's image")
     index_given = bool(index_url or extra_index_urls or find_links)
-    refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--tier wheel",
-                  present=tier == "wheel")
-    if tier == "wheel":
+    refuse_unused("--index-url/--extra-index-url/--find-links", index_given, needs="--tier wheel or --image",
+                  present=tier == "wheel" or bool(images))
+    if tier == "wheel" and not images:
         for option, given in (("--local", local), ("--builds", builds_dir is not None),
                               ("--python", python is not None), ("--timeout", timeout_s is not None)):
             refuse_together("--tier wheel", option, given, why="the wheel tier reads wheels from the index, "
@@ -77,7 +90,7 @@ def command(matrix, cuda, targets, only, shard, tier, features, timeout_s, local
     request = ProbeRequest(selection(matrix, cuda, targets, only, shard), tier=tier, features=tuple(features),
                            timeout_s=timeout_s, local_python=(python or sys.executable) if local else None,
                            parallel=parallel, builds_dir=builds_dir,
-                           index=IndexRequest(index_url, tuple(extra_index_urls), find_links))
+                           index=IndexRequest(index_url, tuple(extra_index_urls), find_links), images=images)
     word = load_feature_catalog().calibrated_status
     records = run_probe_campaign(request, store=ResultsFolder(results_root, command=tuple(sys.argv)),
                                  connect=connect_engine, on_start=_echo_start, on_done=lambda r: _echo(r, word(r)))

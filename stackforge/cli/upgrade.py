@@ -28,6 +28,11 @@ from stackforge.report.upgrade import FORMATS, StackChoice, upgrade_between
               help="Instead of FROM: the best stack of this CUDA family (pick's ranking), e.g. 12.8.")
 @click.option("--to-cuda", "to_cuda", metavar="VERSION", default=None,
               help="Instead of TO: the best stack of this CUDA family (pick's ranking), e.g. 13.1.")
+@click.option("--from-image", "from_image", metavar="REF", default=None,
+              help="Instead of FROM: an image probed with `probe --image` (the reference it was probed under, "
+                   "its name@sha256:... or its digest), e.g. the image a team runs today.")
+@click.option("--to-image", "to_image", metavar="REF", default=None,
+              help="Instead of TO: an image probed with `probe --image`.")
 @evidence_options
 @read_wheels_option
 @click.option("--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -38,7 +43,8 @@ from stackforge.report.upgrade import FORMATS, StackChoice, upgrade_between
 @click.option("--evidence", "-v", "evidence", is_flag=True,
               help="With --format text: every side's reason, code lines and sources, in full (the markdown).")
 @out_file_option
-def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, results: Path,
+def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, from_image: str | None,
+            to_image: str | None, results: Path,
             runs: tuple[str, ...], plan_path: Path | None, matrix: str | None, no_plan: bool, target: str | None,
             skip_bad: bool, read_wheels: bool, builds_dir: Path | None, fmt: str, evidence: bool,
             out: Path | None) -> None:
@@ -50,8 +56,9 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
     Examples:
       stackforge upgrade --from-cuda 12.8 --to-cuda 13.1 --target rtx-pro-6000-x8-pcie --results results
       stackforge upgrade cu128-torch2.9.1-fi0.6.3-sgl0.5.9-py312 --to-cuda 13.1 --format html --out up.html
+      stackforge upgrade --from-image lmsysorg/sglang:v0.5.9-cu128 --to-cuda 13.1 --results results
     """
-    before, after = _choices(stacks, from_cuda, to_cuda)
+    before, after = _choices(stacks, from_cuda, to_cuda, from_image, to_image)
     loaded = load_evidence(results=results, runs=runs, plan_path=plan_path, matrix=matrix, no_plan=no_plan,
                            target=target, skip_bad=skip_bad, read_wheels=read_wheels)
     for line in loaded.abi_warnings:   # before the answer: an extension that would not import
@@ -62,20 +69,32 @@ def command(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None,
     say_currency(loaded, results)
 
 
-def _choices(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None) -> tuple[StackChoice, StackChoice]:
-    """FROM and TO from the arguments: stack ids, or --from-cuda / --to-cuda in place of either."""
-    wanted = 2 - (from_cuda is not None) - (to_cuda is not None)
+def _choices(stacks: tuple[str, ...], from_cuda: str | None, to_cuda: str | None, from_image: str | None = None,
+             to_image: str | None = None) -> tuple[StackChoice, StackChoice]:
+    """FROM and TO from the arguments: stack ids, or --from-cuda / --to-cuda / --from-image / --to-image in place
+    of either."""
+    for role, cuda, image in (("from", from_cuda, from_image), ("to", to_cuda, to_image)):
+        if cuda is not None and image is not None:
+            raise SpecError(f"--{role}-cuda and --{role}-image both name the {role.upper()} side",
+                            remedy=f"give one of them (--{role}-image with --{'to' if role == 'from' else 'from'}"
+                                   "-cuda compares the image with a CUDA family's best stack)")
+    named_from = from_cuda is not None or from_image is not None
+    named_to = to_cuda is not None or to_image is not None
+    wanted = 2 - named_from - named_to
     if len(stacks) != wanted:
         raise SpecError(f"upgrade needs a FROM and a TO: got {len(stacks)} stack id(s)"
-                        + (f" besides --from-cuda/--to-cuda (expected {wanted})" if wanted < 2 else ""),
-                        remedy="give two stack ids, or --from-cuda VERSION --to-cuda VERSION, or one id and "
-                               "one of those options")
+                        + (f" besides --from-/--to- options (expected {wanted})" if wanted < 2 else ""),
+                        remedy="give two stack ids, or --from-cuda/--from-image and --to-cuda/--to-image, or one "
+                               "id and one of those options")
     ids = list(stacks)
-    before = StackChoice(cuda=from_cuda) if from_cuda is not None else StackChoice(stack_id=ids.pop(0))
-    after = StackChoice(cuda=to_cuda) if to_cuda is not None else StackChoice(stack_id=ids.pop(0))
+    before = (StackChoice(cuda=from_cuda) if from_cuda is not None else StackChoice(image=from_image)
+              if from_image is not None else StackChoice(stack_id=ids.pop(0)))
+    after = (StackChoice(cuda=to_cuda) if to_cuda is not None else StackChoice(image=to_image)
+             if to_image is not None else StackChoice(stack_id=ids.pop(0)))
     same = (before.stack_id is not None and before.stack_id == after.stack_id
-            or before.cuda is not None and before.cuda == after.cuda)
+            or before.cuda is not None and before.cuda == after.cuda
+            or before.image is not None and before.image == after.image)
     if same:
         raise SpecError(f"FROM and TO are the same ({before.describe()}): an upgrade compares two stacks",
-                        remedy="name two different stack ids or CUDA versions")
+                        remedy="name two different stack ids, CUDA versions or images")
     return before, after

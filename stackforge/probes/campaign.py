@@ -9,6 +9,7 @@ that goes away ends the run the same way, with its error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from stackforge.jobs.job_runner import ImageRef
 from stackforge.plan.planner import Plan
 from stackforge.plan.selection import StackSelection
 from stackforge.probes.execute import SCRIPTS_DIR, plan_probe_job, probe_kind
+from stackforge.probes.image_facts import ImageName, ImageStack
 from stackforge.probes.local_env import LocalStack, pin_differences, read_local_stack
 
 __all__ = ["TIERS", "IndexRequest", "ProbeRequest", "run_probe_campaign", "run_probe_jobs", "select_specs"]
@@ -78,6 +80,8 @@ class ProbeRequest:
     parallel: int = 2
     builds_dir: Path | None = None
     index: IndexRequest = IndexRequest()
+    #: ``--image`` / ``--images-file``: images from elsewhere, probed as the stacks they are (not the matrix's)
+    images: tuple[ImageName, ...] = ()
 
 
 def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Callable[[], Any],
@@ -92,6 +96,8 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     Raises:
         SpecError: with ``local_python`` and ``--only``, the environment is not the stack named (what differs).
     """
+    if request.images:
+        return _run_image_campaign(request, store=store, connect=connect, on_start=on_start, on_done=on_done)
     if request.tier == "wheel":
         return _run_wheel_campaign(request, store=store, on_start=on_start, on_done=on_done)
     from stackforge.edges.gpus import detect_host_gpus, host_facts
@@ -147,6 +153,113 @@ def planned_jobs(jobs: Sequence[CellJob]) -> tuple[PlannedJob, ...]:
     """The jobs as the run's manifest lists them (the keys their records would have)."""
     return tuple(PlannedJob(stack_id=job.stack.id, stack=job.stack.to_json(), target=job.target.name,
                             probe=job.spec.id, feature=job.spec.feature, tier=Tier(job.spec.tier)) for job in jobs)
+
+
+def _run_image_campaign(request: ProbeRequest, *, store: RunStore, connect: Callable[[], Any],
+                        on_start: Callable[[CampaignStarted], None],
+                        on_done: Callable[[ResultRecord], None]) -> list[ResultRecord]:
+    """``--image``: each image found (or pulled), read once, probed as its own stack for the selection's targets
+    (an image its facts say the probes cannot run in: every probe a skip saying why); then, unless the tier is
+    the image's only, the wheel tier for the releases it holds. Two references of one image are probed once."""
+    import dataclasses
+
+    from stackforge.edges.gpus import detect_host_gpus
+    from stackforge.probes.catalog import catalog
+    from stackforge.probes.image_facts import engine_platform, find_image, read_image_facts
+
+    selection = request.selection
+    plan = selection.plan()
+    targets = {job.target.name: job.target for job in plan_jobs(plan, catalog()[:1], selection.stacks(plan))}
+    select_specs(catalog(), tier=request.tier if request.tier != "wheel" else "all",
+                 features=request.features if request.tier != "wheel" else ())   # a typo refused before any pull
+    client = connect()
+    native = engine_platform(client)
+    found: dict[str, Any] = {}
+    for name in request.images:            # found (pulled) before anything is recorded: a bad one ends here
+        image = find_image(client, name)
+        known = found.get(image.image_id)
+        found[image.image_id] = (dataclasses.replace(known, refs=tuple(dict.fromkeys((*known.refs, name.text))))
+                                 if known else image)
+    stacks = [ImageStack(image, read_image_facts(client, image, native=native)) for image in found.values()]
+    records: list[ResultRecord] = []
+    if request.tier != "wheel":
+        records += _probe_images(request, stacks, targets, store=store, client=client, on_start=on_start,
+                                 on_done=on_done, host_gpus=detect_host_gpus(client))
+    cells = [ImageCell(stack, target) for stack in stacks if stack.facts.python for target in targets.values()]
+    if cells:
+        records += _read_image_wheels(request, cells, store=store, on_start=on_start, on_done=on_done)
+    return records
+
+
+def _probe_images(request: ProbeRequest, stacks: Sequence[ImageStack], targets: dict[str, Any], *, store: RunStore,
+                  client: Any, on_start: Callable[[CampaignStarted], None], on_done: Callable[[ResultRecord], None],
+                  host_gpus: HostGpus) -> list[ResultRecord]:
+    """The image tiers' probes of ``stacks`` for ``targets``, in one run (its host check like any probe run's)."""
+    import dataclasses
+
+    from stackforge.edges.gpus import host_facts
+    from stackforge.probes.catalog import catalog
+
+    specs = select_specs(catalog(), tier=request.tier, features=request.features)
+    jobs = tuple(CellJob(stack, target, spec) for stack in stacks for target in targets.values()
+                 for spec in specs)
+    scheduled = []
+    for job in jobs:
+        planned = plan_probe_job(job.stack, job.spec, job.target, host_gpus, request.timeout_s)
+        why_not = job.stack.why_not
+        scheduled.append(dataclasses.replace(planned, skip_reason=why_not, skip_evidence=json.dumps(
+            job.stack.facts.to_json(), sort_keys=True)) if why_not else planned)
+    images = {stack.id: ImageRef(ref=stack.image.subject, image_id=stack.image.image_id,
+                                 digest=stack.image.repo_digest) for stack in stacks}
+    host_check = job_runner.check_host(host_gpus, jobs, {})
+    with campaign_run(store, matrix_source=str(selection_source(request)), shard=None, stacks=len(stacks),
+                      jobs=len(jobs), host={**host_facts(host_gpus), **host_check.to_json()},
+                      planned=planned_jobs(jobs), on_start=on_start) as (run_dir, write):
+        return job_runner.run_jobs(probe_kind(SCRIPTS_DIR), scheduled, run_id=run_dir.name, host_gpus=host_gpus,
+                                   write=write, client=client, parallel=request.parallel, log_dir=run_dir / "logs",
+                                   images=images, on_done=on_done, host_check=host_check)
+
+
+def selection_source(request: ProbeRequest) -> Path:
+    return request.selection.matrix_path
+
+
+@dataclass(frozen=True, slots=True)
+class ImageCell:
+    """An image's stack on one target, where the wheel tier's planner reads a plan cell (``stack``, ``derived``,
+    ``target``): the releases the image holds, read in the context its facts give."""
+
+    stack: ImageStack
+    target: Any
+
+    @property
+    def derived(self) -> Any:
+        from types import SimpleNamespace
+        return SimpleNamespace(**self.stack.derived())
+
+
+def _read_image_wheels(request: ProbeRequest, cells: Sequence[ImageCell], *, store: RunStore,
+                       on_start: Callable[[CampaignStarted], None],
+                       on_done: Callable[[ResultRecord], None]) -> list[ResultRecord]:
+    """The wheel tier for the releases the images hold: a run of its own, as ``--tier wheel`` records it."""
+    import socket
+
+    from stackforge.edges.index import configured_indexes
+    from stackforge.wheels.cache import WheelCache
+    from stackforge.wheels.tier import list_releases, load_readers, plan_wheel_jobs, run_wheel_jobs, select_readers
+
+    readers = select_readers(load_readers(), request.features if request.tier == "wheel" else ())
+    jobs = plan_wheel_jobs(cells, readers)
+    if not jobs:
+        return []
+    indexes = configured_indexes(request.index)
+    cache = WheelCache.open(indexes)
+    listed = list_releases(jobs, indexes=indexes, cache=cache)
+    with campaign_run(store, matrix_source=str(selection_source(request)), shard=None,
+                      stacks=len({c.stack.id for c in cells}), jobs=len(jobs), indexes=indexes.describe(),
+                      on_start=on_start) as (run_dir, write):
+        return run_wheel_jobs(jobs, listed=listed, indexes=indexes, cache=cache, run_id=run_dir.name,
+                              host=socket.gethostname(), write=write, on_done=on_done)
 
 
 def _run_wheel_campaign(request: ProbeRequest, *, store: RunStore, on_start: Callable[[CampaignStarted], None],

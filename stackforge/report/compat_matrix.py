@@ -380,7 +380,8 @@ def _attach_wheel_records(grouped: dict[tuple[str, str], list[ResultRecord]], st
 
     if plan_cell is not None and plan_cell.pruned:
         return
-    derived = plan_cell.derived.to_json() if plan_cell else None
+    # An external image (probe --image) has no plan cell: its record's stack carries what it was read to have.
+    derived = plan_cell.derived.to_json() if plan_cell else stack.get("derived")
     pins, context = stack_pins(stack, derived), stack_context(stack, derived)
     for record in wheel:
         if record_matches(record, pins, context):
@@ -579,7 +580,7 @@ def _row(stack_id: str, stack: dict[str, Any], plan_cell: PlanCell | None,
                   for f, judge in judges.items())
     status = plan_cell.status if plan_cell else "unplanned"
     return ReportRow(stack_id=stack_id, stack=stack, plan_status=status, cells=cells, pruned_by=pruned_by,
-                     derived=plan_cell.derived.to_json() if plan_cell else None,
+                     derived=plan_cell.derived.to_json() if plan_cell else stack.get("derived"),
                      findings=plan_cell.findings if plan_cell else (),
                      driver_floor=plan_cell.driver_floor if plan_cell else None)
 

@@ -357,7 +357,8 @@ def _stack_head(row: ReportRow, target: str, target_min: str | None) -> str:
     if row.plan_status == "pruned":
         parts.append(_pruned_details(row))
     elif row.plan_status == "unplanned":
-        parts.append('<div class="stack-meta">measured, not in the plan</div>')
+        what = "external image, probed as it is" if row.stack.get("external") else "measured, not in the plan"
+        parts.append(f'<div class="stack-meta">{what}</div>')
     for image in row.images():
         # Digests are long: show the start, keep the whole reference in the hover text.
         shown = image if len(image) <= 64 else image[:61] + "…"

@@ -188,7 +188,8 @@ def _md_row(row: ReportRow, notes: _Footnotes, evidence_chars: int | None, *, pa
         rules = ", ".join(f"`{f.rule.id}`" for f in row.pruned_by) or "the plan"
         stack = f"~~`{row.stack_id}`~~ ⛔ pruned by {rules}" + notes.ref(_pruned_note(row))
     elif row.plan_status == "unplanned":
-        stack += " (not in plan)"
+        stack += (f" (external image `{_md_code(str(row.stack.get('image')), None)}`)" if row.stack.get("external")
+                  else " (not in plan)")
     cells = []
     for cell in row.cells:
         if cell.status is CellStatus.PRUNED:
@@ -325,7 +326,9 @@ def write_matrix_text(report: MatrixReport) -> str:
     pruned = len(report.rows) - len(kept)
     lines = [f"matrix {report.matrix_name or ''} on {report.target}: {len(kept)} stack(s) kept"
              + (f", {pruned} pruned by the plan (--evidence lists them)" if pruned else "")]
-    lines += [f"  [{number}] {row.stack_id}" for number, row in enumerate(kept, 1)]
+    lines += [f"  [{number}] {row.stack_id}" + (f" (external image {row.stack.get('image')})"
+                                                 if row.stack.get("external") else "")
+              for number, row in enumerate(kept, 1)]
     if not kept:
         return "\n".join(lines) + "\n"
     width = max(len(feature) for feature in report.features)

@@ -30,7 +30,7 @@ plan keeps is taken instead. The report says which stack was taken and why.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -122,13 +122,15 @@ class ChangeKind:
 
 @dataclass(frozen=True, slots=True)
 class StackChoice:
-    """How a side is named: a stack id, or a CUDA family whose best stack is taken."""
+    """How a side is named: a stack id, a CUDA family whose best stack is taken, or an external image
+    (``--from-image`` / ``--to-image``: a reference it was probed under, its ``name@sha256`` or its digest)."""
 
     stack_id: str | None = None
     cuda: str | None = None
+    image: str | None = None
 
     def describe(self) -> str:
-        return self.stack_id if self.stack_id else f"CUDA {self.cuda}"
+        return self.stack_id or (f"image {self.image}" if self.image else f"CUDA {self.cuda}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +310,7 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
     # A side named as a CUDA family takes its stack of the other side's flavour when the family has one, so that
     # the report compares the upgrade, not two flavours: the named stack (or TO) is resolved first.
     pool = tuple(candidates.values())
-    if before.stack_id is not None and after.stack_id is None:
+    if before.cuda is None and after.cuda is not None:   # the named side first
         old_row, old_why = _resolve(report, pool, before, "from", plan_only)
         new_row, new_why = _resolve(report, pool, after, "to", plan_only, flavour=_flavour(old_row))
     else:
@@ -346,13 +348,25 @@ def upgrade_between(evidence: Evidence, before: StackChoice, after: StackChoice,
                          nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules))
 
 
+def cuda_label(stack: Mapping[str, Any]) -> str:
+    """A side's CUDA as a header says it: ``12.8``, or for an external image its CUDA (nvcc's, else its torch's;
+    ``no CUDA`` for a CPU-only image) and the image."""
+    cuda = str(stack.get("cuda") or "")
+    if not stack.get("external"):
+        return cuda or "?"
+    return f"{cuda or 'no CUDA'} (image {stack.get('image')})"
+
+
 def _flavour(row: ReportRow) -> str:
-    return str(row.stack.get("flavour") or "devel")
+    """The row's flavour; none for an external image (no matrix stack has its flavour to match)."""
+    return "" if row.stack.get("external") else str(row.stack.get("flavour") or "devel")
 
 
 def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: StackChoice, role: str,
              plan_only: bool, flavour: str = "") -> tuple[ReportRow, str]:
     option = "FROM" if role == "from" else "TO"
+    if choice.image is not None:
+        return _image_row(report, choice.image, role), f"the image given as --{role}-image"
     if choice.stack_id is not None:
         known = [r.stack_id for r in report.rows]
         if choice.stack_id not in known:
@@ -361,6 +375,26 @@ def _resolve(report: MatrixReport, candidates: tuple[Candidate, ...], choice: St
                             remedy="copy an id from `stackforge matrix` or `stackforge plan`")
         return report.row(choice.stack_id), f"given as {option}"
     return _best_of_family(report, candidates, str(choice.cuda), role, plan_only, flavour)
+
+
+def _image_row(report: MatrixReport, ref: str, role: str) -> ReportRow:
+    """The row of the external image ``ref`` names (probed with ``probe --image``).
+
+    Raises:
+        SpecError: no probed image is that one on this target, naming the ones that are.
+    """
+    from stackforge.probes.image_facts import matches_image
+
+    rows = [r for r in report.rows if matches_image(r.stack, ref)]
+    if len(rows) == 1:
+        return rows[0]
+    images = [f"{r.stack_id} ({r.stack.get('image')})" for r in report.rows if r.stack.get("external")]
+    if rows:
+        raise SpecError(f"--{role}-image {ref} names {len(rows)} probed images on target {report.target}: "
+                        f"{', '.join(r.stack_id for r in rows)}", remedy="give its name@sha256:... or its digest")
+    raise SpecError(f"--{role}-image {ref}: no image probed under that reference on target {report.target}; "
+                    f"probed images: {', '.join(images) or '(none)'}",
+                    remedy=f"stackforge probe --image {ref} --target {report.target} first")
 
 
 def _best_of_family(report: MatrixReport, candidates: tuple[Candidate, ...], cuda: str, role: str,
@@ -698,7 +732,7 @@ def _delta_json(delta: MetricDelta) -> dict[str, Any]:
 def write_upgrade_md(report: UpgradeReport) -> str:
     """The upgrade as GitHub-flavoured markdown (a PR comment)."""
     old, new = report.before, report.after
-    lines = [f"### stackforge upgrade · CUDA {_md(old.stack.get('cuda', '?'))} → {_md(new.stack.get('cuda', '?'))} "
+    lines = [f"### stackforge upgrade · CUDA {_md(cuda_label(old.stack))} → {_md(cuda_label(new.stack))} "
              f"on {_md(report.target_label)}", ""]
     if report.matrix_name or report.runs:
         parts = [f"matrix {report.matrix_name} ({report.matrix_source})"] if report.matrix_name else []
@@ -802,7 +836,7 @@ def write_upgrade_text(report: UpgradeReport) -> str:
     dead (change, each side's status and evidence level, a brief reason, the probe or rule); the full
     evidence is in ``--format md`` / ``html`` / ``json`` and ``--evidence``."""
     old, new = report.before, report.after
-    lines = [f"upgrade CUDA {old.stack.get('cuda', '?')} -> {new.stack.get('cuda', '?')} on {report.target}:",
+    lines = [f"upgrade CUDA {cuda_label(old.stack)} -> {cuda_label(new.stack)} on {report.target}:",
              *(f"  {brief(part, SCREEN - 2)}" for part in summary_line(report).split(" · ")),
              f"  from {old.stack_id} ({old.evidence})", f"  to   {new.stack_id} ({new.evidence})"]
     width = max((len(f.feature) for f in report.features), default=0)
