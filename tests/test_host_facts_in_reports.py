@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-from matrix_fixtures import CU128, seed_workspace
+from matrix_fixtures import CU128, CU131, seed_workspace
 
 from stackforge.cli import cli
 from stackforge.results.store import HOST_FILE, load_results, write_host_facts
@@ -51,3 +51,23 @@ def test_a_corrupt_host_file_is_named_not_skipped(tmp_path: Path) -> None:
                                       str(folder / "plan.json")])
     assert result.exit_code == 2
     assert HOST_FILE in result.stderr and "corrupt JSON" in result.stderr
+
+
+def test_pick_and_upgrade_read_the_host_check_too(tmp_path: Path) -> None:
+    folder = seed_workspace(tmp_path)
+    args = ["--results", str(folder / "results"), "--plan", str(folder / "plan.json"), "--format", "json"]
+
+    def upgrade_change() -> str:
+        result = CliRunner().invoke(cli, ["upgrade", CU128, CU131, *args])
+        assert result.exit_code == 0, result.output
+        return next(f for f in json.loads(result.stdout)["features"] if f["feature"] == "nccl-graph-tree")["from"]
+
+    def pick_cell() -> str:
+        result = CliRunner().invoke(cli, ["pick", "--only", CU128, "--require", "nccl-graph-tree", *args])
+        return result.stdout
+
+    assert upgrade_change()["status"] == "timeout"
+    assert "host check of this run failed" not in pick_cell()
+    write_host_facts(folder / "results" / "run-a", WEDGED)
+    assert upgrade_change()["status"] == "undecided"
+    assert "host check of this run failed" in pick_cell()

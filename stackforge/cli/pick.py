@@ -55,7 +55,7 @@ def command(results: Path, runs: tuple[str, ...], plan_path: Path | None, matrix
     features = tuple(dict.fromkeys(f.strip() for item in require for f in item.split(",") if f.strip()))
     scope = Scope(cuda=cuda, only=only, plan_only=plan_path is not None or matrix is not None)
     answer = pick(evidence.records, evidence.plan, evidence.target, features, driver, optimize, scope=scope,
-                  predictions_only=evidence.predictions_only)
+                  predictions_only=evidence.predictions_only, hosts=evidence.hosts)
     verifications = _verify(answer, evidence.target) if verify else {}
     if verifications:
         answer = with_verification(answer, {s: (v.ok, v.line) for s, v in verifications.items()}, optimize)

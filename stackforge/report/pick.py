@@ -253,7 +253,8 @@ class PickAnswer:
 
 def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
          require: Sequence[str] = (), driver: str | None = None, optimize: str = "throughput", *,
-         scope: Scope | None = None, predictions_only: bool = False) -> PickAnswer:
+         scope: Scope | None = None, predictions_only: bool = False,
+         hosts: Mapping[str, Mapping[str, Any]] | None = None) -> PickAnswer:
     """Pick the best image for ``target`` by evidence: the one library entry of ``stackforge pick``.
 
     Args:
@@ -266,11 +267,12 @@ def pick(records: Sequence[ResultRecord], plan: Plan, target: str,
         optimize: ``"throughput"`` or ``"newest"``.
         scope: which stacks may be picked at all (toolkits, stack ids, the plan's stacks only).
         predictions_only: there are no probe results at all (the shortfall then names stacks to probe).
+        hosts: run id -> that run's ``host.json``: a GPU failure of a run whose host check failed is the host's.
 
     Raises:
         SpecError: an unknown feature, target, optimize value or a driver that is not a version.
     """
-    candidates = evaluate_candidates(records, plan, target, require, driver, optimize, scope=scope)
+    candidates = evaluate_candidates(records, plan, target, require, driver, optimize, scope=scope, hosts=hosts)
     chosen = choose(candidates, target, optimize)
     return PickAnswer(target, tuple(require), driver, candidates, chosen, predictions_only)
 
@@ -315,18 +317,19 @@ def shortfall_remedy(target: str) -> str:
 
 def evaluate_candidates(records: Sequence[ResultRecord], plan: Plan, target: str,
                         require: Sequence[str] = (), driver: str | None = None,
-                        optimize: str = "throughput", *, scope: Scope | None = None) -> tuple[Candidate, ...]:
+                        optimize: str = "throughput", *, scope: Scope | None = None,
+                        hosts: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Candidate, ...]:
     """Judge every stack known for ``target`` (in version order, within ``scope``) against the requirements,
     on the compatibility matrix built once for them."""
     if optimize not in OPTIMIZE:
         raise SpecError(f"unknown optimize goal {optimize!r}; choose one of {', '.join(OPTIMIZE)}")
-    report = build_matrix(records, plan, target)
+    report = build_matrix(records, plan, target, hosts=hosts)
     unmeasured = [f for f in require if f not in report.features]
     if unmeasured:
         # A feature only a probe decides (p2p-access...) has no column until a record measures it; it is
         # still a feature (the same names `matrix --feature` and `list features` know), its cells unknown.
         check_features(unmeasured, report.features)
-        report = build_matrix(records, plan, target, features=(*report.features, *unmeasured))
+        report = build_matrix(records, plan, target, features=(*report.features, *unmeasured), hosts=hosts)
     return candidates_in(report, target, require, driver, scope=scope)
 
 

@@ -286,7 +286,8 @@ class UpgradeReport:
 
 def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, before: StackChoice,
                   after: StackChoice, *, size_of: Callable[[str], ImageSize] | None = None, runs: Sequence[str] = (),
-                  plan_only: bool = False, nvcc_features: frozenset[str] = frozenset()) -> UpgradeReport:
+                  plan_only: bool = False, nvcc_features: frozenset[str] = frozenset(),
+                  hosts: Mapping[str, Mapping[str, Any]] | None = None) -> UpgradeReport:
     """Compare two stacks of ``target``.
 
     Args:
@@ -300,12 +301,13 @@ def build_upgrade(records: Sequence[ResultRecord], plan: Plan, target: str, befo
             (:func:`stackforge.plan.rules.features_only_nvcc_decides`): when one side's image has nvcc and
             the other's not, a change whose dead side such a rule predicts, or whose dead side a gate measured
             unable to JIT, is the flavour's, not the upgrade's.
+        hosts: run id -> that run's ``host.json`` (:func:`stackforge.report.compat_matrix.build_matrix`).
 
     Raises:
         SpecError: an unknown stack id or CUDA family (naming the known ones), both sides the same stack,
             or a CUDA family whose every stack the plan prunes.
     """
-    report = build_matrix(records, plan, target, runs=runs)
+    report = build_matrix(records, plan, target, runs=runs, hosts=hosts)
     candidates = {c.stack_id: c for c in candidates_in(report, target)}   # the one matrix, built once
     # A side named as a CUDA family takes its stack of the other side's flavour when the family has one, so that
     # the report compares the upgrade, not two flavours: the named stack (or TO) is resolved first.
@@ -344,7 +346,7 @@ def upgrade_between(evidence: Evidence, before: StackChoice, after: StackChoice,
 
     return build_upgrade(evidence.records, evidence.plan, evidence.target, before, after,
                          size_of=image_sizes_from_builds(builds_dir) if builds_dir is not None else None,
-                         runs=evidence.runs, plan_only=plan_only,
+                         runs=evidence.runs, plan_only=plan_only, hosts=evidence.hosts,
                          nvcc_features=features_only_nvcc_decides(load_knowledge(user=user).rules))
 
 
