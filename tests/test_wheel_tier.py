@@ -35,8 +35,9 @@ def index(tmp_path):
     index.add("flashinfer-python", make_sdist(tmp_path / "w", "flashinfer-python", "0.6.18", {
         "flashinfer/__init__.py": "", "flashinfer/jit/comm.py": comm_py([9, 10, 12]),
         "include/flashinfer/x.cuh": "// headers live elsewhere in an sdist", "../escape.py": "outside"}))
+    # flashinfer/jit/ is there without comm.py: a file gap, not a missing subpackage
     index.add("flashinfer-python", make_sdist(tmp_path / "w", "flashinfer-python", "0.6.19",
-                                              {"flashinfer/__init__.py": ""}))
+                                              {"flashinfer/__init__.py": "", "flashinfer/jit/__init__.py": ""}))
     corrupt = tmp_path / "w" / "flashinfer_python-0.6.20.tar.gz"
     corrupt.write_bytes(b"not a tar archive")
     index.add("flashinfer-python", corrupt)

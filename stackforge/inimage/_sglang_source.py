@@ -749,11 +749,156 @@ def assignment_line(tree: ast.Module | ast.ClassDef, name: str) -> int:
     return 0
 
 
+CAR_V2_FILE = f"{COMM_DIR}/custom_all_reduce_v2.py"
+CAR_V2_CLASS = "CustomAllReduceV2"
+CAR_DISPATCH = "dispatch_custom_allreduce"
+ENVIRON_FILE = "srt/environ.py"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CustomArV2:
+    """``CustomAllReduceV2`` as ``dispatch_custom_allreduce`` picks it on CUDA (0.5.11: opt-in behind
+    ``SGLANG_USE_JIT_ALL_REDUCE``; 0.5.12: the default, ``SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2``).
+
+    ``nvlink_line``: V2's own ``full_nvlink != True: return`` (0.5.12) / ``return full_nvlink is True``
+    (0.5.13), which refuses every world size without full NVLink, not only more than two GPUs (0 when
+    V2 keeps only the shared ``world_size > K`` gate). ``fallback_line``: the test in the dispatch that
+    lets a refused V2 fall through to ``CustomAllreduce`` (0.5.13's ``can_use_custom_all_reduce_v2``);
+    0 when the dispatch returns V2 unconditionally, so a V2 that disables itself leaves no custom
+    all-reduce at all (0.5.12, 0.5.12.post1)."""
+
+    path: str
+    dispatch_path: str
+    dispatch_line: int       # the `if` in dispatch_custom_allreduce that picks V2
+    switch: str              # the environment variable that picks it
+    default_on: bool         # its default: V2 is what SGLang uses unless told otherwise
+    sizes: list | None       # None: computed per arch at run time (0.5.23's configs), not read here
+    sizes_line: int
+    nvlink_line: int
+    fallback_line: int
+
+    def refuses(self, world_size: int, full_nvlink: bool, threshold: int) -> str | None:
+        """Why V2 disables itself for the node (``nvlink`` | ``world-size`` | ``pcie``, or
+        ``sizes-unread`` when that hangs on world sizes the files do not state), None: it is kept up to
+        the P2P check. ``threshold``: the shared gate's K (``world_size > K and not full_nvlink``)."""
+        if self.nvlink_line and not full_nvlink:
+            return "nvlink"
+        if self.sizes is None:
+            return "sizes-unread"
+        if world_size not in self.sizes:
+            return "world-size"
+        if world_size > threshold and not full_nvlink:
+            return "pcie"
+        return None
+
+
+def env_default(name: str, root: str | None) -> bool | None:
+    """The default of ``NAME = EnvBool(<bool>)`` in ``srt/environ.py`` (None: not read)."""
+    path = sglang_file(ENVIRON_FILE, root)
+    if path is None:
+        return None
+    for node in ast.walk(parse_file(path)):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                and node.value.func.id == "EnvBool" and node.value.args \
+                and isinstance(node.value.args[0], ast.Constant) and isinstance(node.value.args[0].value, bool):
+            return node.value.args[0].value
+    return None
+
+
+def env_switch(test: ast.expr, root: str | None) -> tuple[str, bool | None] | None:
+    """(variable, default) of an environment test: ``envs.NAME.get()`` (its EnvBool default in
+    environ.py) or ``get_bool_env_var("NAME", default="false")``; None: the test reads no variable."""
+    if not isinstance(test, ast.Call):
+        return None
+    func = test.func
+    if isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Attribute) \
+            and isinstance(func.value.value, ast.Name) and func.value.value.id == "envs":
+        return func.value.attr, env_default(func.value.attr, root)
+    if isinstance(func, ast.Name) and func.id == "get_bool_env_var" and test.args \
+            and isinstance(test.args[0], ast.Constant):
+        default = next((k.value for k in test.keywords if k.arg == "default"),
+                       test.args[1] if len(test.args) > 1 else ast.Constant("false"))
+        value = default.value if isinstance(default, ast.Constant) else None
+        return str(test.args[0].value), (str(value).lower() in ("1", "true") if value is not None else None)
+    return None
+
+
+def returns_name(statement: ast.stmt, name: str) -> bool:
+    return isinstance(statement, ast.Return) and isinstance(statement.value, ast.Name) and statement.value.id == name
+
+
+def nvlink_required_line(tree: ast.Module) -> int:
+    """Line of a test in V2's file that needs ``full_nvlink`` itself (``full_nvlink != True``,
+    ``full_nvlink is True``, ``not full_nvlink``), not joined with a world-size test; 0: none."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and any(isinstance(n, ast.Name) and n.id == "world_size"
+                                                for n in ast.walk(node)):
+            continue
+        operand = node.left if isinstance(node, ast.Compare) else \
+            node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else None
+        if isinstance(operand, ast.Name) and operand.id == "full_nvlink" and (
+                isinstance(node, ast.UnaryOp)
+                or all(isinstance(c, ast.Constant) and c.value is True for c in node.comparators)):
+            return node.lineno
+    return 0
+
+
+def v2_sizes(tree: ast.Module) -> tuple[list, int] | None:
+    """The world sizes V2 passes as ``supported_world_size``: a literal list, or the keys of the
+    ``THRESHOLD_2_SHOT_MAP`` dicts it is built from (the sizes every dict holds), with the line.
+    None: they come from elsewhere (0.5.23: a per-arch config function)."""
+    call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id == "can_use_custom_all_reduce_with_nvlink"), None)
+    given = next((k.value for k in call.keywords if k.arg == "supported_world_size"), None) if call else None
+    if given is None:
+        return None
+    try:
+        return sorted(literal(given, {})), given.lineno
+    except (ValueError, TypeError, ArithmeticError):
+        pass
+    names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name) and n.id.isupper()}
+    tables = [(n.value, n.lineno) for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+              and isinstance(n.value, ast.Dict) and n.value.keys
+              and any(isinstance(t, ast.Name) and t.id in names
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    keys = [{k.value for k in table.keys if isinstance(k, ast.Constant)} for table, _ in tables]
+    return (sorted(set.intersection(*keys)), tables[0][1]) if keys else None
+
+
+def custom_ar_v2(main: str, main_tree: ast.Module, root: str | None) -> CustomArV2 | GateUnread | None:
+    """V2 as the dispatch picks it on CUDA; None: this SGLang has no V2 in its dispatch (before 0.5.11)."""
+    dispatch = next((n for n in ast.walk(main_tree) if isinstance(n, ast.FunctionDef) and n.name == CAR_DISPATCH),
+                    None)
+    picked = next(((s, steps) for s, steps in guarded_statements(dispatch.body, ())
+                   if returns_name(s, CAR_V2_CLASS)), None) if dispatch else None
+    if picked is None:
+        return None
+    statement, steps = picked
+    tests = [(t, taken) for test, taken in steps for t in ([test] if not taken else
+             test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test])]
+    switches = [(found, test) for test, taken in tests if taken and (found := env_switch(test, root))]
+    path = sglang_file(CAR_V2_FILE, root)
+    if len(switches) != 1 or switches[0][0][1] is None or path is None:
+        return GateUnread(False, f"{CAR_DISPATCH} returns {CAR_V2_CLASS} under a switch (or from a file) that "
+                                 "was not read", main, statement.lineno)
+    (switch, default_on), switch_test = switches[0]
+    # the dispatch's other tests: the platform (`_is_cuda`, true here) or a V2 check whose failure
+    # falls through to the legacy class
+    guards = [test for test, _ in tests if test is not switch_test and not (
+        isinstance(test, ast.Name) and test.id.startswith("_is_"))]
+    falls_back = any(returns_name(s, "CustomAllreduce") for s, _ in guarded_statements(dispatch.body, ()))
+    tree = parse_file(path)
+    sizes = v2_sizes(tree) or (None, 0)
+    return CustomArV2(path, main, switch_test.lineno, switch, default_on, sizes[0], sizes[1],
+                      nvlink_required_line(tree), guards[0].lineno if guards and falls_back else 0)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CustomArGate:
     """``CustomAllreduce``'s gates in SGLang's files: ``_SUPPORTED_WORLD_SIZES`` and
     ``if world_size > K and not full_nvlink`` (in ``custom_all_reduce_utils.py`` from 0.5.10), with
-    SGLang's warnings for both."""
+    SGLang's warnings for both; and ``CustomAllReduceV2`` where the dispatch picks it by default."""
 
     main_path: str
     paths: tuple[str, ...]
@@ -764,11 +909,30 @@ class CustomArGate:
     gate_line: int
     pcie_message: str
     size_message: str
+    v2: CustomArV2 | None = None   # only where the dispatch picks V2 by default
 
     def decide(self, world_size: int, full_nvlink: bool) -> str:
         """``one-gpu`` (no custom all-reduce is built) | ``world-size`` (not in the supported sizes) |
-        ``pcie`` (more than K GPUs without full NVLink) | :data:`ADMITTED` (up to the P2P check, which
-        runs on the hardware)."""
+        ``pcie`` (more than K GPUs without full NVLink) | ``v2-<why>`` (the default V2 disables itself,
+        :meth:`CustomArV2.refuses` says why, and the dispatch has no fallback; ``v2-sizes-unread``:
+        whether V2 is kept is not in the files and the answer hangs on it) | :data:`ADMITTED` (up to
+        the P2P check, which runs on the hardware). A refused V2 with a fallback is decided as the
+        legacy class."""
+        if world_size <= 1:
+            return "one-gpu"
+        legacy = self.legacy(world_size, full_nvlink)
+        if self.v2 is None:
+            return legacy
+        refused = self.v2.refuses(world_size, full_nvlink, self.threshold)
+        if refused is None:
+            return ADMITTED
+        if refused == "sizes-unread":
+            # kept, or refused and fallen back to a legacy class that admits: admitted either way
+            return ADMITTED if self.v2.fallback_line and legacy == ADMITTED else "v2-sizes-unread"
+        return legacy if self.v2.fallback_line else f"v2-{refused}"
+
+    def legacy(self, world_size: int, full_nvlink: bool) -> str:
+        """``CustomAllreduce``'s own decision (see :meth:`decide`)."""
         if world_size <= 1:
             return "one-gpu"
         if world_size not in self.sizes:
@@ -794,8 +958,11 @@ def custom_ar_gate(root: str | None = None) -> CustomArGate | GateUnread:
                                  "full_nvlink` gate was not found", main)
     gate_path, (threshold, pcie_message, gate_line) = gate
     size_message = next((m for tree in trees.values() for m in size_gate_messages(tree)), "")
+    v2 = custom_ar_v2(main, trees[main], root)
+    if isinstance(v2, GateUnread):
+        return v2
     return CustomArGate(main, paths, sizes, assignment_line(cls, "_SUPPORTED_WORLD_SIZES"), threshold, gate_path,
-                        gate_line, pcie_message, size_message)
+                        gate_line, pcie_message, size_message, v2 if v2 is not None and v2.default_on else None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ No image, no torch, no GPU: the wheel is fetched from the configured index into 
 (:mod:`stackforge.wheels.cache`), never installed, and a pure reader reads its files. A release
 that publishes only an sdist is read statically (its package unpacked, never built): what its code
 admits or refuses is a reading like a wheel's, but a file the sdist lacks proves nothing (an sdist lays
-out headers and metadata unlike a wheel), so there "absent" is undecided, and metadata facts are not
-read from an sdist at all.
+out headers and metadata unlike a wheel), so there "absent" is undecided unless the package tree lacks
+the file's whole top-level subpackage (FlashInfer 0.2.7 has no ``flashinfer/comm``), and metadata facts
+are not read from an sdist at all.
 
 A reading becomes one :class:`~stackforge.core.records.ResultRecord` per (distribution version x fact x
 target): tier ``wheel``, stack id ``wheel-<dist>-<version>`` (plus the context values the reading
@@ -133,14 +134,25 @@ def _read_sdist(spec: ReaderSpec, sdist: ReleaseFile, ctx: ReadContext, cache: W
     if spec.fact.startswith("metadata:"):
         return Reading(spec.fact, ReadingStatus.UNDECIDED, SDIST_NO_METADATA)
     try:
-        reading = cache.read(sdist, lambda root: _read(spec, root, ctx))
+        reading, lacking = cache.read(sdist, lambda root: _with_missing_subpackage(_read(spec, root, ctx), root))
     except WheelFileError as exc:
         return Reading(spec.fact, ReadingStatus.UNDECIDED, f"sdist only, and unreadable: {exc.one_line()}")
+    if reading.status is ReadingStatus.ABSENT and lacking:
+        # a whole subpackage missing from the package tree is the layout a wheel would have too
+        return replace(reading, summary=f"(read in the sdist, not built; its package has no {lacking}/ at all) "
+                                        f"{reading.summary}")
     if reading.status is ReadingStatus.ABSENT:
         return replace(reading, status=ReadingStatus.UNDECIDED,
                        summary=f"sdist only: {reading.summary}; a file an sdist lacks proves nothing "
                                "(it lays files out unlike a wheel)")
     return replace(reading, summary=f"(read in the sdist, not built) {reading.summary}")
+
+
+def _with_missing_subpackage(reading: Reading, root: Path) -> tuple[Reading, str | None]:
+    """The reading and, for an absence, the top-level subpackage its absent file's tree lacks as a whole."""
+    from stackforge.wheels.readers._ast import missing_subpackage
+
+    return reading, (missing_subpackage(root, reading.sites) if reading.status is ReadingStatus.ABSENT else None)
 
 
 def read_release(spec: ReaderSpec, version: str, ctx: ReadContext, *, indexes: IndexConfig,

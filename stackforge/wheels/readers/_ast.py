@@ -21,14 +21,15 @@ API (small on purpose):
     decorator_calls(function, name) -> tuple[Call, ...]
     absent_site(path) -> CodeSite                  line 0: the fact is the file's absence
     looked_site(root, path, lacking) -> CodeSite   line 0: absent, or present without what was looked for
+    missing_subpackage(root, sites) -> str | None  the top-level subpackage an absent site's whole folder lacks
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite
@@ -177,6 +178,20 @@ def looked_site(root: Path, path: str, lacking: str) -> CodeSite:
     """A line-0 site for a file looked in: its absence (no code) when it is not in the wheel, else what
     the file there lacks (``lacking``), so evidence never calls a present file absent."""
     return CodeSite(path, 0, lacking if (root / path).is_file() else "")
+
+
+def missing_subpackage(root: Path, sites: Sequence[CodeSite]) -> str | None:
+    """The first top-level subpackage (``flashinfer/comm``) that an absence site (line 0, no code) lies in
+    and that the tree lacks as a whole; None when every absent file's subpackage is there (or the file
+    sits at the package's top). An sdist lays headers and data out unlike a wheel, so one missing file
+    proves nothing there; a whole Python subpackage missing from its package tree does (FlashInfer
+    0.2.7's sdist has no ``flashinfer/comm``)."""
+    for site in sites:
+        parts = PurePosixPath(site.path).parts
+        if site.line == 0 and not site.code and len(parts) >= 3 and (root / parts[0]).is_dir() \
+                and not (root / parts[0] / parts[1]).exists():
+            return f"{parts[0]}/{parts[1]}"
+    return None
 
 
 def _function_index(tree: ast.Module) -> dict[str, _FunctionNode]:

@@ -141,11 +141,15 @@ def read_torch_symm_mem(root: Path, ctx: ReadContext) -> Reading:
 # --------------------------------------------------------------------------------------------
 
 @reads("custom-allreduce",
-       "CustomAllreduce._SUPPORTED_WORLD_SIZES and the `world_size > 2 and not full_nvlink` gate")
+       "CustomAllreduce._SUPPORTED_WORLD_SIZES, the `world_size > 2 and not full_nvlink` gate, and "
+       "CustomAllReduceV2 where dispatch_custom_allreduce picks it by default")
 def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
     """``CustomAllreduce``: world size in ``_SUPPORTED_WORLD_SIZES``, then ``world_size > 2 and not
     full_nvlink`` disables it (in ``custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink``
     from 0.5.10); SGLang's code has no capability floor for it, the P2P check runs on the hardware.
+    Where ``dispatch_custom_allreduce`` picks ``CustomAllReduceV2`` by default (0.5.12+), V2's own
+    gates decide first: it needs full NVLink at every world size, and a refused V2 leaves NCCL
+    unless the dispatch falls back to ``CustomAllreduce`` (0.5.13+).
     Decided by :meth:`~stackforge.inimage._sglang_source.CustomArGate.decide`, as the gate probe's
     static path decides it."""
     depends = ("gpu_count", "interconnect")
@@ -156,21 +160,62 @@ def read_custom_allreduce(root: Path, ctx: ReadContext) -> Reading:
     gate_site = site(root, found.gate_path, found.gate_line)
     sites = (sizes_site, gate_site)
     size, threshold, sizes = ctx.gpu_count, found.threshold, found.sizes
-    decision = found.decide(size, full_nvlink=ctx.interconnect != "pcie")
+    full_nvlink = ctx.interconnect != "pcie"
+    decision = found.decide(size, full_nvlink=full_nvlink)
+    v2_said = ""
+    if found.v2 is not None:
+        v2, v2_sites = found.v2, custom_ar_v2_sites(root, found.v2)
+        sites = (*v2_sites.values(), *sites)
+        refused = v2.refuses(size, full_nvlink, threshold)
+        v2_said = (f"{where(v2_sites['switch'])} {v2.switch} (on by default) picks CustomAllReduceV2; "
+                   + (custom_ar_v2_refusal(refused, v2, v2_sites, size, ctx.interconnect) if refused else ""))
+        if refused is None:
+            return Reading("custom-allreduce", ReadingStatus.AVAILABLE,
+                           f"{v2_said}{where(v2_sites['sizes'])} world sizes {v2.sizes} admit {size}, and "
+                           f"{ctx.interconnect} is full NVLink (the P2P check runs on the hardware)", sites, depends)
+        if decision == "v2-sizes-unread":
+            return Reading("custom-allreduce", ReadingStatus.UNDECIDED,
+                           f"{v2_said}, and CustomAllreduce, the fallback, would not keep them", sites, depends)
+        if decision.startswith("v2-"):
+            return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
+                           f"{v2_said}; {where(v2_sites['switch'])} the dispatch returns it unconditionally: no "
+                           "fallback to CustomAllreduce (NCCL all-reduce)", sites, depends)
+        v2_said += f"; {where(v2_sites['fallback'])} the dispatch falls back to CustomAllreduce: "
     if decision == "one-gpu":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
                        "one GPU: SGLang builds no custom all-reduce", sites, depends)
     if decision == "world-size":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
-                       f"{where(sizes_site)} _SUPPORTED_WORLD_SIZES = {sizes}: {size} GPUs disabled", sites, depends)
+                       f"{v2_said}{where(sizes_site)} _SUPPORTED_WORLD_SIZES = {sizes}: {size} GPUs disabled",
+                       sites, depends)
     if decision == "pcie":
         return Reading("custom-allreduce", ReadingStatus.UNAVAILABLE,
-                       f"{where(gate_site)} world_size > {threshold} and not full_nvlink: {size} PCIe GPUs disabled",
-                       sites, depends)
+                       f"{v2_said}{where(gate_site)} world_size > {threshold} and not full_nvlink: {size} PCIe "
+                       "GPUs disabled", sites, depends)
     return Reading("custom-allreduce", ReadingStatus.AVAILABLE,
-                   f"{where(sizes_site)} _SUPPORTED_WORLD_SIZES = {sizes} admits {size}; {where(gate_site)} "
+                   f"{v2_said}{where(sizes_site)} _SUPPORTED_WORLD_SIZES = {sizes} admits {size}; {where(gate_site)} "
                    f"world_size > {threshold} and not full_nvlink passes for {ctx.interconnect} "
                    "(the P2P check runs on the hardware)", sites, depends)
+
+
+def custom_ar_v2_sites(root: Path, v2: source.CustomArV2) -> dict[str, CodeSite]:
+    """The dispatch's switch, V2's world sizes, its own NVLink test and the dispatch's fallback test,
+    each where the code has it."""
+    found = {"switch": (v2.dispatch_path, v2.dispatch_line), "sizes": (v2.path, v2.sizes_line),
+             "nvlink": (v2.path, v2.nvlink_line), "fallback": (v2.dispatch_path, v2.fallback_line)}
+    return {name: site(root, path, line) for name, (path, line) in found.items() if line}
+
+
+def custom_ar_v2_refusal(refused: str, v2: source.CustomArV2, v2_sites: dict[str, CodeSite], size: int,
+                         interconnect: str) -> str:
+    if refused == "nvlink":
+        return f"{where(v2_sites['nvlink'])} it needs full NVLink: {size} GPUs over {interconnect} disable it"
+    if refused == "world-size":
+        return f"{where(v2_sites['sizes'])} its world sizes {v2.sizes}: {size} GPUs disable it"
+    if refused == "sizes-unread":
+        return (f"its world sizes are computed at run time (not a literal in sglang/{source.CAR_V2_FILE}): "
+                f"whether it keeps {size} GPUs is not in the files")
+    return f"the shared gate world_size > K and not full_nvlink disables it for {size} GPUs over {interconnect}"
 
 
 # --------------------------------------------------------------------------------------------
