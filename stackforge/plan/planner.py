@@ -77,10 +77,12 @@ class PlanCell:
     findings: tuple[Finding, ...]
     predictions: tuple[Prediction, ...]
     driver_floor: DriverFloor
+    #: an external image's own stack id (``probe --image``: ``image-<name>-<id>``); None for a matrix stack
+    external_id: str | None = None
 
     @property
     def stack_id(self) -> str:
-        return self.stack.id
+        return self.external_id or self.stack.id
 
     @property
     def pruned(self) -> bool:
@@ -97,7 +99,7 @@ class PlanCell:
     def to_json(self, prediction_set: int) -> dict[str, Any]:
         """The cell as the plan JSON states it: findings as rule ids (in firing order), predictions as the
         index of their set in the plan's ``prediction_sets`` (:func:`prediction_set`)."""
-        return {"stack_id": self.stack.id, "stack": self.stack.to_json(), "target": self.target.name,
+        return {"stack_id": self.stack_id, "stack": self.stack.to_json(), "target": self.target.name,
                 "status": self.status, "derived": self.derived.to_json(),
                 "driver_floor": self.driver_floor.to_json(),
                 "findings": [f.rule.id for f in self.findings], "prediction_set": prediction_set}
@@ -118,10 +120,13 @@ class PlanCell:
             if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(sets):
                 raise ValueError(f"prediction_set {index!r} is not an index of the plan's prediction_sets")
             predictions = _predictions(dict(sets[index]), rules)
-        return cls(stack=Stack.from_json(dict(data["stack"])), target=targets[str(data["target"])],
+        stack = Stack.from_json(dict(data["stack"]))
+        named = str(data.get("stack_id") or stack.id)
+        return cls(stack=stack, target=targets[str(data["target"])],
                    derived=Derived.from_json(dict(data["derived"])), findings=findings, predictions=predictions,
                    driver_floor=DriverFloor(version=floor.get("version"),
-                                            because=tuple(str(b) for b in floor.get("because") or ())))
+                                            because=tuple(str(b) for b in floor.get("because") or ())),
+                   external_id=named if named != stack.id else None)
 
 
 def _rule_entry(rules: Mapping[str, Mapping[str, Any]], rule_id: Any) -> Mapping[str, Any]:
@@ -201,9 +206,11 @@ class Plan:
         return cls(matrix=Matrix(name="", source="", stacks=(), targets=()), targets=(), cells=())
 
     def kept_stacks(self) -> tuple[Stack, ...]:
-        """Stacks worth building: kept for at least one target (in matrix order)."""
-        kept = {c.stack.id for c in self.cells if not c.pruned}
-        return tuple(s for s in dict.fromkeys(c.stack for c in self.cells) if s.id in kept)
+        """Stacks worth building: kept for at least one target (in matrix order); external images are no
+        stacks to build."""
+        built_here = [c for c in self.cells if c.external_id is None]
+        kept = {c.stack.id for c in built_here if not c.pruned}
+        return tuple(s for s in dict.fromkeys(c.stack for c in built_here) if s.id in kept)
 
     def cells_for(self, stack: Stack) -> tuple[PlanCell, ...]:
         return tuple(c for c in self.cells if c.stack == stack)

@@ -564,6 +564,10 @@ def _features(records: Sequence[ResultRecord], plan_cells: Iterable[PlanCell]) -
 def _stacks(records: Sequence[ResultRecord], plan_cells: Mapping[str, PlanCell]) -> dict[str, dict[str, Any]]:
     stacks = {stack_id: cell.stack.to_json() for stack_id, cell in plan_cells.items()}
     for record in records:
+        cell = plan_cells.get(record.stack_id)
+        if cell is not None and cell.external_id is not None:
+            # An external image's cell is the rules' view of it; the row shows what the image was read to have.
+            stacks[record.stack_id] = record.stack
         stacks.setdefault(record.stack_id, record.stack)
     return stacks
 

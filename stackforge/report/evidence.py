@@ -13,8 +13,8 @@ interrupted)" in its cell, unless another run recorded that key since (:func:`wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from stackforge.watch.state import WatchState, read_state, state_path
 if TYPE_CHECKING:
     from stackforge.plan.user_compat import UserCompat
 
-__all__ = ["Evidence", "EvidenceRequest", "load_evidence", "skip_or_refuse", "with_not_run"]
+__all__ = ["Evidence", "EvidenceRequest", "load_evidence", "skip_or_refuse", "with_external_cells", "with_not_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,7 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     records = with_not_run(loaded, warn)
     plan = _plan(loaded, request, strict=predictions_only, warn=warn)
     chosen = choose_target(records, plan, request.target)
+    plan = with_external_cells(plan, records, chosen, request.user_compat, warn)
     if predictions_only:
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
              "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
@@ -109,6 +110,28 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     return Evidence(records=records, plan=plan, target=chosen, runs=runs,
                     predictions_only=predictions_only, currency=current, abi_warnings=abi,
                     hosts=loaded.hosts)
+
+
+def with_external_cells(plan: Plan, records: Sequence[ResultRecord], target: str, user_compat: UserCompat | None,
+                        warn: Callable[[str], None]) -> Plan:
+    """The plan, plus a cell for ``target`` per external image the records hold (``probe --image``): the rules
+    judge an image a team runs as they judge a matrix stack (:mod:`stackforge.plan.external`)."""
+    planned = {c.stack_id for c in plan.cells_for_target(target)}
+    images = {r.stack_id: r.stack for r in records if r.stack.get("external") and r.stack_id not in planned}
+    if not images:
+        return plan
+    from stackforge.plan.external import external_plan_cells
+    from stackforge.plan.planner import load_knowledge
+
+    knowledge = load_knowledge(user=user_compat)
+    profile = plan.target(target) or knowledge.targets.get(target)
+    if profile is None:
+        return plan
+    made = external_plan_cells(images, (profile,), knowledge)
+    for note in made.notes:
+        warn(note)
+    targets = plan.targets if plan.target(target) else (*plan.targets, profile)
+    return replace(plan, targets=targets, cells=(*plan.cells, *made.cells))
 
 
 def with_not_run(loaded: LoadedResults, warn: Callable[[str], None]) -> tuple[ResultRecord, ...]:
