@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -278,7 +279,10 @@ def test_a_run_interrupted_after_its_first_probe_reads_as_partial_in_every_repor
     (row,) = json.loads(report.stdout)["rows"]
     cells = {cell["feature"]: cell for cell in row["cells"]}
     assert cells["kernel-arch-coverage"]["reason"] == "not run (run interrupted)"
+    assert cells["kernel-arch-coverage"]["source"] == "none"            # nothing measured it
     assert cells["torch-kernels"]["reason"] != "not run (run interrupted)"
+    text = CliRunner().invoke(cli, ["matrix", "--results", str(results), "--no-plan"]).stdout
+    assert re.search(r"kernel-arch-coverage\s+not run\s*$", text, re.M), text
     for command in (["deadends", "--target", TARGET], ["pick", "--target", TARGET],
                     ["upgrade", "--target", TARGET, "--from-cuda", "12.8", "--to-cuda", "13.1"]):
         told = CliRunner().invoke(cli, [*command, "--results", str(results), "--matrix", str(matrix)])

@@ -161,6 +161,11 @@ class Prediction:
                    unwitnessed=str(data.get("unwitnessed", "")))
 
 
+#: The runner of a record no probe wrote: a job a partial run planned and never reached, which the reports
+#: show as "not run (run interrupted)" (``stackforge.report.evidence.with_not_run``); it measured nothing.
+NOT_RUN_RUNNER = "not run"
+
+
 # ---------------------------------------------------------------------------------------------- evidence levels
 
 #: The metric in which a probe says how far its pass went: ``built`` (it compiled and linked the module the

@@ -58,6 +58,7 @@ from stackforge.core.data import display_path
 from stackforge.core.errors import SpecError
 from stackforge.core.model import Target
 from stackforge.core.records import (
+    NOT_RUN_RUNNER,
     TIER_PREFERENCE,
     Prediction,
     ResultRecord,
@@ -544,6 +545,11 @@ def _unmeasured_cell(feature: str, records: tuple[ResultRecord, ...], prediction
         return ReportCell(feature=feature, status=CellStatus.UNDECIDED, source=CellSource.NONE,
                           reason=undecided, evidence=undecided_records[0].outcome.evidence, records=records,
                           prediction=prediction, undecided=undecided)
+    if records and all(r.provenance.runner == NOT_RUN_RUNNER for r in records):
+        # Only jobs an interrupted run never reached: nothing measured it, and the cell says so.
+        return ReportCell(feature=feature, status=CellStatus.SKIP, source=CellSource.NONE, tier=records[0].tier,
+                          reason=records[0].outcome.reason, evidence=records[0].outcome.evidence, records=records,
+                          prediction=prediction)
     if records:   # only skips: measured, but not applicable here
         first = records[0]
         return ReportCell(feature=feature, status=CellStatus.SKIP, source=CellSource.MEASURED,

@@ -348,4 +348,6 @@ def _short_cell(cell: ReportCell) -> str:
         return f"{cell.status.value} ({cell.tier.value})"
     if cell.source is CellSource.PREDICTED:
         return f"{cell.status.value} (rule)"
+    if cell.status is CellStatus.SKIP:
+        return "not run"    # a job an interrupted run never reached (a measured skip names its tier above)
     return cell.status.value

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackforge.core.errors import SpecError, StackforgeError
-from stackforge.core.records import Outcome, PlannedJob, Provenance, ResultRecord, Status
+from stackforge.core.records import NOT_RUN_RUNNER, Outcome, PlannedJob, Provenance, ResultRecord, Status
 from stackforge.plan.planner import Plan
 from stackforge.report.compat_matrix import choose_target
 from stackforge.results.store import (
@@ -158,7 +158,7 @@ def _not_run_record(run: PartialRun, job: PlannedJob) -> ResultRecord:
     outcome = Outcome(Status.SKIP, run.not_run_reason(), evidence=run.line())
     return ResultRecord(run_id=run.run_id, stack_id=job.stack_id, stack=dict(job.stack), target=job.target,
                         probe=job.probe, feature=job.feature, tier=job.tier, outcome=outcome,
-                        provenance=Provenance(runner="not run"), created_at=run.started_at)
+                        provenance=Provenance(runner=NOT_RUN_RUNNER), created_at=run.started_at)
 
 
 def skip_or_refuse(loaded: LoadedResults, skip_bad: bool, warn: Callable[[str], None]) -> None:
