@@ -131,14 +131,23 @@ def open_or_update(spec: PullRequestSpec, *, token: str, api: str = DEFAULT_API_
         raise GitHubApiError(f"GET {base}/pulls answered {type(found).__name__}, not a list of pull requests")
     if found:
         number = _number(found[0], f"GET {base}/pulls")
-        updated = client.call("PATCH", f"{base}/pulls/{number}", json={"title": spec.title, "body": body})
+        updated = _object(client.call("PATCH", f"{base}/pulls/{number}", json={"title": spec.title, "body": body}),
+                          f"PATCH {base}/pulls/{number}")
         return PullRequestOutcome("updated", number, str(updated.get("html_url", "")))
-    target = spec.base or str(client.call("GET", base).get("default_branch") or "")
+    target = spec.base or str(_object(client.call("GET", base), f"GET {base}").get("default_branch") or "")
     if not target:
         raise GitHubApiError(f"GET {base} named no default branch", remedy="pass --base BRANCH")
-    opened = client.call("POST", f"{base}/pulls",
-                         json={"title": spec.title, "head": spec.branch, "base": target, "body": body})
+    opened = _object(client.call("POST", f"{base}/pulls",
+                                 json={"title": spec.title, "head": spec.branch, "base": target, "body": body}),
+                     f"POST {base}/pulls")
     return PullRequestOutcome("opened", _number(opened, f"POST {base}/pulls"), str(opened.get("html_url", "")))
+
+
+def _object(answer: Any, what: str) -> dict[str, Any]:
+    """An answer that must be a JSON object (a repository, a pull request); anything else is the API's fault."""
+    if not isinstance(answer, dict):
+        raise GitHubApiError(f"{what} answered {type(answer).__name__}, not a JSON object")
+    return answer
 
 
 def _number(item: Any, what: str) -> int:

@@ -13,7 +13,8 @@ manifest of the tree (:data:`MANIFEST_NAME`, :class:`TreeManifest`). :meth:`Whee
 the tree as a whole, runs a reader on it, then hashes each file the reader opened (seen through a
 Python audit hook) against the manifest. An edited, deleted or added file throws the reading away: a
 one-line warning, the tree is removed, the wheel downloaded and unpacked again, and the reader runs on
-the fresh tree. Only the files a reader opens are hashed, so a warm read stays fast.
+the fresh tree. Only the files a reader opens are hashed, so a warm read stays fast. A path a reader
+tried to open that neither the tree nor the manifest has is a true reading of absence, not a change.
 
 What a reader did not open can still decide its reading by being absent ("not in this release"), so
 the whole tree is checked too, cheaply: a file deleted or added changes its folder's modification time,
@@ -194,12 +195,14 @@ class WheelCache:
             relative = os.path.relpath(path, base).replace(os.sep, "/")
             if relative in (_MARKER, MANIFEST_NAME) or os.path.isdir(path):
                 continue
-            if relative not in manifest:
-                return f"{relative} is not in the wheel"
             try:
                 stat = os.stat(path)
             except OSError:
+                if relative not in manifest:
+                    continue   # a reader that looked for a file the wheel lacks read its absence, truly
                 return f"{relative} is missing from the unpacked tree"
+            if relative not in manifest:
+                return f"{relative} is not in the wheel"
             key = (path, stat.st_size, stat.st_mtime_ns, stat.st_ino)
             if key in self.hashed:
                 continue
