@@ -184,11 +184,14 @@ def fabric_findings(facts: HostGpuFacts, target: Target) -> list[HostFinding]:
     """NVSwitch targets only: every GPU's fabric registration done (Fabric Manager up), else a fault."""
     if target.interconnect is not Interconnect.NVSWITCH:
         return []
-    if not facts.gpus or all(g.fabric_state is None for g in facts.gpus):
+    # nvidia-smi's "N/A" / "Not Supported" is no reading (a GPU without fabric registration): a fact, not a fault.
+    reported = [g for g in facts.gpus if g.fabric_state is not None
+                and g.fabric_state.strip().lower() not in ("n/a", "not supported")]
+    if not reported:
         return [HostFinding("fabric manager", FindingStatus.NOT_READABLE,
-                            "no Fabric state in nvidia-smi -q (driver before 530, or not read)")]
-    bad = [g for g in facts.gpus if g.fabric_state is not None
-           and ((g.fabric_state or "").lower() != "completed" or (g.fabric_status or "").lower() != "success")]
+                            "no Fabric state in nvidia-smi -q (driver before 530, N/A, or not read)")]
+    bad = [g for g in reported
+           if (g.fabric_state or "").lower() != "completed" or (g.fabric_status or "").lower() != "success"]
     if bad:
         listed = "; ".join(f"GPU {g.index}: state {g.fabric_state}, status {g.fabric_status}" for g in bad)
         return [HostFinding("fabric manager", FindingStatus.FAIL, f"NVSwitch fabric not ready ({listed}): is "

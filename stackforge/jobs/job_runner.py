@@ -519,10 +519,13 @@ class HostGate:
         if not failing:
             warned = [f"{f.check}: {f.text}" for f in findings if f.status.value == "warn"]
             return {"status": "warn" if warned else "pass", "reason": "; ".join(warned) or "every check passed"}
+        # A P2P-only finding touches multi-GPU jobs alone, so it never widens the failing GPUs to "every GPU": a
+        # mix of it and a fault on listed GPUs is read by those GPUs (the job runner judged each job as it ran).
+        per_gpu = [f for f in failing if not f.multi_gpu_only]
         check: dict[str, Any] = {"status": "fail", "reason": "; ".join(f"{f.check}: {f.text}" for f in failing),
-                                 "p2p": all(f.multi_gpu_only for f in failing)}
-        if all(f.gpus is not None for f in failing):
-            check["gpus"] = sorted({g for f in failing for g in f.gpus or ()})
+                                 "p2p": not per_gpu}
+        if per_gpu and all(f.gpus is not None for f in per_gpu):
+            check["gpus"] = sorted({g for f in per_gpu for g in f.gpus or ()})
         return check
 
 
