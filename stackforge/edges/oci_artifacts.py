@@ -32,7 +32,7 @@ import requests
 import requests.adapters
 
 from stackforge.core.errors import HostError, SpecError
-from stackforge.edges.registry import Repository, split_digest_ref
+from stackforge.edges.registry import DOCKER_HUB, Repository, split_digest_ref
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -43,6 +43,8 @@ _EMPTY_CONFIG = b"{}"
 #: A document larger than this is no qualification record (and is not read into memory).
 MAX_DOCUMENT_BYTES = 8_000_000
 _TIMEOUT_S = 30
+#: Where docker.io's registry API lives (docker.io itself serves no /v2/), as the Docker client maps it.
+_DOCKER_HUB_API = "registry-1.docker.io"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,7 @@ def push_artifact(image_ref: str, payload: bytes, *, artifact_type: str, media_t
     repo, image_digest = split_digest_ref(image_ref)
     client = _client(repo)
     subject = _subject_descriptor(client, repo, image_digest)
-    container = client.get_container(f"{repo}@{image_digest}")
+    container = client.get_container(f"{_api_host(repo)}/{repo.path}@{image_digest}")
     layer = {"mediaType": media_type, "digest": _digest(payload), "size": len(payload)}
     config = {"mediaType": OCI_EMPTY, "digest": _digest(_EMPTY_CONFIG), "size": len(_EMPTY_CONFIG)}
     for blob, descriptor in ((payload, layer), (_EMPTY_CONFIG, config)):
@@ -143,7 +145,7 @@ class _TimeoutAdapter(requests.adapters.HTTPAdapter):
 
 def _client(repo: Repository) -> _OneTryRegistry:
     # Plain HTTP only for a loopback registry, as dockerd allows by default; TLS everywhere else.
-    client = _OneTryRegistry(hostname=repo.host, insecure=repo.loopback)
+    client = _OneTryRegistry(hostname=_api_host(repo), insecure=repo.loopback)
     for scheme in ("http://", "https://"):
         client.session.mount(scheme, _TimeoutAdapter())
     return client
@@ -161,8 +163,12 @@ def _request(client, repo: Repository, url: str, method: str = "GET", *, data: b
                         remedy="log in (docker login) with a user that may read and write the repository") from None
 
 
+def _api_host(repo: Repository) -> str:
+    return _DOCKER_HUB_API if repo.host == DOCKER_HUB else repo.host
+
+
 def _url(client, repo: Repository, tail: str) -> str:
-    return f"{client.prefix}://{repo.host}/v2/{repo.path}/{tail}"
+    return f"{client.prefix}://{_api_host(repo)}/v2/{repo.path}/{tail}"
 
 
 def _subject_descriptor(client, repo: Repository, image_digest: str) -> dict[str, Any]:

@@ -831,9 +831,12 @@ def returns_name(statement: ast.stmt, name: str) -> bool:
 def nvlink_required_line(tree: ast.Module) -> int:
     """Line of a test in V2's file that needs ``full_nvlink`` itself (``full_nvlink != True``,
     ``full_nvlink is True``, ``not full_nvlink``), not joined with a world-size test; 0: none."""
+    # ast.walk still visits a skipped node's children: every node under a world-size BoolOp is skipped
+    joined = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.BoolOp)
+              and any(isinstance(n, ast.Name) and n.id == "world_size" for n in ast.walk(node))
+              for inner in ast.walk(node)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.BoolOp) and any(isinstance(n, ast.Name) and n.id == "world_size"
-                                                for n in ast.walk(node)):
+        if id(node) in joined:
             continue
         operand = node.left if isinstance(node, ast.Compare) else \
             node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else None

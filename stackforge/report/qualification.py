@@ -103,8 +103,9 @@ def current_knowledge(extra: Sequence[str | Path] = ()) -> KnowledgeVersion:
 
 
 def evidence_level(cell: ReportCell) -> EvidenceLevel:
-    """The level of what decides ``cell`` (a skip or an undecided probe decides nothing: not tested)."""
-    if cell.status in (CellStatus.SKIP, CellStatus.UNDECIDED, CellStatus.UNTESTED):
+    """The level of what decides ``cell`` (a skip, an undecided probe or one that itself broke, ``error``,
+    decides nothing: not tested)."""
+    if cell.status in (CellStatus.SKIP, CellStatus.UNDECIDED, CellStatus.UNTESTED, CellStatus.ERROR):
         return EvidenceLevel.NOT_TESTED
     if cell.source is CellSource.TARGET:
         return EvidenceLevel.TARGET_HARDWARE
@@ -262,7 +263,10 @@ def judge_attached(image: str, attached: Sequence[AttachedDocument], knowledge: 
     if not attached:
         return Verification(image, VerifyStatus.MISSING, f"no qualification record is attached to {image} "
                             f"(hint: stackforge qualify {image} --push)")
-    newest = max(attached, key=lambda d: str(d.annotations.get(JUDGED_AT_ANNOTATION, "")))
+    # One record judges one target: the newest of those that judge ``target`` (another target's newer
+    # record says nothing about it), else the newest of all.
+    covering = [d for d in attached if target is None or _judges_target(d.payload, target)]
+    newest = max(covering or attached, key=lambda d: str(d.annotations.get(JUDGED_AT_ANNOTATION, "")))
     if newest.integrity:
         return Verification(image, VerifyStatus.TAMPERED, f"qualification record of {image} refused: {newest.integrity}")
     try:
@@ -293,9 +297,14 @@ def judge_attached(image: str, attached: Sequence[AttachedDocument], knowledge: 
                             f"qualification record of {image} refused: re-qualify: rules changed since "
                             f"{predicate['judged_at']} (judged with knowledge {judged[:12]}, the rules now say "
                             f"{knowledge.sha256[:12]})")
-    entries = [f for t in predicate["targets"] if target is None or t["target"] == target for f in t["features"]]
+    judged_targets = [t for t in predicate["targets"] if target is None or t["target"] == target]
+    if not judged_targets:
+        return Verification(image, VerifyStatus.MISSING,
+                            f"no qualification record attached to {image} judges target {target} "
+                            f"(hint: stackforge qualify {image} --target {target} --push)")
+    entries = [f for t in judged_targets for f in t["features"]]
     not_tested = tuple(f["feature"] for f in entries if f["evidence_level"] == EvidenceLevel.NOT_TESTED.value)
-    levels = _level_counts(entries) if entries else f"no feature judged on {target}"
+    levels = _level_counts(entries)
     found = f", found by {newest.found_by}" if newest.found_by else ""
     return Verification(image, VerifyStatus.VERIFIED,
                         f"qualification record of {image} verified (judged {predicate['judged_at']}, knowledge "
@@ -303,6 +312,14 @@ def judge_attached(image: str, attached: Sequence[AttachedDocument], knowledge: 
 
 
 # ---------------------------------------------------------------------------------------------- internals
+
+
+def _judges_target(payload: bytes, target: str) -> bool:
+    try:
+        document = json.loads(payload)
+        return any(t.get("target") == target for t in document["predicate"]["targets"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
 
 
 @lru_cache(maxsize=1)
