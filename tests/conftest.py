@@ -33,6 +33,15 @@ sys.path.insert(0, str(INIMAGE_DIR))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(INIMAGE_DIR), os.environ.get("PYTHONPATH")) if p)
 
 
+@pytest.fixture(autouse=True)
+def _own_gpu_lock_folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU locks of tests that need no GPU go to a folder of this session, not the host's shared one: the
+    stand-in GPUs of one session never queue behind another's. GPU tests honour the host's real locks."""
+    if request.node.get_closest_marker("gpu") is None and "STACKFORGE_RUN_DIR" not in os.environ:
+        monkeypatch.setenv("STACKFORGE_RUN_DIR", str(tmp_path_factory.getbasetemp() / "gpu-locks"))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Declared here too so that `pytest --update-golden` works from the repository root
     # (tests/golden/conftest.py tolerates the second declaration).

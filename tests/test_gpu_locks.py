@@ -189,3 +189,14 @@ def test_a_lock_folder_that_cannot_be_made_is_one_clear_error(tmp_path):
         with GpuFileLocks(blocker / "locks").holding([UUIDS[0]]):
             pass
     assert "STACKFORGE_RUN_DIR" in raised.value.one_line()
+
+
+def test_cards_known_only_by_index_are_checked_against_every_gpu():
+    """nvidia-smi gave no UUIDs: the lock keys are ``index-N``, which match no usage row; the idle check must
+    not pass for that reason alone."""
+    from stackforge.edges.gpu_locks import GpuUsage, busy_reason
+
+    usage = GpuUsage(processes=(("GPU-aaaa", 4242, 3000),))
+    assert busy_reason(usage, ["index-0"], threshold_mib=1024) == "busy: pid 4242 on GPU-aaaa (3000 MiB)"
+    assert busy_reason(GpuUsage(memory_used=(("GPU-aaaa", 5000),)), ["all"], threshold_mib=1024).startswith("busy:")
+    assert busy_reason(GpuUsage(memory_used=(("GPU-aaaa", 10),)), ["index-0"], threshold_mib=1024) is None

@@ -209,6 +209,10 @@ def busy_reason(usage: GpuUsage, uuids: Sequence[str], *, threshold_mib: int,
     if usage.error:
         return f"busy: cannot tell whether GPUs {', '.join(uuids)} are idle ({usage.error})"
     wanted = set(uuids)
+    if any(not key.startswith("GPU-") for key in uuids):
+        # Keys without a UUID (nvidia-smi gave none: ``index-N``, ``all``) match no usage row: every GPU counts,
+        # so an unknown card is never taken for an idle one.
+        wanted = {uuid for uuid, _, _ in usage.processes} | {uuid for uuid, _ in usage.memory_used}
     others = [(uuid, pid, mib) for uuid, pid, mib in usage.processes if uuid in wanted and pid not in own_pids]
     if others:
         listed = ", ".join(f"pid {pid} on {uuid}" + (f" ({mib} MiB)" if mib is not None else "")
