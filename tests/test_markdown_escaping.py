@@ -117,6 +117,7 @@ def test_the_watch_markdown_is_inert_and_keeps_its_folding():
 
 
 def test_md_document_keeps_a_language_fence_and_the_writers_tags():
-    doc = "<details><summary>x <b></summary>\n\n```\n<script>\n```\n</details>\n```diff\n-a <b>\n```"
+    # A blank line after </details>, as the writers put it: markdown's HTML block ends there, the fence opens.
+    doc = "<details><summary>x <b></summary>\n\n```\n<script>\n```\n</details>\n\n```diff\n-a <b>\n```"
     assert md_document(doc) == ("<details><summary>x &lt;b&gt;</summary>\n\n<pre>\n&lt;script&gt;\n</pre>\n"
-                                "</details>\n```diff\n-a <b>\n```")
+                                "</details>\n\n```diff\n-a <b>\n```")

@@ -111,6 +111,9 @@ def refuse_errored(records: list[ResultRecord]) -> None:
         return
     first = errored[0]
     remedy = ("a release the index does not serve: --index-url / --find-links" if first.tier is Tier.WHEEL else
+              # --image refuses --builds, and stackforge builds no image from elsewhere: its log says why
+              "an image from elsewhere (--image): the probe's log in the run's logs/ folder"
+              if first.stack.get("external") else
               "a missing image: `stackforge build` it, or pass --builds OUT (stacks its build records say were not "
               "built there are skipped)")
     raise ProbeError(f"{len(errored)} of {len(records)} probe(s) errored, measuring nothing (first: "

@@ -71,26 +71,57 @@ def md_document(text: str, *, tags: tuple[str, ...] = ("details", "summary")) ->
     :func:`md_text`, but for the writer's own ``tags`` (folding). A plain fenced code block (```` ``` ````,
     the writer's) becomes a ``<pre>`` block with its lines escaped: markdown shows a fence's content
     literally, so an entity there would read ``&lt;``, while ``<pre>`` shows it as written and no tag in
-    it is live. A fence with a language (```` ```diff ````: the writer's own patch) stays a fence."""
+    it is live. A fence with a language (```` ```diff ````: the writer's own patch) stays a fence.
+
+    A line is passed through unescaped only inside a fence that markdown itself sees as one (CommonMark's
+    rules): opened at the line's start (```` ``` ```` + a language without a backtick, or ``~~~``), not inside
+    an HTML block that a kept tag at a line's start opened (it lasts to a blank line), and closed only by a
+    fence of the same character, at least as long, with nothing after it. Record text that only looks like a
+    fence (```` ```a`b ````, a fence indented under a list item) never makes the lines after it raw."""
     keep = re.compile(r"(</?(?:" + "|".join(map(re.escape, tags)) + r")>)")
+    opens_html_block = re.compile(r" {0,3}</?(?:" + "|".join(map(re.escape, tags)) + r")(?:[ \t>]|/>|$)")
     lines: list[str] = []
-    fence = ""   # "" outside a fence, "pre" inside a plain one, "kept" inside one with a language
+    fence: tuple[str, str, int] | None = None   # ("pre", "", 0): a plain fence made <pre>; (kind, char, length)
+    html_block = False
     for line in text.split("\n"):
-        if line.startswith("```"):
-            if not fence:
-                fence = "pre" if line == "```" else "kept"
-                lines.append("<pre>" if fence == "pre" else line)
+        if fence is not None and fence[0] == "pre":
+            if line.startswith("```"):
+                lines.append("</pre>")
+                fence = None
             else:
-                lines.append("</pre>" if fence == "pre" else line)
-                fence = ""
-        elif fence == "pre":
-            lines.append(_in_pre(line))
-        elif fence:
-            lines.append(line)
-        else:
-            parts = keep.split(line)
-            lines.append("".join(part if keep.fullmatch(part) else md_text(part) for part in parts))
+                lines.append(_in_pre(line))
+            continue
+        if fence is not None:
+            kind, char, length = fence
+            lines.append(line if kind == "raw" else md_text(line))
+            if re.fullmatch(rf" {{0,3}}{re.escape(char)}{{{length},}}[ \t]*", line):
+                fence = None
+            continue
+        opener = None if html_block else _FENCE.fullmatch(line)
+        if opener is not None and not (opener.group(2).startswith("`") and "`" in opener.group(3)):
+            run = opener.group(2)
+            if line == "```":
+                lines.append("<pre>")
+                fence = ("pre", "", 0)
+            else:
+                # At a line's start a fence is markdown's at the top level: its content is shown literally. One
+                # indented (a list item's, which markdown may end early) keeps its content escaped.
+                raw = not opener.group(1)
+                lines.append(line if raw else md_text(line))
+                fence = ("raw" if raw else "escaped", run[0], len(run))
+            continue
+        parts = keep.split(line)
+        made = "".join(part if keep.fullmatch(part) else md_text(part) for part in parts)
+        lines.append(made)
+        if not line.strip():
+            html_block = False
+        elif opens_html_block.match(made):
+            html_block = True
     return "\n".join(lines)
+
+
+# A fence's opening line, as CommonMark reads it: up to 3 spaces, 3 or more backticks or tildes, an info string.
+_FENCE = re.compile(r"( {0,3})(`{3,}|~{3,})(.*)")
 
 
 def _in_pre(line: str) -> str:

@@ -100,7 +100,8 @@ def load_evidence(request: EvidenceRequest, *, warn: Callable[[str], None] = lam
     records = with_not_run(loaded, warn)
     plan = _plan(loaded, request, strict=predictions_only, warn=warn)
     chosen = choose_target(records, plan, request.target)
-    plan = with_external_cells(plan, records, chosen, request.user_compat, warn)
+    if not request.no_plan:   # --no-plan: measured results only, an external image's predictions included
+        plan = with_external_cells(plan, records, chosen, request.user_compat, warn)
     if predictions_only:
         warn(f"predictions only — no probe results in {results}: every cell is what the rules predict "
              "(--read-wheels reads the releases' own code in seconds, no image; `stackforge probe` measures)")
