@@ -84,3 +84,10 @@ def test_the_stack_the_rules_see_and_the_cell_keeps_the_images_id():
     assert [c.stack_id for c in Plan.from_json(plan.to_json()).cells] == [IMAGE_ID]
     assert plan.kept_stacks() == ()                                     # an image is no stack to build
     assert "cannot compare" in external_stack(image_stack(flashinfer="nightly"))
+
+
+def test_what_the_image_lacks_is_not_filled_in_from_sglangs_pins():
+    knowledge = load_knowledge()
+    bare = image_stack(kernel=None, derived={"kernel_package": None, "kernel_version": None})
+    (only,) = external_plan_cells({IMAGE_ID: bare}, (knowledge.targets[TARGET],), knowledge).cells
+    assert (only.derived.kernel_package, only.derived.kernel_version) == (None, None)

@@ -81,7 +81,9 @@ def external_plan_cells(stacks: Mapping[str, Mapping[str, Any]], targets: Iterab
         except SpecError as exc:
             notes.append(f"{stack_id}: no predictions ({exc.one_line()})")
             continue
-        derived = replace(derived, **{k: v for k, v in overrides.items() if v is not None or k == "torch_cuda"})
+        # What the image holds, absences included: an image without a kernel package has none, whatever
+        # SGLang's pins would have installed.
+        derived = replace(derived, **overrides)
         cells.extend(replace(evaluate_cell(model, target, knowledge, derived=derived), external_id=stack_id)
                      for target in chosen)
     return ExternalCells(cells=tuple(cells), notes=tuple(notes))
