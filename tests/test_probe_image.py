@@ -284,3 +284,17 @@ def test_a_registry_that_does_not_answer_exits_3_naming_it(docker_client, tmp_pa
     assert result.exit_code == 3, result.output
     assert "registry 127.0.0.1:9 does not answer" in result.output
     assert not (tmp_path / "r").exists()
+
+
+def test_an_image_gets_the_driver_floor_the_rules_give_it_for_the_host_check() -> None:
+    """Issue 35's driver check needs each job's floor: an external image's comes from the rules judging what it
+    was read to have, under the image's own id (an image the rules cannot judge has none)."""
+    from stackforge.plan.planner import load_knowledge
+    from stackforge.probes.campaign import image_driver_floors
+
+    target = load_knowledge().targets[TARGET]
+    stack = ImageStack(_found(), _facts())
+    floors = image_driver_floors([stack], [target])
+    assert floors[(stack.id, TARGET)] == "570.26"          # CUDA 12.8's minor-version floor (compat/tables.yaml)
+    no_torch = ImageStack(_found(image_id="sha256:" + "cd" * 32), _facts(versions={}))
+    assert image_driver_floors([no_torch], [target]) == {}

@@ -533,8 +533,9 @@ NO_HOST_CHECK = HostGate()
 
 
 def driver_floors(cells: Sequence[Any]) -> dict[tuple[str, str], str | None]:
-    """(stack id, target) -> the driver floor a plan's cells show (``PlanCell.driver_floor``)."""
-    return {(cell.stack.id, cell.target.name): cell.driver_floor.version for cell in cells}
+    """(stack id, target) -> the driver floor a plan's cells show (``PlanCell.driver_floor``; an external
+    image's cell under the image's own id)."""
+    return {(cell.stack_id, cell.target.name): cell.driver_floor.version for cell in cells}
 
 
 def check_host(host_gpus: HostGpus, jobs: Sequence[Any], floors: Mapping[tuple[str, str], str | None], *,

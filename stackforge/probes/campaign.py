@@ -10,7 +10,7 @@ that goes away ends the run the same way, with its error.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,12 @@ def run_probe_campaign(request: ProbeRequest, *, store: RunStore, connect: Calla
     client = None if request.local_python else connect()
     host_gpus = detect_host_gpus(client)
     # The host check is read before the run opens and written with it: a partial run carries it too.
-    host_check = job_runner.check_host(host_gpus, jobs, job_runner.driver_floors(plan.cells))
+    floors = job_runner.driver_floors(plan.cells)
+    if request.local_python and selection.only:
+        # The environment is the named stack (refuse_other_stack checked its pins): that stack's floor is its.
+        floors = {(local.id, target): floor for (stack_id, target), floor in floors.items()
+                  if stack_id in {s.id for s in stacks}}
+    host_check = job_runner.check_host(host_gpus, jobs, floors)
     with campaign_run(store, matrix_source=str(selection.matrix_path), shard=selection.shard_text,
                       stacks=stack_count, jobs=len(jobs), host={**host_facts(host_gpus), **host_check.to_json()},
                       planned=planned_jobs(jobs),
@@ -191,6 +196,16 @@ def _run_image_campaign(request: ProbeRequest, *, store: RunStore, connect: Call
     return records
 
 
+def image_driver_floors(stacks: Sequence[ImageStack], targets: Iterable[Any]) -> dict[tuple[str, str], str | None]:
+    """(image stack id, target) -> the driver floor the rules give each image, judged from what it was read to
+    have (:mod:`stackforge.plan.external`); an image the rules cannot judge has none."""
+    from stackforge.plan.external import external_plan_cells
+    from stackforge.plan.planner import load_knowledge
+
+    made = external_plan_cells({stack.id: stack.to_json() for stack in stacks}, tuple(targets), load_knowledge())
+    return job_runner.driver_floors(made.cells)
+
+
 def _probe_images(request: ProbeRequest, stacks: Sequence[ImageStack], targets: dict[str, Any], *, store: RunStore,
                   client: Any, on_start: Callable[[CampaignStarted], None], on_done: Callable[[ResultRecord], None],
                   host_gpus: HostGpus) -> list[ResultRecord]:
@@ -211,7 +226,7 @@ def _probe_images(request: ProbeRequest, stacks: Sequence[ImageStack], targets: 
             job.stack.facts.to_json(), sort_keys=True)) if why_not else planned)
     images = {stack.id: ImageRef(ref=stack.image.subject, image_id=stack.image.image_id,
                                  digest=stack.image.repo_digest) for stack in stacks}
-    host_check = job_runner.check_host(host_gpus, jobs, {})
+    host_check = job_runner.check_host(host_gpus, jobs, image_driver_floors(stacks, targets.values()))
     with campaign_run(store, matrix_source=str(selection_source(request)), shard=None, stacks=len(stacks),
                       jobs=len(jobs), host={**host_facts(host_gpus), **host_check.to_json()},
                       planned=planned_jobs(jobs), on_start=on_start) as (run_dir, write):
