@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 #: Read ``length`` bytes at ``offset`` (fewer only at the end of the data).
 ReadAt = Callable[[int, int], bytes]
@@ -94,6 +95,27 @@ def entry_code(kind: int, arch: int, flags: int) -> str:
     """``sm_120a`` for an ELF entry, ``compute_90`` for a PTX one."""
     suffix = "a" if flags & FLAG_ARCH_SPECIFIC else ("f" if flags & FLAG_FAMILY else "")
     return f"{'compute' if kind == KIND_PTX else 'sm'}_{arch}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    """A compute capability such as 12.0 (major 12, minor 0)."""
+
+    major: int
+    minor: int
+
+    @property
+    def sm(self) -> int:
+        """The number nvcc and cubins use: 120 for 12.0."""
+        return self.major * 10 + self.minor
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def sm_name(self) -> str:
+        return f"sm_{self.sm}"
 
 
 def code_runs_on(kind: str, number: int, suffix: str, target) -> bool:

@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import _sfshared  # beside this file: the result marker, formulas and statistics the host uses too
-from _sffatbin import code_runs_on  # noqa: F401  (beside this file, shared with the wheel tier)
+from _sffatbin import Arch, code_runs_on  # noqa: F401  (beside this file, shared with the wheel tier)
 
 RESULT_PREFIX = _sfshared.RESULT_MARKER
 STATUSES = ("pass", "fail", "skip", "error", "undecided", "timeout")
@@ -86,27 +86,6 @@ PROVENANCE_DISTRIBUTIONS = (
 # --------------------------------------------------------------------------------------------
 # Target arguments
 # --------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Arch:
-    """A compute capability such as 12.0 (major 12, minor 0)."""
-
-    major: int
-    minor: int
-
-    @property
-    def sm(self) -> int:
-        """The number nvcc and cubins use: 120 for 12.0."""
-        return self.major * 10 + self.minor
-
-    @property
-    def dotted(self) -> str:
-        return f"{self.major}.{self.minor}"
-
-    @property
-    def sm_name(self) -> str:
-        return f"sm_{self.sm}"
-
 
 def parse_arch(text: str) -> Arch:
     """Parse a target compute capability ``"12.0"``; raises ValueError on anything else."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from stackforge.core.wheel_readings import CodeSite, ReadContext, ReaderSpec, Reading, ReadingStatus
 from stackforge.edges.ranges import MemberBytes, RemoteZip
-from stackforge.inimage._sffatbin import covers, entry_code, fatbin_entries, split_codes
+from stackforge.inimage._sffatbin import Arch, covers, entry_code, fatbin_entries, split_codes
 
 #: Bump when what a stored scan holds changes.
 SCAN_FORMAT = "stackforge-binaries-3"
@@ -37,22 +37,6 @@ CUDA_RUNTIME_PIN = re.compile(r"^Requires-Dist:\s*(?:nvidia-cuda-runtime(?:-cu\d
                               r"\s*\(?\s*==\s*(\d+)\.(\d+)", re.I)
 NCCL_PIN = re.compile(r"^Requires-Dist:\s*(nvidia-nccl-cu\d+)\s*(?:\[[^]]*\])?\s*\(?\s*==\s*([^\s;,)]+)", re.I)
 _DEVICE_SUFFIXES = (".so", ".cubin", ".fatbin")
-
-
-@dataclass(frozen=True, slots=True)
-class Capability:
-    """A target's compute capability (``12.0``) as the device-code rule needs it."""
-
-    major: int
-    minor: int
-
-    @property
-    def sm(self) -> int:
-        return self.major * 10 + self.minor
-
-    @property
-    def sm_name(self) -> str:
-        return f"sm_{self.sm}"
 
 
 class _OverBudget(Exception):
@@ -214,12 +198,12 @@ def scan_names(remote: RemoteZip, limit: int) -> BinaryScan:
 
 # --- decisions (pure) ----------------------------------------------------------------------------------
 
-def _target(fact: str, ctx: ReadContext) -> Capability | Reading:
+def _target(fact: str, ctx: ReadContext) -> Arch | Reading:
     match = re.fullmatch(r"(\d{1,2})\.(\d)", ctx.arch.strip())
     if match is None:
         return Reading(fact, ReadingStatus.UNDECIDED, f"target arch {ctx.arch!r} is no compute capability such as "
                        "12.0", depends_on=("arch",))
-    return Capability(int(match.group(1)), int(match.group(2)))
+    return Arch(int(match.group(1)), int(match.group(2)))
 
 
 def _listing(codes: Sequence[str], limit: int = 10) -> str:
