@@ -390,7 +390,9 @@ def _flat(pairs: Any) -> Combo:
 
 def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Stack, ...]:
     stacks: dict[str, Stack] = {}
-    by_value: dict[tuple[Any, ...], Stack] = {}
+    by_value: dict[frozenset[tuple[str, Any]], str] = {}
+    parsed: dict[Any, Any] = {}          # each spelling parsed once: a matrix repeats its few values many times
+    spelled_twice = _spelled_twice(combos, defaults, parsed)
     for combo in combos:
         full = {**{k: v for k, v in defaults.items() if not k.startswith("_")}, **combo}
         line = full.pop("_line", doc.line_of("axes") if "axes" in doc else doc.line)
@@ -401,19 +403,42 @@ def _to_stacks(combos: list[Combo], defaults: Combo, doc: LineDict) -> tuple[Sta
         if "flavour" in full:
             full["flavour"] = Flavour(full["flavour"])
         stack = Stack(**full)
-        stacks.setdefault(stack.id, stack)
+        stack_id = stack.id
+        stacks.setdefault(stack_id, stack)
         # Two include entries may spell one version two ways (13.1, 13.1.0): one stack, written twice.
-        same = by_value.setdefault(_value_key(full), stack)
-        if same.id != stack.id:
-            raise SpecError(f"stacks {same.id} and {stack.id} are one stack: their versions are equal, "
+        same = by_value.setdefault(_value_key(full, parsed), stack_id) if spelled_twice else stack_id
+        if same != stack_id:
+            raise SpecError(f"stacks {same} and {stack_id} are one stack: their versions are equal, "
                             f"spelled two ways", source=doc.source, line=line,
                             remedy="spell each version one way in axes, defaults and include")
     return tuple(stacks.values())
 
 
-def _value_key(full: Combo) -> tuple[Any, ...]:
-    """A stack's values with each version parsed, so equal versions compare equal however spelled."""
-    return tuple(sorted((k, parse_version(v) if k in VERSION_KEYS else v) for k, v in full.items()))
+def _spelled_twice(combos: list[Combo], defaults: Combo, parsed: dict[Any, Any]) -> bool:
+    """Whether some version is written two ways anywhere in the cells (``13.1`` and ``13.1.0``): only then can two
+    cells be one stack under two ids, so only then is each cell's value key worth making."""
+    for key in VERSION_KEYS:
+        spellings = {combo.get(key, defaults.get(key)) for combo in combos} - {None}
+        versions = set()
+        for raw in spellings:
+            if raw not in parsed:
+                parsed[raw] = parse_version(raw)
+            versions.add(parsed[raw])
+        if len(versions) != len(spellings):
+            return True
+    return False
+
+
+def _value_key(full: Combo, parsed: dict[Any, Any]) -> frozenset[tuple[str, Any]]:
+    """A stack's values with each version parsed (``parsed``: spelling -> version, filled as it goes), so equal
+    versions compare equal however spelled."""
+    def value(key: str, raw: Any) -> Any:
+        if key not in VERSION_KEYS:
+            return raw
+        if raw not in parsed:
+            parsed[raw] = parse_version(raw)
+        return parsed[raw]
+    return frozenset((k, value(k, v)) for k, v in full.items())
 
 
 def filter_stacks(stacks: tuple[Stack, ...], *, cuda: str | tuple[str, ...] | None = None,
