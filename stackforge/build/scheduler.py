@@ -368,7 +368,8 @@ class _StackBuild:
         if labels is None or labels.get("io.stackforge.content-hash") != composed.content_hash:
             return None
         self.log(f"[stackforge] resume: {composed.tag} exists with content hash {composed.hash12}; skipped")
-        return dataclasses.replace(previous, status=BuildStatus.CACHED,
+        # This run's own log says what it did (the resume line above); the build's log stays where it was.
+        return dataclasses.replace(previous, status=BuildStatus.CACHED, log_path=str(self.log_path),
                                    reason=f"--resume: {composed.tag} already built with the same content hash")
 
     def build(self, composed: Composed) -> str:
