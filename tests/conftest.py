@@ -4,6 +4,8 @@
   it are skipped, with the reason, when no engine answers.
 * ``base_image``: ``stackforge/debian:bookworm`` (Python 3.11). Built once with debootstrap (about a
   minute, needs root) when missing. It is the project's base image, not a test artifact, so it stays.
+* ``default_13_1_image``: the default CUDA 13.1 stack's image; built once per session with `stackforge
+  build --cuda 13.1` (labelled as this session's, removed at its end) when this engine has none.
 * ``test_labels``: put these on every image and container a test creates. Everything carrying this
   session's label is removed when the session ends, so a failing test leaves nothing behind, and
   concurrent sessions on the same engine never remove each other's objects.
@@ -25,6 +27,7 @@ from _skips import pytest_runtest_makereport, pytest_terminal_summary  # noqa: F
 from stackforge.core.errors import DockerUnavailableError
 from stackforge.edges import bootstrap, docker_engine, runner
 from stackforge.inimage import HOST_DIR as INIMAGE_DIR
+from stackforge.jobs.job_runner import STACK_ID_LABEL as STACK_LABEL
 
 # The in-image scripts import ``_sfprobe`` / ``_sfshared`` / ``_sglang_source`` by file name from the
 # in-image package, which the job runner puts on PYTHONPATH for every script. Tests that import a
@@ -108,3 +111,31 @@ def base_image(docker_client: docker.DockerClient) -> str:
 def test_labels() -> dict[str, str]:
     """Labels for anything a test creates: the shared test marker plus this session's id."""
     return {TEST_LABEL: "1", TEST_SESSION_LABEL: SESSION_ID}
+
+
+#: The default matrix's CUDA 13.1 stack: the image `stackforge build --cuda 13.1` makes (about 11.6 GB).
+DEFAULT_13_1_STACK = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
+DEFAULT_13_1_BUILD_TIMEOUT_S = 2700.0
+
+
+@pytest.fixture(scope="session")
+def default_13_1_image(docker_client: docker.DockerClient, base_image: str,
+                       tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The id of the default CUDA 13.1 stack's image. An image this engine already has (a main job's) is
+    used as it is; otherwise this session builds it with the README's headline command, `stackforge build
+    --cuda 13.1`, labelled as this session's, so the sweep at the end of the session removes it again."""
+    stack_filter = {"label": f"{STACK_LABEL}={DEFAULT_13_1_STACK}"}
+    kept = [image for image in docker_client.images.list(filters=stack_filter)
+            if TEST_SESSION_LABEL not in (image.labels or {})]
+    if kept:
+        return kept[0].id
+    out = tmp_path_factory.mktemp("default-13-1-build")
+    argv = [sys.executable, "-m", "stackforge", "build", "--cuda", "13.1", "--only", DEFAULT_13_1_STACK,
+            "--out", str(out), "--no-progress", "--label", f"{TEST_LABEL}=1",
+            "--label", f"{TEST_SESSION_LABEL}={SESSION_ID}"]
+    done = runner.run(argv, timeout=DEFAULT_13_1_BUILD_TIMEOUT_S, tail_chars=4000)
+    assert done.succeeded, f"stackforge build --cuda 13.1 failed (exit {done.returncode}):\n{done.output_tail}"
+    built = docker_client.images.list(filters={"label": [f"{STACK_LABEL}={DEFAULT_13_1_STACK}",
+                                                         f"{TEST_SESSION_LABEL}={SESSION_ID}"]})
+    assert built, f"stackforge build --cuda 13.1 exited 0 but no image carries {STACK_LABEL}={DEFAULT_13_1_STACK}"
+    return built[0].id

@@ -5,8 +5,8 @@ script as a whole (parent, worker child, the timeout that kills the child's proc
 cache) runs against a stand-in SGLang of the 0.5.2x layout written to a temporary folder: its loader
 has the shape of ``sglang/kernels/jit/utils/compile/loader.py`` (build into a staging folder through
 ``ninja.build``, ``_load``, publish a ``deps-*`` leaf). The real-engine test runs the probe in the default
-CUDA 13.1 image when it has been built (``stackforge build --cuda 13.1``), and again with the image's
-``$CUDA_HOME/lib64`` moved away, where the link must fail in the linker's words.
+CUDA 13.1 image (the engine's, or one the session builds with ``stackforge build --cuda 13.1``), and again
+with the image's ``$CUDA_HOME/lib64`` moved away, where the link must fail in the linker's words.
 """
 
 from __future__ import annotations
@@ -310,16 +310,6 @@ def test_the_script_fails_a_module_tvm_ffi_cannot_load(fake_stack):
 
 # --------------------------------------------------------------------------------------------- the real image
 
-DEFAULT_13_1 = "cu131-torch2.14.1-fi0.7.2-sgl0.5.23-py311-wheels-debian12"
-
-
-def _default_image(docker_client) -> str:
-    images = docker_client.images.list(filters={"label": f"io.stackforge.stack.id={DEFAULT_13_1}"})
-    if not images:
-        pytest.skip(f"the default CUDA 13.1 image is not built here ({DEFAULT_13_1}: stackforge build --cuda 13.1)")
-    return images[0].id
-
-
 def _probe_in(docker_client, image: str, before: str, workspace: Path) -> dict:
     command = (f"{before}python3 /stackforge/probes/sglang_jit_gate.py --arch 12.0 --gpus 8 --build-timeout 600 "
                "--workspace /stackforge/jit-cache --cache-label test")
@@ -335,8 +325,10 @@ def _probe_in(docker_client, image: str, before: str, workspace: Path) -> dict:
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_the_default_13_1_image_builds_sglangs_kvcache_kernel_and_fails_without_its_link_path(docker_client, tmp_path):
-    image = _default_image(docker_client)
+@pytest.mark.pypi
+def test_the_default_13_1_image_builds_sglangs_kvcache_kernel_and_fails_without_its_link_path(
+        docker_client, default_13_1_image, tmp_path):
+    image = default_13_1_image
     built = _probe_in(docker_client, image, "", tmp_path / "ws")
     assert built["status"] == "pass", built
     assert built["metrics"]["evidence_level"] == "built" and built["metrics"]["jit_arch"] == "12.0f"
