@@ -45,3 +45,25 @@ def run_in_container(client: Any, image: ImageRef, stack: Stack, spec: Any, ctx:
     """The probe in a fresh container of ``image`` (removed afterwards)."""
     return jobs.run_job_in_container(ctx.kind(), client, image, ctx.job(stack, spec), run_id=ctx.run_id,
                                      host_gpus=ctx.host_gpus, log_path=log_path)
+
+
+def script_result_in(client: Any, image: str, script_command: str, workspace: Path, *, before: str = "") -> dict:
+    """One probe script's result line in ``image``, run by hand the way the runner mounts it: the scripts at
+    /stackforge/probes, the in-image package on PYTHONPATH, ``workspace`` as the kept JIT cache at
+    /stackforge/jit-cache. ``before`` is shell run first (e.g. to break the image on purpose)."""
+    import json
+
+    from _session import session_labels
+    from _sfprobe import RESULT_PREFIX   # the in-image package is on sys.path (tests/conftest.py)
+
+    from stackforge.inimage import HOST_DIR as INIMAGE_DIR
+    output = client.containers.run(
+        image, ["sh", "-c", f"{before}python3 /stackforge/probes/{script_command}"], remove=True,
+        environment={"PYTHONPATH": "/stackforge/inimage"},
+        volumes={str(SCRIPTS_DIR): {"bind": "/stackforge/probes", "mode": "ro"},
+                 str(INIMAGE_DIR): {"bind": "/stackforge/inimage", "mode": "ro"},
+                 str(workspace): {"bind": "/stackforge/jit-cache", "mode": "rw"}},
+        labels=session_labels()).decode()
+    line = output.strip().splitlines()[-1] if output.strip() else ""
+    assert line.startswith(RESULT_PREFIX), output[-3000:]
+    return json.loads(line[len(RESULT_PREFIX):])

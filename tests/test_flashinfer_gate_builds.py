@@ -9,7 +9,6 @@ FlashInfer releases and nvcc are in tests/test_probe_scripts.py (heavy).
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -258,24 +257,12 @@ def test_a_container_run_gets_its_kept_workspace(docker_client, base_image, tmp_
 
 # --------------------------------------------------------------------------------------------- the real image
 
-INIMAGE = Path(__file__).resolve().parents[1] / "stackforge" / "inimage"
-
-
-def _gate_in(docker_client, image: str, before: str, workspace: Path) -> dict:
-    """gate.flashinfer.jit's script in ``image``, building only the norm module for sm_120 into ``workspace``
-    (kept, as the runner keeps it), after the shell words ``before``; its result line."""
-    command = (f"{before}python3 /stackforge/probes/flashinfer_gates.py --arch 12.0 --gpus 8 --interconnect pcie "
-               "--feature flashinfer-jit --build --build-modules norm --build-timeout 900 "
-               "--workspace /stackforge/jit-cache --cache-label test")
-    output = docker_client.containers.run(
-        image, ["sh", "-c", command], remove=True, environment={"PYTHONPATH": "/stackforge/inimage"},
-        volumes={str(SCRIPTS): {"bind": "/stackforge/probes", "mode": "ro"},
-                 str(INIMAGE): {"bind": "/stackforge/inimage", "mode": "ro"},
-                 str(workspace): {"bind": "/stackforge/jit-cache", "mode": "rw"}},
-        labels={"io.stackforge.test": "flashinfer-jit"}).decode()
-    line = output.strip().splitlines()[-1]
-    assert line.startswith(sf.RESULT_PREFIX), output[-3000:]
-    return json.loads(line[len(sf.RESULT_PREFIX):])
+def _gate_in(docker_client, image: str, workspace: Path, before: str = "") -> dict:
+    """gate.flashinfer.jit's script in ``image``, building only the norm module for sm_120 into ``workspace``."""
+    from _probe_runs import script_result_in
+    return script_result_in(docker_client, image, "flashinfer_gates.py --arch 12.0 --gpus 8 --interconnect pcie "
+                            "--feature flashinfer-jit --build --build-modules norm --build-timeout 900 "
+                            "--workspace /stackforge/jit-cache --cache-label test", workspace, before=before)
 
 
 @pytest.mark.docker
@@ -286,14 +273,14 @@ def test_the_default_13_1_image_builds_flashinfers_norm_module_and_fails_without
     """The check #31 names: with the image's own environment FlashInfer's norm module compiles and links for
     sm_120; with ``$CUDA_HOME/lib64`` moved away the same objects (kept in the workspace, so only the link
     runs again) no longer link, and the probe fails in the linker's words."""
-    built = _gate_in(docker_client, default_13_1_image, "", tmp_path)
+    built = _gate_in(docker_client, default_13_1_image, tmp_path)
     assert built["status"] == "pass", built
     assert built["metrics"]["evidence_level"] == "built", built
     assert "built (compiled and linked) its norm module" in built["reason"], built["reason"]
     assert "-lcudart" in built["evidence"] and "-lcuda" in built["evidence"]
     relink = ('mv "$CUDA_HOME/lib64" "$CUDA_HOME/lib64.off" && '
               "find /stackforge/jit-cache -name '*.so' -delete && ")
-    broken = _gate_in(docker_client, default_13_1_image, relink, tmp_path)
+    broken = _gate_in(docker_client, default_13_1_image, tmp_path, before=relink)
     assert broken["status"] == "fail", broken
     assert "norm module does not link for sm_120" in broken["reason"], broken["reason"]
     assert "cannot find -lcudart" in broken["reason"], broken["reason"]

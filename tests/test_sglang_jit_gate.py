@@ -311,16 +311,9 @@ def test_the_script_fails_a_module_tvm_ffi_cannot_load(fake_stack):
 # --------------------------------------------------------------------------------------------- the real image
 
 def _probe_in(docker_client, image: str, before: str, workspace: Path) -> dict:
-    command = (f"{before}python3 /stackforge/probes/sglang_jit_gate.py --arch 12.0 --gpus 8 --build-timeout 600 "
-               "--workspace /stackforge/jit-cache --cache-label test")
-    output = docker_client.containers.run(
-        image, ["sh", "-c", command], remove=True, environment={"PYTHONPATH": "/stackforge/inimage"},
-        volumes={str(SCRIPTS): {"bind": "/stackforge/probes", "mode": "ro"},
-                 str(INIMAGE): {"bind": "/stackforge/inimage", "mode": "ro"},
-                 str(workspace): {"bind": "/stackforge/jit-cache", "mode": "rw"}},
-        labels={"io.stackforge.test": "sglang-jit"}).decode()
-    line = output.strip().splitlines()[-1]
-    return json.loads(line[len(sf.RESULT_PREFIX):])
+    from _probe_runs import script_result_in
+    return script_result_in(docker_client, image, "sglang_jit_gate.py --arch 12.0 --gpus 8 --build-timeout 600 "
+                            "--workspace /stackforge/jit-cache --cache-label test", workspace, before=before)
 
 
 @pytest.mark.docker
