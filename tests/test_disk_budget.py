@@ -59,7 +59,7 @@ def test_on_separate_filesystems_each_holds_its_part():
 def test_the_refusal_is_one_line_naming_need_free_and_what_stackforge_holds():
     budget = one_disk(20)
     line = refusal_line(NEEDS["test"], budget, shortfalls(budget, NEEDS["test"]))
-    assert line == ("not enough disk: scripts/test.sh needs 51.0 GB free on / and 20.0 GB is (docs/measurements.md); "
+    assert line == ("not enough disk: scripts/test.sh needs 61.0 GB free on / and 20.0 GB is (docs/measurements.md); "
                     "stackforge holds there: stack images 24.0 GB, BuildKit cache 11.7 GB, probe venvs 16.0 GB")
     assert "\n" not in line and len(line) <= 200
     assert [line.rsplit(": ", 1)[1] for line in free_lines(budget)] == [h.free_command for h in HELD]
@@ -76,7 +76,7 @@ def test_the_override_replaces_the_need():
 def test_doctor_shows_the_same_figures():
     (check,) = budget_checks(one_disk(45))
     assert check.status is CheckStatus.WARN and not check.required      # enough for the main job, not the tests
-    assert "test needs 51.0 GB on / (short); main-job needs 38.0 GB on / (enough)" in check.summary
+    assert "test needs 61.0 GB on / (short); main-job needs 38.0 GB on / (enough)" in check.summary
     assert "stackforge holds: stack images 24.0 GB, BuildKit cache 11.7 GB, probe venvs 16.0 GB" in check.summary
     assert "docker buildx prune --force" in check.hint and "rm -rf /tmp/sf-probe-venvs" in check.hint
     assert check.facts["needs_gb"]["test"]["engine"] == NEEDS["test"].engine_gb
