@@ -33,14 +33,15 @@ COMPILE_PROBE = "gate.flashinfer.jit"
 
 
 def built_images(builds_dir: Path) -> dict[Stack, ImageRef]:
-    """Stacks and their images, from the build records of a `stackforge build --out` folder."""
-    from stackforge.build.records import BuildRecord
+    """Stacks and their images, from the build records of a `stackforge build --out` folder. Only the four
+    fields needed are read, not the whole record: a benchmark run with ``--against`` an older tree reads
+    records that a newer stackforge wrote, with fields the older BuildRecord does not know."""
     found: dict[Stack, ImageRef] = {}
     for path in sorted((builds_dir / "builds").glob("*.json")):
-        record = BuildRecord.from_json(json.loads(path.read_text()), path=str(path))
-        if record.status.ok and record.image_id:
-            found[Stack.from_json(record.stack)] = ImageRef(ref=record.image_tag or record.image_id,
-                                                            image_id=record.image_id)
+        data = json.loads(path.read_text())
+        if data.get("status") in ("built", "cached") and data.get("image_id"):
+            found[Stack.from_json(data["stack"])] = ImageRef(ref=data.get("image_tag") or data["image_id"],
+                                                             image_id=data["image_id"])
     return found
 
 
