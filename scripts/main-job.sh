@@ -27,7 +27,7 @@
 # cannot hold the job. Ends with where each file is, how long each stage took (also in out/main-job.tsv:
 # stage, seconds, status, note), how much the engine's own usage grew (docker system df) and the commands
 # that remove what it built. Exits non-zero as soon as a stage fails (the summary is still printed). No
-# line it prints itself is over 200 characters (MAX_LINE): longer ones are wrapped.
+# line it prints, its own or stackforge's, is over 200 characters (MAX_LINE): longer ones are wrapped.
 #
 # For a Debian bookworm machine (root or passwordless sudo; no GPU, no container registry needed).
 # Extra arguments go to both `stackforge build` calls, e.g.  scripts/main-job.sh -j 2 --resume
@@ -49,20 +49,36 @@ readonly PROBE_INPUTS="$OUT/probe-inputs.txt"
 readonly REQUIRE="torch-kernels"
 readonly BUDGET=(python3 -m stackforge.doctor.disk_budget)   # the disk need, in one place
 readonly MAX_LINE=200
+# stackforge fits its tables to COLUMNS (the build summary among them) and, unbuffered, prints each line
+# as it happens although its output goes through wrap's pipe.
+if [[ "${COLUMNS:-}" =~ ^[1-9][0-9]*$ ]] && (( COLUMNS < MAX_LINE )); then export COLUMNS; else export COLUMNS=$MAX_LINE; fi
+export PYTHONUNBUFFERED=1
 # The "current as of: ..." line every report command prints on stderr: kept here, printed once at the end.
 readonly CURRENCY="$OUT/currency.txt"
 
-# wrap: each line over MAX_LINE characters folded at a space where there is one (continuations indented).
+# wrap: each line over MAX_LINE characters folded at a space where there is one in its second half
+# (continuations indented). Characters, not bytes: a box-drawing or check-mark character is 3 bytes in
+# UTF-8 and never split. Each line is passed on as it arrives.
 wrap() {
-  awk -v max="$MAX_LINE" '{
-    rest = $0; lead = ""
-    while (length(lead rest) > max) {
-      room = max - length(lead); cut = room
-      for (i = room; i > room / 2; i--) if (substr(rest, i, 1) == " ") { cut = i; break }
-      print lead substr(rest, 1, cut); rest = substr(rest, cut + 1); lead = "    "
-    }
-    print lead rest
-  }'
+  python3 -c '
+import sys
+sys.stdin.reconfigure(errors="surrogateescape")
+sys.stdout.reconfigure(errors="surrogateescape", line_buffering=True)
+limit = int(sys.argv[1])
+for line in sys.stdin:
+    rest, lead = line.rstrip("\n"), ""
+    while len(lead) + len(rest) > limit:
+        room = limit - len(lead)
+        space = rest.rfind(" ", room // 2, room)
+        cut = space + 1 if space >= 0 else room
+        print(lead + rest[:cut])
+        rest, lead = rest[cut:], "    "
+    print(lead + rest)
+' "$MAX_LINE"
+}
+# wrapped CMD...: CMD with its stdout and its stderr each wrapped, each on its own stream.
+wrapped() {
+  { "$@" 2>&1 1>&3 3>&- | wrap >&2; } 3>&1 | wrap
 }
 say() { printf 'main-job: %s\n' "$*" | wrap; }
 as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
@@ -72,7 +88,7 @@ gb() { awk -v b="$1" 'BEGIN { printf "%.1f GB", b / 1e9 }'; }
 
 # sf ARGS: stackforge, its "current as of" line kept for the end instead of printed by every command.
 sf() {
-  { "$SF" "$@" 2>&1 1>&3 3>&- | keep_currency | wrap >&2; } 3>&1
+  { "$SF" "$@" 2>&1 1>&3 3>&- | keep_currency | wrap >&2; } 3>&1 | wrap
 }
 keep_currency() {
   local line
@@ -201,7 +217,7 @@ build_family() {
     say "no CUDA $cuda stack can be built here"
     return 0
   fi
-  "$SF" build "${only[@]}" "$@"
+  wrapped "$SF" build "${only[@]}" "$@"
   BUILT_IDS+=("${wanted[@]}")
 }
 
@@ -210,7 +226,7 @@ build_headline() {
   stacks=$(kept_stacks "$TO_CUDA")
   # build trusts the CA bundle pip here trusts (a proxy re-signing TLS, say) by itself: it goes in as a
   # BuildKit secret, never into a layer; the first line of its output names the path.
-  "$SF" build --cuda "$TO_CUDA" "$@"
+  wrapped "$SF" build --cuda "$TO_CUDA" "$@"
   local id
   while read -r id _; do BUILT_IDS+=("$id"); done <<<"$stacks"
 }
@@ -237,7 +253,7 @@ probe_gate() {
   rm -f "$PROBE_INPUTS"
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
   # --builds: the images this job's build records name, never another image that carries the label.
-  "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --builds "$OUT" --results "$RESULTS"
+  wrapped "$SF" probe --tier gate --target "$TARGET" "${only[@]}" --builds "$OUT" --results "$RESULTS"
   GATE_RUN=$(newest_run)
   printf '%s\nrun %s\n' "$inputs" "$GATE_RUN" >"$PROBE_INPUTS"
   FILES+=("$GATE_RUN  (this run's gate records)")
@@ -248,7 +264,7 @@ probe_gate() {
 probe_wheels() {
   local only=() id wheel_run
   for id in "${BUILT_IDS[@]}"; do only+=(--only "$id"); done
-  "$SF" probe --tier wheel --target "$TARGET" "${only[@]}" --results "$RESULTS"
+  wrapped "$SF" probe --tier wheel --target "$TARGET" "${only[@]}" --results "$RESULTS"
   wheel_run=$(newest_run)
   FILES+=("$wheel_run  (this run's wheel records)")
   REPORT_RUNS=(--run "$(basename "$GATE_RUN")" --run "$(basename "$wheel_run")")

@@ -171,12 +171,16 @@ JSON
               "derived": {"base_image": "python:3.11-slim-bookworm"}}]}'
     fi ;;
   build) if [[ "$*" == *"${FAKE_FAIL_BUILD:-none}"* ]]; then echo "stackforge: error: build failed" >&2; exit 1; fi
-         if [[ -n "${FAKE_SLOW_BUILD:-}" ]]; then sleep 30; fi ;;
+         if [[ -n "${FAKE_SLOW_BUILD:-}" ]]; then sleep 30; fi
+         # A long lock line on stderr, and a table border of 190 box-drawing characters (570 bytes) on stdout.
+         echo "cu131-wheels: lock resolved in 4.0 s: $(printf 'because y%.0s ' {1..40})" >&2
+         printf '\342\224\217%.0s' {1..190}; echo ;;
   probe)
     run="results/20261201T00000${FAKE_RUN:-0}Z-fake"
     [[ "$*" == *"--tier wheel"* ]] && run="results/20261201T00000${FAKE_RUN:-0}Z-wheel"
     mkdir -p "$run"
     echo '{"finished_at": "2026-12-01T00:00:09+00:00"}' >"$run/run.json"
+    echo "  fail     cu131-wheels  rtx-pro-6000-x8-pcie  gate.x: $(printf 'reason r%.0s ' {1..40})"
     echo "summary: 3 pass" ;;
   matrix|deadends) if [[ -n "$out" ]]; then echo "# $command" >"$out"; else echo "$command: one screen"; fi ;;
   upgrade)
@@ -325,9 +329,12 @@ def test_main_job_confirms_the_first_answer_s_stacks_and_ends_with_how_to_remove
     assert tail == ["main-job: to remove the 2 image(s) this job built, and then the engine's BuildKit cache:",
                     "  docker image rm stackforge/cu131-wheels:fake", "  docker image rm stackforge/cu128-wheels:fake",
                     "  docker buildx prune --force"], tail
-    # No line is over 200 characters (the long "current as of" line is wrapped).
+    # No line is over 200 characters: the long "current as of" line, build's lock line and probe's result
+    # lines are wrapped; a border of 190 box-drawing characters (570 bytes) is one line still.
     long = [line for line in output.splitlines() if len(line) > 200]
     assert not long, long
+    assert "\u250f" * 190 in output.splitlines()
+    assert "    because y because y" in done.stderr and "    reason r reason r" in done.stdout
 
 
 def test_main_job_refuses_in_one_line_when_the_disk_cannot_hold_it(tmp_path):
