@@ -10,6 +10,8 @@ import threading
 import io
 import tarfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,3 +151,25 @@ def serve(index: LoopbackIndex):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}/simple", server
+
+
+@contextmanager
+def watched_comm_index(tmp_path: Path, monkeypatch) -> Iterator[LoopbackIndex]:
+    """A served loopback index for `stackforge watch`, with the watch narrowed to the FlashInfer comm reader
+    (COMM_SPEC) and the one rule it witnesses (``flashinfer-ar-fusion-sm12-gate``); ``url`` is set on the
+    index. The caller adds its releases (before or after the watch runs)."""
+    from stackforge.plan.planner import load_knowledge
+    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("stackforge.watch.campaign.load_readers", lambda: (COMM_SPEC,))
+    monkeypatch.setattr("stackforge.wheels.readers.reader_for", lambda fact, dist: COMM_SPEC)
+    knowledge = load_knowledge()
+    narrowed = type(knowledge)(rules=tuple(r for r in knowledge.rules if r.id == "flashinfer-ar-fusion-sm12-gate"),
+                               tables=knowledge.tables, targets=knowledge.targets)
+    monkeypatch.setattr("stackforge.watch.campaign.load_knowledge", lambda user=None: narrowed)
+    served = LoopbackIndex()
+    url, server = serve(served)
+    served.url = url
+    try:
+        yield served
+    finally:
+        server.shutdown()

@@ -22,27 +22,17 @@ from stackforge.core.wheel_readings import CodeSite, ReadContext, Reading, Readi
 from stackforge.watch.patches import propose_patch
 from stackforge.watch.state import state_lock
 from stackforge.wheels.verify import verify_rules
-from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve
+from tests._wheel_helpers import LoopbackIndex, comm_py, make_wheel, watched_comm_index
 
 TARGET = "rtx-pro-6000-x8-pcie"
 
 
 @pytest.fixture()
 def index(tmp_path, monkeypatch):
-    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("stackforge.watch.campaign.load_readers", lambda: (COMM_SPEC,))
-    monkeypatch.setattr("stackforge.wheels.readers.reader_for", lambda fact, dist: COMM_SPEC)
-    knowledge = load_knowledge()
-    narrowed = type(knowledge)(rules=tuple(r for r in knowledge.rules if r.id == "flashinfer-ar-fusion-sm12-gate"),
-                               tables=knowledge.tables, targets=knowledge.targets)
-    monkeypatch.setattr("stackforge.watch.campaign.load_knowledge", lambda user=None: narrowed)
-    served = LoopbackIndex()
-    for version, majors in (("0.6.15", [9, 10]), ("0.6.16.post4", [9, 10])):
-        _release(served, tmp_path, version, majors)
-    url, server = serve(served)
-    served.url = url
-    yield served
-    server.shutdown()
+    with watched_comm_index(tmp_path, monkeypatch) as served:
+        for version, majors in (("0.6.15", [9, 10]), ("0.6.16.post4", [9, 10])):
+            _release(served, tmp_path, version, majors)
+        yield served
 
 
 def _release(served: LoopbackIndex, tmp_path, version: str, majors: list[int] | None, **kwargs) -> None:

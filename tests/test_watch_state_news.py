@@ -12,28 +12,17 @@ import pytest
 from click.testing import CliRunner
 
 from stackforge.cli import cli
-from stackforge.plan.planner import load_knowledge
-from tests._wheel_helpers import COMM_SPEC, LoopbackIndex, comm_py, make_wheel, serve
+from tests._wheel_helpers import LoopbackIndex, comm_py, make_wheel, watched_comm_index
 
 TARGET = "rtx-pro-6000-x8-pcie"
 
 
 @pytest.fixture()
 def index(tmp_path, monkeypatch):
-    monkeypatch.setenv("STACKFORGE_WHEEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("stackforge.watch.campaign.load_readers", lambda: (COMM_SPEC,))
-    monkeypatch.setattr("stackforge.wheels.readers.reader_for", lambda fact, dist: COMM_SPEC)
-    knowledge = load_knowledge()
-    narrowed = type(knowledge)(rules=tuple(r for r in knowledge.rules if r.id == "flashinfer-ar-fusion-sm12-gate"),
-                               tables=knowledge.tables, targets=knowledge.targets)
-    monkeypatch.setattr("stackforge.watch.campaign.load_knowledge", lambda user=None: narrowed)
-    served = LoopbackIndex()
-    for version in ("0.6.15", "0.6.16.post4"):
-        _release(served, tmp_path, version)
-    url, server = serve(served)
-    served.url = url
-    yield served
-    server.shutdown()
+    with watched_comm_index(tmp_path, monkeypatch) as served:
+        for version in ("0.6.15", "0.6.16.post4"):
+            _release(served, tmp_path, version)
+        yield served
 
 
 def _release(served: LoopbackIndex, tmp_path, version: str, **kwargs) -> None:
