@@ -153,6 +153,52 @@ def test_ar_fusion_built_and_link_failed():
     assert (gate_only.status, gate_only.metrics) == ("pass", {"evidence_level": "admitted"})
 
 
+def build_args(arch: str = "12.0") -> object:
+    from types import SimpleNamespace
+    return SimpleNamespace(build=True, build_timeout=600.0, cache_label="", arch=sf.parse_arch(arch), gpus=8,
+                           interconnect="pcie")
+
+
+def test_a_module_the_stacks_sglang_refuses_on_the_target_is_not_built_and_stays_admitted(monkeypatch):
+    """SGLang 0.5.14+ rejects allreduce fusion on sm_12x in its own code: no serving run builds trtllm_comm
+    there, so the gate does not spend minutes building it; FlashInfer's admission is what it reports."""
+    refusal = "SGLang 0.5.23 rejects the feature on this target, so no serving run builds the module here (live: x)"
+    monkeypatch.setattr(fg, "serving_refusal", lambda name, args: refusal if name == "allreduce-fusion" else "")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a module SGLang refuses was built")
+    monkeypatch.setattr(fg, "build_module", no_build)
+    builds = fg.maybe_build(build_args(), ("allreduce-fusion",), gates(), {"allreduce-fusion": object()}, NVCC)
+    assert builds == fg.Builds((), (("allreduce-fusion", refusal),))
+    done = fg.decide_ar_fusion("0.7.2", SM120, RES, gates(), NVCC, builds)
+    assert (done.status, done.metrics) == ("pass", {"evidence_level": "admitted"})
+    assert f"nothing to build here (allreduce-fusion not built: {refusal})" in done.reason
+    assert f"allreduce-fusion: not built: {refusal}" in done.evidence
+
+
+def test_serving_refusal_is_sglangs_own_gate_and_never_blocks_a_build_it_cannot_decide(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import sglang_ar_fusion
+    versions = {"sglang": "0.5.23"}
+    monkeypatch.setattr(sf, "installed_version", versions.get)
+    monkeypatch.setattr(sf, "try_import", lambda name: (object(), ""))   # a torch for the live gate
+    words = "SGLang rejects FlashInfer allreduce fusion for capability 12.0: ValueError: requires SM90 or SM10X"
+    answers = {"12.0": sf.ScriptResult("fail", words, "e"), "9.0": sf.ScriptResult("pass", "admits", "e")}
+    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", lambda torch, node: answers[node.arch.dotted])
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == (
+        f"SGLang 0.5.23 rejects the feature on this target, so no serving run builds the module here (live: {words})")
+    assert fg.serving_refusal("allreduce-fusion", build_args("9.0")) == ""
+    assert fg.serving_refusal("norm", build_args("12.0")) == ""     # no single serving feature decides norm
+
+    def broken(torch, node):
+        raise RuntimeError("SGLang could not be asked")
+    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", broken)
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""   # then the module is built
+    versions.clear()
+    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", lambda torch, node: answers[node.arch.dotted])
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""   # no SGLang: FlashInfer alone
+
+
 def test_first_error_line_prefers_the_missing_tool_to_ninjas_summary():
     output = "[1/2] nvcc ...\nsh: 1: cicc: not found\nninja: build stopped: subcommand failed."
     assert fg.first_error_line(output) == "sh: 1: cicc: not found"
@@ -284,3 +330,22 @@ def test_the_default_13_1_image_builds_flashinfers_norm_module_and_fails_without
     assert broken["status"] == "fail", broken
     assert "norm module does not link for sm_120" in broken["reason"], broken["reason"]
     assert "cannot find -lcudart" in broken["reason"], broken["reason"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.pypi
+def test_the_default_13_1_image_does_not_build_allreduce_fusion_where_its_sglang_refuses_it(
+        docker_client, default_13_1_image, tmp_path):
+    """SGLang 0.5.23 (in the image) rejects FlashInfer allreduce fusion on sm_120 in its own code, so the
+    gate leaves trtllm_comm unbuilt (minutes saved) and says why; FlashInfer 0.7.2 admitting sm_120 stays
+    what it reports, at the ``admitted`` level."""
+    from _probe_runs import script_result_in
+    result = script_result_in(docker_client, default_13_1_image, "flashinfer_gates.py --arch 12.0 --gpus 8 "
+                              "--interconnect pcie --feature flashinfer-ar-fusion --build --build-timeout 900 "
+                              "--workspace /stackforge/jit-cache --cache-label test", tmp_path)
+    assert result["status"] == "pass", result
+    assert result["metrics"]["evidence_level"] == "admitted", result
+    assert "builds" not in result["metrics"] or not result["metrics"]["builds"], result["metrics"]
+    assert "allreduce-fusion not built: SGLang 0.5.23 rejects the feature on this target" in result["reason"]
+    assert "requires SM90 or SM10X" in result["reason"], result["reason"]

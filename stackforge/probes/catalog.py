@@ -104,7 +104,8 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               ("--feature", "flashinfer-jit", "--build", "--build-timeout", "1200"), jit_cache=True),
     ProbeSpec("gate.flashinfer.ar-fusion", "flashinfer-ar-fusion", "gate", "flashinfer_gates.py",
               "FlashInfer's gen_trtllm_comm_module (allreduce fusion) gate for the target arch; builds the "
-              "module (compiles and links, nothing loaded or run) when the image has nvcc",
+              "module (compiles and links, nothing loaded or run) when the image has nvcc and its SGLang does not "
+              "reject the fusion on the target (then no serving run builds it)",
               Preconditions(needs_packages=("flashinfer-python",)), 1500.0,
               ("--feature", "flashinfer-ar-fusion", "--build", "--build-timeout", "1200"), jit_cache=True),
     ProbeSpec("gate.sglang.jit", "sglang-jit", "gate", "sglang_jit_gate.py",

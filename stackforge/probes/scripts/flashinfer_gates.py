@@ -23,7 +23,10 @@ Runs FlashInfer's own code, no GPU needed:
    find ``-lcudart`` fails the same way on a GPU host); a build past its limit is ``timeout``; every
    module built is a ``pass`` with ``metrics["evidence_level"] = "built"``. Nothing is loaded or run
    (no GPU): that is the runtime probe's. A pass that built nothing (gate only, or prebuilt modules)
-   records ``"admitted"``.
+   records ``"admitted"``. A module only one serving feature reaches is not built where the image's
+   SGLang rejects that feature on the target in its own code (``SERVING_GATES``: the allreduce-fusion
+   module, which SGLang 0.5.14+ refuses on sm_12x): no serving run of the stack builds it there, so the
+   build would cost minutes and prove nothing; the result says so and stays ``admitted``.
 4. ``--workspace DIR`` keeps FlashInfer's JIT workspace (the job runner mounts one per image and
    target, :func:`stackforge.jobs.job_runner.jit_cache_mount`): on a rerun ninja itself proves the
    objects and the .so up to date ("ninja: no work to do.") and the .so must be there; the reason then
@@ -43,6 +46,7 @@ nvcc.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import re
@@ -377,6 +381,36 @@ def link_command(output: str) -> str:
     """The link command ninja ran (``-v``): the line that writes the .so."""
     lines = [line for line in output.splitlines() if ".so" in line and " -o " in line]
     return re.sub(r"^\[\d+/\d+\]\s*", "", lines[-1].strip())[:600] if lines else ""
+
+
+#: Modules only one serving feature reaches, and the SGLang gate probe (beside this script) whose
+#: verdict says whether the stack's SGLang takes that path on the target at all.
+SERVING_GATES = {"allreduce-fusion": "sglang_ar_fusion"}
+
+
+def serving_refusal(name: str, args: Any) -> str:
+    """Why no serving run of this stack builds ``name`` on the target: the image's SGLang rejects the
+    feature for the target in its own code (``_resolve_backend`` raising ``requires SM90 or SM10X`` on
+    sm_12x from 0.5.14), as its gate probe decides it, live or read. Building the module there would
+    cost minutes and prove nothing a serving run needs. "" when there is no such SGLang gate for the
+    module, SGLang is not installed, has no gate of its own, admits the target, or cannot be asked:
+    the module is built then."""
+    probe_name = SERVING_GATES.get(name)
+    version = sf.installed_version("sglang") if probe_name else None
+    if not probe_name or not version:
+        return ""
+    try:
+        gate_probe = importlib.import_module(probe_name)
+        from _sglang_node import Node, evaluate
+        torch, _ = sf.try_import("torch")
+        decided = evaluate(gate_probe.live_ar_fusion, gate_probe.static_ar_fusion, torch,
+                           Node(args.arch, args.gpus, args.interconnect))
+    except Exception:  # noqa: BLE001 - SGLang could not be asked: build, as without SGLang
+        return ""
+    if decided.result.status != "fail":
+        return ""
+    return (f"SGLang {version} rejects the feature on this target, so no serving run builds the module here "
+            f"({decided.method}: {sf.one_line(decided.result.reason)})")
 
 
 def build_module(name: str, spec: Any, toolkit: Toolkit, timeout_s: float, label: str) -> ModuleBuild:
@@ -719,7 +753,10 @@ def maybe_build(args: Any, chosen: Sequence[str], gates: dict[str, ModuleGate], 
     left_out: list[tuple[str, str]] = []
     for name in chosen:
         gate, spec = gates[name], specs.get(name)
-        if gate.status == "absent" or spec is None:
+        refusal = serving_refusal(name, args) if gate.status == "admitted" and not gate.aot else ""
+        if refusal:
+            left_out.append((name, refusal))
+        elif gate.status == "absent" or spec is None:
             left_out.append((name, gate.detail or "no module spec"))
         elif gate.aot:
             left_out.append((name, "prebuilt (AOT / jit-cache), FlashInfer loads it without a build"))
