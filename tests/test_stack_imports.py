@@ -196,6 +196,23 @@ def test_the_same_extension_built_for_the_installed_torch_passes(torch_python, a
     assert "sf_abi_ok/sfext.so" in payload["reason"]
     assert payload["metrics"]["by_state"] == {"loaded": ["sf_abi_ok/sfext.so"]}
     assert "torch._C from " in payload["evidence"]
+    # torch's build facts come from the loading child's own import: the probe imports torch once
+    assert payload["facts"]["torch_version"] == "2.13.0+cpu", payload["facts"]
+    assert payload["facts"]["torch_cuda"] is None and payload["facts"]["torch_git_version"]
+
+
+def test_a_torch_that_does_not_load_is_the_verdict_and_nothing_else_is_tried(torch_python, abi_site, tmp_path):
+    """torch is installed, but what ``import torch`` finds raises: that is the stack's failure, the
+    extensions are never loaded (each would only fail for torch's reason) and no torch facts are claimed."""
+    shadow = tmp_path / "shadow"
+    (shadow / "torch").mkdir(parents=True)
+    (shadow / "torch" / "__init__.py").write_text("raise ImportError('libtorch_cuda.so: cannot open shared object')\n")
+    path = f"{shadow}{os.pathsep}{abi_site}"
+    payload = run_probe(torch_python, Path(path), "--package", "sf_abi_ok")
+    assert payload["status"] == "fail", payload
+    assert payload["reason"].startswith("torch does not import: ImportError: libtorch_cuda.so"), payload["reason"]
+    assert "sf_abi_ok/sfext.so" not in payload["reason"]
+    assert "torch_version" not in payload["facts"]
 
 
 C_LIBRARY = r"""

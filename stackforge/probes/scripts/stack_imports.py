@@ -116,6 +116,7 @@ class LoadOutcome:
     seconds: float = 0.0
     why: str = ""    # for NO_DRIVER: what only the driver explains
     detail: str = ""  # what a load that worked reports (torch: its version and torch._C's file)
+    facts: Mapping[str, object] = dataclasses.field(default_factory=dict)  # torch's build facts, from its load
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,14 +375,15 @@ def child_environment(workdir: str) -> tuple[dict[str, str], str]:
 
 def run_loads(tasks: Sequence[LoadTask], env: Mapping[str, str], workdir: str) -> tuple[list[LoadOutcome], str]:
     """Load ``tasks`` in order in child processes (a new one after a hang or a crash); (outcomes, the
-    children's output tail)."""
+    children's output tail). The first task is torch: when it does not load, nothing else is tried (every
+    other load would fail for torch's reason, not its own) and the rest stay NOT_RUN."""
     plan = os.path.join(workdir, "tasks.json")
     with open(plan, "w", encoding="utf-8") as handle:
         json.dump([dataclasses.asdict(t) for t in tasks], handle)
     outcomes: dict[int, LoadOutcome] = {}
     log_path = os.path.join(workdir, "children.log")
     start = 0
-    while start < len(tasks):
+    while start < len(tasks) and (0 not in outcomes or outcomes[0].state == LOADED):
         start = run_child(tasks, plan, start, env, log_path, outcomes)
     log = ""
     if os.path.exists(log_path):
@@ -440,8 +442,10 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, env: Mapping[str
                     state, why = outcome_state(event["ok"], event.get("error", ""))
                     outcomes[event["i"]] = LoadOutcome(tasks[event["i"]], state, event.get("error", ""),
                                                        event.get("where", ""), time.monotonic() - began, why,
-                                                       event.get("detail", ""))
+                                                       event.get("detail", ""), event.get("facts", {}))
                     current, began = None, time.monotonic()
+                    if event["i"] == 0 and state != LOADED:
+                        return len(tasks)  # torch did not load: run_loads tries nothing else
     finally:
         os.close(read_fd)
         if proc.poll() is None:
@@ -499,6 +503,17 @@ def load(task: Mapping[str, str]) -> str:
     return ""
 
 
+def torch_facts_of(task: Mapping[str, str]) -> dict[str, object]:
+    """``{"facts": torch's build facts}`` after torch's own load, so the probe's provenance needs no
+    import of torch in the parent; {} for any other task, or when torch cannot say."""
+    if task["how"] != TORCH:
+        return {}
+    try:
+        return {"facts": json.loads(json.dumps(sf.torch_facts(sys.modules["torch"]), default=str))}
+    except Exception:  # noqa: BLE001 - provenance only; the load itself worked
+        return {}
+
+
 def raised_at(exc: BaseException) -> str:
     """The file and line that raised, past the import system's frozen frames and this loader's own."""
     here = os.path.abspath(__file__)
@@ -518,7 +533,7 @@ def loader_main(plan: str, start: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - every failure is evidence
             event = {"ok": False, "error": sf.describe_exception(exc)[:4000], "where": raised_at(exc)}
         else:
-            event = {"ok": True, "detail": detail}
+            event = {"ok": True, "detail": detail, **torch_facts_of(tasks[index])}
         events.write(json.dumps({"i": index, "event": "done", **event}) + "\n")
     events.flush()
     os._exit(0)  # no atexit hook of a loaded library may hang the child after its last answer
@@ -550,14 +565,14 @@ def main(argv: Sequence[str]) -> None:
     context += lines
     with tempfile.TemporaryDirectory(prefix="sf-stack-imports-") as workdir:
         env, driver_line = child_environment(workdir)
-        # torch alone first: without it every other load fails for its reason, not their own.
-        (torch_outcome,), log = run_loads([LoadTask("torch", TORCH, name="torch", timeout_s=args.import_timeout)],
-                                          env, workdir)
-        outcomes = []
-        if torch_outcome.state == LOADED:
-            outcomes, log = run_loads([*tasks, *entries], env, workdir)
+        # torch first, in the same child as the rest: without it every other load fails for its
+        # reason, not their own, and run_loads then tries nothing else.
+        torch_task = LoadTask("torch", TORCH, name="torch", timeout_s=args.import_timeout)
+        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], env, workdir)
+        if torch_outcome.state != LOADED:
+            outcomes = []
     context += [driver_line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
-    facts = sf.collect_facts(import_torch=torch_outcome.state == LOADED, search_nvcc=False)
+    facts = {**sf.collect_facts(import_torch=False, search_nvcc=False), **torch_outcome.facts}
     demangled = sf.demangle([sf.undefined_symbol(o.error) for o in (torch_outcome, *outcomes)])
     details = {i: describe_failure(o, demangled, built_for(failing_package(o)) if failing_package(o) else "",
                                    torch_version)
