@@ -35,7 +35,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 COPY lock/torch.txt /opt/stackforge/lock/torch.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --compile-bytecode --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/torch.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && pip freeze | grep -iE '^(torch|torchvision|torchaudio|triton|pytorch-triton|nvidia-[a-z0-9.-]+)==' \
@@ -53,7 +53,7 @@ RUN apt-get update \
 COPY lock/toolkit.txt /opt/stackforge/lock/toolkit.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --target /opt/cuda-wheels --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --compile-bytecode --no-deps --require-hashes --target /opt/cuda-wheels --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/toolkit.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && for header in /opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*; do \
@@ -79,7 +79,7 @@ ENV CUDA_HOME=/opt/cuda-wheels/nvidia/cu13 \
 COPY lock/deps.txt /opt/stackforge/lock/deps.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --compile-bytecode --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/deps.txt \
  && rm -f /tmp/stackforge-ca.pem
 
@@ -87,7 +87,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 COPY lock/flashinfer.txt /opt/stackforge/lock/flashinfer.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --compile-bytecode --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/flashinfer.txt \
  && rm -f /tmp/stackforge-ca.pem \
  && printf '%s\n' "flashinfer-python==0.6.6" >> /opt/stackforge/constraints.txt
@@ -98,7 +98,7 @@ RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1
 COPY lock/sglang.txt /opt/stackforge/lock/sglang.txt
 RUN python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
         http://127.0.0.1:${STACKFORGE_ASSET_PORT}/ca.pem /tmp/stackforge-ca.pem \
- && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
+ && SSL_CERT_FILE=/tmp/stackforge-ca.pem UV_LINK_MODE=copy /opt/stackforge/uv/bin/uv pip install --no-cache --compile-bytecode --no-deps --require-hashes --python /opt/venv/bin/python --find-links http://127.0.0.1:${STACKFORGE_ASSET_PORT}/wheelhouse/ --index-strategy unsafe-best-match \
         -r /opt/stackforge/lock/sglang.txt \
  && rm -f /tmp/stackforge-ca.pem
 
