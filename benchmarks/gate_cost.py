@@ -1,7 +1,7 @@
 """Seconds of the gate tier per stack x target, cold (a fresh JIT build cache) and warm (a second run).
 
 The FlashInfer gate probes build (compile and link) the modules a serving run JIT-builds first, which
-costs minutes on 2 cores; the job runner keeps each (image, target)'s FlashInfer workspace under
+costs minutes on 2 cores; the job runner keeps each (image, target arch)'s FlashInfer workspace under
 ``$STACKFORGE_JIT_CACHE`` (default ``~/.cache/stackforge/jit``) so a rerun has ninja prove the modules
 up to date in seconds. This benchmark points that cache at a fresh temporary folder, runs the gate tier
 twice on images that are already built, and prints both figures. Run after building images:

@@ -266,14 +266,19 @@ def test_build_module_past_its_limit_is_a_timeout(tmp_path, toolchain):
 
 # --------------------------------------------------------------------------------------------- the runner's cache
 
-def test_jit_cache_is_one_folder_per_image_and_target(tmp_path):
+def test_jit_cache_is_one_folder_per_image_and_target_arch(tmp_path):
     spec = next(s for s in catalog() if s.id == "gate.flashinfer.jit")
     target = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)
     image = ImageRef("sf/x:1", "sha256:abc")
     job = Job(stack=None, target=target, spec=spec, args=spec.args, timeout_s=1.0)  # type: ignore[arg-type]
     mounts, args = jit_cache_mount(job, image, "run-7", shares_host_files=True, root=tmp_path)
     folder = jit_cache_dir(image, target, tmp_path)
-    assert folder == tmp_path / "sha256-abc" / target.name and folder.is_dir()
+    assert folder == tmp_path / "sha256-abc" / "arch-12.0" and folder.is_dir()
+    # another target of the same arch builds the same modules: it shares the folder; another arch does not
+    fewer = Target("rtx-pro-6000-x2-pcie", "RTX PRO 6000", "12.0", 2, Interconnect.PCIE)
+    hopper = Target("h200-x8-nvswitch", "H200", "9.0", 8, Interconnect.NVSWITCH)
+    assert jit_cache_dir(image, fewer, tmp_path) == folder
+    assert jit_cache_dir(image, hopper, tmp_path) == tmp_path / "sha256-abc" / "arch-9.0"
     assert [(m.source, m.target, m.read_only) for m in mounts] == [(folder, JIT_CACHE_CONTAINER_DIR, False)]
     assert args == ["--workspace", JIT_CACHE_CONTAINER_DIR, "--cache-label", "run-7"]
     assert jit_cache_mount(job, image, "r", shares_host_files=False, root=tmp_path) == ([], [])
@@ -282,9 +287,45 @@ def test_jit_cache_is_one_folder_per_image_and_target(tmp_path):
     assert jit_cache_mount(plain, image, "r", shares_host_files=True, root=tmp_path) == ([], [])
 
 
+def test_jobs_sharing_a_jit_cache_take_turns_and_a_cancel_stops_the_wait(tmp_path):
+    """Two ninja runs in one build directory would race: a second job of the same (image, arch) waits for
+    the first's container to end; one cancelled while it waits never starts."""
+    import threading
+
+    from stackforge.jobs.job_runner import JIT_CACHE_TURN_FILE, jit_cache_turn
+    spec = next(s for s in catalog() if s.id == "gate.flashinfer.jit")
+    target = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)
+    job = Job(stack=None, target=target, spec=spec, args=spec.args, timeout_s=1.0)  # type: ignore[arg-type]
+    mounts, _ = jit_cache_mount(job, ImageRef("sf/x:1", "sha256:abc"), "run-7", shares_host_files=True,
+                                root=tmp_path)
+    order: list[str] = []
+    with jit_cache_turn(mounts, job, "run-7", None) as first:
+        assert first
+        assert "run run-7: gate.flashinfer.jit for rtx-pro-6000-x8-pcie" in \
+            (mounts[0].source / JIT_CACHE_TURN_FILE).read_text()
+
+        def second() -> None:
+            with jit_cache_turn(mounts, job, "run-8", None) as ours:
+                order.append(f"second {ours}")
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(0.6)
+        assert waiting.is_alive() and order == []      # it waits while the first holds the folder
+        order.append("first done")
+    waiting.join(5)
+    assert order == ["first done", "second True"]
+    cancel = threading.Event()
+    with jit_cache_turn(mounts, job, "run-7", None):
+        cancel.set()
+        with jit_cache_turn(mounts, job, "run-9", cancel) as ours:
+            assert ours is False
+    with jit_cache_turn([], job, "run-7", None) as ours:   # no kept workspace: nothing to wait for
+        assert ours
+
+
 @pytest.mark.docker
 def test_a_container_run_gets_its_kept_workspace(docker_client, base_image, tmp_path, monkeypatch):
-    """The runner mounts the (image, target) folder and passes --workspace / --cache-label: the script
+    """The runner mounts the (image, target arch) folder and passes --workspace / --cache-label: the script
     in a real container accepts them (the base image has no FlashInfer: its skip) and the folder exists."""
     from _build_helpers import small_cell
     from _probe_runs import ProbeContext, run_in_container

@@ -28,7 +28,9 @@ import dataclasses
 import os
 import platform
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,12 +42,13 @@ from stackforge.edges import runner
 from stackforge.edges.gpu_host import GpuHostVerdict, HostGpuFacts, driver_below, judge_gpu_host, read_gpu_host_facts
 from stackforge.edges.gpu_locks import GpuFileLocks, GpuUsage, busy_memory_mib, busy_reason, read_gpu_usage
 from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus, lock_keys
+from stackforge.edges.turns import file_turn
 from stackforge.inimage import CONTAINER_DIR as INIMAGE_CONTAINER_DIR
 from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
 from stackforge.inimage._sfshared import json_safe, parse_result_line
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
-#: Kept JIT build caches (FlashInfer's workspace of the gate probe), one folder per (image, target) under
+#: Kept JIT build caches (FlashInfer's workspace of the gate probe), one folder per (image, target arch) under
 #: ``~/.cache/stackforge/jit`` unless this variable names another root: a rerun over the same image finds
 #: its modules built and ninja proves them up to date in seconds; a rebuilt image (new id) starts cold.
 JIT_CACHE_ENV = "STACKFORGE_JIT_CACHE"
@@ -160,14 +163,38 @@ def jit_cache_root(env: Mapping[str, str] | None = None) -> Path:
 
 
 def jit_cache_dir(image: ImageRef, target: Target, root: Path | None = None) -> Path:
-    """The kept JIT workspace of one (image, target): keyed by the image id (content, not tag)."""
-    return (root or jit_cache_root()) / image.image_id.replace(":", "-") / target.name
+    """The kept JIT workspace of one (image, target arch): keyed by the image id (content, not tag) and the
+    target's compute capability, the only part of a target a JIT build depends on, so the targets of one
+    arch (8 and 4 cards, PCIe or NVLink) share their builds; jobs take turns in it (:func:`jit_cache_turn`)."""
+    return (root or jit_cache_root()) / image.image_id.replace(":", "-") / f"arch-{target.arch}"
+
+
+#: In a kept JIT workspace: held by the job building in it, naming its run, probe and target.
+JIT_CACHE_TURN_FILE = ".stackforge-turn"
+
+
+@contextmanager
+def jit_cache_turn(mounts: Sequence[Any], job: Job, run_id: str,
+                   cancel: runner.CancelFlag | None) -> Iterator[bool]:
+    """Hold the job's JIT workspace (its one read-write mount, if any) alone while its container runs:
+    two ninja runs in one build directory would race. Yields False when ``cancel`` was set while waiting."""
+    folder = next((m.source for m in mounts if not m.read_only), None)
+    if folder is None:
+        yield True
+        return
+
+    def cancelled(seconds: float) -> bool:
+        time.sleep(seconds)
+        return cancel is not None and cancel.is_set()
+    holder = f"run {run_id}: {job.spec.id} for {job.target.name}"
+    with file_turn(Path(folder) / JIT_CACHE_TURN_FILE, holder=holder, cancelled=cancelled) as ours:
+        yield ours
 
 
 def jit_cache_mount(job: Job, image: ImageRef, run_id: str, *, shares_host_files: bool,
                     root: Path | None = None) -> tuple[list[Any], list[str]]:
     """(mounts, script arguments) that give a spec keeping a JIT build cache (``jit_cache``) its
-    per-(image, target) workspace, labelled with the run that fills it; nothing for other specs, or for
+    per-(image, target arch) workspace, labelled with the run that fills it; nothing for other specs, or for
     an engine on another machine (a bind would name a folder over there)."""
     if not getattr(job.spec, "jit_cache", False) or not shares_host_files:
         return [], []
@@ -457,13 +484,17 @@ def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, r
     docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
     cache_mounts, cache_args = jit_cache_mount(
         job, image, run_id, shares_host_files=docker_engine.engine_shares_host_files(docker_engine.engine_url()))
-    run = docker_engine.run_container(
-        client, image.image_id, [*argv(job, python="python3", scripts_root=kind.container_root), *cache_args],
-        timeout=job.timeout_s, mounts=[*kind.container_mounts(job), *cache_mounts],
-        env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
-        labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
-        ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
-        log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
+    with jit_cache_turn(cache_mounts, job, run_id, cancel) as ours:
+        if not ours:
+            return Ending(None, False, None, "cancelled while waiting for its turn in the JIT build cache", 0.0,
+                          True, image, "docker")
+        run = docker_engine.run_container(
+            client, image.image_id, [*argv(job, python="python3", scripts_root=kind.container_root), *cache_args],
+            timeout=job.timeout_s, mounts=[*kind.container_mounts(job), *cache_mounts],
+            env={**script_env(INIMAGE_CONTAINER_DIR), **kind.env},
+            labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
+            ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
+            log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
     return Ending(run.exit_code, run.timed_out, run.signal, run.logs_tail, run.duration_s, run.cancelled, image,
                   "docker")
 

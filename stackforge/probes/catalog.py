@@ -60,7 +60,7 @@ class ProbeSpec:
         default_timeout_s: hard timeout of the whole script (the runner kills it after that).
         args: fixed script arguments, appended after the target's arguments.
         jit_cache: the script takes ``--workspace DIR --cache-label RUN``: in a container the runner mounts a
-            kept per-(image, target) JIT build cache there (:func:`stackforge.jobs.job_runner.jit_cache_mount`).
+            kept per-(image, target arch) JIT build cache there (:func:`stackforge.jobs.job_runner.jit_cache_mount`).
     """
 
     id: str

@@ -28,7 +28,8 @@ Runs FlashInfer's own code, no GPU needed:
    module, which SGLang 0.5.14+ refuses on sm_12x): no serving run of the stack builds it there, so the
    build would cost minutes and prove nothing; the result says so and stays ``admitted``.
 4. ``--workspace DIR`` keeps FlashInfer's JIT workspace (the job runner mounts one per image and
-   target, :func:`stackforge.jobs.job_runner.jit_cache_mount`): on a rerun ninja itself proves the
+   target arch, :func:`stackforge.jobs.job_runner.jit_cache_mount`, and its jobs take turns in it): on a
+   rerun, or for another target of the same arch, ninja itself proves the
    objects and the .so up to date ("ninja: no work to do.") and the .so must be there; the reason then
    says "(from the build cache of <run, time>)", read from the stamp the building run left beside it.
 

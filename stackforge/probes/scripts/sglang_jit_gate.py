@@ -36,7 +36,7 @@ module, cannot serve the kernel: ``fail`` worded "no nvcc in this flavour: ..." 
 false``, as the FlashInfer gate does. A release without either JIT package JIT-compiles none of its
 own kernels: ``skip``.
 
-``--workspace DIR`` is the runner's per-(image, target) JIT build cache
+``--workspace DIR`` is the runner's per-(image, target arch) JIT build cache
 (:func:`stackforge.jobs.job_runner.jit_cache_mount`, shared with the FlashInfer gate): SGLang's cache
 goes to ``DIR/sglang`` unless the image sets its own, so a rerun finds the module in SGLang's own cache
 (which re-hashes its dependencies before it trusts a build) and says who built it.
