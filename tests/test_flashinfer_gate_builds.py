@@ -256,6 +256,24 @@ def test_build_module_link_failure_and_missing_library(tmp_path, toolchain):
     assert "cannot find -lsf_no_such_library" in fg.first_error_line(failed.output)
 
 
+def test_modules_build_side_by_side_and_the_first_in_order_that_fails_decides(tmp_path, toolchain):
+    """Each chosen module gets its own ninja at once: two 2-second compiles take about 2 s together,
+    not 4; a link failure of the second module decides though the first built."""
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    slow_cc = f"sleep 2 && {CC}"
+    specs = {"norm": NinjaSpec(tmp_path / "a", slow_cc), "sampling": NinjaSpec(tmp_path / "b", slow_cc)}
+    builds = fg.maybe_build(build_args(), ("norm", "sampling"), gates(), specs, toolchain)
+    assert [b.status for b in builds.modules] == ["built", "built"], [b.output for b in builds.modules]
+    assert builds.wall_s is not None and builds.wall_s < 3.5 < sum(b.seconds for b in builds.modules)
+    result = jit(builds, toolchain, chosen=("norm", "sampling"))
+    assert f"in {builds.wall_s} s" in result.reason and result.metrics == {"evidence_level": "built"}
+    specs["sampling"] = NinjaSpec(tmp_path / "c", CC, "-lsf_no_such_library")
+    broken = jit(fg.maybe_build(build_args(), ("norm", "sampling"), gates(), specs, toolchain), toolchain,
+                 chosen=("norm", "sampling"))
+    assert broken.status == "fail" and "sampling module does not link" in broken.reason, broken.reason
+
+
 def test_build_module_past_its_limit_is_a_timeout(tmp_path, toolchain):
     slow = fg.build_module("mod", NinjaSpec(tmp_path, "sleep 30"), toolchain, 1.0, "")
     assert (slow.status, slow.stage) == ("timeout", "compile")

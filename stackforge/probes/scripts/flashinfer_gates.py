@@ -18,8 +18,8 @@ Runs FlashInfer's own code, no GPU needed:
 3. With ``--build`` (and an nvcc where FlashInfer looks for it), the modules a serving run on the
    target JIT-builds first (``BUILD_MODULES``: norm, sampling and a decode-attention variant for
    ``flashinfer-jit``; the trtllm allreduce-fusion module for ``flashinfer-ar-fusion``) are compiled
-   AND linked for the arch through FlashInfer's generated ninja file, within ``--build-timeout`` in
-   all. A compile or link failure is ``fail`` in the compiler's / linker's words (a link that cannot
+   AND linked for the arch through FlashInfer's generated ninja files, side by side, within
+   ``--build-timeout`` in all. A compile or link failure is ``fail`` in the compiler's / linker's words (a link that cannot
    find ``-lcudart`` fails the same way on a GPU host); a build past its limit is ``timeout``; every
    module built is a ``pass`` with ``metrics["evidence_level"] = "built"``. Nothing is loaded or run
    (no GPU): that is the runtime probe's. A pass that built nothing (gate only, or prebuilt modules)
@@ -46,6 +46,7 @@ nvcc.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import json
@@ -147,11 +148,16 @@ class ModuleBuild:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Builds:
-    """The chosen modules of one feature: those built (in order, up to the first that did not build)
-    and those left out, with why (absent in this version, prebuilt)."""
+    """The chosen modules of one feature: those built (in the chosen order; they build side by side) and
+    those left out, with why (absent in this version, prebuilt, refused by the stack's SGLang).
+    ``wall_s``: the seconds the builds took together (None: their sum)."""
 
     modules: tuple[ModuleBuild, ...]
     left_out: tuple[tuple[str, str], ...] = ()
+    wall_s: float | None = None
+
+    def seconds(self) -> float:
+        return self.wall_s if self.wall_s is not None else round(sum(b.seconds for b in self.modules), 1)
 
 
 def module_probes(target: sf.Arch) -> tuple[ModuleProbe, ...]:
@@ -523,7 +529,7 @@ def build_verdict(fi: str, what: str, target: sf.Arch, flags: str, toolkit: Tool
         return sf.ScriptResult("pass", f"FlashInfer {fi} admits {target.sm_name} for {what} ({flags}); nothing to "
                                f"build here ({left})", evidence, ADMITTED)
     names = ", ".join(b.name for b in builds.modules)
-    seconds = round(sum(b.seconds for b in builds.modules), 1)
+    seconds = builds.seconds()
     reason = (f"FlashInfer {fi} built (compiled and linked) its {names} module{'s' if len(builds.modules) > 1 else ''} "
               f"for {flags} with nvcc {toolkit.cuda_version} in {seconds} s{cache_words(builds.modules)}; nothing was "
               "loaded or run (no GPU)" + (f"; {left}" if left else ""))
@@ -742,15 +748,15 @@ def probe(args: Any, fi: str) -> tuple[sf.ScriptResult, dict[str, Any], Any]:
 
 def maybe_build(args: Any, chosen: Sequence[str], gates: dict[str, ModuleGate], specs: dict[str, Any],
                 toolkit: Toolkit) -> Builds | None:
-    """Build the chosen modules the gates admit and nothing prebuilt covers, one after another within
-    the build budget; None when not asked, no toolchain, or a chosen gate already decided (rejected,
-    unknown): the decision then needs no build."""
+    """Build the chosen modules the gates admit and nothing prebuilt covers, side by side (each its own
+    ninja: the machine's cores stay busy while one module's largest file compiles alone) within the build
+    budget; None when not asked, no toolchain, or a chosen gate already decided (rejected, unknown): the
+    decision then needs no build. The first module in the chosen order that did not build decides."""
     if not args.build or not toolkit.nvcc or not toolkit.ninja:
         return None
     if any(gates.get(name) is None or gates[name].status in ("rejected", "no-target", "error") for name in chosen):
         return None
-    deadline = time.monotonic() + args.build_timeout
-    built: list[ModuleBuild] = []
+    to_build: list[tuple[str, Any]] = []
     left_out: list[tuple[str, str]] = []
     for name in chosen:
         gate, spec = gates[name], specs.get(name)
@@ -762,11 +768,16 @@ def maybe_build(args: Any, chosen: Sequence[str], gates: dict[str, ModuleGate], 
         elif gate.aot:
             left_out.append((name, "prebuilt (AOT / jit-cache), FlashInfer loads it without a build"))
         else:
-            result = build_module(name, spec, toolkit, deadline - time.monotonic(), args.cache_label)
-            built.append(result)
-            if result.status != "built":
-                break  # the first module that does not build decides; the rest would only cost time
-    return Builds(tuple(built), tuple(left_out))
+            to_build.append((name, spec))
+    started = time.monotonic()
+    deadline = started + args.build_timeout
+    if not to_build:
+        return Builds((), tuple(left_out))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(to_build)) as pool:
+        futures = [pool.submit(build_module, name, spec, toolkit, deadline - time.monotonic(), args.cache_label)
+                   for name, spec in to_build]
+        built = tuple(future.result() for future in futures)
+    return Builds(built, tuple(left_out), round(time.monotonic() - started, 1))
 
 
 if __name__ == "__main__":

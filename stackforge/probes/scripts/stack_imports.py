@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -318,8 +319,11 @@ def failing_package(outcome: LoadOutcome) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=None)
 def built_for(package: str) -> str:
-    """The torch the distribution that installed ``package`` says it was built for ("" when it says none)."""
+    """The torch the distribution that installed ``package`` says it was built for ("" when it says none);
+    asked once per package (each failing module of one package asks again, and the lookup reads every
+    distribution's metadata)."""
     try:
         dists = importlib.metadata.packages_distributions().get(package, [])
     except Exception:  # noqa: BLE001 - broken metadata of another distribution
