@@ -176,84 +176,40 @@ def test_a_module_the_stacks_sglang_refuses_on_the_target_is_not_built_and_stays
     assert f"allreduce-fusion: not built: {refusal}" in done.evidence
 
 
-def test_serving_refusal_is_sglangs_own_gate_and_never_blocks_a_build_it_cannot_decide(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    import sglang_ar_fusion
+FUSION_FILE_0_5_23 = """
+def _resolve_backend(backend, is_multi_node):
+    if not (is_sm90_supported() or is_sm100_supported()):
+        raise ValueError("FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.")
+    return backend
+"""
+
+
+def test_serving_refusal_reads_sglangs_own_gate_and_never_blocks_a_build_it_cannot_decide(monkeypatch, tmp_path):
+    """SGLang's ``_resolve_backend`` (0.5.14+), read in the installed SGLang and decided for the target: a
+    check that raises for sm_12x names itself; one that admits, an SGLang without it (< 0.5.14) or none at
+    all leaves the module to be built."""
+    import _sglang_source
+    root = tmp_path / "site"
+    fusion = root / "sglang" / "srt" / "layers" / "flashinfer_comm_fusion.py"
+    fusion.parent.mkdir(parents=True)
+    fusion.write_text(FUSION_FILE_0_5_23)
+    real_gate = _sglang_source.fusion_gate
+    monkeypatch.setattr(_sglang_source, "fusion_gate", lambda root_=None: real_gate(str(root)))
     versions = {"sglang": "0.5.23"}
     monkeypatch.setattr(sf, "installed_version", versions.get)
-    monkeypatch.setattr(sf, "try_import", lambda name: (object(), ""))   # a torch for the live gate
-    words = "SGLang rejects FlashInfer allreduce fusion for capability 12.0: ValueError: requires SM90 or SM10X"
-    answers = {"12.0": sf.ScriptResult("fail", words, "e"), "9.0": sf.ScriptResult("pass", "admits", "e")}
-    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", lambda torch, node: answers[node.arch.dotted])
-    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == (
-        f"SGLang 0.5.23 rejects the feature on this target, so no serving run builds the module here (live: {words})")
+    refusal = fg.serving_refusal("allreduce-fusion", build_args("12.0"))
+    assert refusal.startswith("SGLang 0.5.23 rejects the feature for capability 12.0 in its own code, so no "
+                              "serving run builds the module here (flashinfer_comm_fusion.py:3 _resolve_backend: "
+                              "`if not (is_sm90_supported() or is_sm100_supported()): raise "), refusal
+    assert "requires SM90 or SM10X" in refusal and refusal.endswith("; read, not run)")
     assert fg.serving_refusal("allreduce-fusion", build_args("9.0")) == ""
+    assert fg.serving_refusal("allreduce-fusion", build_args("10.0")) == ""
     assert fg.serving_refusal("norm", build_args("12.0")) == ""     # no single serving feature decides norm
-
-    def broken(torch, node):
-        raise RuntimeError("SGLang could not be asked")
-    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", broken)
-    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""   # then the module is built
-    versions.clear()
-    monkeypatch.setattr(sglang_ar_fusion, "live_ar_fusion", lambda torch, node: answers[node.arch.dotted])
-    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""   # no SGLang: FlashInfer alone
-
-
-def test_first_error_line_prefers_the_missing_tool_to_ninjas_summary():
-    output = "[1/2] nvcc ...\nsh: 1: cicc: not found\nninja: build stopped: subcommand failed."
-    assert fg.first_error_line(output) == "sh: 1: cicc: not found"
-
-
-def test_flashinfer_probes_build_and_keep_a_jit_cache():
-    for spec in (s for s in catalog() if s.id.startswith("gate.flashinfer.")):
-        assert "--build" in spec.args and spec.jit_cache
-        budget = float(spec.args[spec.args.index("--build-timeout") + 1])
-        assert spec.default_timeout_s > budget   # the script's own timeout comes first, with its evidence
-
-
-# --------------------------------------------------------------------------------------------- build_module
-
-class NinjaSpec:
-    """What build_module reads of a FlashInfer JitSpec, around a ninja file of our own."""
-
-    def __init__(self, root: Path, compile_command: str, link_flags: str = "") -> None:
-        self.build_dir = root / "mod"
-        self.ninja_path = self.build_dir / "build.ninja"
-        self.text = (f"rule compile\n  command = {compile_command}\nrule link\n  command = cc -shared $in "
-                     f"{link_flags} -o $out\nbuild {self.build_dir}/a.o: compile {root}/a.c\n"
-                     f"build {self.build_dir}/mod.so: link {self.build_dir}/a.o\ndefault {self.build_dir}/mod.so\n")
-        (root / "a.c").write_text("int sf_probe_answer(void) { return 42; }\n")
-
-    def write_ninja(self) -> None:
-        self.build_dir.mkdir(parents=True, exist_ok=True)
-        self.ninja_path.write_text(self.text)
-
-
-@pytest.fixture()
-def toolchain() -> fg.Toolkit:
-    if not (shutil.which("ninja") and shutil.which("cc")):
-        pytest.skip("needs ninja and cc on PATH")
-    return fg.Toolkit("/usr", "", "", "/usr/bin/true", shutil.which("ninja"))
-
-
-CC = "cc -fPIC -c $in -o $out"
-
-
-def test_build_module_links_then_finds_it_up_to_date(tmp_path, toolchain):
-    spec = NinjaSpec(tmp_path, CC)
-    cold = fg.build_module("mod", spec, toolchain, 60, "r1")
-    assert cold.status == "built", cold.output
-    assert (cold.library, cold.built_by) == (str(spec.build_dir / "mod.so"), "")
-    assert "-shared" in cold.link_command and cold.library_bytes > 0
-    warm = fg.build_module("mod", spec, toolchain, 60, "r2")
-    assert warm.status == "built" and warm.built_by.startswith("run r1, ")   # who built it, not this run
-    assert fg.NINJA_NOOP in warm.output
-
-
-def test_build_module_link_failure_and_missing_library(tmp_path, toolchain):
-    failed = fg.build_module("mod", NinjaSpec(tmp_path, CC, "-lsf_no_such_library"), toolchain, 60, "")
-    assert (failed.status, failed.stage) == ("link-failed", "link")
-    assert "cannot find -lsf_no_such_library" in fg.first_error_line(failed.output)
+    fusion.unlink()                                                  # SGLang < 0.5.14: no gate of its own
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""
+    fusion.write_text(FUSION_FILE_0_5_23)
+    versions.clear()                                                 # no SGLang: FlashInfer alone decides
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""
 
 
 def test_modules_build_side_by_side_and_the_first_in_order_that_fails_decides(tmp_path, toolchain):
@@ -406,5 +362,5 @@ def test_the_default_13_1_image_does_not_build_allreduce_fusion_where_its_sglang
     assert result["status"] == "pass", result
     assert result["metrics"]["evidence_level"] == "admitted", result
     assert "builds" not in result["metrics"] or not result["metrics"]["builds"], result["metrics"]
-    assert "allreduce-fusion not built: SGLang 0.5.23 rejects the feature on this target" in result["reason"]
+    assert "allreduce-fusion not built: SGLang 0.5.23 rejects the feature for capability 12.0" in result["reason"]
     assert "requires SM90 or SM10X" in result["reason"], result["reason"]

@@ -46,9 +46,9 @@ nvcc.
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import dataclasses
-import importlib
 import json
 import os
 import re
@@ -390,34 +390,48 @@ def link_command(output: str) -> str:
     return re.sub(r"^\[\d+/\d+\]\s*", "", lines[-1].strip())[:600] if lines else ""
 
 
-#: Modules only one serving feature reaches, and the SGLang gate probe (beside this script) whose
-#: verdict says whether the stack's SGLang takes that path on the target at all.
-SERVING_GATES = {"allreduce-fusion": "sglang_ar_fusion"}
+def sglang_refuses_ar_fusion(target: sf.Arch) -> str:
+    """SGLang's own allreduce-fusion arch gate (``_resolve_backend``, 0.5.14+) read in the installed
+    SGLang and decided for the target, as gate.sglang.ar-fusion's static reading decides it: where it
+    raises, that check and its words; "" where it admits the target, is absent or cannot be read.
+    Read, not run (importing SGLang costs seconds, and this only decides whether a build is worth it:
+    gate.sglang.ar-fusion records SGLang's live answer)."""
+    from _sglang_source import ADMITTED, FUSION_GATE, GateUnread, fusion_gate
+    gate = fusion_gate()
+    if isinstance(gate, GateUnread):
+        return ""
+    try:
+        if gate.decide(target.major) == ADMITTED:
+            return ""
+    except ValueError:
+        return ""
+    return (f"{os.path.basename(gate.path)}:{gate.line} {FUSION_GATE}: `if {ast.unparse(gate.test)}: "
+            f"raise {gate.message}`")
+
+
+#: Modules only one serving feature reaches, and how to read whether the stack's SGLang takes that path on
+#: the target at all.
+SERVING_GATES: dict[str, Callable[[sf.Arch], str]] = {"allreduce-fusion": sglang_refuses_ar_fusion}
 
 
 def serving_refusal(name: str, args: Any) -> str:
     """Why no serving run of this stack builds ``name`` on the target: the image's SGLang rejects the
     feature for the target in its own code (``_resolve_backend`` raising ``requires SM90 or SM10X`` on
-    sm_12x from 0.5.14), as its gate probe decides it, live or read. Building the module there would
-    cost minutes and prove nothing a serving run needs. "" when there is no such SGLang gate for the
-    module, SGLang is not installed, has no gate of its own, admits the target, or cannot be asked:
-    the module is built then."""
-    probe_name = SERVING_GATES.get(name)
-    version = sf.installed_version("sglang") if probe_name else None
-    if not probe_name or not version:
+    sm_12x from 0.5.14). Building the module there would cost minutes and prove nothing a serving run
+    needs. "" when no single feature decides the module, SGLang is not installed, has no gate of its own,
+    admits the target, or cannot be read: the module is built then."""
+    refuses = SERVING_GATES.get(name)
+    version = sf.installed_version("sglang") if refuses else None
+    if refuses is None or not version:
         return ""
     try:
-        gate_probe = importlib.import_module(probe_name)
-        from _sglang_node import Node, evaluate
-        torch, _ = sf.try_import("torch")
-        decided = evaluate(gate_probe.live_ar_fusion, gate_probe.static_ar_fusion, torch,
-                           Node(args.arch, args.gpus, args.interconnect))
-    except Exception:  # noqa: BLE001 - SGLang could not be asked: build, as without SGLang
+        check = refuses(args.arch)
+    except Exception:  # noqa: BLE001 - SGLang's code could not be read: build, as without SGLang
         return ""
-    if decided.result.status != "fail":
+    if not check:
         return ""
-    return (f"SGLang {version} rejects the feature on this target, so no serving run builds the module here "
-            f"({decided.method}: {sf.one_line(decided.result.reason)})")
+    return (f"SGLang {version} rejects the feature for capability {args.arch.dotted} in its own code, so no "
+            f"serving run builds the module here ({check}; read, not run)")
 
 
 def build_module(name: str, spec: Any, toolkit: Toolkit, timeout_s: float, label: str) -> ModuleBuild:
