@@ -208,8 +208,69 @@ def test_serving_refusal_reads_sglangs_own_gate_and_never_blocks_a_build_it_cann
     fusion.unlink()                                                  # SGLang < 0.5.14: no gate of its own
     assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""
     fusion.write_text(FUSION_FILE_0_5_23)
+    def unreadable(target):
+        raise SyntaxError("flashinfer_comm_fusion.py: invalid syntax")
+    monkeypatch.setitem(fg.SERVING_GATES, "allreduce-fusion", unreadable)
+    assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""   # cannot be read: build
     versions.clear()                                                 # no SGLang: FlashInfer alone decides
     assert fg.serving_refusal("allreduce-fusion", build_args("12.0")) == ""
+
+
+def test_first_error_line_prefers_the_missing_tool_to_ninjas_summary():
+    output = "[1/2] nvcc ...\nsh: 1: cicc: not found\nninja: build stopped: subcommand failed."
+    assert fg.first_error_line(output) == "sh: 1: cicc: not found"
+
+
+def test_flashinfer_probes_build_and_keep_a_jit_cache():
+    for spec in (s for s in catalog() if s.id.startswith("gate.flashinfer.")):
+        assert "--build" in spec.args and spec.jit_cache
+        budget = float(spec.args[spec.args.index("--build-timeout") + 1])
+        assert spec.default_timeout_s > budget   # the script's own timeout comes first, with its evidence
+
+
+# --------------------------------------------------------------------------------------------- build_module
+
+class NinjaSpec:
+    """What build_module reads of a FlashInfer JitSpec, around a ninja file of our own."""
+
+    def __init__(self, root: Path, compile_command: str, link_flags: str = "") -> None:
+        self.build_dir = root / "mod"
+        self.ninja_path = self.build_dir / "build.ninja"
+        self.text = (f"rule compile\n  command = {compile_command}\nrule link\n  command = cc -shared $in "
+                     f"{link_flags} -o $out\nbuild {self.build_dir}/a.o: compile {root}/a.c\n"
+                     f"build {self.build_dir}/mod.so: link {self.build_dir}/a.o\ndefault {self.build_dir}/mod.so\n")
+        (root / "a.c").write_text("int sf_probe_answer(void) { return 42; }\n")
+
+    def write_ninja(self) -> None:
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        self.ninja_path.write_text(self.text)
+
+
+@pytest.fixture()
+def toolchain() -> fg.Toolkit:
+    if not (shutil.which("ninja") and shutil.which("cc")):
+        pytest.skip("needs ninja and cc on PATH")
+    return fg.Toolkit("/usr", "", "", "/usr/bin/true", shutil.which("ninja"))
+
+
+CC = "cc -fPIC -c $in -o $out"
+
+
+def test_build_module_links_then_finds_it_up_to_date(tmp_path, toolchain):
+    spec = NinjaSpec(tmp_path, CC)
+    cold = fg.build_module("mod", spec, toolchain, 60, "r1")
+    assert cold.status == "built", cold.output
+    assert (cold.library, cold.built_by) == (str(spec.build_dir / "mod.so"), "")
+    assert "-shared" in cold.link_command and cold.library_bytes > 0
+    warm = fg.build_module("mod", spec, toolchain, 60, "r2")
+    assert warm.status == "built" and warm.built_by.startswith("run r1, ")   # who built it, not this run
+    assert fg.NINJA_NOOP in warm.output
+
+
+def test_build_module_link_failure_and_missing_library(tmp_path, toolchain):
+    failed = fg.build_module("mod", NinjaSpec(tmp_path, CC, "-lsf_no_such_library"), toolchain, 60, "")
+    assert (failed.status, failed.stage) == ("link-failed", "link")
+    assert "cannot find -lsf_no_such_library" in fg.first_error_line(failed.output)
 
 
 def test_modules_build_side_by_side_and_the_first_in_order_that_fails_decides(tmp_path, toolchain):
