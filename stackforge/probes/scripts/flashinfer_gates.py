@@ -19,8 +19,9 @@ Runs FlashInfer's own code, no GPU needed:
    target JIT-builds first (``BUILD_MODULES``: norm, sampling and a decode-attention variant for
    ``flashinfer-jit``; the trtllm allreduce-fusion module for ``flashinfer-ar-fusion``) are compiled
    AND linked for the arch through FlashInfer's generated ninja files, side by side, within
-   ``--build-timeout`` in all. A compile or link failure is ``fail`` in the compiler's / linker's words (a link that cannot
-   find ``-lcudart`` fails the same way on a GPU host); a build past its limit is ``timeout``; every
+   ``--build-timeout`` in all. A compile or link failure is ``fail`` in the compiler's / linker's
+   words (a link that cannot find ``-lcudart`` fails the same way on a GPU host); a build past its
+   limit is ``timeout``; every
    module built is a ``pass`` with ``metrics["evidence_level"] = "built"``. Nothing is loaded or run
    (no GPU): that is the runtime probe's. A pass that built nothing (gate only, or prebuilt modules)
    records ``"admitted"``. A module only one serving feature reaches is not built where the image's
