@@ -333,14 +333,15 @@ def test_jobs_sharing_a_jit_cache_take_turns_and_a_cancel_stops_the_wait(tmp_pat
     job = Job(stack=None, target=target, spec=spec, args=spec.args, timeout_s=1.0)  # type: ignore[arg-type]
     mounts, _ = jit_cache_mount(job, ImageRef("sf/x:1", "sha256:abc"), "run-7", shares_host_files=True,
                                 root=tmp_path)
+    folder = mounts[0].source
     order: list[str] = []
-    with jit_cache_turn(mounts, job, "run-7", None) as first:
+    with jit_cache_turn(folder, job, "run-7", None) as first:
         assert first
         assert "run run-7: gate.flashinfer.jit for rtx-pro-6000-x8-pcie" in \
-            (mounts[0].source / JIT_CACHE_TURN_FILE).read_text()
+            (folder / JIT_CACHE_TURN_FILE).read_text()
 
         def second() -> None:
-            with jit_cache_turn(mounts, job, "run-8", None) as ours:
+            with jit_cache_turn(folder, job, "run-8", None) as ours:
                 order.append(f"second {ours}")
         waiting = threading.Thread(target=second)
         waiting.start()
@@ -350,11 +351,11 @@ def test_jobs_sharing_a_jit_cache_take_turns_and_a_cancel_stops_the_wait(tmp_pat
     waiting.join(5)
     assert order == ["first done", "second True"]
     cancel = threading.Event()
-    with jit_cache_turn(mounts, job, "run-7", None):
+    with jit_cache_turn(folder, job, "run-7", None):
         cancel.set()
-        with jit_cache_turn(mounts, job, "run-9", cancel) as ours:
+        with jit_cache_turn(folder, job, "run-9", cancel) as ours:
             assert ours is False
-    with jit_cache_turn([], job, "run-7", None) as ours:   # no kept workspace: nothing to wait for
+    with jit_cache_turn(None, job, "run-7", None) as ours:   # no kept workspace: nothing to wait for
         assert ours
 
 

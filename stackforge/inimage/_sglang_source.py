@@ -1052,6 +1052,11 @@ class FusionGate:
         CUDA-version part is not evaluated)."""
         return "arch" if arch_test(self.test, major) else ADMITTED
 
+    def check_text(self) -> str:
+        """The check as it reads: ``flashinfer_comm_fusion.py:48 _resolve_backend: `if <test>: raise <message>```."""
+        return (f"{os.path.basename(self.path)}:{self.line} {FUSION_GATE}: "
+                f"`if {ast.unparse(self.test)}: raise {self.message}`")
+
 
 def fusion_gate(root: str | None = None) -> FusionGate | GateUnread:
     """SGLang's own allreduce-fusion arch gate under ``root`` (None: the installed one). Absent before

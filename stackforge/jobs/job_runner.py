@@ -174,11 +174,10 @@ JIT_CACHE_TURN_FILE = ".stackforge-turn"
 
 
 @contextmanager
-def jit_cache_turn(mounts: Sequence[Any], job: Job, run_id: str,
+def jit_cache_turn(folder: Path | None, job: Job, run_id: str,
                    cancel: runner.CancelFlag | None) -> Iterator[bool]:
-    """Hold the job's JIT workspace (its one read-write mount, if any) alone while its container runs:
+    """Hold the job's JIT workspace (``folder``; None: the job keeps none) alone while its container runs:
     two ninja runs in one build directory would race. Yields False when ``cancel`` was set while waiting."""
-    folder = next((m.source for m in mounts if not m.read_only), None)
     if folder is None:
         yield True
         return
@@ -187,7 +186,7 @@ def jit_cache_turn(mounts: Sequence[Any], job: Job, run_id: str,
         time.sleep(seconds)
         return cancel is not None and cancel.is_set()
     holder = f"run {run_id}: {job.spec.id} for {job.target.name}"
-    with file_turn(Path(folder) / JIT_CACHE_TURN_FILE, holder=holder, cancelled=cancelled) as ours:
+    with file_turn(folder / JIT_CACHE_TURN_FILE, holder=holder, cancelled=cancelled) as ours:
         yield ours
 
 
@@ -484,7 +483,8 @@ def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, r
     docker_gpus = gpus_for(job.spec, job.target, host_gpus).docker_gpus()
     cache_mounts, cache_args = jit_cache_mount(
         job, image, run_id, shares_host_files=docker_engine.engine_shares_host_files(docker_engine.engine_url()))
-    with jit_cache_turn(cache_mounts, job, run_id, cancel) as ours:
+    cache_folder = Path(cache_mounts[0].source) if cache_mounts else None   # jit_cache_mount's one folder
+    with jit_cache_turn(cache_folder, job, run_id, cancel) as ours:
         if not ours:
             return Ending(None, False, None, "cancelled while waiting for its turn in the JIT build cache", 0.0,
                           True, image, "docker")

@@ -47,7 +47,6 @@ nvcc.
 
 from __future__ import annotations
 
-import ast
 import concurrent.futures
 import dataclasses
 import json
@@ -397,7 +396,7 @@ def sglang_refuses_ar_fusion(target: sf.Arch) -> str:
     raises, that check and its words; "" where it admits the target, is absent or cannot be read.
     Read, not run (importing SGLang costs seconds, and this only decides whether a build is worth it:
     gate.sglang.ar-fusion records SGLang's live answer)."""
-    from _sglang_source import ADMITTED, FUSION_GATE, GateUnread, fusion_gate
+    from _sglang_source import ADMITTED, GateUnread, fusion_gate
     gate = fusion_gate()
     if isinstance(gate, GateUnread):
         return ""
@@ -406,8 +405,7 @@ def sglang_refuses_ar_fusion(target: sf.Arch) -> str:
             return ""
     except ValueError:
         return ""
-    return (f"{os.path.basename(gate.path)}:{gate.line} {FUSION_GATE}: `if {ast.unparse(gate.test)}: "
-            f"raise {gate.message}`")
+    return gate.check_text()
 
 
 #: Modules only one serving feature reaches, and how to read whether the stack's SGLang takes that path on

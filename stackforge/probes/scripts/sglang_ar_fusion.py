@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -116,8 +115,7 @@ def static_ar_fusion(node: Node, import_error: str) -> sf.ScriptResult:
         rejected = gate.decide(node.arch.major) != ADMITTED
     except ValueError as exc:
         return sf.ScriptResult("error", f"could not evaluate SGLang's check `{test}`: {exc}", prefix)
-    where = (f"{os.path.basename(gate.path)}:{gate.line} {FUSION_GATE}: `if {test}: raise {gate.message}` "
-             "(flags read as capability majors; their CUDA-version part not evaluated)")
+    where = f"{gate.check_text()} (flags read as capability majors; their CUDA-version part not evaluated)"
     outcome = f"raised {gate.message}" if rejected else "returned (the arch check passes)"
     return fusion_result(where, outcome, node, prefix)
 

@@ -24,10 +24,10 @@ Every load runs in a child process that imports torch first, under a time limit 
 that module's ``timeout``; the child is killed and a new one goes on with the next module; a child that
 dies by a signal is that module's ``crash``). torch's own load is the first child's first task, and it
 reports torch's build facts for the result's provenance, so torch is imported once per child, never in
-this process; when it does not load, nothing else is tried. Those objects link ``libcuda.so.1``, which only a driver
-provides: where none is installed the image's CUDA link stub (``$CUDA_HOME/lib64/stubs/libcuda.so``) is
-put on the child's ``LD_LIBRARY_PATH`` as ``libcuda.so.1``; without a stub, a module whose only failure is
-the missing ``libcuda.so.1`` is undecided, never failed.
+this process; when it does not load, nothing else is tried. Those objects link ``libcuda.so.1``, which
+only a driver provides: where none is installed the image's CUDA link stub
+(``$CUDA_HOME/lib64/stubs/libcuda.so``) is put on the child's ``LD_LIBRARY_PATH`` as ``libcuda.so.1``;
+without a stub, a module whose only failure is the missing ``libcuda.so.1`` is undecided, never failed.
 
 Each failure names the file, the error, the undefined symbol (demangled by the image's ``c++filt`` when
 it has one, else mangled), and, where the package says, the torch it was built for (its METADATA's
