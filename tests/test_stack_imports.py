@@ -7,7 +7,8 @@
   headers fails naming ``c10::detail::report_narrowing_overflow(char const*)`` and the torch it was built
   for; the same source built against the installed torch passes; a library whose initialiser hangs is
   that module's timeout (undecided, the rest still loaded), one that segfaults is its crash (fail); one
-  that links ``libcuda.so.1`` is undecided without a stub and loads with one.
+  that links ``libcuda.so.1`` loads with the toolkit's stub, or with a stand-in written from a ``cuda.h``
+  (then a driver function the header lacks is undecided), and is undecided with neither.
 * In a real image (``docker``): the same two extensions next to torch 2.13.0+cpu, run by the job runner.
 """
 
@@ -98,6 +99,23 @@ def test_only_the_missing_driver_makes_a_load_undecided():
     assert si.outcome_state(False, "ModuleNotFoundError: No module named 'common_ops'")[0] == si.NO_DRIVER
     assert si.outcome_state(False, LOADER_ERROR) == (si.FAILED, "")
     assert si.outcome_state(False, "ModuleNotFoundError: No module named 'uvicorn'") == (si.FAILED, "")
+    # with a stub standing in for the driver, a driver function it lacks is the host driver's question
+    missing_driver_function = "OSError: /site/sgl_kernel/x.so: undefined symbol: cuTensorMapEncodeIm2colWide"
+    assert si.outcome_state(False, missing_driver_function) == (si.FAILED, "")
+    state, why = si.outcome_state(False, missing_driver_function, stand_in=True)
+    assert state == si.NO_DRIVER and "cuTensorMapEncodeIm2colWide" in why and "driver" in why
+    assert si.outcome_state(False, LOADER_ERROR, stand_in=True) == (si.FAILED, "")
+
+
+def test_without_driver_stub_or_header_no_stand_in_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(sf, "cuda_header_candidates", lambda: ())
+    made, line = si.write_stand_in(str(tmp_path / "libcuda.so.1"))
+    assert not made and "nor a cuda.h" in line and "undecided" in line
+    assert not (tmp_path / "libcuda.so.1").exists()
+    header = tmp_path / "cuda.h"
+    header.write_text("/* not the driver API */\nint cudaNothing(void);\n")
+    monkeypatch.setattr(sf, "cuda_header_candidates", lambda: (str(header),))
+    assert not si.write_stand_in(str(tmp_path / "libcuda.so.1"))[0]
 
 
 def test_an_import_that_fails_inside_a_compiled_file_is_traced_to_that_files_package():
@@ -263,23 +281,43 @@ def test_a_load_that_hangs_is_its_timeout_and_one_that_crashes_its_crash(torch_p
     assert crashed["metrics"]["by_state"]["loaded"] == ["sf_bad_init/a_ok.so", "sf_bad_init/c_after.so"]
 
 
-def test_libcuda_comes_from_the_stub_and_without_one_the_module_is_undecided(torch_python, tmp_path):
+DRIVER_HEADER = """/* the shape of cuda.h: declarations, and macros mapping names to versioned ones */
+typedef int CUresult;
+#define CUDAAPI
+#define cuDriverGetVersion cuDriverGetVersion_v2
+CUresult CUDAAPI cuInit(unsigned int Flags);
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion);
+"""
+
+
+def test_libcuda_comes_from_the_stub_or_a_stand_in_written_from_cuda_h(torch_python, tmp_path):
     """A library linking libcuda.so.1 (as sgl-kernel's and FlashInfer's do). The stand-in for the toolkit's
-    stub is a library with the stub's soname, libcuda.so.1, at ``$CUDA_HOME/lib64/stubs/libcuda.so``."""
+    stub is a library with the stub's soname, libcuda.so.1, at ``$CUDA_HOME/lib64/stubs/libcuda.so``; an
+    image without one (runtime-only: no compiler either) gets one written from its ``cuda.h``."""
     stub = build_c_library(tmp_path / "cuda" / "lib64" / "stubs" / "libcuda.so", "-DSF_STUB",
                            "-Wl,-soname,libcuda.so.1")
     site = tmp_path / "site-packages"
     build_c_library(site / "sf_cuda_user" / "uses_cuda.so", "-DSF_USES_CUDA", f"-L{stub.parent}", "-l:libcuda.so")
     assert "libcuda.so.1" in sf.elf_dynamic(str(site / "sf_cuda_user" / "uses_cuda.so")).needed
-    nowhere = {"CUDA_HOME": str(tmp_path / "no-cuda"), "CUDA_PATH": str(tmp_path / "no-cuda")}
-    without = run_probe(torch_python, site, "--package", "sf_cuda_user", env=nowhere)
-    if "libcuda.so.1: the driver's" in without["evidence"]:
-        pytest.skip("this host has a CUDA driver: the no-driver path cannot be seen here")
-    assert without["status"] == "undecided", without
-    assert "sf_cuda_user/uses_cuda.so: links libcuda.so.1" in without["reason"]
     with_stub = run_probe(torch_python, site, "--package", "sf_cuda_user", env={"CUDA_HOME": str(tmp_path / "cuda")})
+    if "libcuda.so.1: the driver's" in with_stub["evidence"]:
+        pytest.skip("this host has a CUDA driver: the no-driver path cannot be seen here")
     assert with_stub["status"] == "pass", with_stub
     assert f"the CUDA link stub {stub} stands in for it" in with_stub["evidence"]
+
+    runtime_only = tmp_path / "runtime-only"
+    (runtime_only / "include").mkdir(parents=True)
+    (runtime_only / "include" / "cuda.h").write_text(DRIVER_HEADER)
+    stand_in = run_probe(torch_python, site, "--package", "sf_cuda_user", env={"CUDA_HOME": str(runtime_only)})
+    assert stand_in["status"] == "pass", stand_in
+    assert (f"a stand-in written from {runtime_only / 'include' / 'cuda.h'} takes its place: 3 driver-API functions"
+            in stand_in["evidence"])
+
+    # a driver function the header does not name: the host's driver decides, not the stack
+    (runtime_only / "include" / "cuda.h").write_text(DRIVER_HEADER.replace("cuInit", "cuInitOther"))
+    lacking = run_probe(torch_python, site, "--package", "sf_cuda_user", env={"CUDA_HOME": str(runtime_only)})
+    assert lacking["status"] == "undecided", lacking
+    assert "sf_cuda_user/uses_cuda.so: needs the driver function cuInit, which the stub" in lacking["reason"]
 
 
 @pytest.mark.heavy  # a venv and a real probe run

@@ -14,7 +14,9 @@ this folder), so a script imports these modules by file name:
   communicator gates, over an installed package (in-image probes) or an unpacked wheel (the wheel
   tier's readers);
 * ``_sffatbin``: fatbin containers (which SASS / PTX archs device code carries), read by the gate probe
-  ``kernel_cubins.py`` from files and by the wheel tier's binary readers from wheel members.
+  ``kernel_cubins.py`` from files and by the wheel tier's binary readers from wheel members;
+* ``_sfstub``: a ``libcuda.so.1`` stand-in written from ``cuda.h`` without a compiler, so that the gate
+  probe ``stack_imports.py`` can load the extensions of an image that has neither driver nor link stub.
 
 On the host the same files are imported as ``stackforge.inimage.<module>``. Nothing in this folder
 may import beyond the standard library, nor anything of stackforge besides these files.

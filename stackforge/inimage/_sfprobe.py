@@ -1320,22 +1320,37 @@ def demangle(symbols: Sequence[str], timeout_s: float = 30) -> dict[str, str]:
     return {m: d for m, d in zip(wanted, lines) if d and d != m} if len(lines) == len(wanted) else {}
 
 
-def libcuda_stub_candidates() -> tuple[str, ...]:
-    """Where an image may keep the CUDA driver's link stub ``libcuda.so``, which a compiled extension that
-    links ``libcuda.so.1`` can be loaded against where no driver is: the toolkit's ``lib64/stubs``
-    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda, NVIDIA's devel images) and the CUDA wheels' ``lib/stubs``."""
+def _toolkit_dirs(*subdirs: str) -> list[str]:
+    """``subdirs`` of every place an image may keep a CUDA toolkit: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda,
+    then each CUDA wheel under ``site-packages/nvidia`` (``cuda_runtime`` for CUDA 12, ``cu13`` for 13)."""
     roots = [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)] + ["/usr/local/cuda"]
-    dirs = [os.path.join(root, sub, "stubs") for root in roots
-            for sub in ("lib64", "lib", os.path.join("targets", f"{platform.machine()}-linux", "lib"))]
     for root in site_packages_dirs():
         nvidia = os.path.join(root, "nvidia")
         if os.path.isdir(nvidia):
-            for name in sorted(os.listdir(nvidia)):
-                dirs += [os.path.join(nvidia, name, sub, "stubs") for sub in ("lib", "lib64")]
+            roots += [os.path.join(nvidia, name) for name in sorted(os.listdir(nvidia))]
+    return [os.path.join(root, sub) for root in roots for sub in subdirs]
+
+
+def _existing_files(dirs: Sequence[str], names: Sequence[str]) -> tuple[str, ...]:
     found: list[str] = []
     for directory in dirs:
-        for name in ("libcuda.so", "libcuda.so.1"):
+        for name in names:
             path = os.path.join(directory, name)
             if os.path.isfile(path) and path not in found:
                 found.append(path)
     return tuple(found)
+
+
+def libcuda_stub_candidates() -> tuple[str, ...]:
+    """Where an image may keep the CUDA driver's link stub ``libcuda.so``, which a compiled extension that
+    links ``libcuda.so.1`` can be loaded against where no driver is: the toolkit's ``lib64/stubs``
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda, NVIDIA's devel images) and the CUDA wheels' ``lib/stubs``."""
+    stubs = ("lib64/stubs", "lib/stubs", f"targets/{platform.machine()}-linux/lib/stubs")
+    return _existing_files(_toolkit_dirs(*stubs), ("libcuda.so", "libcuda.so.1"))
+
+
+def cuda_header_candidates() -> tuple[str, ...]:
+    """The driver API's header ``cuda.h`` of the image's CUDA, first found first: the toolkit's ``include``
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda) and the CUDA runtime wheels' (never a copy another package
+    bundles for itself, such as Triton's, whose release is Triton's choice)."""
+    return _existing_files(_toolkit_dirs("include", f"targets/{platform.machine()}-linux/include"), ("cuda.h",))

@@ -26,8 +26,12 @@ dies by a signal is that module's ``crash``). torch's own load is the first chil
 reports torch's build facts for the result's provenance, so torch is imported once per child, never in
 this process; when it does not load, nothing else is tried. Those objects link ``libcuda.so.1``, which
 only a driver provides: where none is installed the image's CUDA link stub
-(``$CUDA_HOME/lib64/stubs/libcuda.so``) is put on the child's ``LD_LIBRARY_PATH`` as ``libcuda.so.1``;
-without a stub, a module whose only failure is the missing ``libcuda.so.1`` is undecided, never failed.
+(``$CUDA_HOME/lib64/stubs/libcuda.so``) is put on the child's ``LD_LIBRARY_PATH`` as ``libcuda.so.1``. A
+runtime-only image (CUDA wheels without nvcc) has no stub and no compiler to make one, but its CUDA
+runtime wheel has ``cuda.h``: a stand-in with every driver-API function that header names is written
+from it (``_sfstub.py``). With a stub or a stand-in, a driver function it does not define is undecided
+(the host's driver decides that); with neither, a module whose only failure is the missing
+``libcuda.so.1`` is undecided, never failed.
 
 Each failure names the file, the error, the undefined symbol (demangled by the image's ``c++filt`` when
 it has one, else mangled), and, where the package says, the torch it was built for (its METADATA's
@@ -35,7 +39,7 @@ it has one, else mangled), and, where the package says, the torch it was built f
 
 Result: ``fail`` when a module fails to load for any reason but the missing driver (or its child crashed),
 or torch does not import (or is not installed); ``undecided`` when nothing failed but a load could not be
-decided (no driver and no stub, or a load hung past its limit: a script cannot report ``timeout`` itself);
+decided (no driver, stub nor cuda.h, or a load hung past its limit: a script cannot report ``timeout`` itself);
 ``pass`` with the count and list of modules when everything loaded. No GPU needed.
 """
 
@@ -50,6 +54,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import re
 import select
 import signal
@@ -61,6 +66,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 
 import _sfprobe as sf
+import _sfstub as stub
 
 #: The packages whose compiled modules are loaded (import names, under any site-packages).
 DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "flashinfer_cubin", "flashinfer_jit_cache", "deep_gemm", "deep_ep")
@@ -70,6 +76,8 @@ SGLANG_ENTRY_FILES = ("srt/entrypoints/http_server.py", "srt/entrypoints/engine.
 #: sgl-kernel's loader: compute capability 9.0 loads ``sm90/``, every other GPU (and no GPU) ``sm100/``.
 SGL_KERNEL_LOADER = "sgl-project/sglang sgl-kernel/python/sgl_kernel/load_utils.py:59-68 (_load_architecture_specific_ops)"
 ARCH_DIR = re.compile(r"sm(\d+)")
+#: A CUDA driver-API function's name (``cuInit``, ``cuMemcpy_v2``), as an undefined symbol names it.
+DRIVER_FUNCTION = re.compile(r"cu[A-Z][A-Za-z0-9_]*")
 SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 #: A Python extension's file name tag (``.cpython-310-x86_64-linux-gnu.so``, ``.abi3.so``): an interpreter whose
 #: importlib.machinery.EXTENSION_SUFFIXES lack it never imports that file.
@@ -150,18 +158,24 @@ def sgl_kernel_arch_dir(arch_dirs: Sequence[str], target: sf.Arch) -> tuple[str,
     return (chosen, rule) if chosen in arch_dirs else ("", f"{rule}, and this wheel has no {chosen}/")
 
 
-def no_driver_reason(error: str) -> str:
-    """Why ``error`` says only that no driver is here ("" when it says more: a real failure)."""
-    if sf.undefined_symbol(error):
+def no_driver_reason(error: str, stand_in: bool = False) -> str:
+    """Why ``error`` says only that no driver is here ("" when it says more: a real failure). With a stub
+    standing in for the driver (``stand_in``), a driver-API function the stub does not define is the host
+    driver's question (a newer driver may have it), not the stack's."""
+    symbol = sf.undefined_symbol(error)
+    if symbol:
+        if stand_in and DRIVER_FUNCTION.fullmatch(symbol):
+            return (f"needs the driver function {symbol}, which the stub standing in for libcuda.so.1 does not "
+                    "define: only a GPU host's driver can say whether it has it")
         return ""
     return next((why for pattern, why in NO_DRIVER_ERRORS if pattern.search(error)), "")
 
 
-def outcome_state(ok: bool, error: str) -> tuple[str, str]:
-    """(LOADED / NO_DRIVER / FAILED, why) of a load that finished."""
+def outcome_state(ok: bool, error: str, stand_in: bool = False) -> tuple[str, str]:
+    """(LOADED / NO_DRIVER / FAILED, why) of a load that finished (``stand_in``: see :func:`no_driver_reason`)."""
     if ok:
         return LOADED, ""
-    why = no_driver_reason(error)
+    why = no_driver_reason(error, stand_in)
     return (NO_DRIVER, why) if why else (FAILED, "")
 
 
@@ -356,30 +370,67 @@ def driver_library() -> str:
     return ""
 
 
-def child_environment(workdir: str) -> tuple[dict[str, str], str]:
-    """(the loading child's environment, a line on how it finds libcuda.so.1)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class DriverLibrary:
+    """How the loading children find ``libcuda.so.1``: ``line`` says it for the evidence; ``stand_in``: a
+    stub takes the driver's place (a driver function it lacks is then the host driver's question)."""
+
+    env: Mapping[str, str]
+    line: str
+    stand_in: bool = False
+
+
+def child_environment(workdir: str) -> DriverLibrary:
+    """The loading children's environment: the driver's ``libcuda.so.1`` where one is installed; else the
+    image's CUDA link stub; else a stand-in written from the image's ``cuda.h`` (:mod:`_sfstub`: a
+    runtime-only image has neither compiler nor stub); else none, and a module that needs it is undecided."""
     env = dict(os.environ)
     driver = driver_library()
     if driver:
-        return env, f"libcuda.so.1: the driver's ({driver})"
-    stubs = sf.libcuda_stub_candidates()
-    if not stubs:
-        return env, ("libcuda.so.1: no driver and no CUDA link stub in this image (looked in "
-                     "$CUDA_HOME/lib64/stubs, /usr/local/cuda/lib64/stubs and the CUDA wheels); a module that "
-                     "needs it is undecided")
+        return DriverLibrary(env, f"libcuda.so.1: the driver's ({driver})")
     link_dir = os.path.join(workdir, "libcuda-stub")
     os.makedirs(link_dir, exist_ok=True)
-    os.symlink(stubs[0], os.path.join(link_dir, "libcuda.so.1"))
-    env["LD_LIBRARY_PATH"] = ":".join(filter(None, (link_dir, os.path.dirname(stubs[0]),
-                                                    env.get("LD_LIBRARY_PATH", ""))))
-    return env, f"libcuda.so.1: no driver here; the CUDA link stub {stubs[0]} stands in for it (loads only, no calls)"
+    stubs = sf.libcuda_stub_candidates()
+    if stubs:
+        os.symlink(stubs[0], os.path.join(link_dir, "libcuda.so.1"))
+        line = f"libcuda.so.1: no driver here; the CUDA link stub {stubs[0]} stands in for it (loads only, no calls)"
+        search = (link_dir, os.path.dirname(stubs[0]))
+    else:
+        made, line = write_stand_in(os.path.join(link_dir, "libcuda.so.1"))
+        if not made:
+            return DriverLibrary(env, line)
+        search = (link_dir,)
+    env["LD_LIBRARY_PATH"] = ":".join(filter(None, (*search, env.get("LD_LIBRARY_PATH", ""))))
+    return DriverLibrary(env, line, stand_in=True)
+
+
+def write_stand_in(path: str) -> tuple[bool, str]:
+    """(whether a ``libcuda.so.1`` stand-in was written at ``path`` from the image's ``cuda.h``, the line
+    that says so or why not)."""
+    nothing = ("libcuda.so.1: no driver and no CUDA link stub in this image (looked in $CUDA_HOME/lib64/stubs, "
+               "/usr/local/cuda/lib64/stubs and the CUDA wheels)")
+    machine = platform.machine()
+    if machine not in stub.SUPPORTED_MACHINES:
+        return False, f"{nothing}, and no stand-in is written for {machine}; a module that needs it is undecided"
+    for header in sf.cuda_header_candidates():
+        try:
+            with open(header, encoding="utf-8", errors="replace") as handle:
+                names = stub.driver_api_names(handle.read())
+        except OSError:
+            continue
+        if names:
+            with open(path, "wb") as handle:
+                handle.write(stub.stub_library(names, machine))
+            return True, (f"{nothing}; a stand-in written from {header} takes its place: {len(names)} driver-API "
+                          f"functions, each returning CUDA_ERROR_STUB_LIBRARY (loads only, no calls)")
+    return False, f"{nothing}, nor a cuda.h to write a stand-in from; a module that needs it is undecided"
 
 
 # --------------------------------------------------------------------------------------------
 # The loads: a child process, watched module by module
 # --------------------------------------------------------------------------------------------
 
-def run_loads(tasks: Sequence[LoadTask], env: Mapping[str, str], workdir: str) -> tuple[list[LoadOutcome], str]:
+def run_loads(tasks: Sequence[LoadTask], driver: DriverLibrary, workdir: str) -> tuple[list[LoadOutcome], str]:
     """Load ``tasks`` in order in child processes (a new one after a hang or a crash); (outcomes, the
     children's output tail). The first task is torch: when it does not load, nothing else is tried (every
     other load would fail for torch's reason, not its own) and the rest stay NOT_RUN."""
@@ -390,7 +441,7 @@ def run_loads(tasks: Sequence[LoadTask], env: Mapping[str, str], workdir: str) -
     log_path = os.path.join(workdir, "children.log")
     start = 0
     while start < len(tasks) and (0 not in outcomes or outcomes[0].state == LOADED):
-        start = run_child(tasks, plan, start, env, log_path, outcomes)
+        start = run_child(tasks, plan, start, driver, log_path, outcomes)
     log = ""
     if os.path.exists(log_path):
         with open(log_path, encoding="utf-8", errors="replace") as handle:
@@ -398,7 +449,7 @@ def run_loads(tasks: Sequence[LoadTask], env: Mapping[str, str], workdir: str) -
     return [outcomes.get(i, LoadOutcome(t, NOT_RUN)) for i, t in enumerate(tasks)], log[-3000:]
 
 
-def run_child(tasks: Sequence[LoadTask], plan: str, start: int, env: Mapping[str, str], log_path: str,
+def run_child(tasks: Sequence[LoadTask], plan: str, start: int, driver: DriverLibrary, log_path: str,
               outcomes: dict[int, LoadOutcome]) -> int:
     """One child from task ``start`` on; fills ``outcomes``; returns where the next child starts."""
     read_fd, write_fd = os.pipe()
@@ -406,7 +457,7 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, env: Mapping[str
         try:
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), LOADER_FLAG, plan, str(start)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
+                                    env={**driver.env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
                                     start_new_session=True)
         except OSError as exc:
             os.close(read_fd)
@@ -445,7 +496,7 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, env: Mapping[str
                 if event["event"] == "start":
                     current, began = event["i"], time.monotonic()
                 else:
-                    state, why = outcome_state(event["ok"], event.get("error", ""))
+                    state, why = outcome_state(event["ok"], event.get("error", ""), driver.stand_in)
                     outcomes[event["i"]] = LoadOutcome(tasks[event["i"]], state, event.get("error", ""),
                                                        event.get("where", ""), time.monotonic() - began, why,
                                                        event.get("detail", ""), event.get("facts", {}))
@@ -570,14 +621,14 @@ def main(argv: Sequence[str]) -> None:
     entries, lines = sglang_entry_tasks(args.import_timeout)
     context += lines
     with tempfile.TemporaryDirectory(prefix="sf-stack-imports-") as workdir:
-        env, driver_line = child_environment(workdir)
+        driver = child_environment(workdir)
         # torch first, in the same child as the rest: without it every other load fails for its
         # reason, not their own, and run_loads then tries nothing else.
         torch_task = LoadTask("torch", TORCH, name="torch", timeout_s=args.import_timeout)
-        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], env, workdir)
+        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], driver, workdir)
         if torch_outcome.state != LOADED:
             outcomes = []
-    context += [driver_line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
+    context += [driver.line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
     facts = {**sf.collect_facts(import_torch=False, search_nvcc=False), **torch_outcome.facts}
     demangled = sf.demangle([sf.undefined_symbol(o.error) for o in (torch_outcome, *outcomes)])
     details = {i: describe_failure(o, demangled, built_for(failing_package(o)) if failing_package(o) else "",
