@@ -58,6 +58,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && printf '%s\n' "flashinfer-python==0.7.2" >> /opt/stackforge/constraints.txt
 
 # ---- sglang-kernel 0.4.10
+# The kernel's per-arch libraries may link libnuma.so.1, which no wheel ships (sgl-kernel 0.3.21 wheel:
+# sgl_kernel/sm90/ and sm100/common_ops.abi3.so, DT_NEEDED libnuma.so.1; sglang-kernel 0.4.10's do not):
+# without it `import sgl_kernel` fails on every GPU host. One small library, installed for every release;
+# gate.stack.imports loads those libraries and names any that is still missing.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libnuma1 \
+ && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     PIP_CERT=/run/secrets/ca pip install --prefer-binary \
