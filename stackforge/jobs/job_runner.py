@@ -169,15 +169,24 @@ def jit_cache_dir(image: ImageRef, target: Target, root: Path | None = None) -> 
     return (root or jit_cache_root()) / image.image_id.replace(":", "-") / f"arch-{target.arch}"
 
 
-#: In a kept JIT workspace: held by the job building in it, naming its run, probe and target.
+#: In a kept JIT workspace: held by the job building in it, naming its run, probe and target; one per
+#: builder script (``.stackforge-turn-flashinfer_gates``), see :func:`jit_cache_turn_file`.
 JIT_CACHE_TURN_FILE = ".stackforge-turn"
+
+
+def jit_cache_turn_file(folder: Path, spec: Any) -> Path:
+    """The turn file of ``spec``'s builder in a kept JIT workspace. Each builder script writes a tree of its
+    own there (FlashInfer's workspace; SGLang's and tvm-ffi's caches under ``sglang/``), so jobs of one script
+    take turns and jobs of two scripts build side by side."""
+    return folder / f"{JIT_CACHE_TURN_FILE}-{Path(spec.script).stem}"
 
 
 @contextmanager
 def jit_cache_turn(folder: Path | None, job: Job, run_id: str,
                    cancel: runner.CancelFlag | None) -> Iterator[bool]:
-    """Hold the job's JIT workspace (``folder``; None: the job keeps none) alone while its container runs:
-    two ninja runs in one build directory would race. Yields False when ``cancel`` was set while waiting."""
+    """Hold the job's builder's part of its JIT workspace (``folder``; None: the job keeps none) alone while
+    its container runs: two ninja runs in one build directory would race. Yields False when ``cancel`` was
+    set while waiting."""
     if folder is None:
         yield True
         return
@@ -186,8 +195,34 @@ def jit_cache_turn(folder: Path | None, job: Job, run_id: str,
         time.sleep(seconds)
         return cancel is not None and cancel.is_set()
     holder = f"run {run_id}: {job.spec.id} for {job.target.name}"
-    with file_turn(folder / JIT_CACHE_TURN_FILE, holder=holder, cancelled=cancelled) as ours:
+    with file_turn(jit_cache_turn_file(folder, job.spec), holder=holder, cancelled=cancelled) as ours:
         yield ours
+
+
+def start_order(jobs: Sequence[Job]) -> list[Job]:
+    """The order jobs start in: first one job of each JIT workspace turn (a spec keeping a JIT cache: cold,
+    it builds for minutes where the others take seconds, so they run beside it instead of after it), then
+    the jobs that build nothing, then the other jobs of each turn (started earlier, they would hold a worker
+    only to wait for their turn). Within each group, the given order; records are written as jobs end."""
+    def turn(job: Job) -> tuple[str, str, str] | None:
+        if not getattr(job.spec, "jit_cache", False):
+            return None
+        return (job.stack.id, job.target.arch, job.spec.script)
+
+    first: list[Job] = []
+    rest: list[Job] = []
+    later: list[Job] = []
+    seen: set[tuple[str, str, str]] = set()
+    for job in jobs:
+        key = turn(job)
+        if key is None:
+            rest.append(job)
+        elif key in seen:
+            later.append(job)
+        else:
+            seen.add(key)
+            first.append(job)
+    return [*first, *rest, *later]
 
 
 def jit_cache_mount(job: Job, image: ImageRef, run_id: str, *, shares_host_files: bool,
@@ -707,7 +742,7 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
     records: list[ResultRecord] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="sf-job")
     try:
-        futures = [pool.submit(one, job) for job in jobs]
+        futures = [pool.submit(one, job) for job in start_order(jobs)]
         for future in runner.finished_futures(futures):
             record = future.result()
             if record is not None:
