@@ -195,8 +195,10 @@ def test_wheels_13_puts_the_toolkit_in_its_own_prefix_pinned_together():
     assert "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/include/*" in toolkit   # cuBLAS etc. headers
     assert "/opt/stackforge/constraints.txt" not in toolkit
     assert rendered.dockerfile.index("# ---- torch") < rendered.dockerfile.index("CUDA 13.0 toolkit")
-    # python:<py>-slim already has the interpreter: the only apt-get is the C++ compiler nvcc needs.
-    assert rendered.dockerfile.count("apt-get install") == 1
+    # python:<py>-slim already has the interpreter: apt-get brings only the C++ compiler nvcc needs and
+    # the kernel package's libnuma.so.1.
+    assert rendered.dockerfile.count("apt-get install") == 2
+    assert rendered.dockerfile.count("--no-install-recommends libnuma1") == 1
     assert "install -y --no-install-recommends g++" in toolkit
 
 
