@@ -363,32 +363,6 @@ def test_jobs_sharing_a_jit_cache_take_turns_and_a_cancel_stops_the_wait(tmp_pat
         assert ours
 
 
-def test_builds_start_first_one_per_turn_and_their_turn_mates_last():
-    """Cold, a build takes minutes and the other probes seconds: one job of each (stack, arch, builder) turn
-    starts first, the probes that build nothing next, the jobs that would only wait for a turn last."""
-    from types import SimpleNamespace
-
-    from stackforge.jobs.job_runner import start_order
-    specs = {s.id: s for s in catalog()}
-    rtx = Target("rtx-pro-6000-x8-pcie", "RTX PRO 6000", "12.0", 8, Interconnect.PCIE)
-    rtx4 = Target("rtx-pro-6000-x4-pcie", "RTX PRO 6000", "12.0", 4, Interconnect.PCIE)
-    probes = ("gate.torch.arch-list", "gate.flashinfer.ar-fusion", "gate.flashinfer.jit", "gate.sglang.jit",
-              "gate.stack.imports")
-    jobs = [Job(stack=SimpleNamespace(id=stack), target=target, spec=specs[probe], args=(),  # type: ignore[arg-type]
-                timeout_s=1.0)
-            for stack in ("a", "b") for target in (rtx, rtx4) for probe in probes]
-    order = [(j.stack.id, j.target.gpu_count, j.spec.id) for j in start_order(jobs)]
-    assert order[:4] == [("a", 8, "gate.flashinfer.ar-fusion"), ("a", 8, "gate.sglang.jit"),
-                         ("b", 8, "gate.flashinfer.ar-fusion"), ("b", 8, "gate.sglang.jit")]
-    assert [o for o in order[4:12]] == [(s, n, p) for s in ("a", "b") for n in (8, 4)
-                                         for p in ("gate.torch.arch-list", "gate.stack.imports")]
-    assert order[12:] == [("a", 8, "gate.flashinfer.jit"), ("a", 4, "gate.flashinfer.ar-fusion"),
-                          ("a", 4, "gate.flashinfer.jit"), ("a", 4, "gate.sglang.jit"),
-                          ("b", 8, "gate.flashinfer.jit"), ("b", 4, "gate.flashinfer.ar-fusion"),
-                          ("b", 4, "gate.flashinfer.jit"), ("b", 4, "gate.sglang.jit")]
-    assert sorted(map(id, start_order(jobs))) == sorted(map(id, jobs))   # every job, once
-
-
 @pytest.mark.docker
 def test_a_container_run_gets_its_kept_workspace(docker_client, base_image, tmp_path, monkeypatch):
     """The runner mounts the (image, target arch) folder and passes --workspace / --cache-label: the script

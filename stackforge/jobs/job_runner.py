@@ -199,32 +199,6 @@ def jit_cache_turn(folder: Path | None, job: Job, run_id: str,
         yield ours
 
 
-def start_order(jobs: Sequence[Job]) -> list[Job]:
-    """The order jobs start in: first one job of each JIT workspace turn (a spec keeping a JIT cache: cold,
-    it builds for minutes where the others take seconds, so they run beside it instead of after it), then
-    the jobs that build nothing, then the other jobs of each turn (started earlier, they would hold a worker
-    only to wait for their turn). Within each group, the given order; records are written as jobs end."""
-    def turn(job: Job) -> tuple[str, str, str] | None:
-        if not getattr(job.spec, "jit_cache", False):
-            return None
-        return (job.stack.id, job.target.arch, job.spec.script)
-
-    first: list[Job] = []
-    rest: list[Job] = []
-    later: list[Job] = []
-    seen: set[tuple[str, str, str]] = set()
-    for job in jobs:
-        key = turn(job)
-        if key is None:
-            rest.append(job)
-        elif key in seen:
-            later.append(job)
-        else:
-            seen.add(key)
-            first.append(job)
-    return [*first, *rest, *later]
-
-
 def jit_cache_mount(job: Job, image: ImageRef, run_id: str, *, shares_host_files: bool,
                     root: Path | None = None) -> tuple[list[Any], list[str]]:
     """(mounts, script arguments) that give a spec keeping a JIT build cache (``jit_cache``) its
@@ -742,7 +716,7 @@ def run_jobs(kind: JobKind, jobs: Sequence[Job], *, run_id: str, host_gpus: Host
     records: list[ResultRecord] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="sf-job")
     try:
-        futures = [pool.submit(one, job) for job in start_order(jobs)]
+        futures = [pool.submit(one, job) for job in jobs]
         for future in runner.finished_futures(futures):
             record = future.result()
             if record is not None:
