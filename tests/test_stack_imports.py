@@ -9,7 +9,8 @@
   that module's timeout (undecided, the rest still loaded), one that segfaults is its crash (fail); one
   that links ``libcuda.so.1`` loads with the toolkit's stub, or with a stand-in written from a ``cuda.h``
   (then a driver function the header lacks is undecided), and is undecided with neither.
-* In a real image (``docker``): the same two extensions next to torch 2.13.0+cpu, run by the job runner.
+* In a real image (``docker``): the same two extensions next to torch 2.13.0+cpu, run by the job runner;
+  the default CUDA 13.1 image's real extensions against a stand-in written from its ``cuda.h``.
 """
 
 from __future__ import annotations
@@ -377,6 +378,28 @@ def test_in_an_image_the_extension_built_for_another_torch_fails_and_the_matchin
         assert ok.outcome.metrics["by_state"] == {"loaded": ["sf_abi_ok/sfext.so"]}
     finally:
         docker_client.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.pypi
+def test_the_default_13_1_images_real_extensions_load_against_a_stand_in_written_from_its_cuda_h(
+        docker_client, default_13_1_image, tmp_path):
+    """A runtime-only image has no link stub: with the 13.1 image's stub removed, the probe writes the stand-in
+    from the toolkit's ``cuda.h`` and sgl-kernel's, DeepGEMM's and DeepEP's real libraries load against it;
+    with the header gone too, nothing stands in and the modules that link libcuda.so.1 are undecided."""
+    from _probe_runs import script_result_in
+    no_stub = 'rm -rf "$CUDA_HOME/lib64/stubs" && '
+    loaded = script_result_in(docker_client, default_13_1_image, "stack_imports.py --arch 12.0", tmp_path,
+                              before=no_stub)
+    assert loaded["status"] == "pass", loaded
+    assert "a stand-in written from /opt/cuda-wheels/nvidia/cu13/include/cuda.h takes its place" in loaded["evidence"]
+    assert {"sgl_kernel/sm100/common_ops.abi3.so", "deep_gemm/_C.so"} <= set(loaded["metrics"]["by_state"]["loaded"])
+    nothing = script_result_in(docker_client, default_13_1_image, "stack_imports.py --arch 12.0", tmp_path,
+                               before=no_stub + 'find / -xdev -name cuda.h -path "*nvidia*" -delete && ')
+    assert nothing["status"] == "undecided", nothing
+    assert "nor a cuda.h to write a stand-in from" in nothing["evidence"]
+    assert "sgl_kernel/sm100/common_ops.abi3.so: links libcuda.so.1" in nothing["reason"]
 
 
 def test_a_python_extension_tagged_for_another_interpreter_is_never_loaded(tmp_path):
