@@ -371,23 +371,24 @@ def driver_library() -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class DriverLibrary:
-    """How the loading children find ``libcuda.so.1``: ``line`` says it for the evidence; ``stand_in``: a
-    stub takes the driver's place (a driver function it lacks is then the host driver's question)."""
+class LibcudaChoice:
+    """Which ``libcuda.so.1`` the loading children find (the driver's, a stub, or none): ``env`` is theirs,
+    ``line`` says it for the evidence; ``stand_in``: a stub takes the driver's place (a driver function it
+    lacks is then the host driver's question)."""
 
     env: Mapping[str, str]
     line: str
     stand_in: bool = False
 
 
-def child_environment(workdir: str) -> DriverLibrary:
+def child_environment(workdir: str) -> LibcudaChoice:
     """The loading children's environment: the driver's ``libcuda.so.1`` where one is installed; else the
     image's CUDA link stub; else a stand-in written from the image's ``cuda.h`` (:mod:`_sfstub`: a
     runtime-only image has neither compiler nor stub); else none, and a module that needs it is undecided."""
     env = dict(os.environ)
     driver = driver_library()
     if driver:
-        return DriverLibrary(env, f"libcuda.so.1: the driver's ({driver})")
+        return LibcudaChoice(env, f"libcuda.so.1: the driver's ({driver})")
     link_dir = os.path.join(workdir, "libcuda-stub")
     os.makedirs(link_dir, exist_ok=True)
     stubs = sf.libcuda_stub_candidates()
@@ -398,10 +399,10 @@ def child_environment(workdir: str) -> DriverLibrary:
     else:
         made, line = write_stand_in(os.path.join(link_dir, "libcuda.so.1"))
         if not made:
-            return DriverLibrary(env, line)
+            return LibcudaChoice(env, line)
         search = (link_dir,)
     env["LD_LIBRARY_PATH"] = ":".join(filter(None, (*search, env.get("LD_LIBRARY_PATH", ""))))
-    return DriverLibrary(env, line, stand_in=True)
+    return LibcudaChoice(env, line, stand_in=True)
 
 
 def write_stand_in(path: str) -> tuple[bool, str]:
@@ -430,7 +431,7 @@ def write_stand_in(path: str) -> tuple[bool, str]:
 # The loads: a child process, watched module by module
 # --------------------------------------------------------------------------------------------
 
-def run_loads(tasks: Sequence[LoadTask], driver: DriverLibrary, workdir: str) -> tuple[list[LoadOutcome], str]:
+def run_loads(tasks: Sequence[LoadTask], libcuda: LibcudaChoice, workdir: str) -> tuple[list[LoadOutcome], str]:
     """Load ``tasks`` in order in child processes (a new one after a hang or a crash); (outcomes, the
     children's output tail). The first task is torch: when it does not load, nothing else is tried (every
     other load would fail for torch's reason, not its own) and the rest stay NOT_RUN."""
@@ -441,7 +442,7 @@ def run_loads(tasks: Sequence[LoadTask], driver: DriverLibrary, workdir: str) ->
     log_path = os.path.join(workdir, "children.log")
     start = 0
     while start < len(tasks) and (0 not in outcomes or outcomes[0].state == LOADED):
-        start = run_child(tasks, plan, start, driver, log_path, outcomes)
+        start = run_child(tasks, plan, start, libcuda, log_path, outcomes)
     log = ""
     if os.path.exists(log_path):
         with open(log_path, encoding="utf-8", errors="replace") as handle:
@@ -449,7 +450,7 @@ def run_loads(tasks: Sequence[LoadTask], driver: DriverLibrary, workdir: str) ->
     return [outcomes.get(i, LoadOutcome(t, NOT_RUN)) for i, t in enumerate(tasks)], log[-3000:]
 
 
-def run_child(tasks: Sequence[LoadTask], plan: str, start: int, driver: DriverLibrary, log_path: str,
+def run_child(tasks: Sequence[LoadTask], plan: str, start: int, libcuda: LibcudaChoice, log_path: str,
               outcomes: dict[int, LoadOutcome]) -> int:
     """One child from task ``start`` on; fills ``outcomes``; returns where the next child starts."""
     read_fd, write_fd = os.pipe()
@@ -457,7 +458,7 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, driver: DriverLi
         try:
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), LOADER_FLAG, plan, str(start)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**driver.env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
+                                    env={**libcuda.env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
                                     start_new_session=True)
         except OSError as exc:
             os.close(read_fd)
@@ -496,7 +497,7 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, driver: DriverLi
                 if event["event"] == "start":
                     current, began = event["i"], time.monotonic()
                 else:
-                    state, why = outcome_state(event["ok"], event.get("error", ""), driver.stand_in)
+                    state, why = outcome_state(event["ok"], event.get("error", ""), libcuda.stand_in)
                     outcomes[event["i"]] = LoadOutcome(tasks[event["i"]], state, event.get("error", ""),
                                                        event.get("where", ""), time.monotonic() - began, why,
                                                        event.get("detail", ""), event.get("facts", {}))
@@ -621,14 +622,14 @@ def main(argv: Sequence[str]) -> None:
     entries, lines = sglang_entry_tasks(args.import_timeout)
     context += lines
     with tempfile.TemporaryDirectory(prefix="sf-stack-imports-") as workdir:
-        driver = child_environment(workdir)
+        libcuda = child_environment(workdir)
         # torch first, in the same child as the rest: without it every other load fails for its
         # reason, not their own, and run_loads then tries nothing else.
         torch_task = LoadTask("torch", TORCH, name="torch", timeout_s=args.import_timeout)
-        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], driver, workdir)
+        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], libcuda, workdir)
         if torch_outcome.state != LOADED:
             outcomes = []
-    context += [driver.line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
+    context += [libcuda.line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
     facts = {**sf.collect_facts(import_torch=False, search_nvcc=False), **torch_outcome.facts}
     demangled = sf.demangle([sf.undefined_symbol(o.error) for o in (torch_outcome, *outcomes)])
     details = {i: describe_failure(o, demangled, built_for(failing_package(o)) if failing_package(o) else "",
