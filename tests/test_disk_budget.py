@@ -17,6 +17,7 @@ from stackforge.doctor.disk_budget import (
     free_lines,
     parse_size,
     refusal_line,
+    reuse_line,
     shortfalls,
     system_df_bytes,
 )
@@ -71,6 +72,16 @@ def test_the_override_replaces_the_need():
     line = refusal_line(NEEDS["main-job"], one_disk(5, override=10), shortfalls(one_disk(5, override=10),
                                                                               NEEDS["main-job"]))
     assert "needs 10.0 GB free on / and 5.0 GB is (STACKFORGE_DISK_NEED_GB=10)" in line
+
+
+def test_held_stack_images_name_the_override_for_a_run_that_reuses_them():
+    line = reuse_line(one_disk(20))
+    assert line == ("the need counts the stack images here (24.0 GB) as built anew; a run that reuses them "
+                    "(--resume, stacks unchanged) may set STACKFORGE_DISK_NEED_GB=N to the GB it adds")
+    assert len("main-job: " + line) <= 200
+    assert reuse_line(one_disk(20, override=10)) == ""
+    no_images = DiskBudget(one_disk(20).filesystems, "/var/lib/docker", "", HELD[1:])
+    assert reuse_line(no_images) == ""
 
 
 def test_doctor_shows_the_same_figures():

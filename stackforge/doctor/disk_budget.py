@@ -150,6 +150,17 @@ def free_lines(budget: DiskBudget) -> list[str]:
             f"to free it: {h.free_command}" for h in budget.holdings if h.size_bytes]
 
 
+def reuse_line(budget: DiskBudget) -> str:
+    """The way past a refusal when the run reuses stack images already here (``--resume`` on unchanged stacks):
+    the need counts every image anew, since a changed stack's build cannot be known before it runs; ""
+    when no stack image is held or the override is already set."""
+    held = next((h for h in budget.holdings if h.what == "stack images"), None)
+    if budget.override_gb is not None or held is None or not held.size_bytes:
+        return ""
+    return (f"the need counts the stack images here ({gb_text(held.size_bytes)}) as built anew; a run that reuses "
+            f"them (--resume, stacks unchanged) may set {NEED_ENV}=N to the GB it adds")
+
+
 def ok_line(need: DiskNeed, budget: DiskBudget) -> str:
     parts = [f"{gb_text(wanted)} of {gb_text(fs.free_bytes)} free on {fs.mount}"
              for fs, wanted in need_bytes_by_filesystem(budget, need)]
@@ -320,8 +331,9 @@ def main(argv: list[str], say: Callable[[str], None] = print) -> int:
             say(ok_line(need, budget))
             return 0
         # The refusal last: what a person reads first when the run stops.
-        for line in free_lines(budget):
-            say(line)
+        for line in [*free_lines(budget), reuse_line(budget)]:
+            if line:
+                say(line)
         say(refusal_line(need, budget, short))
         return 3
     if argv == ["engine-bytes"]:
