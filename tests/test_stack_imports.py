@@ -321,6 +321,72 @@ def test_libcuda_comes_from_the_stub_or_a_stand_in_written_from_cuda_h(torch_pyt
     assert "sf_cuda_user/uses_cuda.so: needs the driver function cuInit, which the stub" in lacking["reason"]
 
 
+# sgl-kernel's loader as sgl-kernel 0.3.21 / 0.4.10 write it (load_utils.py), cut down: it asks the GPU for its
+# compute capability and takes sm90/ on 9.0, sm100/ otherwise and with no GPU. A second common_ops library in
+# one process registers the same torch ops again: the real one aborts (c10::Error in a static initialiser).
+FAKE_LOADER = """
+import ctypes, os
+import torch
+
+def _get_compute_capability():
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
+
+def _load_architecture_specific_ops():
+    capability = {reader}
+    chosen = "sm90" if capability == 90 else "sm100"
+    with open("/proc/self/maps") as maps:
+        mapped = maps.read()
+    if any(f"/sgl_kernel/{{d}}/common_ops" in mapped for d in ("sm90", "sm100") if d != chosen):
+        os.abort()  # Tried to register an operator (sgl_kernel::...) with the same name multiple times
+    return ctypes.CDLL(os.path.join(os.path.dirname(__file__), chosen, "common_ops.abi3.so"))
+"""
+
+
+def sgl_kernel_site(tmp_path: Path, reader: str) -> Path:
+    """A site-packages with sgl-kernel's per-arch libraries and loader (``reader``: how it reads the
+    capability) and an SGLang whose server entry module imports it."""
+    site = tmp_path / "site-packages"
+    for arch in ("sm90", "sm100"):
+        build_c_library(site / "sgl_kernel" / arch / "common_ops.abi3.so")
+    (site / "sgl_kernel" / "load_utils.py").write_text(FAKE_LOADER.format(reader=reader))
+    (site / "sgl_kernel" / "__init__.py").write_text(
+        "from sgl_kernel.load_utils import _load_architecture_specific_ops\n"
+        "common_ops = _load_architecture_specific_ops()\n")
+    entry = site / "sglang" / "srt" / "entrypoints"
+    entry.mkdir(parents=True)
+    for folder in (site / "sglang", site / "sglang" / "srt", entry):
+        (folder / "__init__.py").write_text("")
+    (entry / "http_server.py").write_text("import sgl_kernel\n")
+    return site
+
+
+def test_sgl_kernels_loader_in_the_entry_imports_chooses_for_the_target(torch_python, tmp_path):
+    """On a 9.0 target the probe loads sm90/; SGLang's entry module then imports sgl-kernel, whose loader,
+    asking a GPU there is not, would take sm100/ beside it and abort the process. Told the target's
+    capability, it takes sm90/ itself and everything loads; a loader without the capability reader cannot be
+    told, and the abort it meets is undecided, never the stack's failure. On 12.0 both choose sm100/."""
+    told = sgl_kernel_site(tmp_path / "told", "_get_compute_capability()")
+    h100 = run_probe(torch_python, told, "--arch", "9.0")
+    assert h100["status"] == "pass", h100
+    assert h100["metrics"]["by_state"]["loaded"][-1:] == ["sglang.srt.entrypoints.http_server"]
+    assert "sgl_kernel/sm90/common_ops.abi3.so" in h100["metrics"]["by_state"]["loaded"]
+    assert ("sgl-kernel's loader: its _get_compute_capability answered the target's compute capability (90; "
+            "no GPU here)") in h100["evidence"]
+
+    inline = sgl_kernel_site(tmp_path / "inline", "(lambda: None)()")   # asks the GPU without the reader
+    (inline / "sgl_kernel" / "load_utils.py").write_text(
+        (inline / "sgl_kernel" / "load_utils.py").read_text().replace("def _get_compute_capability", "def _gpu"))
+    untold = run_probe(torch_python, inline, "--arch", "9.0")
+    assert untold["status"] == "undecided", untold
+    assert untold["metrics"]["by_state"]["out of context"] == ["sglang.srt.entrypoints.http_server"]
+    assert ("no _get_compute_capability to be told the target's compute capability: with no GPU here it took "
+            "sm100/ beside the target's sm90/") in untold["reason"]
+    assert run_probe(torch_python, inline, "--arch", "12.0")["status"] == "pass"   # sm100/ both times
+
+
 @pytest.mark.heavy  # a venv and a real probe run
 def test_sglangs_entry_modules_are_imported_and_a_missing_dependency_fails(tmp_path):
     """SGLang 0.5.9 installed without its dependencies (the recipe of test_probe_scripts' fi063_python, so
@@ -400,6 +466,21 @@ def test_the_default_13_1_images_real_extensions_load_against_a_stand_in_written
     assert nothing["status"] == "undecided", nothing
     assert "nor a cuda.h to write a stand-in from" in nothing["evidence"]
     assert "sgl_kernel/sm100/common_ops.abi3.so: links libcuda.so.1" in nothing["reason"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.pypi
+def test_the_default_13_1_images_entry_modules_import_for_a_9_0_target(docker_client, default_13_1_image, tmp_path):
+    """sglang-kernel 0.4.10 on a 9.0 target: the probe loads sm90/common_ops, and SGLang's entry modules import
+    sgl-kernel, whose loader takes sm90/ too when told the target's capability (untold, it took sm100/ beside
+    it and the process aborted on the ops registered twice)."""
+    from _probe_runs import script_result_in
+    h100 = script_result_in(docker_client, default_13_1_image, "stack_imports.py --arch 9.0", tmp_path)
+    assert h100["status"] == "pass", h100
+    assert {"sgl_kernel/sm90/common_ops.abi3.so", "sglang.srt.entrypoints.http_server"} \
+        <= set(h100["metrics"]["by_state"]["loaded"])
+    assert "its _get_compute_capability answered the target's compute capability (90" in h100["evidence"]
 
 
 def test_a_python_extension_tagged_for_another_interpreter_is_never_loaded(tmp_path):

@@ -18,7 +18,13 @@ package would:
   the loader's rule) and leaves the other arches' libraries unloaded;
 - then SGLang's server entry modules that the installed release has (``sglang.launch_server``,
   ``sglang.srt.entrypoints.http_server``...): importing them runs the import-time checks (FlashInfer's
-  version check across its packages, a missing dependency).
+  version check across its packages, a missing dependency). They import sgl-kernel, whose loader asks the
+  GPU for its compute capability; with none here it would take its no-GPU library (``sm100/``) beside the
+  target's that this probe loaded (``sm90/`` for 9.0), and two ``common_ops`` libraries register the same
+  torch ops: the process aborts, as no serving run does. So the loader's capability reader
+  (``_get_compute_capability``) answers the target's capability in the loading child, and the loader makes
+  its own choice from it. A loader without that reader cannot be told; then a failed entry import, next to
+  a target library other than the no-GPU one, is undecided.
 
 Every load runs in a child process that imports torch first, under a time limit per module (a hang is
 that module's ``timeout``; the child is killed and a new one goes on with the next module; a child that
@@ -49,6 +55,7 @@ import ctypes
 import dataclasses
 import functools
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -84,14 +91,24 @@ SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 INTERPRETER_TAG = re.compile(r"\.((?:cpython|pypy)[-\w]*|abi3)\.so$")
 LOADER_FLAG = "--loader"
 LOADER_FD_ENV = "SF_STACK_IMPORTS_FD"
+#: The target's compute capability as sgl-kernel's loader counts it (90 for 9.0), for the loading child.
+CAPABILITY_ENV = "SF_STACK_IMPORTS_CAPABILITY"
+#: sgl-kernel's loader module, and the reader in it that asks the visible GPU for its compute capability.
+SGL_KERNEL_LOADER_MODULE, CAPABILITY_READER = "sgl_kernel.load_utils", "_get_compute_capability"
+#: The per-arch library sgl-kernel's loader takes without a GPU (SGL_KERNEL_LOADER).
+SGL_KERNEL_NO_GPU_DIR = "sm100"
 #: How long a loading child may take between two modules (a restarted one imports torch first).
 STARTUP_TIMEOUT_S = 300.0
 
 # How a module is loaded (the way its package would).
 TORCH, PY_EXTENSION, TVM_FFI, TORCH_LIBRARY, SHARED, PY_MODULE = (
     "torch", "python extension", "tvm-ffi module", "torch op library", "shared object", "python module")
-# What became of one load.
+# What became of one load. NO_DRIVER and OUT_OF_CONTEXT decide nothing (the result is undecided).
 LOADED, FAILED, NO_DRIVER, TIMEOUT, CRASH, NOT_RUN = "loaded", "failed", "no driver", "timeout", "crash", "not run"
+OUT_OF_CONTEXT = "out of context"
+# What sgl-kernel's loader was told in the loading child: the target's capability, nothing (it has no reader
+# to answer), or it never ran (no SGLang entry module imported sgl-kernel).
+TOLD, NO_READER, NOT_IMPORTED = "told", "no reader", "not imported"
 
 #: Failures that only the missing GPU driver explains, with why: the module is undecided, never failed.
 NO_DRIVER_ERRORS = (
@@ -117,15 +134,15 @@ class LoadTask:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoadOutcome:
-    """What one load did: ``state`` (LOADED, FAILED, NO_DRIVER, TIMEOUT, CRASH, NOT_RUN), the error as the
-    loader said it, the frame that raised, and the seconds it took."""
+    """What one load did: ``state`` (LOADED, FAILED, NO_DRIVER, OUT_OF_CONTEXT, TIMEOUT, CRASH, NOT_RUN), the
+    error as the loader said it, the frame that raised, and the seconds it took."""
 
     task: LoadTask
     state: str
     error: str = ""
     where: str = ""
     seconds: float = 0.0
-    why: str = ""    # for NO_DRIVER: what only the driver explains
+    why: str = ""    # for NO_DRIVER / OUT_OF_CONTEXT: why the load decides nothing
     detail: str = ""  # what a load that worked reports (torch: its version and torch._C's file)
     facts: Mapping[str, object] = dataclasses.field(default_factory=dict)  # torch's build facts, from its load
 
@@ -200,7 +217,7 @@ def describe_failure(outcome: LoadOutcome, demangled: Mapping[str, str], built_f
     if symbol:
         lines.append(f"  undefined symbol {symbol}" + (f" = {demangled[symbol]}" if symbol in demangled else
                                                         " (no c++filt in this image: mangled name)"))
-    if outcome.state == NO_DRIVER:
+    if outcome.state in (NO_DRIVER, OUT_OF_CONTEXT):
         lines.append(f"  undecided: {outcome.why}")
     if outcome.state == CRASH or symbol or (outcome.state == FAILED and task.how != PY_MODULE):
         lines.append(f"  built for: {built_for or 'not stated by the package'}; installed: torch {torch_version}")
@@ -214,7 +231,7 @@ def decide(torch_outcome: LoadOutcome, outcomes: Sequence[LoadOutcome], torch_ve
     metrics: dict[str, object] = {
         "torch": torch_version, "modules": len(outcomes),
         "by_state": {state: [o.task.label for o in outcomes if o.state == state]
-                     for state in (LOADED, FAILED, CRASH, TIMEOUT, NO_DRIVER, NOT_RUN)
+                     for state in (LOADED, FAILED, CRASH, TIMEOUT, NO_DRIVER, OUT_OF_CONTEXT, NOT_RUN)
                      if any(o.state == state for o in outcomes)},
         "seconds": {o.task.label: round(o.seconds, 2) for o in outcomes if o.state != NOT_RUN},
     }
@@ -224,7 +241,7 @@ def decide(torch_outcome: LoadOutcome, outcomes: Sequence[LoadOutcome], torch_ve
                                "\n".join([*context, describe_failure(torch_outcome, {}, "", "none")]), metrics)
     bad = [o for o in outcomes if o.state in (FAILED, CRASH)]
     hung = [o for o in outcomes if o.state == TIMEOUT]
-    undecided = [o for o in outcomes if o.state == NO_DRIVER]
+    undecided = [o for o in outcomes if o.state in (NO_DRIVER, OUT_OF_CONTEXT)]
     loaded = [o for o in outcomes if o.state == LOADED]
     failure_lines = [details[i] for i, o in enumerate(outcomes) if o.state != LOADED and i in details]
     listing = [f"loaded ({len(loaded)}): " + ", ".join(o.task.label for o in loaded)] if loaded else []
@@ -244,6 +261,43 @@ def decide(torch_outcome: LoadOutcome, outcomes: Sequence[LoadOutcome], torch_ve
     return sf.ScriptResult("pass", f"{against} imports and all {len(loaded)} modules load against it: "
                            + (", ".join(o.task.label for o in loaded) or "(no compiled module besides torch's)"),
                            evidence, metrics)
+
+
+def target_library_dir(outcomes: Sequence[LoadOutcome]) -> str:
+    """The per-arch directory of the sgl-kernel library this probe loaded for the target when it is not the one
+    sgl-kernel's loader takes without a GPU (``sm90``); "" otherwise."""
+    for outcome in outcomes:
+        parts = outcome.task.label.split("/")
+        if (outcome.task.package == "sgl_kernel" and len(parts) > 2 and ARCH_DIR.fullmatch(parts[1])
+                and parts[1] != SGL_KERNEL_NO_GPU_DIR):
+            return parts[1]
+    return ""
+
+
+def without_target_capability(outcomes: Sequence[LoadOutcome], loader: str) -> list[LoadOutcome]:
+    """The outcomes, with the failed imports of SGLang's entry modules undecided where sgl-kernel's loader could
+    not be told the target's capability (``loader`` is NO_READER) and chose its no-GPU library next to the
+    target's other one this probe loaded: two libraries registering the same torch ops, which no serving run
+    loads together, so what failed there says nothing of the stack."""
+    other = target_library_dir(outcomes)
+    if loader != NO_READER or not other:
+        return list(outcomes)
+    why = (f"sgl-kernel's loader has no {CAPABILITY_READER} to be told the target's compute capability: with no GPU "
+           f"here it took {SGL_KERNEL_NO_GPU_DIR}/ beside the target's {other}/ this probe loaded, which no serving "
+           "run loads together")
+    return [dataclasses.replace(o, state=OUT_OF_CONTEXT, why=why)
+            if o.task.how == PY_MODULE and o.state in (FAILED, CRASH) else o for o in outcomes]
+
+
+def loader_line(loader: str, target: sf.Arch) -> list[str]:
+    """The evidence line of how sgl-kernel's loader chose its library in the loading child (none when it never ran)."""
+    if loader == TOLD:
+        return [f"sgl-kernel's loader: its {CAPABILITY_READER} answered the target's compute capability "
+                f"({target.sm}; no GPU here), and the loader chose its library from that"]
+    if loader == NO_READER:
+        return [f"sgl-kernel's loader: no {CAPABILITY_READER} in {SGL_KERNEL_LOADER_MODULE}: it chose its library "
+                "without the target's compute capability"]
+    return []
 
 
 def short_failure(outcome: LoadOutcome, demangled: Mapping[str, str]) -> str:
@@ -431,34 +485,41 @@ def write_stand_in(path: str) -> tuple[bool, str]:
 # The loads: a child process, watched module by module
 # --------------------------------------------------------------------------------------------
 
-def run_loads(tasks: Sequence[LoadTask], libcuda: LibcudaChoice, workdir: str) -> tuple[list[LoadOutcome], str]:
+def run_loads(tasks: Sequence[LoadTask], libcuda: LibcudaChoice, workdir: str,
+              target: sf.Arch) -> tuple[list[LoadOutcome], str, str]:
     """Load ``tasks`` in order in child processes (a new one after a hang or a crash); (outcomes, the
-    children's output tail). The first task is torch: when it does not load, nothing else is tried (every
-    other load would fail for torch's reason, not its own) and the rest stay NOT_RUN."""
+    children's output tail, what sgl-kernel's loader was told: TOLD, NO_READER or NOT_IMPORTED). The first
+    task is torch: when it does not load, nothing else is tried (every other load would fail for torch's
+    reason, not its own) and the rest stay NOT_RUN."""
     plan = os.path.join(workdir, "tasks.json")
     with open(plan, "w", encoding="utf-8") as handle:
         json.dump([dataclasses.asdict(t) for t in tasks], handle)
     outcomes: dict[int, LoadOutcome] = {}
+    loader = {"told": NOT_IMPORTED}
+    env = {**libcuda.env, CAPABILITY_ENV: str(target.sm)}
     log_path = os.path.join(workdir, "children.log")
     start = 0
     while start < len(tasks) and (0 not in outcomes or outcomes[0].state == LOADED):
-        start = run_child(tasks, plan, start, libcuda, log_path, outcomes)
+        start = run_child(tasks, plan, start, (env, libcuda.stand_in), log_path, outcomes, loader)
     log = ""
     if os.path.exists(log_path):
         with open(log_path, encoding="utf-8", errors="replace") as handle:
             log = handle.read()
-    return [outcomes.get(i, LoadOutcome(t, NOT_RUN)) for i, t in enumerate(tasks)], log[-3000:]
+    return [outcomes.get(i, LoadOutcome(t, NOT_RUN)) for i, t in enumerate(tasks)], log[-3000:], loader["told"]
 
 
-def run_child(tasks: Sequence[LoadTask], plan: str, start: int, libcuda: LibcudaChoice, log_path: str,
-              outcomes: dict[int, LoadOutcome]) -> int:
-    """One child from task ``start`` on; fills ``outcomes``; returns where the next child starts."""
+def run_child(tasks: Sequence[LoadTask], plan: str, start: int, child: tuple[Mapping[str, str], bool], log_path: str,
+              outcomes: dict[int, LoadOutcome], loader: dict[str, str]) -> int:
+    """One child from task ``start`` on, with ``child`` = (its environment, whether a stub stands in for the
+    driver); fills ``outcomes`` and ``loader`` (what sgl-kernel's loader was told); returns where the next
+    child starts."""
+    env, stand_in = child
     read_fd, write_fd = os.pipe()
     with open(log_path, "a", encoding="utf-8") as log:
         try:
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), LOADER_FLAG, plan, str(start)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**libcuda.env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
+                                    env={**env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
                                     start_new_session=True)
         except OSError as exc:
             os.close(read_fd)
@@ -496,8 +557,10 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, libcuda: Libcuda
                 event = json.loads(line)
                 if event["event"] == "start":
                     current, began = event["i"], time.monotonic()
+                elif event["event"] == "loader":
+                    loader["told"] = event["told"]
                 else:
-                    state, why = outcome_state(event["ok"], event.get("error", ""), libcuda.stand_in)
+                    state, why = outcome_state(event["ok"], event.get("error", ""), stand_in)
                     outcomes[event["i"]] = LoadOutcome(tasks[event["i"]], state, event.get("error", ""),
                                                        event.get("where", ""), time.monotonic() - began, why,
                                                        event.get("detail", ""), event.get("facts", {}))
@@ -561,6 +624,33 @@ def load(task: Mapping[str, str]) -> str:
     return ""
 
 
+class TargetCapability(importlib.abc.MetaPathFinder):
+    """Finds sgl-kernel's loader module as the import system would and, once its code has run, makes its
+    capability reader answer the target's compute capability (there is no GPU to ask), so the loader picks
+    its per-arch library for the target by its own rule; ``report`` is told whether the reader was there."""
+
+    def __init__(self, capability: int, report) -> None:
+        self.capability, self.report = capability, report
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != SGL_KERNEL_LOADER_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run, capability, report = spec.loader.exec_module, self.capability, self.report
+
+        def exec_module(module):
+            run(module)
+            told = callable(getattr(module, CAPABILITY_READER, None))
+            if told:
+                setattr(module, CAPABILITY_READER, lambda: capability)
+            report(TOLD if told else NO_READER)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def torch_facts_of(task: Mapping[str, str]) -> dict[str, object]:
     """``{"facts": torch's build facts}`` after torch's own load, so the probe's provenance needs no
     import of torch in the parent; {} for any other task, or when torch cannot say."""
@@ -584,6 +674,9 @@ def loader_main(plan: str, start: int) -> None:
     events = os.fdopen(int(os.environ[LOADER_FD_ENV]), "w", buffering=1)
     with open(plan, encoding="utf-8") as handle:
         tasks = json.load(handle)
+    if os.environ.get(CAPABILITY_ENV, "").isdigit():
+        sys.meta_path.insert(0, TargetCapability(int(os.environ[CAPABILITY_ENV]), lambda told: events.write(
+            json.dumps({"event": "loader", "told": told}) + "\n")))
     for index in range(start, len(tasks)):
         events.write(json.dumps({"i": index, "event": "start"}) + "\n")
         try:
@@ -626,10 +719,10 @@ def main(argv: Sequence[str]) -> None:
         # torch first, in the same child as the rest: without it every other load fails for its
         # reason, not their own, and run_loads then tries nothing else.
         torch_task = LoadTask("torch", TORCH, name="torch", timeout_s=args.import_timeout)
-        (torch_outcome, *outcomes), log = run_loads([torch_task, *tasks, *entries], libcuda, workdir)
-        if torch_outcome.state != LOADED:
-            outcomes = []
-    context += [libcuda.line, f"torch: {torch_outcome.detail or torch_outcome.error}"]
+        (torch_outcome, *outcomes), log, loader = run_loads([torch_task, *tasks, *entries], libcuda, workdir,
+                                                            args.arch)
+        outcomes = without_target_capability(outcomes, loader) if torch_outcome.state == LOADED else []
+    context += [libcuda.line, *loader_line(loader, args.arch), f"torch: {torch_outcome.detail or torch_outcome.error}"]
     facts = {**sf.collect_facts(import_torch=False, search_nvcc=False), **torch_outcome.facts}
     demangled = sf.demangle([sf.undefined_symbol(o.error) for o in (torch_outcome, *outcomes)])
     details = {i: describe_failure(o, demangled, built_for(failing_package(o)) if failing_package(o) else "",
