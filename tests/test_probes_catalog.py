@@ -125,3 +125,40 @@ def test_a_script_may_say_undecided_and_the_runner_keeps_it():
     assert outcome.evidence == "ValueError: config namespace 'exec' not published"
     with pytest.raises(ValueError, match="status must be one of"):
         sf.result_line("maybe", "x")
+
+
+def test_a_result_line_longer_than_the_kept_tail_is_read_back_from_the_log(tmp_path):
+    """A probe's metrics may be long (hundreds of files a cubin wheel lacks code in): the runner keeps only the
+    tail of the output, so the line's start (its STACKFORGE_RESULT marker) is cut off there; the job's log still
+    has the whole line, and the record is the script's answer, not an error. A reason is bounded to one
+    readable line whatever the script passes."""
+    import sys
+
+    from stackforge.core.records import Status
+    from stackforge.jobs.job_runner import outcome_from_ending, with_result_line
+    from stackforge.probes.execute import probe_kind
+
+    sys.path.insert(0, str(SCRIPTS_DIR))
+    try:
+        import _sfprobe as sf
+    finally:
+        sys.path.pop(0)
+    kind = probe_kind()
+    line = sf.result_line("pass", "x " * 50_000, "evidence", {"not_covering": [f"cubins/k{i}.cubin" for i in range(9000)]})
+    payload = json.loads(line.split(" ", 1)[1])
+    assert len(payload["reason"]) < sf.REASON_LIMIT + 100 and "characters cut" in payload["reason"]
+    assert len(line) > kind.tail_chars
+    log = tmp_path / "probe.log"
+    log.write_text(f"$ docker run image python3 probe.py\nsome output\n{line}\n[stackforge] container exited\n")
+    tail = (log.read_text())[-kind.tail_chars:]
+
+    def judged(output: str):
+        return outcome_from_ending(kind, exit_code=0, timed_out=False, signal=None, output=output, duration_s=1.0,
+                                   timeout_s=60.0)[0]
+
+    assert judged(tail).status is Status.ERROR                        # what the tail alone says
+    outcome = judged(with_result_line(tail, log))
+    assert outcome.status is Status.PASS and outcome.metrics["not_covering"][-1] == "cubins/k8999.cubin"
+    assert with_result_line(tail, None) == tail and with_result_line(tail, tmp_path / "absent.log") == tail
+    short = f"out\n{sf.result_line('fail', 'short')}\n"
+    assert with_result_line(short, log) == short                      # a whole line in the tail is enough

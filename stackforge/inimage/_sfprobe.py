@@ -60,6 +60,8 @@ NO_GPU_REASON = "no CUDA device visible (torch.cuda.device_count()==0)"
 # Evidence is the exact text a result was decided on; keep both ends of very long text because
 # compilers and NCCL put the decisive line at the start or at the end.
 EVIDENCE_LIMIT = 6000
+#: A reason is one line a person reads; past this it is cut in the middle (the evidence holds the rest).
+REASON_LIMIT = 2000
 
 # Distributions whose installed versions are provenance for every record (asked-for is not
 # installed: pip may resolve something else).
@@ -146,7 +148,7 @@ def result_line(status: str, reason: str, evidence: str = "",
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     payload = {
         "status": status,
-        "reason": one_line(reason),
+        "reason": one_line(bound_text(one_line(reason), REASON_LIMIT)),
         "evidence": bound_text(str(evidence)),
         "metrics": dict(metrics or {}),
         "facts": dict(facts or {}),

@@ -45,7 +45,7 @@ from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus,
 from stackforge.edges.turns import file_turn
 from stackforge.inimage import CONTAINER_DIR as INIMAGE_CONTAINER_DIR
 from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
-from stackforge.inimage._sfshared import json_safe, parse_result_line
+from stackforge.inimage._sfshared import RESULT_MARKER, json_safe, parse_result_line
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 #: Kept JIT build caches (FlashInfer's workspace of the gate probe), one folder per (image, target arch) under
@@ -418,6 +418,23 @@ class Ending:
     runner_kind: str       # local | docker
 
 
+#: How much of a job's log is read back for a result line longer than the output tail the runner keeps.
+RESULT_LOG_READ_BYTES = 8 * 1024 * 1024
+
+
+def with_result_line(tail: str, log_path: Path | None) -> str:
+    """The output ``tail`` a job's ending is judged on; when the script's result line is longer than the tail
+    (its start cut off, so no ``STACKFORGE_RESULT`` line is left in it), that line read back from the job's
+    log (redacted like the tail) is put after it, so a long result is still the script's answer."""
+    if parse_result_line(tail) is not None or log_path is None or not log_path.is_file():
+        return tail
+    with log_path.open("rb") as handle:
+        handle.seek(max(0, log_path.stat().st_size - RESULT_LOG_READ_BYTES))
+        text = handle.read().decode("utf-8", errors="replace")
+    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith(RESULT_MARKER)), "")
+    return f"{tail}\n{line}" if line else tail
+
+
 def judge(kind: JobKind, job: Job, ending: Ending, *, run_id: str, host_gpus: HostGpus) -> ResultRecord:
     """The one place a job's ending becomes its record.
 
@@ -465,8 +482,8 @@ def end_locally(kind: JobKind, job: Job, *, python: str, host_gpus: HostGpus, lo
     env = {**script_env(INIMAGE_HOST_DIR, os.environ.get("PYTHONPATH")), **gpus.environment(), **kind.env}
     result = runner.run(argv(job, python=python, scripts_root=str(kind.scripts_dir)), timeout=job.timeout_s,
                         env=env, log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
-    return Ending(result.returncode, result.timed_out, result.signal, result.output_tail, result.duration_s,
-                  result.cancelled, None, "local")
+    return Ending(result.returncode, result.timed_out, result.signal, with_result_line(result.output_tail, log_path),
+                  result.duration_s, result.cancelled, None, "local")
 
 
 def run_job_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, run_id: str,
@@ -504,8 +521,8 @@ def end_in_container(kind: JobKind, client: Any, image: ImageRef, job: Job, *, r
             labels={docker_engine.RUN_LABEL: run_id}, gpus=docker_gpus,
             ipc_mode="host" if docker_gpus else None, shm_size="16g" if docker_gpus else None,
             log_path=log_path, tail_chars=kind.tail_chars, cancel=cancel)
-    return Ending(run.exit_code, run.timed_out, run.signal, run.logs_tail, run.duration_s, run.cancelled, image,
-                  "docker")
+    return Ending(run.exit_code, run.timed_out, run.signal, with_result_line(run.logs_tail, log_path), run.duration_s,
+                  run.cancelled, image, "docker")
 
 
 # ---------------------------------------------------------------------------------------------- the host check
