@@ -40,6 +40,9 @@ from _sffatbin import split_codes as split_sass_ptx
 DEFAULT_PACKAGES = ("sgl_kernel", "sglang_kernel", "flashinfer_cubin", "flashinfer_jit_cache")
 EM_CUDA = 190
 DEVICE_SUFFIXES = (".so", ".cubin", ".fatbin")
+#: Files without code for the target, named: in the reason (a line a person reads), in the evidence, in the
+#: metrics (with the total beside them). A wheel of arch-specific cubins can lack it in hundreds of files.
+REASON_FILES, EVIDENCE_FILES, NOT_COVERING_LISTED = 3, 12, 100
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -291,7 +294,7 @@ def exclusion_lines(excluded: dict[KernelFamily, list[str]], target: sf.Arch) ->
 
 def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch,
               excluded: dict[KernelFamily, list[str]] | None = None,
-              list_limit: int = 12) -> tuple[str, dict[str, object]]:
+              list_limit: int = EVIDENCE_FILES) -> tuple[str, dict[str, object]]:
     """One evidence block and one metrics entry for a package (``results``: the files judged)."""
     excluded = excluded or {}
     with_code = [r for r in results if r.has_code]
@@ -301,7 +304,9 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
              f"{target.sm_name}"]
     missing = [relative_path(r.path, root) for r in with_code if r not in covering]
     lines += [f"  no code for {target.sm_name}: {rel}" + (f": {known_file(name, rel)}" if known_file(name, rel) else "")
-              for rel in missing]
+              for rel in missing[:list_limit]]
+    if len(missing) > list_limit:
+        lines.append(f"  ... and {len(missing) - list_limit} more files with no code for {target.sm_name}")
     lines += exclusion_lines(excluded, target)
     for result in with_code[:list_limit]:
         rel = relative_path(result.path, root)
@@ -314,7 +319,7 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
     if errors:
         lines.append(f"  unreadable: {len(errors)} (first: {errors[0].path}: {errors[0].error})")
     metrics = {"files": len(results), "files_with_device_code": len(with_code), "covering": len(covering),
-               "not_covering": missing,
+               "not_covering": missing[:NOT_COVERING_LISTED], "not_covering_total": len(missing),
                "archs": dict(sorted(histogram.items(), key=lambda i: code_sort_key(i[0]))),
                "excluded": {family.name: len(paths) for family, paths in excluded.items()}}
     return "\n".join(lines), metrics
@@ -373,9 +378,12 @@ def missing_text(per_package: dict[str, dict[str, object]], target: sf.Arch) -> 
     lack it cost, so that a pass of the package never hides them."""
     parts = []
     for name, metrics in per_package.items():
-        for rel in metrics["not_covering"]:
+        for rel in metrics["not_covering"][:REASON_FILES]:
             what = known_file(name, rel)
             parts.append(f"{name}/{rel}" + (f" ({what.split(' (source:')[0]})" if what else ""))
+        more = metrics["not_covering_total"] - min(len(metrics["not_covering"]), REASON_FILES)
+        if more > 0:
+            parts.append(f"{more} more {name} files (the evidence lists the first {EVIDENCE_FILES})")
     return f"; no code for {target.sm_name} in {', '.join(parts)}" if parts else ""
 
 
