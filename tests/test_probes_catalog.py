@@ -162,3 +162,19 @@ def test_a_result_line_longer_than_the_kept_tail_is_read_back_from_the_log(tmp_p
     assert with_result_line(tail, None) == tail and with_result_line(tail, tmp_path / "absent.log") == tail
     short = f"out\n{sf.result_line('fail', 'short')}\n"
     assert with_result_line(short, log) == short                      # a whole line in the tail is enough
+
+
+def test_a_probe_of_a_feature_one_gpu_cannot_have_never_runs_for_one_gpu():
+    """compat/knowledge.yaml says the collectives need two GPUs, citing the probes' min_gpus=2: every probe of
+    such a feature, gate tier included, is a skip before any container on a one-GPU target (it ran and said
+    'fail' for SGLang's refusal of world size 1, or built FlashInfer's allreduce-fusion module no one-GPU
+    serving run builds)."""
+    from stackforge.core.model import Interconnect, Target
+    from stackforge.plan.features import load_feature_catalog
+
+    features = load_feature_catalog()
+    one_gpu = Target(name="x1", gpu="GPU", arch="9.0", gpu_count=1, interconnect=Interconnect.PCIE)
+    collective = {p.id for p in PROBES.values() if features.spec(p.feature).not_applicable(one_gpu)}
+    assert {"gate.sglang.torch-symm-mem", "gate.sglang.custom-allreduce", "gate.flashinfer.ar-fusion",
+            "gate.sglang.ar-fusion"} <= collective
+    assert {p: PROBES[p].preconditions.min_gpus for p in collective if PROBES[p].preconditions.min_gpus < 2} == {}

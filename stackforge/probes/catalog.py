@@ -106,7 +106,7 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               "FlashInfer's gen_trtllm_comm_module (allreduce fusion) gate for the target arch; builds the "
               "module (compiles and links, nothing loaded or run) when the image has nvcc and its SGLang does not "
               "reject the fusion on the target (then no serving run builds it)",
-              Preconditions(needs_packages=("flashinfer-python",)), 1500.0,
+              Preconditions(min_gpus=2, needs_packages=("flashinfer-python",)), 1500.0,
               ("--feature", "flashinfer-ar-fusion", "--build", "--build-timeout", "1200"), jit_cache=True),
     ProbeSpec("gate.sglang.jit", "sglang-jit", "gate", "sglang_jit_gate.py",
               "SGLang's own JIT loader builds (compiles and links for the target arch, nothing run) the kernel every "
@@ -114,14 +114,14 @@ _CATALOG: tuple[ProbeSpec, ...] = (
               Preconditions(needs_packages=("sglang",)), 900.0, jit_cache=True),  # the script's own budget: 600 s
     ProbeSpec("gate.sglang.torch-symm-mem", "torch-symm-mem", "gate", "sglang_symm_mem.py",
               "SGLang's TorchSymmMemCommunicator gate (capability table, world size) for the target",
-              Preconditions(needs_packages=("sglang",)), 300.0),
+              Preconditions(min_gpus=2, needs_packages=("sglang",)), 300.0),
     ProbeSpec("gate.sglang.custom-allreduce", "custom-allreduce", "gate", "sglang_custom_ar.py",
               "SGLang's CustomAllreduce gates (world size, more than two PCIe-only GPUs) for the target",
-              Preconditions(needs_packages=("sglang",)), 300.0),
+              Preconditions(min_gpus=2, needs_packages=("sglang",)), 300.0),
     ProbeSpec("gate.sglang.ar-fusion", "flashinfer-ar-fusion", "gate", "sglang_ar_fusion.py",
               "SGLang's own FlashInfer allreduce-fusion arch gate (_resolve_backend, 0.5.14+) and ServerArgs "
               "turning the fusion on by itself (0.5.4.post2-0.5.7 on sm_12x), with FlashInfer's gate, for the target",
-              Preconditions(needs_packages=("sglang",)), 300.0),
+              Preconditions(min_gpus=2, needs_packages=("sglang",)), 300.0),
     ProbeSpec("gate.kernels.arch-coverage", "kernel-arch-coverage", "gate", "kernel_cubins.py",
               "SASS/PTX archs in sgl-kernel / flashinfer-cubin / flashinfer-jit-cache shared objects, judged for "
               "the kernels the target would use (SM10x-only FlashInfer cubin families listed as excluded)",
