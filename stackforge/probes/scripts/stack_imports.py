@@ -264,8 +264,8 @@ def decide(torch_outcome: LoadOutcome, outcomes: Sequence[LoadOutcome], torch_ve
 
 
 def target_library_dir(outcomes: Sequence[LoadOutcome]) -> str:
-    """The per-arch directory of the sgl-kernel library this probe loaded for the target when it is not the one
-    sgl-kernel's loader takes without a GPU (``sm90``); "" otherwise."""
+    """The per-arch directory of the sgl-kernel library this probe loaded for the target (``sm90`` on a 9.0
+    target) when it is not the one sgl-kernel's loader takes without a GPU; "" otherwise."""
     for outcome in outcomes:
         parts = outcome.task.label.split("/")
         if (outcome.task.package == "sgl_kernel" and len(parts) > 2 and ARCH_DIR.fullmatch(parts[1])
@@ -496,11 +496,11 @@ def run_loads(tasks: Sequence[LoadTask], libcuda: LibcudaChoice, workdir: str,
         json.dump([dataclasses.asdict(t) for t in tasks], handle)
     outcomes: dict[int, LoadOutcome] = {}
     loader = {"told": NOT_IMPORTED}
-    env = {**libcuda.env, CAPABILITY_ENV: str(target.sm)}
+    child = dataclasses.replace(libcuda, env={**libcuda.env, CAPABILITY_ENV: str(target.sm)})
     log_path = os.path.join(workdir, "children.log")
     start = 0
     while start < len(tasks) and (0 not in outcomes or outcomes[0].state == LOADED):
-        start = run_child(tasks, plan, start, (env, libcuda.stand_in), log_path, outcomes, loader)
+        start = run_child(tasks, plan, start, child, log_path, outcomes, loader)
     log = ""
     if os.path.exists(log_path):
         with open(log_path, encoding="utf-8", errors="replace") as handle:
@@ -508,18 +508,16 @@ def run_loads(tasks: Sequence[LoadTask], libcuda: LibcudaChoice, workdir: str,
     return [outcomes.get(i, LoadOutcome(t, NOT_RUN)) for i, t in enumerate(tasks)], log[-3000:], loader["told"]
 
 
-def run_child(tasks: Sequence[LoadTask], plan: str, start: int, child: tuple[Mapping[str, str], bool], log_path: str,
+def run_child(tasks: Sequence[LoadTask], plan: str, start: int, libcuda: LibcudaChoice, log_path: str,
               outcomes: dict[int, LoadOutcome], loader: dict[str, str]) -> int:
-    """One child from task ``start`` on, with ``child`` = (its environment, whether a stub stands in for the
-    driver); fills ``outcomes`` and ``loader`` (what sgl-kernel's loader was told); returns where the next
-    child starts."""
-    env, stand_in = child
+    """One child from task ``start`` on; fills ``outcomes`` and ``loader`` (what sgl-kernel's loader was told);
+    returns where the next child starts."""
     read_fd, write_fd = os.pipe()
     with open(log_path, "a", encoding="utf-8") as log:
         try:
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), LOADER_FLAG, plan, str(start)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
+                                    env={**libcuda.env, LOADER_FD_ENV: str(write_fd)}, pass_fds=(write_fd,),
                                     start_new_session=True)
         except OSError as exc:
             os.close(read_fd)
@@ -560,7 +558,7 @@ def run_child(tasks: Sequence[LoadTask], plan: str, start: int, child: tuple[Map
                 elif event["event"] == "loader":
                     loader["told"] = event["told"]
                 else:
-                    state, why = outcome_state(event["ok"], event.get("error", ""), stand_in)
+                    state, why = outcome_state(event["ok"], event.get("error", ""), libcuda.stand_in)
                     outcomes[event["i"]] = LoadOutcome(tasks[event["i"]], state, event.get("error", ""),
                                                        event.get("where", ""), time.monotonic() - began, why,
                                                        event.get("detail", ""), event.get("facts", {}))
