@@ -841,21 +841,26 @@ def test_kernel_cubins_names_the_files_that_lack_the_target_and_what_they_cost(b
 
 def test_kernel_cubins_names_a_few_of_many_files_that_lack_the_target(bare_python, tmp_path):
     """flashinfer-cubin 0.6.3 holds hundreds of sm_103a-only cubins a sm_100 target has no code in: the reason
-    names three and counts the rest, the evidence lists the first twelve, the metrics a hundred and the total."""
+    names three (those whose cost is known first) and counts the rest, the evidence lists the first twelve, the
+    metrics a hundred and the total."""
     package = tmp_path / "sgl_kernel"
     package.mkdir()
     (package / "common_ops.fatbin").write_bytes(synthetic_fatbin([(2, 100, 0x100011)]))
     for i in range(130):
         (package / f"k{i:03d}.fatbin").write_bytes(synthetic_fatbin([(2, 103, 0x100011)]))
+    (package / "zz").mkdir()   # a file whose cost is known comes first wherever it lies
+    (package / "zz" / "flash_ops.abi3.so").write_bytes(synthetic_fatbin([(2, 90, 0x100011)]))
     result = run_script(bare_python, "kernel_cubins.py", "--arch", "10.0", "--method", "parse", "--path",
                         str(package))
     assert result["status"] == "pass", result
-    assert result["reason"].endswith("; no code for sm_100 in sgl_kernel/k000.fatbin, sgl_kernel/k001.fatbin, "
-                                     "sgl_kernel/k002.fatbin, 127 more sgl_kernel files (the evidence lists the first 12)")
-    assert "no code for sm_100: k011.fatbin" in result["evidence"] and "k012.fatbin" not in result["evidence"]
-    assert "... and 118 more files with no code for sm_100" in result["evidence"]
+    reason = result["reason"].split("; no code for sm_100 in ")[1]
+    assert reason.startswith("sgl_kernel/zz/flash_ops.abi3.so (FlashAttention 3:"), reason
+    assert reason.endswith("sgl_kernel/k000.fatbin, sgl_kernel/k001.fatbin, 128 more sgl_kernel files (the evidence "
+                           "lists the first 12)")
+    assert "no code for sm_100: k010.fatbin" in result["evidence"] and "k011.fatbin" not in result["evidence"]
+    assert "... and 119 more files with no code for sm_100" in result["evidence"]
     metrics = result["metrics"]["packages"]["sgl_kernel"]
-    assert len(metrics["not_covering"]) == 100 and metrics["not_covering_total"] == 130
+    assert len(metrics["not_covering"]) == 100 and metrics["not_covering_total"] == 131
 
 
 def test_kernel_cubins_skips_without_kernel_packages(bare_python):

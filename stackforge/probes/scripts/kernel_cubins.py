@@ -302,7 +302,9 @@ def summarize(name: str, root: str, results: Sequence[FileCode], target: sf.Arch
     histogram = Counter(c for r in with_code for c in (*r.sass, *r.ptx))
     lines = [f"{name} ({root}): {len(covering)}/{len(with_code)} judged files with device code cover "
              f"{target.sm_name}"]
-    missing = [relative_path(r.path, root) for r in with_code if r not in covering]
+    # The files whose cost is known (the FA3 backend...) first: the reason names only the first few.
+    missing = sorted((relative_path(r.path, root) for r in with_code if r not in covering),
+                     key=lambda rel: not known_file(name, rel))
     lines += [f"  no code for {target.sm_name}: {rel}" + (f": {known_file(name, rel)}" if known_file(name, rel) else "")
               for rel in missing[:list_limit]]
     if len(missing) > list_limit:
