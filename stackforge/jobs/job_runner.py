@@ -45,7 +45,7 @@ from stackforge.edges.gpus import NO_GPUS, GpuAssignment, HostGpus, assign_gpus,
 from stackforge.edges.turns import file_turn
 from stackforge.inimage import CONTAINER_DIR as INIMAGE_CONTAINER_DIR
 from stackforge.inimage import HOST_DIR as INIMAGE_HOST_DIR
-from stackforge.inimage._sfshared import RESULT_MARKER, json_safe, parse_result_line
+from stackforge.inimage._sfshared import json_safe, parse_result_line
 
 STACK_ID_LABEL = "io.stackforge.stack.id"
 #: Kept JIT build caches (FlashInfer's workspace of the gate probe), one folder per (image, target arch) under
@@ -423,16 +423,15 @@ RESULT_LOG_READ_BYTES = 8 * 1024 * 1024
 
 
 def with_result_line(tail: str, log_path: Path | None) -> str:
-    """The output ``tail`` a job's ending is judged on; when the script's result line is longer than the tail
-    (its start cut off, so no ``STACKFORGE_RESULT`` line is left in it), that line read back from the job's
-    log (redacted like the tail) is put after it, so a long result is still the script's answer."""
+    """The output a job's ending is judged on: the ``tail`` the runner kept; when the script's result line is
+    longer than that tail (its start cut off, so no ``STACKFORGE_RESULT`` line is left in it), the end of the
+    job's log (redacted like the tail), which holds the whole line, so a long result is still the script's answer."""
     if parse_result_line(tail) is not None or log_path is None or not log_path.is_file():
         return tail
     with log_path.open("rb") as handle:
         handle.seek(max(0, log_path.stat().st_size - RESULT_LOG_READ_BYTES))
         text = handle.read().decode("utf-8", errors="replace")
-    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith(RESULT_MARKER)), "")
-    return f"{tail}\n{line}" if line else tail
+    return text if parse_result_line(text) is not None else tail
 
 
 def judge(kind: JobKind, job: Job, ending: Ending, *, run_id: str, host_gpus: HostGpus) -> ResultRecord:
